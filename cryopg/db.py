@@ -1,0 +1,68 @@
+"""Connections to the engine database and the translation of its errors.
+
+Python only ever calls `cryo` functions (see engine.py); every psycopg error passes
+through `translated()` so callers see the project's exception classes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from cryopg.errors import CryoError, DatabaseUnavailable, from_sqlstate
+
+
+def _first_line(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag else None
+    text = primary or str(exc) or type(exc).__name__
+    return text.strip().splitlines()[0]
+
+
+def translate(exc: psycopg.Error) -> CryoError | psycopg.Error:
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        return DatabaseUnavailable(f"database unavailable: {_first_line(exc)}")
+    return from_sqlstate(exc.sqlstate, _first_line(exc)) or exc
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    try:
+        yield
+    except psycopg.Error as exc:
+        mapped = translate(exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc
+
+
+async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> AsyncConnectionPool:
+    async def check(conn: psycopg.AsyncConnection) -> None:
+        await conn.execute("SELECT 1")
+
+    pool = AsyncConnectionPool(
+        dsn, min_size=min_size, max_size=max_size, open=False, check=check,
+        kwargs={"autocommit": True}, timeout=10,
+    )
+    try:
+        await pool.open(wait=True, timeout=10)
+    except Exception as exc:
+        await pool.close()
+        raise DatabaseUnavailable(f"cannot reach the database: {_first_line(exc)}") from exc
+    return pool
+
+
+@contextlib.asynccontextmanager
+async def connection(pool: AsyncConnectionPool) -> AsyncIterator[psycopg.AsyncConnection]:
+    """One pooled autocommit connection for one unit of work, errors translated."""
+    try:
+        async with pool.connection() as conn:
+            with translated():
+                yield conn
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"database unavailable: {_first_line(exc)}") from exc
+    except TimeoutError as exc:  # pool exhausted or database gone
+        raise DatabaseUnavailable("database unavailable: no connection within 10 s") from exc

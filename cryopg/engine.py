@@ -1,0 +1,231 @@
+"""One typed wrapper per public `cryo` SQL function. Python never touches tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    run_id: str
+    claim_token: uuid.UUID
+    attempt: int
+    filename: str
+    interpreter: str | None
+    source: bytes
+    input: bytes | None
+    input_clear: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Memo:
+    seq: int
+    path: str
+    family: str
+    name: str
+    ordinal: int
+    status: str
+    result: bytes | None
+    exit_code: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    id: str
+    org: str
+    project: str
+    workflow: str | None
+    filename: str
+    status: str
+    substate: str | None
+    attempt: int
+    exit_code: int | None
+    error: str | None
+    idempotency_key: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    wake_at: dt.datetime | None
+    agent_id: str | None
+
+    TERMINAL = frozenset({"succeeded", "failed", "cancelled", "unreadable"})
+
+    @property
+    def finished(self) -> bool:
+        return self.status in self.TERMINAL
+
+
+@dataclasses.dataclass(frozen=True)
+class LogChunk:
+    id: int
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryEvent:
+    id: int
+    kind: str
+    family: str | None
+    name: str | None
+    ordinal: int | None
+    attempt: int | None
+    payload: bytes | None
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenInfo:
+    token_id: str
+    kind: str
+    org: str
+    capabilities: list[str]
+
+
+async def _one(conn: AsyncConnection, sql: str, params: tuple[Any, ...]) -> Any:
+    row = await (await conn.execute(sql, params)).fetchone()
+    return row[0] if row else None
+
+
+# -- tenancy ---------------------------------------------------------------------------
+
+async def get_org_key(conn: AsyncConnection, org: str) -> tuple[str | None, bytes | None]:
+    cur = await conn.execute("SELECT * FROM cryo.get_org_key(%s)", (org,))
+    key_id, wrapped = await cur.fetchone()
+    return key_id, wrapped
+
+
+async def set_org_key(conn: AsyncConnection, org: str, key_id: str, wrapped: bytes) -> tuple[str, bytes]:
+    cur = await conn.execute("SELECT * FROM cryo.set_org_key(%s, %s, %s)", (org, key_id, wrapped))
+    key_id, wrapped = await cur.fetchone()
+    return key_id, wrapped
+
+
+async def create_token(conn: AsyncConnection, kind: str, org: str, name: str, secret_hash: bytes,
+                       capabilities: list[str] | None = None) -> str:
+    return await _one(conn, "SELECT cryo.create_token(%s, %s, %s, %s, %s)",
+                      (kind, org, name, secret_hash, capabilities or []))
+
+
+async def authenticate_token(conn: AsyncConnection, secret_hash: bytes) -> TokenInfo:
+    cur = conn.cursor(row_factory=class_row(TokenInfo))
+    await cur.execute("SELECT * FROM cryo.authenticate_token(%s)", (secret_hash,))
+    return await cur.fetchone()
+
+
+async def register_agent(conn: AsyncConnection, org: str, agent_id: str, caps: list[str]) -> None:
+    await conn.execute("SELECT cryo.register_agent(%s, %s, %s)", (org, agent_id, caps))
+
+
+# -- runs ------------------------------------------------------------------------------
+
+async def submit_script(conn: AsyncConnection, org: str, project: str, *, filename: str,
+                        interpreter: str | None, source: bytes, input: bytes | None,
+                        idempotency_key: str | None, required_caps: list[str]) -> tuple[str, bool]:
+    cur = await conn.execute(
+        "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s)",
+        (org, project, filename, interpreter, source, input, idempotency_key, required_caps))
+    run_id, created = await cur.fetchone()
+    return run_id, created
+
+
+async def submit_run(conn: AsyncConnection, org: str, project: str, workflow: str,
+                     input: Any = None, idempotency_key: str | None = None) -> str:
+    return await _one(conn, "SELECT cryo.submit_run(%s, %s, %s, %s, %s)",
+                      (org, project, workflow, None if input is None else Jsonb(input),
+                       idempotency_key))
+
+
+async def put_workflow(conn: AsyncConnection, org: str, project: str, name: str, *,
+                       filename: str, interpreter: str | None, source: bytes) -> None:
+    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s)",
+                       (org, project, name, filename, interpreter, source))
+
+
+async def cancel_run(conn: AsyncConnection, run_id: str) -> str:
+    return await _one(conn, "SELECT cryo.cancel_run(%s)", (run_id,))
+
+
+async def get_run(conn: AsyncConnection, run_id: str) -> Run:
+    cur = conn.cursor(row_factory=class_row(Run))
+    await cur.execute("SELECT * FROM cryo.get_run(%s)", (run_id,))
+    return await cur.fetchone()
+
+
+async def list_runs(conn: AsyncConnection, org: str, project: str, limit: int = 50) -> list[Run]:
+    cur = conn.cursor(row_factory=class_row(Run))
+    await cur.execute("SELECT * FROM cryo.list_runs(%s, %s, %s)", (org, project, limit))
+    return await cur.fetchall()
+
+
+async def read_history(conn: AsyncConnection, run_id: str) -> list[HistoryEvent]:
+    cur = conn.cursor(row_factory=class_row(HistoryEvent))
+    await cur.execute("SELECT * FROM cryo.read_history(%s)", (run_id,))
+    return await cur.fetchall()
+
+
+# -- claims and the journal --------------------------------------------------------------
+
+async def claim_job(conn: AsyncConnection, org: str, agent_id: str, caps: list[str],
+                    lease_seconds: float) -> Claim | None:
+    cur = conn.cursor(row_factory=class_row(Claim))
+    await cur.execute("SELECT * FROM cryo.claim_job(%s, %s, %s, %s)",
+                      (org, agent_id, caps, lease_seconds))
+    return await cur.fetchone()
+
+
+async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID, sealed: bytes) -> None:
+    await conn.execute("SELECT cryo.seal_run_input(%s, %s, %s)", (run_id, token, sealed))
+
+
+async def read_journal(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[Memo]:
+    cur = conn.cursor(row_factory=class_row(Memo))
+    await cur.execute("SELECT * FROM cryo.read_journal(%s, %s)", (run_id, token))
+    return await cur.fetchall()
+
+
+async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data: bytes | None,
+                     lease_seconds: float) -> bool:
+    return await _one(conn, "SELECT cryo.append_log(%s, %s, %s, %s)",
+                      (run_id, token, data, lease_seconds))
+
+
+async def record_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                      family: str, name: str, ordinal: int, label: str | None,
+                      result: bytes | None, exit_code: int | None) -> int:
+    return await _one(conn, "SELECT cryo.record_step(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, family, name, ordinal, label, result, exit_code))
+
+
+async def park_sleep(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                     ordinal: int, seconds: float) -> dt.datetime:
+    return await _one(conn, "SELECT cryo.park_sleep(%s, %s, %s, %s, %s)",
+                      (run_id, token, path, ordinal, seconds))
+
+
+async def annotate_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, text: bytes) -> None:
+    await conn.execute("SELECT cryo.annotate_run(%s, %s, %s)", (run_id, token, text))
+
+
+async def finish_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, outcome: str,
+                     exit_code: int | None, error: str | None) -> None:
+    await conn.execute("SELECT cryo.finish_run(%s, %s, %s, %s, %s)",
+                       (run_id, token, outcome, exit_code, error))
+
+
+async def read_logs(conn: AsyncConnection, run_id: str, after: int = 0, limit: int = 500) -> list[LogChunk]:
+    cur = conn.cursor(row_factory=class_row(LogChunk))
+    await cur.execute("SELECT * FROM cryo.read_logs(%s, %s, %s)", (run_id, after, limit))
+    return await cur.fetchall()
+
+
+async def tick(conn: AsyncConnection) -> tuple[int, int]:
+    cur = await conn.execute("SELECT * FROM cryo.tick()")
+    expired, woken = await cur.fetchone()
+    return expired, woken

@@ -1,0 +1,72 @@
+"""The project's exception classes, one per engine SQLSTATE, and the one translator.
+
+The codes are listed once in SQL (cryo.error_codes()); a test checks this map agrees.
+"""
+
+from __future__ import annotations
+
+
+class CryoError(Exception):
+    """Base of every error cryopg reports to a user; `code` is the wire name."""
+
+    code = "error"
+    http_status = 500
+
+
+class ReservedKey(CryoError):
+    code, http_status = "reserved_key", 400
+
+
+class StaleClaim(CryoError):
+    code, http_status = "stale_claim", 409
+
+
+class RunNotFound(CryoError):
+    code, http_status = "run_not_found", 404
+
+
+class InvalidArgument(CryoError):
+    code, http_status = "invalid_argument", 400
+
+
+class NotFound(CryoError):
+    code, http_status = "not_found", 404
+
+
+class RunFinished(CryoError):
+    code, http_status = "run_finished", 409
+
+
+class DuplicateCall(CryoError):
+    code, http_status = "duplicate_call", 409
+
+
+class Unauthorized(CryoError):
+    code, http_status = "unauthorized", 401
+
+
+class DatabaseUnavailable(CryoError):
+    code, http_status = "database_unavailable", 503
+
+
+class Unreadable(CryoError):
+    """A sealed payload would not open: wrong key, or the bytes were altered."""
+
+    code, http_status = "unreadable", 500
+
+
+BY_SQLSTATE: dict[str, type[CryoError]] = {
+    "CR001": ReservedKey,
+    "CR002": StaleClaim,
+    "CR003": RunNotFound,
+    "CR004": InvalidArgument,
+    "CR005": NotFound,
+    "CR006": RunFinished,
+    "CR007": DuplicateCall,
+    "CR008": Unauthorized,
+}
+
+
+def from_sqlstate(sqlstate: str | None, message: str) -> CryoError | None:
+    cls = BY_SQLSTATE.get(sqlstate or "")
+    return cls(message) if cls else None

@@ -1,0 +1,188 @@
+"""`/api/v1/agent/…`: long-poll claims and the reports of a claimed run.
+
+Every report carries the claim token; the SQL function refuses a stale one (CR002),
+which reaches the agent as 409 stale_claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.engine import Claim
+from cryopg.errors import InvalidArgument, NotFound, Unreadable
+from cryopg.server.auth import require_agent
+from cryopg.server.bodies import json_body
+from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
+
+DEFAULT_CAPS = ["shell", "polyglot"]
+
+
+
+def _token(body: dict[str, Any]) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(body.get("claim_token")))
+    except ValueError as exc:
+        raise InvalidArgument("claim_token must be a UUID") from exc
+
+
+async def _run_in_org(request: web.Request) -> tuple[str, str]:
+    info = await require_agent(request)
+    run_id = request.match_info["run"]
+    if run_id.split(":", 1)[0] != info.org:
+        raise NotFound(f"no run {run_id}")
+    return run_id, info.org
+
+
+async def _grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] | None:
+    """Opens what the claim carries. A payload that will not open ends the run as
+    unreadable rather than letting it run without its recorded answers."""
+    app = request.app
+    sealer = await app[KEYS].sealer(org)
+    try:
+        source = sealer.open_text(claim.source)
+        if claim.input_clear is not None:
+            input_value = claim.input_clear
+            async with connection(app[POOL]) as conn:
+                await engine.seal_run_input(conn, claim.run_id, claim.claim_token,
+                                            sealer.seal_json(input_value))
+        else:
+            input_value = sealer.open_json(claim.input) if claim.input is not None else None
+        async with connection(app[POOL]) as conn:
+            memos = await engine.read_journal(conn, claim.run_id, claim.claim_token)
+        journal = []
+        for m in memos:
+            result = sealer.open_json(m.result) if m.result is not None else {}
+            journal.append({"seq": m.seq, "path": m.path, "family": m.family, "name": m.name,
+                            "ordinal": m.ordinal, "status": m.status,
+                            "stdout": result.get("stdout", ""), "exit_code": m.exit_code})
+    except Unreadable as exc:
+        async with connection(app[POOL]) as conn:
+            await engine.finish_run(conn, claim.run_id, claim.claim_token, "unreadable", None,
+                                    f"unreadable: {exc}")
+        return None
+    return {"run_id": claim.run_id, "claim_token": str(claim.claim_token),
+            "attempt": claim.attempt, "filename": claim.filename,
+            "interpreter": claim.interpreter, "source": source, "input": input_value,
+            "lease_seconds": app[CONFIG].lease_seconds, "journal": journal}
+
+
+async def claim(request: web.Request) -> web.StreamResponse:
+    info = await require_agent(request)
+    body = await json_body(request)
+    agent_id = str(body.get("agent_id") or "")
+    if not agent_id:
+        raise InvalidArgument("agent_id is required")
+    asked = [str(c) for c in body.get("capabilities") or DEFAULT_CAPS]
+    caps = [c for c in asked if not info.capabilities or c in info.capabilities]
+    cfg = request.app[CONFIG]
+    wait = max(0.0, min(float(body.get("wait", cfg.claim_wait_max)), cfg.claim_wait_max))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    async with connection(request.app[POOL]) as conn:
+        await engine.register_agent(conn, info.org, agent_id, caps)
+    while True:
+        woken = request.app[NOTIFIER].work_event()
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return web.Response(status=204)  # the agent hung up: claim nothing for it
+        async with connection(request.app[POOL]) as conn:
+            got = await engine.claim_job(conn, info.org, agent_id, caps, cfg.lease_seconds)
+        if got is not None:
+            grant = await _grant(request, info.org, got)
+            if grant is not None:
+                return web.json_response(grant)
+            continue
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return web.Response(status=204)
+        try:
+            # Re-check every few seconds even without a notify: the poll backstop.
+            await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
+        except TimeoutError:
+            pass
+
+
+async def logs(request: web.Request) -> web.Response:
+    run_id, org = await _run_in_org(request)
+    body = await json_body(request)
+    try:
+        data = base64.b64decode(body.get("data") or "", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidArgument("data must be base64") from exc
+    sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
+    async with connection(request.app[POOL]) as conn:
+        cancel = await engine.append_log(conn, run_id, _token(body), sealed,
+                                         request.app[CONFIG].lease_seconds)
+    return web.json_response({"cancel": bool(cancel)})
+
+
+async def steps(request: web.Request) -> web.Response:
+    run_id, org = await _run_in_org(request)
+    body = await json_body(request)
+    try:
+        ordinal = int(body["ordinal"])
+        exit_code = None if body.get("exit_code") is None else int(body["exit_code"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument("ordinal and exit_code must be integers") from exc
+    sealer = await request.app[KEYS].sealer(org)
+    result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
+    async with connection(request.app[POOL]) as conn:
+        seq = await engine.record_step(
+            conn, run_id, _token(body), path=str(body.get("path") or ""),
+            family=str(body.get("family") or ""), name=str(body.get("name") or ""),
+            ordinal=ordinal, label=body.get("label"), result=result, exit_code=exit_code)
+    return web.json_response({"seq": seq})
+
+
+async def park(request: web.Request) -> web.Response:
+    run_id, _ = await _run_in_org(request)
+    body = await json_body(request)
+    try:
+        seconds = float(body["seconds"])
+        ordinal = int(body["ordinal"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument("seconds must be a number and ordinal an integer") from exc
+    async with connection(request.app[POOL]) as conn:
+        wake_at = await engine.park_sleep(conn, run_id, _token(body), path=str(body.get("path") or ""),
+                                          ordinal=ordinal, seconds=seconds)
+    return web.json_response({"wake_at": wake_at.isoformat()})
+
+
+async def annotate(request: web.Request) -> web.Response:
+    run_id, org = await _run_in_org(request)
+    body = await json_body(request)
+    sealed = (await request.app[KEYS].sealer(org)).seal_text(str(body.get("text") or ""))
+    async with connection(request.app[POOL]) as conn:
+        await engine.annotate_run(conn, run_id, _token(body), sealed)
+    return web.json_response({})
+
+
+async def finish(request: web.Request) -> web.Response:
+    run_id, _ = await _run_in_org(request)
+    body = await json_body(request)
+    exit_code = body.get("exit_code")
+    if exit_code is not None and not isinstance(exit_code, int):
+        raise InvalidArgument("exit_code must be an integer")
+    error = body.get("error")
+    async with connection(request.app[POOL]) as conn:
+        await engine.finish_run(conn, run_id, _token(body), str(body.get("outcome") or ""),
+                                exit_code, None if error is None else str(error))
+    return web.json_response({})
+
+
+def add_routes(app: web.Application) -> None:
+    base = "/api/v1/agent"
+    app.router.add_post(f"{base}/claim", claim)
+    app.router.add_post(f"{base}/runs/{{run}}/logs", logs)
+    app.router.add_post(f"{base}/runs/{{run}}/steps", steps)
+    app.router.add_post(f"{base}/runs/{{run}}/park", park)
+    app.router.add_post(f"{base}/runs/{{run}}/annotate", annotate)
+    app.router.add_post(f"{base}/runs/{{run}}/finish", finish)

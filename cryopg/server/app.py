@@ -1,0 +1,86 @@
+"""Assemble the aiohttp application: pool, notifier, ticker, keys, routes, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection, open_pool
+from cryopg.errors import CryoError
+from cryopg.server import agent_routes, user_routes
+from cryopg.server.config import ServerConfig
+from cryopg.server.keys import OrgKeys
+from cryopg.server.notifier import Notifier
+from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    try:
+        return await handler(request)
+    except CryoError as exc:
+        return web.json_response(error_body(exc.code, str(exc)), status=exc.http_status)
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            return web.json_response(error_body("http", exc.reason), status=exc.status)
+        raise
+
+
+async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
+    cfg = app[CONFIG]
+    app[POOL] = await open_pool(cfg.database_url, max_size=cfg.pool_size)
+    app[KEYS] = OrgKeys(app[POOL], cfg.master_key)
+    yield
+    await app[POOL].close()
+
+
+async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[NOTIFIER] = Notifier(app[CONFIG].database_url)
+    await app[NOTIFIER].start()
+    yield
+    await app[NOTIFIER].stop()
+
+
+async def _tick_forever(app: web.Application) -> None:
+    interval = app[CONFIG].tick_interval
+    while True:
+        try:
+            async with connection(app[POOL]) as conn:
+                await engine.tick(conn)
+        except Exception as exc:  # noqa: BLE001 - the backstop must outlive a bad moment
+            print(f"cryopg: tick failed: {exc}", file=sys.stderr)
+        await asyncio.sleep(interval)
+
+
+async def _ticker_ctx(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(_tick_forever(app))
+    yield
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
+async def health(request: web.Request) -> web.Response:
+    async with connection(request.app[POOL]) as conn:
+        await conn.execute("SELECT 1")
+    return web.json_response({"ok": True})
+
+
+def build_app(config: ServerConfig) -> web.Application:
+    app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
+    app[CONFIG] = config
+    app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, _ticker_ctx])
+    app.router.add_get("/api/v1/health", health)
+    user_routes.add_routes(app)
+    agent_routes.add_routes(app)
+    return app

@@ -1,0 +1,17 @@
+"""Server settings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cryopg.seal import MasterKey
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    database_url: str
+    master_key: MasterKey
+    lease_seconds: float = 30.0
+    tick_interval: float = 1.0
+    claim_wait_max: float = 25.0
+    pool_size: int = 10

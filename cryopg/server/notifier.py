@@ -1,0 +1,89 @@
+"""LISTEN on a dedicated autocommit connection and wake in-process waiters.
+
+NOTIFY is only a hint that something may have changed. A waiter takes the current
+event *before* checking the database, so a notify landing between its check and its
+wait still wakes it; every wait also has a timeout, so a lost notify costs latency
+only. On a dropped connection the notifier wakes everyone and reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import psycopg
+
+
+class Notifier:
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._work = asyncio.Event()
+        self._runs: dict[str, asyncio.Event] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    def work_event(self) -> asyncio.Event:
+        """The event the next `cryo_work` notify sets."""
+        return self._work
+
+    def run_event(self, run_id: str) -> asyncio.Event:
+        """The event the next `cryo_run` notify for this run sets."""
+        ev = self._runs.get(run_id)
+        if ev is None:
+            ev = self._runs[run_id] = asyncio.Event()
+        return ev
+
+    def _wake_work(self) -> None:
+        ev, self._work = self._work, asyncio.Event()
+        ev.set()
+
+    def _wake_run(self, run_id: str) -> None:
+        ev = self._runs.pop(run_id, None)
+        if ev is not None:
+            ev.set()
+
+    def _wake_all(self) -> None:
+        self._wake_work()
+        runs, self._runs = self._runs, {}
+        for ev in runs.values():
+            ev.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._listen())
+        try:
+            await asyncio.wait_for(self.connected.wait(), 10)
+        except TimeoutError:
+            pass  # the database may come later; waiters fall back to their timeouts
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _listen(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+                    await conn.execute("LISTEN cryo_work")
+                    await conn.execute("LISTEN cryo_run")
+                    self.connected.set()
+                    backoff = 0.5
+                    self._wake_all()  # anything that happened while we were away
+                    async for note in conn.notifies():
+                        if note.channel == "cryo_work":
+                            self._wake_work()
+                        else:
+                            self._wake_run(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure means reconnect
+                self.connected.clear()
+                print(f"cryopg: notifier lost its connection ({exc}); retrying",
+                      file=sys.stderr)
+                self._wake_all()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5)
