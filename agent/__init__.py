@@ -1,0 +1,1 @@
+"""The cryopg agent: claims runs, executes scripts under a PTY and serves durable verbs."""

@@ -1,0 +1,196 @@
+"""aiohttp client for the agent half of the HTTP API (`/api/v1/agent/...`)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+# Calls that record something retry through a short outage instead of failing the run;
+# claims and log flushes have their own retry (the claim loop, the next flush tick).
+RECORD_RETRY_SECONDS = 30.0
+CALL_TIMEOUT_SECONDS = 30.0
+
+
+class AgentAPIError(Exception):
+    """The server answered with an error (or not at all)."""
+
+    def __init__(self, code: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class StaleClaim(AgentAPIError):
+    """The claim token is no longer valid: the run belongs to someone else now."""
+
+
+class ServerUnavailable(AgentAPIError):
+    """The server could not be reached, or answered with a gateway/unavailable status."""
+
+
+class AgentAPI:
+    def __init__(self, url: str, token: str) -> None:
+        self._base = url.rstrip("/") + "/api/v1/agent"
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> AgentAPI:
+        self._session = aiohttp.ClientSession(headers=self._headers)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- low level -------------------------------------------------------------------
+
+    async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
+        assert self._session is not None, "AgentAPI used outside 'async with'"
+        try:
+            async with self._session.post(
+                self._base + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as resp:
+                if resp.status == 204:
+                    return 204, None
+                try:
+                    payload = await resp.json(content_type=None)
+                except ValueError:
+                    payload = None
+                if resp.status < 300:
+                    return resp.status, payload
+                raise _error_from(resp.status, payload)
+        except (TimeoutError, aiohttp.ClientConnectionError, OSError) as e:
+            raise ServerUnavailable("unreachable", f"{type(e).__name__}: {e}".rstrip(": ")) from e
+
+    async def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        retry_for: float = 0.0,
+        timeout: float = CALL_TIMEOUT_SECONDS,
+    ) -> tuple[int, Any]:
+        deadline = time.monotonic() + retry_for
+        delay = 0.2
+        while True:
+            try:
+                return await self._post_once(path, body, timeout)
+            except ServerUnavailable:
+                if time.monotonic() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    @staticmethod
+    def _run_path(run_id: str, what: str) -> str:
+        return f"/runs/{quote(run_id, safe=':')}/{what}"
+
+    # -- endpoints -------------------------------------------------------------------
+
+    async def claim(
+        self, agent_id: str, capabilities: list[str], wait: float = 25
+    ) -> dict[str, Any] | None:
+        """Long-poll for a grant; None when nothing arrived within `wait` seconds."""
+        status, payload = await self._post(
+            "/claim",
+            {"agent_id": agent_id, "capabilities": list(capabilities), "wait": wait},
+            timeout=wait + 15,
+        )
+        return payload if status != 204 and payload else None
+
+    async def logs(self, run_id: str, claim_token: str, data: bytes) -> bool:
+        """Append log bytes (empty = heartbeat); renews the lease. Returns the cancel flag."""
+        _, payload = await self._post(
+            self._run_path(run_id, "logs"),
+            {"claim_token": claim_token, "data": base64.b64encode(data).decode("ascii")},
+        )
+        return bool(payload and payload.get("cancel"))
+
+    async def record_step(
+        self,
+        run_id: str,
+        claim_token: str,
+        *,
+        path: str,
+        family: str,
+        name: str,
+        ordinal: int,
+        label: str | None,
+        stdout: str,
+        exit_code: int,
+    ) -> int:
+        """Record a finished step; returns its seq."""
+        _, payload = await self._post(
+            self._run_path(run_id, "steps"),
+            {
+                "claim_token": claim_token,
+                "path": path,
+                "family": family,
+                "name": name,
+                "ordinal": ordinal,
+                "label": label,
+                "stdout": stdout,
+                "exit_code": exit_code,
+            },
+            retry_for=RECORD_RETRY_SECONDS,
+        )
+        return int(payload["seq"])
+
+    async def park(
+        self, run_id: str, claim_token: str, *, path: str, ordinal: int, seconds: float
+    ) -> dict[str, Any]:
+        _, payload = await self._post(
+            self._run_path(run_id, "park"),
+            {"claim_token": claim_token, "path": path, "ordinal": ordinal, "seconds": seconds},
+            retry_for=RECORD_RETRY_SECONDS,
+        )
+        return payload or {}
+
+    async def annotate(self, run_id: str, claim_token: str, text: str) -> None:
+        await self._post(
+            self._run_path(run_id, "annotate"),
+            {"claim_token": claim_token, "text": text},
+            retry_for=RECORD_RETRY_SECONDS,
+        )
+
+    async def finish(
+        self,
+        run_id: str,
+        claim_token: str,
+        *,
+        outcome: str,
+        exit_code: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        await self._post(
+            self._run_path(run_id, "finish"),
+            {
+                "claim_token": claim_token,
+                "outcome": outcome,
+                "exit_code": exit_code,
+                "error": error,
+            },
+            retry_for=RECORD_RETRY_SECONDS,
+        )
+
+
+def _error_from(status: int, payload: Any) -> AgentAPIError:
+    err = payload.get("error") if isinstance(payload, dict) else None
+    code = str(err.get("code") or "") if isinstance(err, dict) else ""
+    message = str(err.get("message") or "") if isinstance(err, dict) else ""
+    message = message or f"HTTP {status}"
+    if status == 409 and code == "stale_claim":
+        return StaleClaim(code, message, status)
+    if status in (502, 503, 504):
+        return ServerUnavailable(code or "unavailable", message, status)
+    return AgentAPIError(code or f"http_{status}", message, status)

@@ -1,0 +1,58 @@
+"""The sealed environment a script runs in: an allowlist, opt-in globs, and the CRYO_* handles."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import sys
+from collections.abc import Mapping
+
+# Enough for ordinary tools to behave; everything else must be opted in.
+ALLOWED_NAMES = frozenset(
+    {"PATH", "HOME", "LANG", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR"}
+)
+ALLOWED_PREFIXES = ("LC_",)
+# Never handed to a script, whatever the passthrough globs say: the agent's own
+# credentials and configuration, and CRYO_* handles that only the agent may set.
+FORBIDDEN_PREFIXES = ("CRYOPG_", "CRYO_")
+
+
+def passthrough_globs(value: str | None) -> list[str]:
+    """Split CRYO_ENV_PASSTHROUGH (comma or space separated fnmatch globs)."""
+    return [g for g in re.split(r"[,\s]+", value or "") if g]
+
+
+def sealed_env(
+    source: Mapping[str, str],
+    *,
+    run_id: str,
+    attempt: int | str,
+    socket_path: str,
+    input_file: str,
+    agent_token: str | None = None,
+) -> dict[str, str]:
+    globs = passthrough_globs(source.get("CRYO_ENV_PASSTHROUGH"))
+    env: dict[str, str] = {}
+    for name, value in source.items():
+        if name.startswith(FORBIDDEN_PREFIXES):
+            continue
+        if agent_token and value == agent_token:
+            continue  # the token under some other name is still the token
+        if (
+            name in ALLOWED_NAMES
+            or name.startswith(ALLOWED_PREFIXES)
+            or any(fnmatch.fnmatchcase(name, g) for g in globs)
+        ):
+            env[name] = value
+
+    # The interpreter's bin dir holds the `cryopg` entry point the script calls back with.
+    bindir = os.path.dirname(os.path.abspath(sys.executable))
+    parts = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p]
+    env["PATH"] = os.pathsep.join([bindir, *(p for p in parts if p != bindir)])
+    env.setdefault("TERM", "xterm")
+    env["CRYO_SOCKET"] = socket_path
+    env["CRYO_RUN_ID"] = run_id
+    env["CRYO_ATTEMPT"] = str(attempt)
+    env["CRYO_INPUT_FILE"] = input_file
+    return env

@@ -1,0 +1,217 @@
+"""One claim, start to end: scratch dir, sealed env, PTY process, socket, logs, outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+from agent.api import AgentAPI, AgentAPIError, StaleClaim
+from agent.env import sealed_env
+from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
+from agent.runner import PtyProcess, script_command
+from agent.socket_server import DurableVerbs
+
+# How long to keep reading the PTY after the script exits (a grandchild may hold it).
+DRAIN_SECONDS = 1.0
+# How long a call the script made just before exiting may take to be recorded.
+SETTLE_SECONDS = 35.0
+
+
+class End(enum.Enum):
+    """Why a pass ended early; None on the job means the script exited by itself."""
+
+    PARKED = "parked"  # the server holds the run now; no finish call
+    STALE = "stale"  # the claim was lost; drop the run
+    STOPPED = "stopped"  # the agent is shutting down; the lease will expire
+    CANCELLED = "cancelled"  # the server asked for it via a logs reply
+    DIVERGED = "diverged"  # determinism error: fail the run
+
+
+class Job:
+    def __init__(
+        self,
+        api: AgentAPI,
+        grant: dict[str, Any],
+        *,
+        strict: bool,
+        stop: asyncio.Event,
+        agent_token: str | None = None,
+    ) -> None:
+        self.api = api
+        self.grant = grant
+        self.run_id: str = grant["run_id"]
+        self.claim_token: str = grant["claim_token"]
+        self._strict = strict
+        self._stop = stop
+        self._agent_token = agent_token
+        self._end: End | None = None
+        self._error: str | None = None
+        self._proc: PtyProcess | None = None
+        lease = float(grant.get("lease_seconds") or 30)
+        self._logs = LogStreamer(
+            api,
+            self.run_id,
+            self.claim_token,
+            heartbeat=min(HEARTBEAT_INTERVAL, max(lease / 3, 0.2)),
+            on_cancel=lambda: self._finish_early(End.CANCELLED),
+            on_stale=self.stale,
+            on_pressure=self._pressure,
+        )
+
+    # -- hooks used by the socket server and the log streamer --------------------------
+
+    async def flush_logs(self) -> None:
+        await self._logs.flush()
+
+    def parked(self) -> None:
+        self._finish_early(End.PARKED)
+
+    def stale(self) -> None:
+        self._finish_early(End.STALE)
+
+    def diverged(self, message: str) -> None:
+        if self._finish_early(End.DIVERGED):
+            self._error = message
+            self._logs.feed(f"\ncryopg: {message}\n".encode())
+
+    def ending(self) -> bool:
+        return self._end is not None
+
+    def _finish_early(self, why: End) -> bool:
+        if self._end is not None:
+            return False
+        self._end = why
+        if self._proc is not None:
+            self._proc.kill()
+        return True
+
+    def _pressure(self, high: bool) -> None:
+        if self._proc is not None:
+            if high:
+                self._proc.pause_reading()
+            else:
+                self._proc.resume_reading()
+
+    # -- the claim --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        scratch = tempfile.mkdtemp(prefix="cryo-")
+        try:
+            await self._run_in(scratch)
+        except Exception as e:  # a bug or a local failure must not take the agent down
+            _log(f"run {self.run_id}: agent error: {type(e).__name__}: {e}")
+            if self._end is None:
+                await self._finish("failed", None, f"agent error: {type(e).__name__}: {e}")
+        finally:
+            if self._proc is not None:
+                self._proc.kill()
+                self._proc.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    async def _run_in(self, scratch: str) -> None:
+        g = self.grant
+        filename = os.path.basename(str(g.get("filename") or "")) or "script"
+        script_path = os.path.join(scratch, filename)
+        with open(script_path, "w", encoding="utf-8") as f:
+            f.write(g.get("source") or "")
+        os.chmod(script_path, 0o700)
+        input_path = os.path.join(scratch, "input.json")
+        with open(input_path, "w", encoding="utf-8") as f:
+            json.dump(g.get("input"), f)
+        socket_path = os.path.join(scratch, "cryo.sock")
+        env = sealed_env(
+            os.environ,
+            run_id=self.run_id,
+            attempt=g.get("attempt") or 1,
+            socket_path=socket_path,
+            input_file=input_path,
+            agent_token=self._agent_token,
+        )
+        argv = script_command(filename, g.get("interpreter"), script_path, env.get("PATH"))
+
+        verbs = DurableVerbs(self, list(g.get("journal") or []), strict=self._strict)
+        server = await verbs.start(socket_path)
+        ticker: asyncio.Task[None] | None = None
+        try:
+            try:
+                self._proc = await PtyProcess.spawn(
+                    argv, cwd=scratch, env=env, on_output=self._logs.feed
+                )
+            except OSError as e:
+                message = f"cannot start {argv[0]}: {e.strerror or e}"
+                self._logs.feed(f"cryopg: {message}\n".encode())
+                code = 127 if isinstance(e, FileNotFoundError) else 126
+                await self._conclude(code, message)
+                return
+            ticker = asyncio.create_task(self._logs.run())
+            exited = asyncio.create_task(self._proc.wait())
+            stopping = asyncio.create_task(self._stop.wait())
+            try:
+                await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            if not exited.done():
+                self._finish_early(End.STOPPED)
+            code = await exited
+            self._proc.kill()  # whatever the script left running in its group
+            if self._end is None:
+                await verbs.settle(SETTLE_SECONDS)  # e.g. a park racing a natural exit
+            await self._proc.drain(DRAIN_SECONDS)
+            await _cancel(ticker)
+            await self._conclude(code, None)
+        finally:
+            verbs.cancel_all()
+            if ticker is not None:
+                await _cancel(ticker)
+            server.close()
+
+    async def _conclude(self, code: int, error: str | None) -> None:
+        why = self._end
+        if why in (End.PARKED, End.STALE, End.STOPPED):
+            return
+        try:
+            await self._logs.flush()
+        except StaleClaim:
+            return
+        except AgentAPIError as e:
+            _log(f"run {self.run_id}: final log flush failed: {e.message}")
+        if why is End.CANCELLED:
+            await self._finish("cancelled", None, None)
+        elif why is End.DIVERGED:
+            await self._finish("failed", None, self._error)
+        elif code == 0 and error is None:
+            await self._finish("succeeded", 0, None)
+        else:
+            await self._finish("failed", code, error)
+
+    async def _finish(self, outcome: str, exit_code: int | None, error: str | None) -> None:
+        try:
+            await self.api.finish(
+                self.run_id,
+                self.claim_token,
+                outcome=outcome,
+                exit_code=exit_code,
+                error=error,
+            )
+        except StaleClaim:
+            pass  # someone else owns the run now; nothing to report
+        except AgentAPIError as e:
+            _log(f"run {self.run_id}: could not report {outcome}: {e.message}")
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
+
+
+def _log(line: str) -> None:
+    print(f"cryopg agent: {line}", file=sys.stderr)

@@ -1,0 +1,97 @@
+"""Buffer a run's output and stream it to the server; every post also renews the lease."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+
+from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
+
+FLUSH_INTERVAL = 0.15
+HEARTBEAT_INTERVAL = 2.0
+# Keeps a post (base64 + JSON) well under aiohttp's default 1 MiB request limit.
+CHUNK_BYTES = 256 << 10
+# Past this much unsent output, stop reading the PTY so the script blocks on write
+# instead of the agent's memory growing while the server is slow or away.
+HIGH_WATER = 8 << 20
+
+
+class LogStreamer:
+    def __init__(
+        self,
+        api: AgentAPI,
+        run_id: str,
+        claim_token: str,
+        *,
+        heartbeat: float = HEARTBEAT_INTERVAL,
+        on_cancel: Callable[[], None],
+        on_stale: Callable[[], None],
+        on_pressure: Callable[[bool], None] = lambda _high: None,
+    ) -> None:
+        self._api = api
+        self._run_id = run_id
+        self._claim_token = claim_token
+        self._heartbeat = heartbeat
+        self._on_cancel = on_cancel
+        self._on_stale = on_stale
+        self._on_pressure = on_pressure
+        self._buf = bytearray()
+        self._lock = asyncio.Lock()  # one post at a time keeps chunks in order
+        self._last_post = time.monotonic()
+        self._high = False
+        self._warned = False
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+        if not self._high and len(self._buf) >= HIGH_WATER:
+            self._high = True
+            self._on_pressure(True)
+
+    async def flush(self, *, heartbeat: bool = False) -> None:
+        """Send everything buffered so far (or an empty heartbeat if asked and idle).
+
+        Raises StaleClaim and AgentAPIError; bytes stay buffered if a post fails.
+        """
+        async with self._lock:
+            pending = len(self._buf)
+            if pending == 0 and not heartbeat:
+                return
+            while True:
+                data = bytes(self._buf[: min(pending, CHUNK_BYTES)])
+                cancel = await self._api.logs(self._run_id, self._claim_token, data)
+                del self._buf[: len(data)]
+                pending -= len(data)
+                self._last_post = time.monotonic()
+                if cancel:
+                    self._on_cancel()
+                if pending <= 0:
+                    break
+            if self._high and len(self._buf) < HIGH_WATER // 2:
+                self._high = False
+                self._on_pressure(False)
+
+    async def run(self) -> None:
+        """Flush about every 150 ms while there is output; heartbeat when there is none."""
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL)
+            idle = time.monotonic() - self._last_post
+            if not self._buf and idle < self._heartbeat:
+                continue
+            try:
+                await self.flush(heartbeat=True)
+                self._warned = False
+            except StaleClaim:
+                self._on_stale()
+                return
+            except ServerUnavailable as e:
+                if not self._warned:  # one line per outage, the next tick retries
+                    print(
+                        f"cryopg agent: log flush failed ({e.message}); retrying", file=sys.stderr
+                    )
+                    self._warned = True
+            except AgentAPIError as e:
+                if not self._warned:
+                    print(f"cryopg agent: log flush refused: {e.message}", file=sys.stderr)
+                    self._warned = True

@@ -1,0 +1,99 @@
+"""The claim loop: one job at a time, until asked to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from agent.api import AgentAPI, AgentAPIError, ServerUnavailable
+from agent.job import Job
+
+T = TypeVar("T")
+
+CLAIM_WAIT = 25
+BACKOFF_START = 0.5
+BACKOFF_MAX = 10.0
+
+
+class _Stopped(Exception):
+    pass
+
+
+async def run_agent(
+    url: str,
+    token: str,
+    *,
+    agent_id: str,
+    capabilities: list[str],
+    stop: asyncio.Event | None = None,
+    replay_mode: str | None = None,
+) -> None:
+    """Claim and run jobs one at a time until `stop` is set (forever without one)."""
+    stop = stop or asyncio.Event()
+    mode = (replay_mode or os.environ.get("CRYO_REPLAY_MODE") or "strict").strip().lower()
+    strict = mode != "lenient"
+    backoff = BACKOFF_START
+    outage = False
+    async with AgentAPI(url, token) as api:
+        while not stop.is_set():
+            try:
+                grant = await _unless_stopped(
+                    api.claim(agent_id, capabilities, wait=CLAIM_WAIT), stop
+                )
+            except _Stopped:
+                break
+            except Exception as e:
+                # Unreachable or refusing: say so once per outage, back off, keep trying.
+                if not outage:
+                    _log(f"{agent_id}: {_describe(e)}; retrying with backoff")
+                    outage = True
+                await _sleep_unless_stopped(backoff, stop)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            if outage:
+                _log(f"{agent_id}: server reachable again")
+                outage = False
+            backoff = BACKOFF_START
+            if grant is None or stop.is_set():
+                continue  # a grant taken while stopping is left to its lease
+            await Job(api, grant, strict=strict, stop=stop, agent_token=token).run()
+
+
+async def _unless_stopped(call: Awaitable[T], stop: asyncio.Event) -> T:
+    task = asyncio.ensure_future(call)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+    if not task.done() or task.cancelled():
+        raise _Stopped
+    return task.result()
+
+
+async def _sleep_unless_stopped(seconds: float, stop: asyncio.Event) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+def _describe(e: Exception) -> str:
+    if isinstance(e, ServerUnavailable):
+        return f"server unreachable ({e.message})"
+    if isinstance(e, AgentAPIError):
+        return f"server refused the claim ({e.message})"
+    return f"claim failed ({type(e).__name__}: {e})"
+
+
+def _log(line: str) -> None:
+    print(f"cryopg agent {line}", file=sys.stderr)

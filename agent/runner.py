@@ -1,0 +1,149 @@
+"""Run a script under a pseudo-terminal without blocking the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import os
+import shlex
+import shutil
+import signal
+import struct
+import termios
+from collections.abc import Callable
+
+
+def script_command(
+    filename: str, interpreter: str | None, script_path: str, search_path: str | None
+) -> list[str]:
+    """argv that runs `script_path`: the grant's interpreter, else one chosen by extension."""
+    if interpreter and interpreter.strip():
+        return [*shlex.split(interpreter), script_path]
+    ext = os.path.splitext(filename)[1].lower()
+    if ext == ".py":
+        return ["python3", script_path]
+    if ext in (".js", ".mjs", ".cjs"):
+        return ["node", script_path]
+    if ext in (".ts", ".mts"):
+        if shutil.which("bun", path=search_path):
+            return ["bun", "run", script_path]
+        return ["node", "--experimental-strip-types", script_path]
+    return ["bash", script_path]
+
+
+def exit_status(returncode: int) -> int:
+    """Shell convention: a death by signal N reads as 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class PtyProcess:
+    """A child in its own session whose stdio is a PTY; output arrives via `on_output`."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        master_fd: int,
+        on_output: Callable[[bytes], None],
+    ) -> None:
+        self._proc = proc
+        self._master = master_fd
+        self._on_output = on_output
+        self._loop = asyncio.get_running_loop()
+        self._closed = asyncio.Event()  # the slave side is gone everywhere (EIO)
+        self._reading = False
+        self.resume_reading()
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        on_output: Callable[[bytes], None],
+    ) -> PtyProcess:
+        master, slave = os.openpty()
+        try:
+            _configure_tty(slave)
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            # Only the child may hold the slave, so its exit shows up as EIO on the master.
+            os.close(slave)
+        os.set_blocking(master, False)
+        return cls(proc, master, on_output)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def pause_reading(self) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._master)
+            self._reading = False
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self._closed.is_set():
+            self._loop.add_reader(self._master, self._on_readable)
+            self._reading = True
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self._master, 65536)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            if e.errno != errno.EIO:
+                raise
+            data = b""
+        if data:
+            self._on_output(data)
+        else:
+            self.pause_reading()
+            self._closed.set()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the script and anything it left behind)."""
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def wait(self) -> int:
+        return exit_status(await self._proc.wait())
+
+    async def drain(self, timeout: float) -> None:
+        """After exit: read what is still buffered in the PTY, until EIO or `timeout`."""
+        self.resume_reading()
+        try:
+            await asyncio.wait_for(self._closed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def close(self) -> None:
+        self.pause_reading()
+        self._closed.set()
+        try:
+            os.close(self._master)
+        except OSError:
+            pass
+
+
+def _configure_tty(fd: int) -> None:
+    # No "\n" -> "\r\n" translation, so logs hold exactly the bytes the script wrote.
+    attrs = termios.tcgetattr(fd)
+    attrs[1] &= ~termios.ONLCR
+    termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    # Some tools misbehave on a 0x0 terminal.
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))

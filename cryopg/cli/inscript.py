@@ -1,0 +1,221 @@
+"""In-script verbs (`cryopg step|sleep|annotate`): one request each to the agent socket.
+
+This is a hot path -- a bash workflow may run thousands of these -- so it imports only
+cheap stdlib modules; subprocess is loaded only when a step actually has to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate"})
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+USAGE = {
+    "step": "usage: cryopg step NAME [--label LABEL] -- COMMAND [ARG...]",
+    "sleep": "usage: cryopg sleep DURATION   (e.g. 30s, 5m, 1.5h, 1d, 500ms, 10)",
+    "annotate": "usage: cryopg annotate TEXT",
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+class AgentError(Exception):
+    pass
+
+
+def parse_duration(text: str) -> float:
+    """'2s', '5m', '1h', '1d', '1.5s', '500ms' or a bare number of seconds -> seconds."""
+    raw = str(text).strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if raw.endswith(u)), "")
+    number = raw[: len(raw) - len(unit)].strip()
+    # Digits and at most one dot only: rejects '', '-1', 'inf', 'nan', '1e3', '1h30m'.
+    if number.replace(".", "", 1).isdigit() and number.isascii():
+        return float(number) * _UNITS.get(unit, 1.0)
+    raise ValueError(
+        f"invalid duration {text!r}: expected a non-negative number with an optional "
+        "unit ms, s, m, h or d (e.g. 30s, 5m, 1.5h, 500ms)"
+    )
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in IN_SCRIPT_VERBS:
+        verbs = ", ".join(sorted(IN_SCRIPT_VERBS))
+        print(f"cryopg: expected an in-script verb ({verbs})", file=sys.stderr)
+        return 2
+    verb, args = argv[0], argv[1:]
+    if args[:1] in (["-h"], ["--help"]):
+        print(USAGE[verb])
+        return 0
+    try:
+        if verb == "step":
+            name, label, command = _parse_step(args)
+            socket_path = _socket_path(verb)
+            return _step(socket_path, name, label, command)
+        if verb == "sleep":
+            if len(args) != 1:
+                raise UsageError(USAGE["sleep"])
+            try:
+                seconds = parse_duration(args[0])
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            _call(_socket_path(verb), {"op": "sleep", "seconds": seconds})
+            return 0
+        if len(args) != 1:
+            raise UsageError(USAGE["annotate"])
+        _call(_socket_path(verb), {"op": "annotate", "text": args[0]})
+        return 0
+    except UsageError as e:
+        print(f"cryopg {verb}: {e}", file=sys.stderr)
+        return 2
+    except AgentError as e:
+        print(f"cryopg {verb}: {e}", file=sys.stderr)
+        return 1
+
+
+def _parse_step(args: list[str]) -> tuple[str, str | None, list[str]]:
+    if "--" not in args:
+        raise UsageError(f"missing '--' before the command\n{USAGE['step']}")
+    cut = args.index("--")
+    head, command = args[:cut], args[cut + 1 :]
+    name: str | None = None
+    label: str | None = None
+    i = 0
+    while i < len(head):
+        arg = head[i]
+        if arg == "--label":
+            if i + 1 >= len(head):
+                raise UsageError("--label needs a value")
+            label = head[i + 1]
+            i += 2
+            continue
+        if arg.startswith("--label="):
+            label = arg[len("--label=") :]
+        elif arg.startswith("-") and arg != "-":
+            raise UsageError(f"unknown option {arg}\n{USAGE['step']}")
+        elif name is None:
+            name = arg
+        else:
+            raise UsageError(f"unexpected argument {arg!r}\n{USAGE['step']}")
+        i += 1
+    if not name:
+        raise UsageError(f"missing step NAME\n{USAGE['step']}")
+    if not command:
+        raise UsageError(f"missing COMMAND after '--'\n{USAGE['step']}")
+    return name, label, command
+
+
+def _socket_path(verb: str) -> str:
+    path = os.environ.get("CRYO_SOCKET")
+    if not path:
+        raise UsageError("not inside a run (CRYO_SOCKET is not set)")
+    return path
+
+
+def _step(socket_path: str, name: str, label: str | None, command: list[str]) -> int:
+    reply = _call(socket_path, {"op": "step.begin", "name": name, "label": label})
+    if reply.get("hit"):
+        _write_stdout(reply.get("stdout") or "")
+        return int(reply.get("exit_code") or 0)
+
+    import subprocess  # only a step that really runs pays for this import
+
+    # The body gets no agent handles (a nested verb must fail loudly), only its key.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRYO_")}
+    env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, env=env)
+        raw, code = done.stdout, done.returncode
+        if code < 0:
+            code = 128 - code  # killed by signal N -> 128+N, as a shell reports it
+    except FileNotFoundError:
+        print(f"cryopg step: command not found: {command[0]}", file=sys.stderr)
+        raw, code = b"", 127
+    except PermissionError:
+        print(f"cryopg step: permission denied: {command[0]}", file=sys.stderr)
+        raw, code = b"", 126
+    # Recorded as text; replays print the recorded text, so this pass prints it too.
+    stdout = raw.decode("utf-8", errors="replace")
+    _call(
+        socket_path,
+        {"op": "step.finish", "call_id": reply.get("call_id"), "stdout": stdout, "exit_code": code},
+    )
+    _write_stdout(stdout)
+    return code
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
+
+
+def _call(socket_path: str, request: dict[str, object]) -> dict[str, object]:
+    """Send one request line and read one reply line; raise AgentError on any failure."""
+    sock = _connect(socket_path)
+    try:
+        sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk.endswith(b"\n"):
+                break
+    except OSError as e:
+        raise AgentError(f"lost the agent connection ({e.strerror or e})") from None
+    finally:
+        sock.close()
+    data = b"".join(chunks)
+    if not data.strip():
+        raise AgentError("the agent closed the connection without a reply")
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        raise AgentError("the agent sent a malformed reply") from None
+    if not isinstance(reply, dict):
+        raise AgentError("the agent sent a malformed reply")
+    if not reply.get("ok"):
+        err = reply.get("error")
+        message = err.get("message") if isinstance(err, dict) else None
+        raise AgentError(str(message or "the agent refused the request"))
+    return reply
+
+
+def _connect(socket_path: str) -> socket.socket:
+    # Only connecting is retried (an agent may be busy accepting); a sent request never is.
+    attempts = max(1, _int_env("CRYO_CONNECT_ATTEMPTS", 3))
+    backoff = _int_env("CRYO_CONNECT_BACKOFF_MS", 50) / 1000
+    for attempt in range(attempts):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(socket_path)
+            return sock
+        except OSError as e:
+            sock.close()
+            transient = isinstance(e, (ConnectionRefusedError, BlockingIOError))
+            if not transient or attempt + 1 == attempts:
+                raise AgentError(
+                    f"cannot reach the agent at {socket_path} ({e.strerror or e})"
+                ) from None
+            time.sleep(backoff * (2**attempt))
+    raise AssertionError("unreachable")
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
