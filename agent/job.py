@@ -163,7 +163,7 @@ class Job:
             if self._end is None:
                 await verbs.settle(SETTLE_SECONDS)  # e.g. a park racing a natural exit
             await self._proc.drain(DRAIN_SECONDS)
-            await _cancel(ticker)
+            await self._logs.stop(ticker)
             await self._conclude(code, None)
         finally:
             verbs.cancel_all()

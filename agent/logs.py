@@ -72,6 +72,15 @@ class LogStreamer:
                 self._high = False
                 self._on_pressure(False)
 
+    async def stop(self, ticker: asyncio.Task[None]) -> None:
+        """End the `run` task between posts, so no chunk is cut off mid-flight and resent."""
+        async with self._lock:
+            ticker.cancel()
+        try:
+            await ticker
+        except (asyncio.CancelledError, Exception):
+            pass
+
     async def run(self) -> None:
         """Flush about every 150 ms while there is output; heartbeat when there is none."""
         while True:
