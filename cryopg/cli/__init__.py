@@ -1,0 +1,1 @@
+"""The `cryopg` (alias `cryo`) command line. Kept import-free: see entry.py."""

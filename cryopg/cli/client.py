@@ -1,0 +1,56 @@
+"""A small synchronous HTTP client for the user API (stdlib only, so the CLI starts fast)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from cryopg.cli.target import Target
+
+
+class ApiError(click.ClickException):
+    def __init__(self, message: str, code: str = "error", status: int = 0) -> None:
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+class Client:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    def _request(self, method: str, path: str, body: Any = None,
+                 timeout: float | None = 60) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.target.url + path, data=data, method=method,
+            headers={"Authorization": f"Bearer {self.target.token}",
+                     "Content-Type": "application/json"})
+        try:
+            return urllib.request.urlopen(req, timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            try:
+                err = json.loads(exc.read())["error"]
+                raise ApiError(err["message"], err.get("code", "error"), exc.code) from None
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(f"server answered {exc.code} {exc.reason}", status=exc.code) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiError(f"cannot reach the cryopg server at {self.target.url}: {reason}") from None
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        with self._request(method, self.target.project_path + path, body) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else {}
+
+    def stream(self, path: str) -> Iterator[bytes]:
+        with self._request("GET", self.target.project_path + path, timeout=None) as resp:
+            while True:
+                chunk = resp.read1(65536)
+                if not chunk:
+                    return
+                yield chunk

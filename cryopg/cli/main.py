@@ -1,0 +1,180 @@
+"""The click group: commands that talk to a server, and the process commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cryopg.cli import processes
+from cryopg.cli.client import Client
+from cryopg.cli.target import resolve
+
+# How a finished run maps to this process's exit code.
+CANCELLED_EXIT = 130
+
+
+def outcome_exit_code(run: dict[str, Any]) -> int:
+    status = run["status"]
+    if status == "succeeded":
+        return 0
+    if status == "cancelled":
+        return CANCELLED_EXIT
+    code = run.get("exit_code")
+    return code if status == "failed" and isinstance(code, int) and 0 < code < 256 else 1
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """cryopg: durable workflows whose engine is PostgreSQL."""
+
+
+for command in processes.COMMANDS:
+    cli.add_command(command)
+
+
+def _follow(client: Client, run_id: str) -> int:
+    out = sys.stdout.buffer
+    for chunk in client.stream(f"/runs/{run_id}/logs?follow=1"):
+        out.write(chunk)
+        out.flush()
+    run = client.call("GET", f"/runs/{run_id}")
+    if run["status"] != "succeeded":
+        detail = f" ({run['error']})" if run.get("error") else ""
+        click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
+    return outcome_exit_code(run)
+
+
+def _parse_json(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from exc
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--input", "input_json", metavar="JSON", help="Input, reaching the script as $CRYO_INPUT_FILE.")
+@click.option("--idempotency-key", metavar="K", help="A second submit with the same key returns the first run.")
+@click.option("--interpreter", metavar="I", help="Run the script with I instead of choosing by extension.")
+@click.option("--follow", is_flag=True, help="Stream the log and exit with the run's outcome.")
+def submit(file: Path, input_json: str | None, idempotency_key: str | None,
+           interpreter: str | None, follow: bool) -> None:
+    """Submit FILE as a new run and print its id."""
+    value = _parse_json(input_json, "--input")
+    try:
+        source = file.read_text()
+    except FileNotFoundError:
+        raise click.ClickException(f"no such script: {file}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {file}: {exc}") from None
+    client = Client(resolve())
+    made = client.call("POST", "/runs", {"source": source, "filename": file.name, "input": value,
+                                         "interpreter": interpreter,
+                                         "idempotency_key": idempotency_key})
+    run_id = made["run_id"]
+    if not follow:
+        click.echo(run_id)
+        return
+    click.echo(f"cryopg: run {run_id}{'' if made['created'] else ' (existing, same idempotency key)'}",
+               err=True)
+    sys.exit(_follow(client, run_id))
+
+
+def _print_runs(runs: list[dict[str, Any]]) -> None:
+    rows = [("ID", "STATUS", "SUBSTATE", "ATTEMPT", "CREATED", "FILE")]
+    for r in runs:
+        rows.append((r["id"], r["status"], r["substate"] or "-", str(r["attempt"]),
+                     (r["created_at"] or "")[:19].replace("T", " "), r["filename"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", default=50, show_default=True, help="How many runs, newest first.")
+@click.pass_context
+def runs(ctx: click.Context, as_json: bool, limit: int) -> None:
+    """List the project's runs with status and substate."""
+    if ctx.invoked_subcommand:
+        return
+    listed = Client(resolve()).call("GET", f"/runs?limit={limit}")["runs"]
+    if as_json:
+        click.echo(json.dumps(listed, indent=2))
+    else:
+        _print_runs(listed)
+
+
+@runs.command("show")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs_show(run: str, as_json: bool) -> None:
+    """Show one run (a bare run-… is of the active project)."""
+    target = resolve()
+    got = Client(target).call("GET", f"/runs/{target.qualify(run)}")
+    if as_json:
+        click.echo(json.dumps(got, indent=2))
+        return
+    for key in ("id", "status", "substate", "attempt", "exit_code", "error", "filename",
+                "workflow", "idempotency_key", "created_at", "started_at", "finished_at",
+                "wake_at", "agent_id"):
+        if got.get(key) is not None:
+            click.echo(f"{key + ':':17}{got[key]}")
+    for ev in got.get("history", []):
+        what = "/".join(str(ev[k]) for k in ("family", "name", "ordinal") if k in ev)
+        text = f"  {ev['text']}" if "text" in ev else ""
+        click.echo(f"  {ev['at'][:23].replace('T', ' ')}  {ev['kind']:<16}{what}{text}")
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--follow", is_flag=True, help="Stream until the run ends; exit with its outcome.")
+def logs(run: str, follow: bool) -> None:
+    """Print a run's log."""
+    target = resolve()
+    client = Client(target)
+    run_id = target.qualify(run)
+    if follow:
+        sys.exit(_follow(client, run_id))
+    out = sys.stdout.buffer
+    for chunk in client.stream(f"/runs/{run_id}/logs"):
+        out.write(chunk)
+    out.flush()
+
+
+@cli.command()
+@click.argument("run")
+def cancel(run: str) -> None:
+    """Cancel a run: a parked or pending one ends now, a running one is stopped."""
+    target = resolve()
+    got = Client(target).call("POST", f"/runs/{target.qualify(run)}/cancel")
+    click.echo(f"{got['id']} {got['cancel']}")
+
+
+@cli.group()
+def workflow() -> None:
+    """Named scripts that applications submit from SQL with cryo.submit_run."""
+
+
+@workflow.command("put")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--interpreter", metavar="I", help="Run it with I instead of choosing by extension.")
+def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
+    """Store FILE under NAME in the active project."""
+    try:
+        source = file.read_text()
+    except FileNotFoundError:
+        raise click.ClickException(f"no such script: {file}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {file}: {exc}") from None
+    target = resolve()
+    Client(target).call("PUT", f"/workflows/{name}",
+                        {"source": source, "filename": file.name, "interpreter": interpreter})
+    click.echo(f"stored workflow {name} in {target.org}/{target.project}")

@@ -1,0 +1,317 @@
+"""Commands that run processes: dev, server, agent, migrate, and token bootstrap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file
+from cryopg.errors import CryoError
+
+DB_URL = click.option("--database-url", envvar="CRYOPG_DATABASE_URL", metavar="URL",
+                      help="PostgreSQL URL or conninfo [env CRYOPG_DATABASE_URL].")
+LEASE = click.option("--lease-seconds", default=30.0, show_default=True,
+                     help="How long a claim lives without a log flush or heartbeat.")
+TICK = click.option("--tick-interval", default=1.0, show_default=True,
+                    help="Seconds between sweeps (lapsed leases, due sleeps).")
+DEV_CAPS = ["shell", "polyglot", "connector"]
+
+
+def _fail(exc: BaseException) -> click.ClickException:
+    return click.ClickException(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+
+
+def _migrate(dsn: str) -> bool:
+    from cryopg.migrate import MigrationError, migrate
+
+    try:
+        return migrate(dsn)
+    except MigrationError as exc:
+        raise _fail(exc) from None
+    except Exception as exc:  # psycopg errors: the database is down or refuses us
+        raise click.ClickException(f"cannot migrate the database: {_fail(exc).message}") from None
+
+
+@click.command("migrate")
+@DB_URL
+def migrate_cmd(database_url: str | None) -> None:
+    """Create or upgrade the cryo schema (a second run changes nothing)."""
+    if not database_url:
+        raise click.ClickException("--database-url (or CRYOPG_DATABASE_URL) is required")
+    click.echo("migrated" if _migrate(database_url) else "already up to date")
+
+
+def _master_key_from_env() -> Any:
+    from cryopg.seal import MasterKey, parse_master_key
+
+    value = os.environ.get("CRYOPG_MASTER_KEY")
+    if not value:
+        return None
+    try:
+        return MasterKey(parse_master_key(value))
+    except CryoError as exc:
+        raise _fail(exc) from None
+
+
+async def _start_site(config: Any, host: str, port: int) -> tuple[Any, str]:
+    from aiohttp import web
+
+    from cryopg.server.app import build_app
+
+    runner = web.AppRunner(build_app(config), handle_signals=False)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    except CryoError as exc:
+        await runner.cleanup()
+        raise _fail(exc) from None
+    bound = runner.addresses[0][1]
+    return runner, f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{bound}"
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+@click.command("server")
+@DB_URL
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=7777, show_default=True)
+@LEASE
+@TICK
+def server_cmd(database_url: str | None, host: str, port: int, lease_seconds: float,
+               tick_interval: float) -> None:
+    """Run the HTTP server (needs CRYOPG_MASTER_KEY and a migrated database)."""
+    from cryopg.server.config import ServerConfig
+
+    if not database_url:
+        raise click.ClickException("--database-url (or CRYOPG_DATABASE_URL) is required")
+    master = _master_key_from_env()
+    if master is None:
+        raise click.ClickException(
+            "CRYOPG_MASTER_KEY is not set; the server will not start without its master key")
+    config = ServerConfig(database_url, master, lease_seconds=lease_seconds,
+                          tick_interval=tick_interval)
+
+    async def run() -> None:
+        stop = _stop_event()
+        runner, url = await _start_site(config, host, port)
+        click.echo(f"cryopg server listening on {url}", err=True)
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(run())
+
+
+async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix: str,
+                      stop: asyncio.Event) -> list[asyncio.Task[None]]:
+    from agent.loop import run_agent
+
+    return [asyncio.create_task(run_agent(url, token, agent_id=f"{prefix}-{i + 1}",
+                                          capabilities=caps, stop=stop))
+            for i in range(count)]
+
+
+async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@click.command("agent")
+@click.option("--url", envvar="CRYOPG_URL", help="Server URL [env CRYOPG_URL]; default: the dev stack here.")
+@click.option("--token", envvar="CRYOPG_AGENT_TOKEN", help="Agent token [env CRYOPG_AGENT_TOKEN].")
+@click.option("--cap", "caps", multiple=True, envvar="CRYOPG_AGENT_CAPABILITIES",
+              help="Capability to advertise (repeatable; default shell and polyglot).")
+@click.option("--id", "agent_id", help="Agent id (default: host-pid).")
+@click.option("--count", default=1, show_default=True, help="How many agents in this process.")
+def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_id: str | None,
+              count: int) -> None:
+    """Run an agent that claims and runs jobs (from a dev directory, or with --url and --token)."""
+    if not url or not token:
+        found = find_dev_file()
+        if found is None:
+            raise click.ClickException("no --url/--token given and no cryopg dev stack found here")
+        dev = json.loads(found.read_text())
+        url, token = url or dev["url"], token or dev["agent_token"]
+    capabilities = [c for cap in caps for c in cap.replace(",", " ").split()] or ["shell", "polyglot"]
+    prefix = agent_id or f"{socket.gethostname()}-{os.getpid()}"
+
+    async def run() -> None:
+        stop = _stop_event()
+        tasks = await _run_agents(url, token, count, capabilities, prefix, stop)
+        await stop.wait()
+        await _stop_agents(tasks)
+
+    asyncio.run(run())
+
+
+async def _dev_tokens(dsn: str, dev_file: Path) -> tuple[str, str]:
+    """Reuse the tokens of an earlier start when the database still knows them."""
+    from cryopg import engine
+    from cryopg.db import connection, open_pool
+    from cryopg.server.auth import new_secret, secret_hash
+
+    old: dict[str, Any] = {}
+    if dev_file.is_file():
+        try:
+            old = json.loads(dev_file.read_text())
+        except ValueError:
+            old = {}
+    pool = await open_pool(dsn, max_size=1)
+    try:
+        tokens = []
+        for kind in ("user", "agent"):
+            secret = old.get(f"{kind}_token")
+            async with connection(pool) as conn:
+                if secret:
+                    try:
+                        await engine.authenticate_token(conn, secret_hash(secret))
+                        tokens.append(secret)
+                        continue
+                    except CryoError:
+                        pass
+                secret = new_secret(kind)
+                await engine.create_token(conn, kind, "dev", f"dev {kind}", secret_hash(secret),
+                                          DEV_CAPS if kind == "agent" else [])
+                tokens.append(secret)
+        return tokens[0], tokens[1]
+    finally:
+        await pool.close()
+
+
+def _dev_master_key(state: Path) -> Any:
+    from cryopg.seal import MasterKey, generate_master_key, parse_master_key
+
+    master = _master_key_from_env()
+    if master is not None:
+        return master
+    key_file = state / "master.key"
+    if not key_file.exists():
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(generate_master_key() + "\n")
+    return MasterKey(parse_master_key(key_file.read_text()))
+
+
+@click.command("dev")
+@DB_URL
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=7777, show_default=True, help="HTTP port (0 picks a free one).")
+@click.option("--agents", default=4, show_default=True, help="Embedded agents.")
+@click.option("--sample", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Submit this script once the stack is up and follow it.")
+@click.option("--no-sample", is_flag=True, hidden=True)
+@LEASE
+@TICK
+def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample: Path | None,
+            no_sample: bool, lease_seconds: float, tick_interval: float) -> None:
+    """Run a whole local stack: PostgreSQL under .cryopg/, the server, and agents."""
+    from cryopg.devpg import Cluster, ClusterError
+    from cryopg.server.config import ServerConfig
+
+    state = Path.cwd() / STATE_DIR
+    state.mkdir(exist_ok=True)
+    cluster = None
+    if not database_url:
+        cluster = Cluster(state)
+        try:
+            cluster.ensure_initialized()
+            cluster.start()
+            cluster.create_database("cryopg")
+        except ClusterError as exc:
+            raise _fail(exc) from None
+        database_url = cluster.dsn("cryopg")
+    try:
+        _migrate(database_url)
+        master = _dev_master_key(state)
+        config = ServerConfig(database_url, master, lease_seconds=lease_seconds,
+                              tick_interval=tick_interval)
+        asyncio.run(_dev_main(config, state, host, port, agents,
+                              None if no_sample else sample))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
+                    sample: Path | None) -> None:
+    stop = _stop_event()
+    dev_file = state / DEV_FILE
+    try:
+        user_token, agent_token = await _dev_tokens(config.database_url, dev_file)
+    except CryoError as exc:
+        raise _fail(exc) from None
+    runner, url = await _start_site(config, host, port)
+    tmp = dev_file.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": url, "user_token": user_token, "agent_token": agent_token, "org": "dev",
+                   "project": "default", "database_url": config.database_url}, fh, indent=2)
+    os.replace(tmp, dev_file)  # readers never see a half-written file
+    tasks = await _run_agents(url, agent_token, agents, DEV_CAPS, f"dev-{os.getpid()}", stop)
+    click.echo(f"cryopg dev: server {url}, {agents} agent(s), database {config.database_url}\n"
+               f"cryopg dev: from this directory try `cryopg submit FILE --follow`; Ctrl-C stops.",
+               err=True)
+    if sample is not None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cryopg.cli.entry", "submit", str(sample), "--follow")
+        code = await proc.wait()
+        click.echo(f"cryopg dev: sample {sample.name} finished with exit code {code}", err=True)
+    try:
+        await stop.wait()
+    finally:
+        click.echo("cryopg dev: stopping", err=True)
+        await _stop_agents(tasks)
+        await runner.cleanup()
+        dev_file.unlink(missing_ok=True)
+
+
+@click.command("token")
+@DB_URL
+@click.option("--kind", type=click.Choice(["user", "agent"]), required=True)
+@click.option("--org", default="dev", show_default=True)
+@click.option("--name", default="cli", show_default=True)
+@click.option("--cap", "caps", multiple=True, help="Agent capability ceiling (repeatable).")
+def token_cmd(database_url: str | None, kind: str, org: str, name: str, caps: tuple[str, ...]) -> None:
+    """Create a token directly in the database and print its secret once."""
+    from cryopg import engine
+    from cryopg.db import connection, open_pool
+    from cryopg.server.auth import new_secret, secret_hash
+
+    if not database_url:
+        raise click.ClickException("--database-url (or CRYOPG_DATABASE_URL) is required")
+
+    async def run() -> str:
+        secret = new_secret(kind)
+        pool = await open_pool(database_url, max_size=1)
+        try:
+            async with connection(pool) as conn:
+                await engine.create_token(conn, kind, org, name, secret_hash(secret), list(caps))
+        finally:
+            await pool.close()
+        return secret
+
+    try:
+        click.echo(asyncio.run(run()))
+    except CryoError as exc:
+        raise _fail(exc) from None
+
+
+COMMANDS = [dev_cmd, server_cmd, agent_cmd, migrate_cmd, token_cmd]

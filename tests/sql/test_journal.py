@@ -1,0 +1,77 @@
+"""Journal memos, logs, annotations, DBA views, and the error-code catalogue."""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+import pytest
+
+from cryopg.errors import BY_SQLSTATE
+from cryopg.paths import SQL_DIR
+from tests.sql.conftest import claim, submit
+
+
+def test_record_step_assigns_positions_and_refuses_a_second_write(db: psycopg.Connection) -> None:
+    run_id = submit(db)
+    _, token = claim(db)
+    seqs = [db.execute("SELECT cryo.record_step(%s,%s,%s,'step',%s,%s,NULL,'\\x01',%s)",
+                       (run_id, token, path, name, ordinal, code)).fetchone()[0]
+            for path, name, ordinal, code in [("step/a/0", "a", 0, 0), ("step/a/1", "a", 1, 2)]]
+    assert seqs == [0, 1]
+    with pytest.raises(psycopg.Error) as exc:
+        db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x01',0)", (run_id, token))
+    assert exc.value.sqlstate == "CR007"
+    rows = db.execute("SELECT key_scope, key_family, key_name, key_ordinal, exit_code FROM cryo.journal "
+                      "WHERE run_id=%s ORDER BY seq", (run_id,)).fetchall()
+    assert rows == [("run", "step", "a", 0, 0), ("run", "step", "a", 1, 2)]
+    hist = db.execute("SELECT kind, key_name, key_ordinal FROM cryo.history WHERE run_id=%s AND "
+                      "kind='step_completed' ORDER BY id", (run_id,)).fetchall()
+    assert hist == [("step_completed", "a", 0), ("step_completed", "a", 1)]
+
+
+def test_logs_append_in_order_and_empty_chunks_only_renew(db: psycopg.Connection) -> None:
+    run_id = submit(db)
+    _, token = claim(db)
+    for chunk in (b"one", b"", b"two"):
+        db.execute("SELECT cryo.append_log(%s, %s, %s, 30)", (run_id, token, chunk))
+    chunks = db.execute("SELECT id, data FROM cryo.read_logs(%s, 0)", (run_id,)).fetchall()
+    assert [c[1] for c in chunks] == [b"one", b"two"]
+    after = db.execute("SELECT data FROM cryo.read_logs(%s, %s)", (run_id, chunks[0][0])).fetchall()
+    assert after == [(b"two",)]
+
+
+def test_annotation_lands_in_history_only(db: psycopg.Connection) -> None:
+    run_id = submit(db)
+    _, token = claim(db)
+    db.execute("SELECT cryo.annotate_run(%s, %s, '\\x0102')", (run_id, token))
+    assert db.execute("SELECT kind, payload FROM cryo.read_history(%s) WHERE kind='annotation'",
+                      (run_id,)).fetchall() == [("annotation", b"\x01\x02")]
+    assert db.execute("SELECT count(*) FROM cryo.journal").fetchone() == (0,)
+
+
+def test_views_show_runs_leases_and_pending(db: psycopg.Connection) -> None:
+    a, b = submit(db), submit(db)
+    claim(db, agent="agent-7")
+    assert db.execute("SELECT run_id, agent_id FROM cryo.live_leases").fetchall() == [(a, "agent-7")]
+    assert [r[0] for r in db.execute("SELECT run_id FROM cryo.pending_runs")] == [b]
+    overview = dict(db.execute("SELECT id, status FROM cryo.run_overview").fetchall())
+    assert overview == {a: "running", b: "pending"}
+
+
+def test_error_codes_agree_between_sql_and_python(db: psycopg.Connection) -> None:
+    in_catalogue = {r[0] for r in db.execute("SELECT code FROM cryo.error_codes()")}
+    raised = set()
+    for f in (SQL_DIR / "functions").glob("*.sql"):
+        raised |= set(re.findall(r"ERRCODE = '(CR\d{3})'", f.read_text()))
+    assert raised <= in_catalogue
+    assert in_catalogue == set(BY_SQLSTATE)
+    assert "CR000" not in in_catalogue
+
+
+def test_every_public_function_is_documented(db: psycopg.Connection) -> None:
+    undocumented = db.execute(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = 'cryo' AND p.proname NOT LIKE '\\_%%' "
+        "AND obj_description(p.oid, 'pg_proc') IS NULL").fetchall()
+    assert undocumented == []
