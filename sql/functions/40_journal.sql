@@ -1,8 +1,9 @@
 -- The journal: one memo per durable call, keyed by its path and ordered by position.
 
 -- Records a completed step's sealed result and exit code in the same transaction as
--- its history event. A path that is already recorded is refused: the agent should
--- have replayed it, so a second write means two passes raced.
+-- its history event. The same claim asking twice (a retried request whose answer was
+-- lost) gets the first position back; a path recorded by an earlier attempt is
+-- refused, because that pass should have replayed it.
 CREATE OR REPLACE FUNCTION cryo.record_step(
     p_run_id text, p_token uuid, p_path text, p_family text, p_name text,
     p_ordinal integer, p_label text, p_result bytea, p_exit_code integer)
@@ -10,18 +11,25 @@ RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_attempt integer := (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id);
     v_seq integer;
+    v_prior cryo.journal;
 BEGIN
     IF coalesce(p_path, '') = '' OR coalesce(p_family, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
         RAISE EXCEPTION 'a durable call needs a path, a family and an ordinal >= 0' USING ERRCODE = 'CR004';
     END IF;
     SELECT coalesce(max(j.seq) + 1, 0) INTO v_seq FROM cryo.journal j WHERE j.run_id = p_run_id;
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
-                              key_ordinal, label, status, result, exit_code, created_at, completed_at)
+                              key_ordinal, label, attempt, status, result, exit_code, created_at,
+                              completed_at)
     VALUES (p_run_id, v_q.org, v_q.project, v_seq, p_path, 'run', p_family, coalesce(p_name, ''),
-            p_ordinal, p_label, 'done', p_result, p_exit_code, cryo.now(), cryo.now())
+            p_ordinal, p_label, v_attempt, 'done', p_result, p_exit_code, cryo.now(), cryo.now())
     ON CONFLICT (run_id, path) DO NOTHING;
     IF NOT FOUND THEN
+        SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path;
+        IF v_prior.attempt = v_attempt AND v_prior.status = 'done' THEN
+            RETURN v_prior.seq;
+        END IF;
         RAISE EXCEPTION 'run % already recorded %', p_run_id, p_path USING ERRCODE = 'CR007';
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
@@ -30,7 +38,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.record_step(text, uuid, text, text, text, integer, text, bytea, integer) IS
-    'Records a durable call''s sealed result for the claimed run; returns its position (seq). Raises CR002 for a stale claim token, CR004 for a malformed identity, CR007 when the path is already recorded.';
+    'Records a durable call''s sealed result for the claimed run; returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR007 when an earlier attempt recorded the path.';
 
 CREATE OR REPLACE FUNCTION cryo.read_journal(p_run_id text, p_token uuid)
 RETURNS TABLE (seq integer, path text, family text, name text, ordinal integer,

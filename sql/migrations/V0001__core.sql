@@ -101,6 +101,7 @@ CREATE TABLE cryo.journal (
     key_name text NOT NULL,
     key_ordinal integer NOT NULL,
     label text,
+    attempt integer NOT NULL,
     status text NOT NULL CHECK (status IN ('pending', 'done')),
     result bytea,
     exit_code integer,

@@ -19,12 +19,20 @@ def test_record_step_assigns_positions_and_refuses_a_second_write(db: psycopg.Co
                        (run_id, token, path, name, ordinal, code)).fetchone()[0]
             for path, name, ordinal, code in [("step/a/0", "a", 0, 0), ("step/a/1", "a", 1, 2)]]
     assert seqs == [0, 1]
+    # The same claim retrying a lost answer gets the first position back...
+    again = db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x02',0)",
+                       (run_id, token)).fetchone()[0]
+    assert again == 0
+    # ...but a later attempt reaching a recorded path should have replayed it.
+    db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 0)", (run_id, token))
+    db.execute("SELECT * FROM cryo.tick()")
+    _, token2 = claim(db)
     with pytest.raises(psycopg.Error) as exc:
-        db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x01',0)", (run_id, token))
+        db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x01',0)", (run_id, token2))
     assert exc.value.sqlstate == "CR007"
     rows = db.execute("SELECT key_scope, key_family, key_name, key_ordinal, exit_code FROM cryo.journal "
                       "WHERE run_id=%s ORDER BY seq", (run_id,)).fetchall()
-    assert rows == [("run", "step", "a", 0, 0), ("run", "step", "a", 1, 2)]
+    assert rows == [("run", "step", "a", 0, 0), ("run", "step", "a", 1, 2), ("run", "sleep", "", 0, None)]
     hist = db.execute("SELECT kind, key_name, key_ordinal FROM cryo.history WHERE run_id=%s AND "
                       "kind='step_completed' ORDER BY id", (run_id,)).fetchall()
     assert hist == [("step_completed", "a", 0), ("step_completed", "a", 1)]
