@@ -153,7 +153,8 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture
 def stack(request: pytest.FixtureRequest, dsn: str, tmp_path: Path) -> Iterator[Stack]:
-    """`cryopg dev` against this test's database; `@pytest.mark.agents(n)` sets agents."""
+    """`cryopg dev` against this test's database; `@pytest.mark.agents(n)` sets agents and
+    `@pytest.mark.dev_env(NAME=value)` adds environment for the dev process (its agents)."""
     marker = request.node.get_closest_marker("agents")
     agents = int(marker.args[0]) if marker else 1
     env = dict(os.environ)
@@ -161,6 +162,9 @@ def stack(request: pytest.FixtureRequest, dsn: str, tmp_path: Path) -> Iterator[
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTEST_CURRENT_TEST", None)
+    extra = request.node.get_closest_marker("dev_env")
+    if extra:
+        env.update(extra.kwargs)
     port = _free_tcp_port()
     cmd = [sys.executable, "-m", "cryopg.cli.entry", "dev", "--database-url", dsn]
     cmd += ["--port", str(port), "--agents", str(agents), "--no-sample"]
