@@ -229,3 +229,23 @@ async def tick(conn: AsyncConnection) -> tuple[int, int]:
     cur = await conn.execute("SELECT * FROM cryo.tick()")
     expired, woken = await cur.fetchone()
     return expired, woken
+
+
+# -- batched claims and completions (35_batch.sql) -----------------------------------------
+
+async def claim_jobs(conn: AsyncConnection, org: str, agent_id: str, caps: list[str],
+                     lease_seconds: float, limit: int) -> list[Claim]:
+    cur = conn.cursor(row_factory=class_row(Claim))
+    await cur.execute("SELECT * FROM cryo.claim_jobs(%s, %s, %s, %s, %s)",
+                      (org, agent_id, caps, lease_seconds, limit))
+    return await cur.fetchall()
+
+
+async def finish_runs(conn: AsyncConnection, runs: list[tuple[str, uuid.UUID, str, int | None, str | None]],
+                      ) -> dict[str, bool]:
+    """Each item is (run_id, token, outcome, exit_code, error); returns run_id -> finished."""
+    cur = await conn.execute(
+        "SELECT * FROM cryo.finish_runs(%s, %s, %s, %s, %s)",
+        ([r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs],
+         [r[3] for r in runs], [r[4] for r in runs]))
+    return dict(await cur.fetchall())
