@@ -241,8 +241,9 @@ async def claim_jobs(conn: AsyncConnection, org: str, agent_id: str, caps: list[
     return await cur.fetchall()
 
 
-async def finish_runs(conn: AsyncConnection, runs: list[tuple[str, uuid.UUID, str, int | None, str | None]],
-                      ) -> dict[str, bool]:
+async def finish_runs(
+        conn: AsyncConnection, runs: list[tuple[str, uuid.UUID, str, int | None, str | None]],
+) -> dict[str, bool]:
     """Each item is (run_id, token, outcome, exit_code, error); returns run_id -> finished."""
     cur = await conn.execute(
         "SELECT * FROM cryo.finish_runs(%s, %s, %s, %s, %s)",

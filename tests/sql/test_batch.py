@@ -32,7 +32,8 @@ def test_claim_jobs_takes_the_oldest_with_distinct_tokens(db: psycopg.Connection
     assert sorted(g[0] for g in got) == sorted(runs[:3])
     assert len({g[1] for g in got}) == 3
     assert all(status(db, r) == ("running", None) for r, _ in got)
-    assert db.execute("SELECT attempt FROM cryo.runs WHERE id = %s", (got[0][0],)).fetchone() == (1,)
+    attempt = db.execute("SELECT attempt FROM cryo.runs WHERE id = %s", (got[0][0],)).fetchone()
+    assert attempt == (1,)
     assert sorted(g[0] for g in claim_many(db, 10)) == sorted(runs[3:])
     assert claim_many(db, 10) == []
 
