@@ -91,8 +91,9 @@ async def claim(request: web.Request) -> web.StreamResponse:
     while True:
         woken = request.app[NOTIFIER].work_event()
         transport = request.transport
-        if transport is None or transport.is_closing():
-            return web.Response(status=204)  # the agent hung up: claim nothing for it
+        if transport is None or transport.is_closing() or request.app[NOTIFIER].closing:
+            # The agent hung up, or the server is stopping: claim nothing for it.
+            return web.Response(status=204)
         async with connection(request.app[POOL]) as conn:
             got = await engine.claim_job(conn, info.org, agent_id, caps, cfg.lease_seconds)
         if got is not None:

@@ -70,6 +70,10 @@ async def _ticker_ctx(app: web.Application) -> AsyncIterator[None]:
         pass
 
 
+async def _release_long_polls(app: web.Application) -> None:
+    app[NOTIFIER].close_waiters()
+
+
 async def health(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         await conn.execute("SELECT 1")
@@ -80,6 +84,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
     app[CONFIG] = config
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, _ticker_ctx])
+    app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
     user_routes.add_routes(app)
     agent_routes.add_routes(app)

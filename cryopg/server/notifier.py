@@ -21,6 +21,7 @@ class Notifier:
         self._runs: dict[str, asyncio.Event] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
+        self.closing = False
 
     def work_event(self) -> asyncio.Event:
         """The event the next `cryo_work` notify sets."""
@@ -47,6 +48,11 @@ class Notifier:
         runs, self._runs = self._runs, {}
         for ev in runs.values():
             ev.set()
+
+    def close_waiters(self) -> None:
+        """On shutdown: wake every held long-poll so it can answer and let go."""
+        self.closing = True
+        self._wake_all()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen())

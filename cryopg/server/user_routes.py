@@ -147,7 +147,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
             after = chunk.id
         if chunks:
             continue  # drain before deciding anything
-        if finished or not follow:
+        if finished or not follow or notifier.closing:
             break
         async with connection(pool) as conn:
             finished = (await engine.get_run(conn, run.id)).finished
