@@ -55,6 +55,13 @@ class Unreadable(CryoError):
     code, http_status = "unreadable", 500
 
 
+class NotANumber(CryoError):
+    """`state incr` found a cell holding something other than a number; the cell is
+    left as it was. Raised by the server (SQL never sees values), so no SQLSTATE."""
+
+    code, http_status = "not_a_number", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
