@@ -62,7 +62,8 @@ async def _grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any]
             result = sealer.open_json(m.result) if m.result is not None else {}
             journal.append({"seq": m.seq, "path": m.path, "family": m.family, "name": m.name,
                             "ordinal": m.ordinal, "status": m.status,
-                            "stdout": result.get("stdout", ""), "exit_code": m.exit_code})
+                            "stdout": result.get("stdout", ""), "exit_code": m.exit_code,
+                            **({"answer": result["answer"]} if "answer" in result else {})})
     except Unreadable as exc:
         async with connection(app[POOL]) as conn:
             await engine.finish_run(conn, claim.run_id, claim.claim_token, "unreadable", None,

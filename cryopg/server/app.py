@@ -11,7 +11,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
-from cryopg.server import agent_routes, user_routes
+from cryopg.server import agent_routes, state_routes, user_routes
 from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
 from cryopg.server.notifier import Notifier
@@ -88,4 +88,5 @@ def build_app(config: ServerConfig) -> web.Application:
     app.router.add_get("/api/v1/health", health)
     user_routes.add_routes(app)
     agent_routes.add_routes(app)
+    state_routes.add_routes(app)
     return app

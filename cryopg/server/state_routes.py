@@ -1,0 +1,211 @@
+"""Durable state over HTTP.
+
+Agents: `POST /api/v1/agent/runs/{run}/state/{op}` for the in-run operations (get,
+list, set, delete, add, cas, incr); writes carry the claim token. Users:
+`GET …/runs/{run}/state[/{key}]` and `GET …/entities/{entity}/state[/{key}]`, read
+only -- nothing outside a run writes a cell.
+
+Values are sealed here with the org's key before they reach SQL and opened here after;
+SQL sees keys, scopes and versions only. incr is the one operation that needs the
+value to compute the write, so it runs a compare-and-set loop against
+cryo.state_incr (see 60_state.sql for why that keeps the count exact).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.engine import Cell
+from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound, RunNotFound
+from cryopg.seal import Sealer
+from cryopg.server.auth import require_agent, require_user
+from cryopg.server.bodies import json_body
+from cryopg.server.state import KEYS, POOL
+
+# An incr that keeps losing its compare-and-set gives up after this many tries (each
+# loss means another run's increment landed, so the cell is making progress).
+INCR_MAX_TRIES = 500
+
+
+class Contended(CryoError):
+    """An incr lost its compare-and-set too many times in a row; nothing was written."""
+
+    code, http_status = "contended", 503
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell_json(sealer: Sealer, cell: Cell) -> dict[str, Any]:
+    return {"key": cell.key, "value": sealer.open_json(cell.value), "version": cell.version}
+
+
+# -- agent side ---------------------------------------------------------------------------
+
+def _str_field(body: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{name} must be a non-empty string")
+    return value
+
+
+def _int_field(body: dict[str, Any], name: str) -> int:
+    value = body.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be an integer")
+    return value
+
+
+async def agent_state(request: web.Request) -> web.Response:
+    info = await require_agent(request)
+    run_id = request.match_info["run"]
+    parts = run_id.split(":", 2)
+    if len(parts) != 3 or parts[0] != info.org:
+        raise NotFound(f"no run {run_id}")
+    org, project = parts[0], parts[1]
+    op = request.match_info["op"]
+    body = await json_body(request)
+    entity = _str_field(body, "entity", required=False)
+    sealer = await request.app[KEYS].sealer(org)
+    pool = request.app[POOL]
+    if op == "list":
+        async with connection(pool) as conn:
+            cells = await engine.state_list(conn, org, project, run_id, entity)
+        return web.json_response({"cells": [_cell_json(sealer, c) for c in cells]})
+    key = str(_str_field(body, "key"))
+    if op == "get":
+        async with connection(pool) as conn:
+            cell = await engine.state_get(conn, org, project, run_id, entity, key)
+        if cell is None:
+            return web.json_response({"found": False, "value": None, "version": None})
+        return web.json_response({"found": True, **_cell_json(sealer, cell)})
+    try:
+        token = uuid.UUID(str(body.get("claim_token")))
+    except ValueError as exc:
+        raise InvalidArgument("claim_token must be a UUID") from exc
+    if op == "set":
+        if "value" not in body:
+            raise InvalidArgument("set needs a value")
+        async with connection(pool) as conn:
+            version = await engine.state_set(conn, run_id, token, entity, key,
+                                             sealer.seal_json(body["value"]))
+        return web.json_response({"version": version})
+    if op == "delete":
+        async with connection(pool) as conn:
+            deleted = await engine.state_delete(conn, run_id, token, entity, key)
+        return web.json_response({"deleted": deleted})
+    call = {"path": str(_str_field(body, "path")), "name": str(_str_field(body, "name")),
+            "ordinal": _int_field(body, "ordinal")}
+    if op == "add":
+        value = body.get("value", True)
+        async with connection(pool) as conn:
+            got = await engine.state_add(conn, run_id, token, entity, key,
+                                         sealer.seal_json(value), **call)
+        return web.json_response({"claimed": got.won, "version": got.version,
+                                  "replayed": got.replayed})
+    if op == "cas":
+        if "value" not in body:
+            raise InvalidArgument("cas needs a value")
+        expect = _int_field(body, "expect")
+        async with connection(pool) as conn:
+            got = await engine.state_cas(conn, run_id, token, entity, key,
+                                         sealer.seal_json(body["value"]), expect, **call)
+        return web.json_response({"swapped": got.won, "version": got.version,
+                                  "replayed": got.replayed})
+    if op == "incr":
+        by = body.get("by", 1)
+        if not _is_number(by):
+            raise InvalidArgument("by must be a number")
+        answer = await _incr(request, sealer, run_id, token, entity, key, by, call)
+        return web.json_response(answer)
+    raise NotFound(f"no state operation {op!r}")
+
+
+async def _incr(request: web.Request, sealer: Sealer, run_id: str, token: uuid.UUID,
+                entity: str | None, key: str, by: int | float,
+                call: dict[str, Any]) -> dict[str, Any]:
+    """Read, add, compare-and-set, until the write lands or a memo answers."""
+    expect: int | None = None
+    value: bytes | None = None
+    result: bytes | None = None
+    total: int | float = 0
+    async with connection(request.app[POOL]) as conn:
+        for attempt in range(INCR_MAX_TRIES):
+            step = await engine.state_incr(conn, run_id, token, entity, key, expect, value,
+                                           result, **call)
+            if step.outcome == "recorded":
+                memo = sealer.open_json(step.sealed) if step.sealed is not None else {}
+                answer = dict(memo.get("answer") or {})
+                answer["replayed"] = True
+                return answer
+            if step.outcome == "done":
+                return {"value": total, "version": step.version, "replayed": False}
+            current = sealer.open_json(step.sealed) if step.sealed is not None else 0
+            if not _is_number(current):
+                raise NotANumber(f"cell {key!r} holds {json.dumps(current)[:60]}, not a number; "
+                                 "it was left as it was")
+            total = current + by
+            expect = int(step.version or 0)
+            value = sealer.seal_json(total)
+            # The memo: what a later pass prints and answers without asking again.
+            result = sealer.seal_json({"stdout": json.dumps(total),
+                                       "answer": {"value": total, "version": expect + 1}})
+            if attempt >= 2:  # someone else keeps landing first: step aside a moment
+                await asyncio.sleep(random.uniform(0, min(0.001 * attempt, 0.02)))
+    raise Contended(f"incr of {key!r} lost its compare-and-set {INCR_MAX_TRIES} times; "
+                    "nothing was written")
+
+
+# -- user side ----------------------------------------------------------------------------
+
+async def _scope_of(request: web.Request) -> tuple[str, str, str | None, str | None]:
+    """(org, project, run_id, entity) of a user read; an absent run is a 404."""
+    await require_user(request)
+    org, project = request.match_info["org"], request.match_info["project"]
+    run_id = request.match_info.get("run")
+    if run_id is None:
+        return org, project, None, request.match_info["entity"]
+    if not run_id.startswith(f"{org}:{project}:run-"):
+        raise RunNotFound(f"no run {run_id} in {org}/{project}")
+    async with connection(request.app[POOL]) as conn:
+        await engine.get_run(conn, run_id)  # raises RunNotFound (404) for a missing run
+    return org, project, run_id, None
+
+
+async def user_state_list(request: web.Request) -> web.Response:
+    org, project, run_id, entity = await _scope_of(request)
+    sealer = await request.app[KEYS].sealer(org)
+    async with connection(request.app[POOL]) as conn:
+        cells = await engine.state_list(conn, org, project, run_id, entity)
+    return web.json_response({"cells": [_cell_json(sealer, c) for c in cells]})
+
+
+async def user_state_get(request: web.Request) -> web.Response:
+    org, project, run_id, entity = await _scope_of(request)
+    key = request.match_info["key"]
+    async with connection(request.app[POOL]) as conn:
+        cell = await engine.state_get(conn, org, project, run_id, entity, key)
+    if cell is None:
+        raise NotFound(f"no cell {key!r} in that scope")
+    sealer = await request.app[KEYS].sealer(org)
+    return web.json_response({**_cell_json(sealer, cell), "created_by_run": cell.created_by_run,
+                              "updated_at": cell.updated_at.isoformat()})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/api/v1/agent/runs/{run}/state/{op}", agent_state)
+    base = "/api/v1/orgs/{org}/projects/{project}"
+    for scope in ("runs/{run}", "entities/{entity}"):
+        app.router.add_get(f"{base}/{scope}/state", user_state_list)
+        app.router.add_get(f"{base}/{scope}/state/{{key:.+}}", user_state_get)
