@@ -43,6 +43,13 @@ async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> Async
     async def check(conn: psycopg.AsyncConnection) -> None:
         await conn.execute("SELECT 1")
 
+    try:
+        # Probe once first: a database that is down is one clear error, not a pool's
+        # ten seconds of retry warnings.
+        probe = await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)
+        await probe.close()
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(f"cannot reach the database: {_first_line(exc)}") from exc
     pool = AsyncConnectionPool(
         dsn, min_size=min_size, max_size=max_size, open=False, check=check,
         kwargs={"autocommit": True}, timeout=10,

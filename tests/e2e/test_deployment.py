@@ -1,0 +1,194 @@
+"""A split deployment (separate server and agent processes), SQL submits, sealing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from cryopg.seal import generate_master_key
+from tests.conftest import _free_tcp_port, _healthy
+from tests.e2e.helpers import lines, script, wait_for
+
+CLI = [sys.executable, "-m", "cryopg.cli.entry"]
+
+
+class Split:
+    """`cryopg server` plus agents started and killed one by one, as in production."""
+
+    def __init__(self, dsn: str, dir: Path) -> None:
+        self.dsn, self.dir = dsn, dir
+        self.env = dict(os.environ, CRYOPG_MASTER_KEY=generate_master_key(),
+                        PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+        self.env.pop("CRYOPG_URL", None)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.user_token = self.token("user")
+        self.agent_token = self.token("agent")
+        port = _free_tcp_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = self.spawn("server", "--database-url", dsn, "--port", str(port),
+                                 "--lease-seconds", "2", "--tick-interval", "0.2")
+        wait_for("the server", lambda: _healthy(self.url), timeout=30)
+        self.env.update(CRYOPG_URL=self.url, CRYOPG_TOKEN=self.user_token)
+
+    def token(self, kind: str) -> str:
+        done = subprocess.run([*CLI, "token", "--kind", kind, "--database-url", self.dsn],
+                              env=self.env, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.dir / f"{args[0]}-{len(self.procs)}.log", "wb")
+        proc = subprocess.Popen([*CLI, *args], env=self.env, cwd=self.dir, stdout=log, stderr=log,
+                                start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def agent(self, name: str) -> subprocess.Popen[bytes]:
+        return self.spawn("agent", "--url", self.url, "--token", self.agent_token, "--id", name)
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, *args], env=self.env, cwd=self.dir, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def split(dsn: str, tmp_path: Path) -> Iterator[Split]:
+    deployment = Split(dsn, tmp_path)
+    try:
+        yield deployment
+    finally:
+        deployment.close()
+
+
+def _run(split: Split, run_id: str) -> dict[str, Any]:
+    return json.loads(split.cli("runs", "show", run_id, "--json").stdout)
+
+
+def test_agent_killed_mid_step_replays_on_another_agent(split: Split) -> None:
+    first, second, keys, go = (split.dir / n for n in ("first.calls", "second.calls", "keys", "go"))
+    wf = script(split.dir, "crash.sh", f"""\
+cryopg step first -- sh -c 'echo x >> {first}; echo one'
+cryopg step second -- sh -c 'echo "$CRYO_IDEMPOTENCY_KEY" >> {keys}; echo x >> {second}; \
+while [ ! -f {go} ]; do sleep 0.05; done; echo two'
+echo finished
+""")
+    doomed = split.agent("doomed")
+    run_id = split.cli("submit", str(wf)).stdout.strip()
+    wait_for("the second step to start", lambda: lines(second) == ["x"])
+    os.killpg(doomed.pid, signal.SIGKILL)  # the agent and the script it ran
+    doomed.wait()
+    split.agent("rescuer")
+    wait_for("the second step to run again", lambda: len(lines(second)) == 2, timeout=30)
+    go.touch()
+    done = split.cli("logs", run_id, "--follow", timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert lines(first) == ["x"]  # recorded before the crash: not run again
+    assert len(set(lines(keys))) == 1  # the same idempotency key on both attempts
+    run = _run(split, run_id)
+    assert run["status"] == "succeeded" and run["attempt"] == 2
+    assert "lease_expired" in [e["kind"] for e in run["history"]]
+
+
+def test_stale_claim_token_is_refused_over_http(split: Split) -> None:
+    req = urllib.request.Request(
+        f"{split.url}/api/v1/agent/runs/dev:default:run-0000000000000000/finish",
+        data=json.dumps({"claim_token": "00000000-0000-0000-0000-000000000000",
+                         "outcome": "succeeded"}).encode(), method="POST",
+        headers={"Authorization": f"Bearer {split.agent_token}", "Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=10)
+    assert exc.value.code == 409
+    assert json.loads(exc.value.read())["error"]["code"] == "stale_claim"
+
+
+def test_user_token_cannot_claim_and_wrong_org_is_404(split: Split) -> None:
+    def call(path: str, token: str, body: Any = None) -> int:
+        req = urllib.request.Request(split.url + path, method="POST" if body is not None else "GET",
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert call("/api/v1/agent/claim", split.user_token, {"agent_id": "x", "wait": 0}) == 401
+    assert call("/api/v1/orgs/other/projects/default/runs", split.user_token) == 404
+    assert call("/api/v1/orgs/dev/projects/default/runs", "bogus") == 401
+    assert call("/api/v1/orgs/dev/projects/default/runs", split.user_token) == 200
+
+
+def test_sql_submit_in_app_transaction_runs_sealed(split: Split) -> None:
+    marker = "PLAINTEXT-MARKER-7f3a"
+    wf = script(split.dir, "nightly.sh", f"""\
+echo "{marker}-source"
+cat "$CRYO_INPUT_FILE"; echo
+cryopg step s -- echo "{marker}-memo"
+cryopg annotate "{marker}-note"
+""")
+    assert split.cli("workflow", "put", "nightly", str(wf)).returncode == 0
+    split.agent("a1")
+    with psycopg.connect(split.dsn) as app:
+        with app.transaction():
+            kept = app.execute("SELECT cryo.submit_run('dev','default','nightly', %s::jsonb)",
+                               (json.dumps({"secret": f"{marker}-input"}),)).fetchone()[0]
+        with pytest.raises(ZeroDivisionError):
+            with app.transaction():
+                app.execute("SELECT cryo.submit_run('dev','default','nightly')")
+                1 / 0
+    done = split.cli("logs", kept, "--follow", timeout=30)
+    assert done.returncode == 0, done.stderr
+    for piece in ("source", "input", "memo"):
+        assert f"{marker}-{piece}" in done.stdout
+    runs = json.loads(split.cli("runs", "--json").stdout)
+    assert [r["id"] for r in runs] == [kept]  # the rolled-back submit left nothing
+    # A DBA's view: ids, statuses and names in the clear, no payload anywhere.
+    with psycopg.connect(split.dsn) as dba:
+        assert dba.execute("SELECT status, input_clear FROM cryo.runs").fetchall() == [("succeeded", None)]
+        dump = dba.execute("""
+            SELECT string_agg(encode(b, 'escape'), ' ') FROM (
+              SELECT source AS b FROM cryo.runs UNION ALL SELECT input FROM cryo.runs
+              UNION ALL SELECT source FROM cryo.workflows UNION ALL SELECT result FROM cryo.journal
+              UNION ALL SELECT payload FROM cryo.history UNION ALL SELECT data FROM cryo.logs) x
+            WHERE b IS NOT NULL""").fetchone()[0]
+    assert dump and marker not in dump
+    assert marker.encode() not in base64.b64decode(base64.b64encode(dump.encode()))
+
+
+def test_server_refuses_to_start_without_a_master_key(dsn: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CRYOPG_MASTER_KEY"}
+    done = subprocess.run([*CLI, "server", "--database-url", dsn, "--port", "0"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "CRYOPG_MASTER_KEY" in done.stderr
+    bad = subprocess.run([*CLI, "server", "--database-url", dsn], capture_output=True, text=True,
+                         env=dict(env, CRYOPG_MASTER_KEY="short"), timeout=30)
+    assert bad.returncode == 1 and "32 bytes" in bad.stderr
+
+
+def test_a_database_that_is_down_is_one_clear_line(tmp_path: Path) -> None:
+    gone = f"host={tmp_path} port=1 user=cryopg dbname=none connect_timeout=2"
+    for args in (["migrate", "--database-url", gone],
+                 ["server", "--database-url", gone, "--port", "0"],
+                 ["token", "--kind", "user", "--database-url", gone]):
+        env = dict(os.environ, CRYOPG_MASTER_KEY=generate_master_key())
+        done = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, (args, done.stderr)
+        err = done.stderr.strip().splitlines()
+        assert len(err) == 1 and "Traceback" not in done.stderr, (args, done.stderr)
