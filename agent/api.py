@@ -163,6 +163,20 @@ class AgentAPI:
             retry_for=RECORD_RETRY_SECONDS,
         )
 
+    async def state(self, run_id: str, claim_token: str, op: str, **fields: Any) -> dict[str, Any]:
+        """One durable-state operation (get, list, set, delete, add, cas, incr) for the run.
+
+        Retried through a short outage like every recording call: reads and sets are
+        idempotent, and add/cas/incr are memoized by their path, so a repeat after a lost
+        answer gets the first answer back.
+        """
+        _, payload = await self._post(
+            self._run_path(run_id, f"state/{op}"),
+            {"claim_token": claim_token, **fields},
+            retry_for=RECORD_RETRY_SECONDS,
+        )
+        return payload or {}
+
     async def finish(
         self,
         run_id: str,

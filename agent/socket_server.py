@@ -17,7 +17,18 @@ from typing import Any, Protocol
 from agent.api import AgentAPI, AgentAPIError, StaleClaim
 
 PROTOCOL_VERSION = 1
-VERBS = ("hello", "step.begin", "step.finish", "sleep", "annotate")
+STATE_VERBS = (
+    "state.get",
+    "state.list",
+    "state.set",
+    "state.delete",
+    "state.add",
+    "state.cas",
+    "state.incr",
+)
+VERBS = ("hello", "step.begin", "step.finish", "sleep", "annotate", *STATE_VERBS)
+# Server refusals of a state call that the script should see as they are (exit 1).
+STATE_REFUSALS = frozenset({"reserved_key", "invalid_argument", "not_a_number"})
 # A step's recorded stdout travels in one line, so allow big lines.
 LINE_LIMIT = 64 << 20
 
@@ -66,6 +77,7 @@ class DurableVerbs:
         self._position = 0
         self._ordinals: dict[tuple[str, str], int] = {}
         self._open_steps: dict[str, dict[str, Any]] = {}
+        self._adds_reached: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- connection handling ----------------------------------------------------------
@@ -128,6 +140,8 @@ class DurableVerbs:
             return await self._step_finish(req)
         if op == "sleep":
             return await self._sleep(req)
+        if op in STATE_VERBS:
+            return await self._state(op.removeprefix("state."), req)
         return await self._annotate(req)
 
     def _step_begin(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -232,6 +246,96 @@ class DurableVerbs:
         await self._engine(self._job.api.annotate(self._job.run_id, self._job.claim_token, text))
         return {"ok": True}
 
+    async def _state(self, op: str, req: dict[str, Any]) -> dict[str, Any]:
+        """Durable state. get/list/set/delete are plain reads and writes, asked afresh on
+        every pass. add, cas and incr are durable calls: add is keyed by the cell (a second
+        add of one cell in a pass shares the first answer), cas and incr by `as` (default
+        the key), which a run may use once; a replay answers from the journal."""
+        entity = req.get("entity")
+        if entity is not None and (not isinstance(entity, str) or not entity):
+            raise VerbError("bad_request", "'entity' must be a non-empty string or null")
+        fields: dict[str, Any] = {"entity": entity}
+        if op == "list":
+            return {"ok": True, **await self._state_call(op, fields)}
+        key = req.get("key")
+        if not isinstance(key, str) or not key:
+            raise VerbError("bad_request", f"state.{op} needs a non-empty string 'key'")
+        fields["key"] = key
+        if op in ("get", "delete"):
+            return {"ok": True, **await self._state_call(op, fields)}
+        if op == "set":
+            if "value" not in req:
+                raise VerbError("bad_request", "state.set needs a 'value'")
+            return {"ok": True, **await self._state_call(op, {**fields, "value": req["value"]})}
+        if op == "add":
+            name = f"entity:{entity}:{key}" if entity else f"run:{key}"
+            path = call_path("state.add", name, 0)
+            if path not in self._adds_reached:
+                self._adds_reached.add(path)
+                self._take_position(path)
+            entry = self._by_path.get(path)
+            if entry is None or entry.get("status") != "done":
+                reply = await self._state_call(
+                    op,
+                    {**fields, "value": req.get("value", True), "path": path, "name": name,
+                     "ordinal": 0},
+                )
+                entry = _memo(path, "state.add", name, 0 if reply.get("claimed") else 3)
+                self._remember(entry)
+            return {"ok": True, "claimed": entry.get("exit_code") == 0}
+        name = req.get("as")
+        name = key if name is None else name
+        if not isinstance(name, str) or not name:
+            raise VerbError("bad_request", f"state.{op} 'as' must be a non-empty string")
+        if op == "cas":
+            expect = req.get("expect")
+            if not isinstance(expect, int) or isinstance(expect, bool) or expect < 1:
+                raise VerbError("bad_request", "state.cas needs an integer 'expect' >= 1")
+            if "value" not in req:
+                raise VerbError("bad_request", "state.cas needs a 'value'")
+            fields.update(value=req["value"], expect=expect)
+        else:
+            by = req.get("by", 1)
+            if not isinstance(by, (int, float)) or isinstance(by, bool) or not math.isfinite(by):
+                raise VerbError("bad_request", "state.incr 'by' must be a finite number")
+            fields["by"] = by
+        family = f"state.{op}"
+        if self._ordinals.get((family, name), 0) > 0:
+            raise VerbError(
+                "bad_request",
+                f"the name {name!r} was already used by a state {op} in this run; give each "
+                "attempt its own --as NAME",
+            )
+        path, ordinal = self._reach(family, name)
+        entry = self._by_path.get(path)
+        if entry is None or entry.get("status") != "done":
+            reply = await self._state_call(
+                op, {**fields, "path": path, "name": name, "ordinal": ordinal}
+            )
+            if op == "cas":
+                entry = _memo(path, family, name, 0 if reply.get("swapped") else 3)
+            else:
+                answer = {"value": reply.get("value"), "version": reply.get("version")}
+                entry = _memo(path, family, name, 0, json.dumps(answer["value"]), answer)
+            self._remember(entry)
+        if op == "cas":
+            return {"ok": True, "swapped": entry.get("exit_code") == 0}
+        answer = entry.get("answer")
+        if not isinstance(answer, dict):  # an older memo: the total is its printed stdout
+            answer = {"value": json.loads(entry.get("stdout") or "0"), "version": None}
+        return {"ok": True, "value": answer.get("value"), "version": answer.get("version")}
+
+    async def _state_call(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._job.api.state(self._job.run_id, self._job.claim_token, op, **fields)
+        except StaleClaim:
+            self._job.stale()
+            raise VerbError("engine", "the claim on this run was lost") from None
+        except AgentAPIError as e:
+            if e.code in STATE_REFUSALS:
+                raise VerbError(e.code, e.message) from None
+            raise VerbError("engine", f"server refused or unreachable: {e.message}") from None
+
     # -- helpers ----------------------------------------------------------------------
 
     def _reach(self, family: str, name: str) -> tuple[str, int]:
@@ -240,6 +344,11 @@ class DurableVerbs:
         ordinal = self._ordinals.get(key, 0)
         self._ordinals[key] = ordinal + 1
         path = call_path(family, name, ordinal)
+        self._take_position(path)
+        return path, ordinal
+
+    def _take_position(self, path: str) -> None:
+        """The next position is this call's; in strict mode it must be the recorded one."""
         position = self._position
         self._position += 1
         if self._strict:
@@ -250,7 +359,6 @@ class DurableVerbs:
                     f"determinism error: position {position} was {recorded.get('path')} on "
                     f"the first pass but this pass reached {path}",
                 )
-        return path, ordinal
 
     def _remember(self, entry: dict[str, Any]) -> None:
         if entry.get("seq") is not None:
@@ -267,6 +375,17 @@ class DurableVerbs:
             raise VerbError("engine", "the claim on this run was lost") from None
         except AgentAPIError as e:
             raise VerbError("engine", f"server refused or unreachable: {e.message}") from None
+
+
+def _memo(
+    path: str, family: str, name: str, exit_code: int, stdout: str = "", answer: Any = None
+) -> dict[str, Any]:
+    """A journal entry for a state answer recorded in this pass (shaped like the grant's)."""
+    entry = {"path": path, "family": family, "name": name, "ordinal": 0, "status": "done",
+             "stdout": stdout, "exit_code": exit_code}
+    if answer is not None:
+        entry["answer"] = answer
+    return entry
 
 
 def _decode(line: bytes) -> dict[str, Any]:
