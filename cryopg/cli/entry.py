@@ -12,9 +12,9 @@ import sys
 def main() -> None:
     argv = sys.argv[1:]
     if argv:
-        from cryopg.cli.inscript import IN_SCRIPT_VERBS
+        from cryopg.cli.inscript import IN_SCRIPT_VERBS, state_goes_to_server
 
-        if argv[0] in IN_SCRIPT_VERBS:
+        if argv[0] in IN_SCRIPT_VERBS and not state_goes_to_server(argv):
             from cryopg.cli.inscript import main as inscript_main
 
             sys.exit(inscript_main(argv))

@@ -1,4 +1,4 @@
-"""In-script verbs (`cryopg step|sleep|annotate`): one request each to the agent socket.
+"""In-script verbs (`cryopg step|sleep|annotate|state`): one request each to the agent socket.
 
 This is a hot path -- a bash workflow may run thousands of these -- so it imports only
 cheap stdlib modules; subprocess is loaded only when a step actually has to run.
@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 
-IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate"})
+IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate", "state"})
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -20,7 +20,31 @@ USAGE = {
     "step": "usage: cryopg step NAME [--label LABEL] -- COMMAND [ARG...]",
     "sleep": "usage: cryopg sleep DURATION   (e.g. 30s, 5m, 1.5h, 1d, 500ms, 10)",
     "annotate": "usage: cryopg annotate TEXT",
+    "state": (
+        "usage: cryopg state get KEY [--version] | version KEY | set KEY VALUE\n"
+        "                    | delete KEY | list | add KEY [VALUE]\n"
+        "                    | cas KEY VALUE --expect VERSION [--as NAME]\n"
+        "                    | incr KEY [--by N] [--as NAME]\n"
+        "       each takes --entity NAME; outside a run: get|version|list with --run RUN"
+    ),
 }
+
+# `state` exit codes beyond 0 / 1 / 2: the cell was someone else's (add) or moved (cas).
+LOST = 3
+_STATE_OPS = ("get", "version", "set", "delete", "list", "add", "cas", "incr")
+# Options each state operation takes, and whether they take a value.
+_STATE_OPTIONS: dict[str, dict[str, bool]] = {
+    "get": {"--entity": True, "--version": False},
+    "version": {"--entity": True},
+    "set": {"--entity": True},
+    "delete": {"--entity": True},
+    "list": {"--entity": True},
+    "add": {"--entity": True},
+    "cas": {"--entity": True, "--expect": True, "--as": True, "--op": True},
+    "incr": {"--entity": True, "--by": True, "--as": True, "--op": True},
+}
+_STATE_ARITY = {"get": (1, 1), "version": (1, 1), "set": (2, 2), "delete": (1, 1),
+                "list": (0, 0), "add": (1, 2), "cas": (2, 2), "incr": (1, 1)}
 
 
 class UsageError(Exception):
@@ -45,6 +69,34 @@ def parse_duration(text: str) -> float:
     )
 
 
+def state_goes_to_server(argv: list[str]) -> bool:
+    """`state` asked outside a run, or about a named run, is answered by the server over
+    HTTP (the click CLI); inside a run the socket answers and click is never imported."""
+    if not argv or argv[0] != "state":
+        return False
+    if not os.environ.get("CRYO_SOCKET"):
+        return True
+    return any(a == "--run" or a.startswith("--run=") for a in argv[1:])
+
+
+def parse_value(text: str) -> object:
+    """A VALUE that is JSON is that JSON; anything else is the string itself."""
+    def refuse(constant: str) -> object:
+        raise ValueError(constant)  # NaN / Infinity are not JSON
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except ValueError:
+        return text
+
+
+def format_value(value: object) -> str:
+    """How `state get` prints a value: a string bare, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in IN_SCRIPT_VERBS:
         verbs = ", ".join(sorted(IN_SCRIPT_VERBS))
@@ -55,6 +107,8 @@ def main(argv: list[str]) -> int:
         print(USAGE[verb])
         return 0
     try:
+        if verb == "state":
+            return _state(args)
         if verb == "step":
             name, label, command = _parse_step(args)
             socket_path = _socket_path(verb)
@@ -110,6 +164,88 @@ def _parse_step(args: list[str]) -> tuple[str, str | None, list[str]]:
     if not command:
         raise UsageError(f"missing COMMAND after '--'\n{USAGE['step']}")
     return name, label, command
+
+
+def _parse_state(args: list[str]) -> tuple[str, list[str], dict[str, str | bool]]:
+    if not args or args[0] not in _STATE_OPS:
+        raise UsageError(USAGE["state"])
+    op, rest = args[0], args[1:]
+    allowed = _STATE_OPTIONS[op]
+    positional: list[str] = []
+    options: dict[str, str | bool] = {}
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        i += 1
+        if arg == "--":
+            positional.extend(rest[i:])
+            break
+        if not arg.startswith("--"):
+            positional.append(arg)  # "-5" is a value, not an option
+            continue
+        name, eq, inline = arg.partition("=")
+        if name == "--run":
+            raise UsageError("--run reads another run's cells from outside a run")
+        if name not in allowed:
+            raise UsageError(f"unknown option {name} for state {op}\n{USAGE['state']}")
+        if not allowed[name]:
+            options[name] = True
+            continue
+        if not eq:
+            if i >= len(rest):
+                raise UsageError(f"{name} needs a value")
+            inline = rest[i]
+            i += 1
+        options["--as" if name == "--op" else name] = inline
+    low, high = _STATE_ARITY[op]
+    if not low <= len(positional) <= high:
+        raise UsageError(f"wrong number of arguments for state {op}\n{USAGE['state']}")
+    if op == "version":
+        op, options["--version"] = "get", True
+    return op, positional, options
+
+
+def _state(args: list[str]) -> int:
+    op, positional, options = _parse_state(args)
+    entity = options.get("--entity")
+    if entity == "":
+        raise UsageError("--entity needs a non-empty name")
+    request: dict[str, object] = {"op": f"state.{op}", "entity": entity}
+    if positional:
+        request["key"] = positional[0]
+    if "--as" in options:
+        request["as"] = options["--as"]
+    if op in ("set", "cas") or (op == "add" and len(positional) == 2):
+        request["value"] = parse_value(positional[1])
+    if op == "cas":
+        expect = str(options.get("--expect", ""))
+        if not expect.isdigit() or int(expect) < 1:
+            raise UsageError("cas needs --expect VERSION, the version `state get KEY --version` "
+                             "printed (>= 1); to create a cell only if absent use state add")
+        request["expect"] = int(expect)
+    if op == "incr" and "--by" in options:
+        by = parse_value(str(options["--by"]))
+        if not isinstance(by, (int, float)) or isinstance(by, bool) or by != by:
+            raise UsageError(f"--by needs a number, not {options['--by']!r}")
+        request["by"] = by
+    reply = _call(_socket_path("state"), request)
+    if op == "get":
+        if reply.get("found"):
+            shown = reply.get("version") if options.get("--version") else reply.get("value")
+            print(format_value(shown))
+        return 0
+    if op == "list":
+        cells = reply.get("cells")
+        for cell in cells if isinstance(cells, list) else []:
+            print(f"{cell['key']}\t{format_value(cell['value'])}\t{cell['version']}")
+        return 0
+    if op == "add":
+        return 0 if reply.get("claimed") else LOST
+    if op == "cas":
+        return 0 if reply.get("swapped") else LOST
+    if op == "incr":
+        print(format_value(reply.get("value")))
+    return 0
 
 
 def _socket_path(verb: str) -> str:

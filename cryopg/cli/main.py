@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import click
 
@@ -178,3 +179,88 @@ def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
     Client(target).call("PUT", f"/workflows/{name}",
                         {"source": source, "filename": file.name, "interpreter": interpreter})
     click.echo(f"stored workflow {name} in {target.org}/{target.project}")
+
+
+# -- durable state, read from outside a run ------------------------------------------------
+
+WRITES_REFUSED = ("cannot write state from outside a run: a cell belongs to the workflow "
+                  "that writes it; to tell a running workflow something, send it a signal")
+
+
+@cli.group()
+def state() -> None:
+    """Read durable state cells (writes happen only inside a run)."""
+
+
+def _state_path(run: str | None, entity: str | None) -> tuple[Client, str]:
+    if (run is None) == (entity is None):
+        raise click.UsageError("outside a run, name the scope: --run RUN or --entity NAME")
+    target = resolve()
+    if run is not None:
+        return Client(target), f"/runs/{quote(target.qualify(run), safe=':')}/state"
+    return Client(target), f"/entities/{quote(str(entity), safe='')}/state"
+
+
+def _state_get(key: str, run: str | None, entity: str | None, version: bool) -> None:
+    from cryopg.cli.client import ApiError
+    from cryopg.cli.inscript import format_value
+
+    client, path = _state_path(run, entity)
+    try:
+        got = client.call("GET", f"{path}/{quote(key, safe='')}")
+    except ApiError as exc:
+        if exc.status == 404 and exc.code == "not_found":
+            return  # an unset cell prints nothing, as inside a run
+        raise
+    click.echo(format_value(got["version"] if version else got["value"]))
+
+
+_RUN = click.option("--run", metavar="RUN",
+                    help="A run's own cells (a bare run-… is of the active project).")
+_ENTITY = click.option("--entity", metavar="NAME", help="The project's entity scope NAME.")
+
+
+@state.command("get")
+@click.argument("key")
+@_RUN
+@_ENTITY
+@click.option("--version", "version", is_flag=True, help="Print the cell's version, not its value.")
+def state_get(key: str, run: str | None, entity: str | None, version: bool) -> None:
+    """Print a cell's value (strings bare, else JSON); nothing when it is unset."""
+    _state_get(key, run, entity, version)
+
+
+@state.command("version")
+@click.argument("key")
+@_RUN
+@_ENTITY
+def state_version(key: str, run: str | None, entity: str | None) -> None:
+    """Print a cell's version (same as `state get KEY --version`)."""
+    _state_get(key, run, entity, True)
+
+
+@state.command("list")
+@_RUN
+@_ENTITY
+def state_list(run: str | None, entity: str | None) -> None:
+    """Print key<TAB>value<TAB>version for every cell of the scope."""
+    from cryopg.cli.inscript import format_value
+
+    client, path = _state_path(run, entity)
+    for cell in client.call("GET", path)["cells"]:
+        click.echo(f"{cell['key']}\t{format_value(cell['value'])}\t{cell['version']}")
+
+
+def _refuse_write(name: str) -> click.Command:
+    @click.command(name, context_settings={"ignore_unknown_options": True,
+                                           "allow_extra_args": True},
+                   help="Only inside a run; refused here.")
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def refused(args: tuple[str, ...]) -> None:
+        raise click.ClickException(WRITES_REFUSED)
+
+    return refused
+
+
+for _name in ("set", "delete", "add", "cas", "incr"):
+    state.add_command(_refuse_write(_name))
