@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
 from cryopg.db import connection
@@ -127,20 +128,21 @@ async def agent_state(request: web.Request) -> web.Response:
         by = body.get("by", 1)
         if not _is_number(by):
             raise InvalidArgument("by must be a number")
-        answer = await _incr(request, sealer, run_id, token, entity, key, by, call)
+        answer = await incr_cell(pool, sealer, run_id, token, entity, key, by, call)
         return web.json_response(answer)
     raise NotFound(f"no state operation {op!r}")
 
 
-async def _incr(request: web.Request, sealer: Sealer, run_id: str, token: uuid.UUID,
-                entity: str | None, key: str, by: int | float,
-                call: dict[str, Any]) -> dict[str, Any]:
-    """Read, add, compare-and-set, until the write lands or a memo answers."""
+async def incr_cell(pool: AsyncConnectionPool, sealer: Sealer, run_id: str, token: uuid.UUID,
+                    entity: str | None, key: str, by: int | float,
+                    call: dict[str, Any]) -> dict[str, Any]:
+    """Read, add, compare-and-set, until the write lands or a memo answers. `call` is
+    the durable call identity: {"path", "name", "ordinal"}."""
     expect: int | None = None
     value: bytes | None = None
     result: bytes | None = None
     total: int | float = 0
-    async with connection(request.app[POOL]) as conn:
+    async with connection(pool) as conn:
         for attempt in range(INCR_MAX_TRIES):
             step = await engine.state_incr(conn, run_id, token, entity, key, expect, value,
                                            result, **call)

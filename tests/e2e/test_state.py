@@ -155,7 +155,7 @@ done
 cryopg sleep 0.2s
 echo "appended after $i retries"
 """)
-    items = [f"item-{n}" for n in range(6)]
+    items = [f"item-{n}" for n in range(5)]
     runs = _submit_many(stack, wf, items)
     results = _finish_all(stack, runs)
     assert all(r.status == "succeeded" for r in results), [r.stdout for r in results]
