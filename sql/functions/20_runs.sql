@@ -14,8 +14,15 @@ BEGIN
      WHERE id = p_run_id
     RETURNING * INTO v_run;
     DELETE FROM cryo.queue WHERE run_id = p_run_id;
-    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, p_status, p_attempt => v_run.attempt);
+    -- The history row is written here rather than through cryo._history: this is the
+    -- hottest path, and a plain statement keeps its cached plan where a call to a SQL
+    -- function is planned afresh each time.
+    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+    VALUES (p_run_id, v_run.org, v_run.project, p_status, v_run.attempt, cryo.now());
     PERFORM pg_notify('cryo_run', p_run_id);
+    IF v_run.parent_run_id IS NOT NULL THEN
+        PERFORM cryo._wake_parent(p_run_id);  -- its parent may be waiting to collect it
+    END IF;
 END
 $$;
 
@@ -136,6 +143,7 @@ RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_run cryo.runs;
+    v_child record;
 BEGIN
     SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
     IF NOT FOUND THEN
@@ -144,6 +152,14 @@ BEGIN
     IF v_run.status IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
         RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
     END IF;
+    -- Children go first, so a parent collecting them is not woken only to be cancelled.
+    FOR v_child IN
+        SELECT c.id FROM cryo.runs c
+         WHERE c.parent_run_id = p_run_id
+           AND c.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+    LOOP
+        PERFORM cryo.cancel_run(v_child.id);
+    END LOOP;
     IF v_run.status = 'running' THEN
         UPDATE cryo.runs SET cancel_requested = true, updated_at = cryo.now() WHERE id = p_run_id;
         PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'cancel_requested');
@@ -155,7 +171,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.cancel_run(text) IS
-    'Cancels a run; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
+    'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
 CREATE OR REPLACE FUNCTION cryo.get_run(p_run_id text)
 RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,

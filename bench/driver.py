@@ -1,0 +1,634 @@
+"""The cryopg benchmark driver: one tuned throwaway cluster, every measurement side by side.
+
+Run through `bench/run` (which prepares both virtualenvs). Every figure is taken in
+this run on this server, and each is reported against a baseline of the same run:
+pgbench's one-row write for the physical limit, procrastinate and pgqueuer for peers.
+Fixture data (the backlog) is loaded with plain SQL straight into the tables; every
+measured transition goes through the engine's functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from cryopg.devpg import Cluster
+from cryopg.migrate import migrate
+from cryopg.seal import MasterKey, Sealer, generate_master_key, parse_master_key
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PEERS_PY = BENCH / ".venv-peers" / "bin" / "python"
+CLI = Path(sys.executable).parent / "cryopg"
+LEVELS = (1, 4, 16)
+CAPS = ["shell", "polyglot"]
+AGENT_SECRET = "cryo_a_bench-agent-secret"
+
+# synchronous_commit and fsync stay on: pgbench, cryopg and the peers all pay a real
+# WAL flush per commit, as they would in production.
+SETTINGS = [
+    "shared_buffers=1GB",
+    "max_connections=300",
+    "synchronous_commit=on",
+    "fsync=on",
+    "wal_buffers=16MB",
+    "max_wal_size=8GB",
+    "checkpoint_timeout=30min",
+    "shared_preload_libraries=pg_stat_statements",
+    "pg_stat_statements.track=top",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    jobs: dict[int, int]
+    pgbench_seconds: int
+    latency_samples: int
+    finished_backlog: int
+    parked_backlog: int
+    steps: int
+
+
+FULL = Sizes(jobs={1: 4000, 4: 12000, 16: 12000}, pgbench_seconds=10, latency_samples=1000,
+             finished_backlog=1_000_000, parked_backlog=100_000, steps=1000)
+QUICK = Sizes(jobs={1: 600, 4: 1500, 16: 1500}, pgbench_seconds=3, latency_samples=150,
+              finished_backlog=100_000, parked_backlog=10_000, steps=100)
+
+
+def log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+# -- the cluster and its databases ----------------------------------------------------------
+
+class Bench:
+    def __init__(self, sizes: Sizes, batch: int) -> None:
+        self.sizes = sizes
+        self.batch = batch
+        self.base = Path(tempfile.mkdtemp(prefix="cryopg-bench-"))
+        self.base.chmod(0o755)
+        self.cluster = Cluster(self.base, port=5433, options=SETTINGS)
+        self.master_text = generate_master_key()
+        self.results: dict[str, Any] = {"levels": list(LEVELS), "batch": batch}
+        self._dbs = 0
+        self.spent: list[str] = []  # never dropped mid-run: DROP DATABASE forces a checkpoint
+
+    def dsn(self, db: str) -> str:
+        return self.cluster.dsn(db)
+
+    def sql(self, db: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn(db), autocommit=True) as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def start(self) -> None:
+        self.cluster.start()
+        self.sql("postgres", "CREATE DATABASE cryo_tpl")
+        migrate(self.dsn("cryo_tpl"))
+        master = MasterKey(parse_master_key(self.master_text))
+        key_id, wrapped, _ = master.new_org_key("dev")
+        with psycopg.connect(self.dsn("cryo_tpl"), autocommit=True) as conn:
+            key_id, wrapped = conn.execute("SELECT * FROM cryo.set_org_key('dev', %s, %s)",
+                                           (key_id, wrapped)).fetchone()
+            import hashlib
+
+            conn.execute("SELECT cryo.create_token('agent', 'dev', 'bench', %s, %s)",
+                         (hashlib.sha256(AGENT_SECRET.encode()).digest(), CAPS))
+        self.sealed_source = Sealer("dev", key_id, master.unwrap("dev", key_id, wrapped)
+                                    ).seal_text("#!/bin/sh\ntrue\n")
+
+    def fresh_db(self) -> str:
+        """A new database cloned from the migrated template (org key and agent token in)."""
+        self._dbs += 1
+        name = f"cryo_{self._dbs}"
+        self.sql("postgres", f"CREATE DATABASE {name} TEMPLATE cryo_tpl")
+        return name
+
+    def drop_db(self, name: str) -> None:
+        self.sql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def enqueue(self, db: str, n: int) -> None:
+        """n no-op runs through cryo.submit_script, in one transaction."""
+        with psycopg.connect(self.dsn(db), autocommit=True) as conn:
+            conn.execute(
+                "SELECT count(*) FROM (SELECT cryo.submit_script('dev', 'default', 'noop.sh',"
+                " NULL, %s, NULL, NULL, '{shell}') FROM generate_series(1, %s)) s",
+                (self.sealed_source, n))
+            conn.execute("ANALYZE cryo.queue")
+            conn.execute("ANALYZE cryo.runs")
+
+    def stop(self) -> None:
+        try:
+            self.cluster.stop()
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+# -- the machine ----------------------------------------------------------------------------
+
+def machine(bench: Bench) -> dict[str, Any]:
+    mem_kb = next(int(line.split()[1]) for line in open("/proc/meminfo")
+                  if line.startswith("MemTotal"))
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), platform.processor())
+    version = bench.sql("postgres", "SELECT version()")[0][0]
+    names = sorted({s.split("=")[0] for s in SETTINGS} | {"commit_delay", "wal_level",
+                                                         "full_page_writes", "work_mem"})
+    settings = dict(bench.sql("postgres", "SELECT name, setting || coalesce(' ' || unit, '')"
+                                          " FROM pg_settings WHERE name = ANY(%s) ORDER BY name",
+                              (names,)))
+    return {"cores": os.cpu_count(), "memory_gib": round(mem_kb / 1024 / 1024, 1), "cpu": cpu,
+            "kernel": platform.release(), "python": platform.python_version(),
+            "postgres": version, "settings": settings}
+
+
+# -- pgbench --------------------------------------------------------------------------------
+
+def run_pgbench(bench: Bench) -> dict[int, float]:
+    bench.sql("postgres", "CREATE DATABASE pgb")
+    bench.sql("pgb", "CREATE TABLE counters (id integer PRIMARY KEY, n bigint NOT NULL)")
+    bench.sql("pgb", "INSERT INTO counters SELECT g, 0 FROM generate_series(1, 100000) g")
+    bench.sql("pgb", "VACUUM ANALYZE counters")
+    script = bench.base / "one_row_write.sql"
+    script.write_text("\\set id random(1, 100000)\n"
+                      "UPDATE counters SET n = n + 1 WHERE id = :id;\n")
+    out: dict[int, float] = {}
+    pgbench = bench.cluster.bindir / "pgbench"
+    for clients in LEVELS:
+        proc = subprocess.run(
+            [str(pgbench), "-n", "-f", str(script), "-c", str(clients),
+             "-j", str(min(clients, os.cpu_count() or 1)), "-T", str(bench.sizes.pgbench_seconds),
+             "-h", str(bench.cluster.sockdir), "-p", str(bench.cluster.port), "-U", "cryopg",
+             "pgb"], capture_output=True, text=True, check=True)
+        tps = float(re.search(r"tps = ([\d.]+)", proc.stdout).group(1))
+        out[clients] = tps
+        log(f"pgbench {clients} clients: {tps:.0f} tps")
+    return out
+
+
+# -- cryopg claimers on the SQL functions ---------------------------------------------------
+
+def _warm(conn: psycopg.Connection) -> None:
+    """Compile the functions in this session before the clock starts (an org with no work)."""
+    conn.execute("SELECT * FROM cryo.claim_job('bench-warm', 'bench', %s, 30)", (CAPS,))
+    conn.execute("SELECT * FROM cryo.claim_jobs('bench-warm', 'bench', %s, 30, 1)", (CAPS,))
+    conn.execute("SELECT * FROM cryo.finish_runs('{}', '{}', '{}', NULL, NULL)")
+    try:
+        conn.execute("SELECT cryo.finish_run('none', gen_random_uuid(), 'succeeded')")
+    except psycopg.Error:
+        pass
+
+
+def _sql_claimer(dsn: str, batch: int, ready: Any, results: Any) -> None:
+    done = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _warm(conn)
+        ready.wait()
+        while True:
+            if batch == 1:
+                row = conn.execute(
+                    "SELECT run_id, claim_token FROM cryo.claim_job('dev', 'bench', %s, 30)",
+                    (CAPS,), prepare=True).fetchone()
+                if row is None:
+                    break
+                conn.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0, NULL)", row,
+                             prepare=True)
+                done += 1
+            else:
+                rows = conn.execute(
+                    "SELECT run_id, claim_token FROM cryo.claim_jobs('dev', 'bench', %s, 30, %s)",
+                    (CAPS, batch), prepare=True).fetchall()
+                if not rows:
+                    break
+                conn.execute(
+                    "SELECT count(*) FROM cryo.finish_runs(%s, %s, %s, NULL, NULL)",
+                    ([r[0] for r in rows], [r[1] for r in rows], ["succeeded"] * len(rows)),
+                    prepare=True)
+                done += len(rows)
+    results.put((done, time.monotonic()))
+
+
+def _http_claimer(port: int, index: int, ready: Any, results: Any) -> None:
+    import http.client
+
+    headers = {"Authorization": f"Bearer {AGENT_SECRET}", "Content-Type": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    claim_body = json.dumps({"agent_id": f"bench-{index}", "capabilities": ["shell"],
+                             "wait": 0})
+    done = 0
+    ready.wait()
+    while True:
+        conn.request("POST", "/api/v1/agent/claim", claim_body, headers)
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status == 204:
+            break
+        grant = json.loads(body)
+        conn.request("POST", f"/api/v1/agent/runs/{grant['run_id']}/finish",
+                     json.dumps({"claim_token": grant["claim_token"], "outcome": "succeeded",
+                                 "exit_code": 0}), headers)
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"finish answered {resp.status}")
+        done += 1
+    conn.close()
+    results.put((done, time.monotonic()))
+
+
+def _drive(target: Any, args_for: Any, workers: int) -> tuple[int, float]:
+    ctx = mp.get_context("fork")
+    ready = ctx.Barrier(workers + 1)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args_for(i), ready, results))
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    ready.wait(timeout=60)
+    t0 = time.monotonic()
+    got = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(g[0] for g in got), max(g[1] for g in got) - t0
+
+
+def sql_throughput(bench: Bench, db: str | None, batch: int, label: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for n in LEVELS:
+        use = db or bench.fresh_db()
+        jobs = bench.sizes.jobs[n]
+        bench.enqueue(use, jobs)
+        done, secs = _drive(_sql_claimer, lambda i, use=use: (bench.dsn(use), batch), n)
+        if done != jobs:
+            raise RuntimeError(f"{label}: {done} of {jobs} jobs finished")
+        out[n] = done / secs
+        log(f"{label} {n} claimers: {out[n]:.0f} jobs/s ({done} in {secs:.2f} s)")
+        if db is None:
+            bench.spent.append(use)
+    return out
+
+
+@contextlib.contextmanager
+def cryopg_server(bench: Bench, db: str) -> Iterator[int]:
+    port = _free_port()
+    env = dict(os.environ, CRYOPG_MASTER_KEY=bench.master_text)
+    proc = subprocess.Popen([str(CLI), "server", "--database-url", bench.dsn(db), "--port",
+                             str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"cryopg server did not start: {proc.stderr.read()}")
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def http_throughput(bench: Bench) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for n in LEVELS:
+        db = bench.fresh_db()
+        jobs = bench.sizes.jobs[n] // 2
+        bench.enqueue(db, jobs)
+        with cryopg_server(bench, db) as port:
+            done, secs = _drive(_http_claimer, lambda i, port=port: (port, i), n)
+        if done != jobs:
+            raise RuntimeError(f"http: {done} of {jobs} jobs finished")
+        out[n] = done / secs
+        log(f"cryopg HTTP {n} claimers: {out[n]:.0f} jobs/s ({done} in {secs:.2f} s)")
+        bench.spent.append(db)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- enqueue -> start latency ---------------------------------------------------------------
+
+def _listening_claimer(dsn: str, count: int, ready: Any, results: Any) -> None:
+    seen = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("LISTEN cryo_work")
+        ready.wait()
+        while seen < count:
+            for _ in conn.notifies(timeout=5.0, stop_after=1):
+                pass
+            while True:
+                row = conn.execute(
+                    "SELECT run_id, claim_token FROM cryo.claim_job('dev', 'bench', %s, 30)",
+                    (CAPS,), prepare=True).fetchone()
+                if row is None:
+                    break
+                results.put((row[0], time.monotonic()))
+                seen += 1
+                conn.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0, NULL)", row,
+                             prepare=True)
+
+
+def _long_poll_claimer(port: int, count: int, ready: Any, results: Any) -> None:
+    import http.client
+
+    headers = {"Authorization": f"Bearer {AGENT_SECRET}", "Content-Type": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = json.dumps({"agent_id": "bench-lp", "capabilities": ["shell"], "wait": 25})
+    ready.wait()
+    seen = 0
+    while seen < count:
+        conn.request("POST", "/api/v1/agent/claim", body, headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status == 204:
+            continue
+        at = time.monotonic()
+        grant = json.loads(data)
+        results.put((grant["run_id"], at))
+        seen += 1
+        conn.request("POST", f"/api/v1/agent/runs/{grant['run_id']}/finish",
+                     json.dumps({"claim_token": grant["claim_token"], "outcome": "succeeded"}),
+                     headers)
+        conn.getresponse().read()
+
+
+def _latency(bench: Bench, db: str, target: Any, first_arg: Any, samples: int) -> dict[str, float]:
+    ctx = mp.get_context("fork")
+    ready = ctx.Barrier(2)
+    results = ctx.Queue()
+    proc = ctx.Process(target=target, args=(first_arg, samples, ready, results))
+    proc.start()
+    ready.wait(timeout=60)
+    time.sleep(0.5)  # let the claimer settle into its wait
+    lat: list[float] = []
+    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+        for _ in range(samples):
+            t0 = time.monotonic()
+            run_id = conn.execute(
+                "SELECT run_id FROM cryo.submit_script('dev', 'default', 'noop.sh', NULL, %s,"
+                " NULL, NULL, '{shell}')", (bench.sealed_source,), prepare=True).fetchone()[0]
+            got, at = results.get(timeout=30)
+            if got != run_id:
+                raise RuntimeError("latency: the claimer took another run")
+            lat.append((at - t0) * 1000)
+            time.sleep(0.01)  # the claimer is idle again before the next enqueue
+    proc.join(timeout=30)
+    lat.sort()
+    return {"p50_ms": statistics.median(lat), "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+            "samples": len(lat)}
+
+
+def latency(bench: Bench) -> dict[str, dict[str, float]]:
+    db = bench.fresh_db()
+    sql = _latency(bench, db, _listening_claimer, bench.dsn(db), bench.sizes.latency_samples)
+    log(f"latency (SQL, LISTEN cryo_work): p50 {sql['p50_ms']:.2f} ms, p99 {sql['p99_ms']:.2f} ms")
+    with cryopg_server(bench, db) as port:
+        http = _latency(bench, db, _long_poll_claimer, port, bench.sizes.latency_samples)
+    log(f"latency (HTTP long-poll): p50 {http['p50_ms']:.2f} ms, p99 {http['p99_ms']:.2f} ms")
+    bench.spent.append(db)
+    return {"sql": sql, "http": http}
+
+
+# -- backlog ---------------------------------------------------------------------------------
+
+BACKLOG_SQL = """
+INSERT INTO cryo.runs (id, org, project, filename, source, status, attempt, exit_code,
+                       created_at, started_at, finished_at, updated_at)
+SELECT 'dev:default:run-' || left(md5('f' || g), 16), 'dev', 'default', 'noop.sh', %(src)s,
+       'succeeded', 1, 0, t, t, t, t
+  FROM generate_series(1, %(finished)s) g, LATERAL (SELECT now() - g * interval '1 s' AS t) x;
+INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+SELECT 'dev:default:run-' || left(md5('f' || g), 16), 'dev', 'default', k, 1, now()
+  FROM generate_series(1, %(finished)s) g, unnest(ARRAY['submitted', 'succeeded']) k;
+INSERT INTO cryo.runs (id, org, project, filename, source, status, substate, attempt,
+                       created_at, started_at, updated_at)
+SELECT 'dev:default:run-' || left(md5('p' || g), 16), 'dev', 'default', 'noop.sh', %(src)s,
+       'parked', 'sleeping', 1, now(), now(), now()
+  FROM generate_series(1, %(parked)s) g;
+INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                          key_ordinal, attempt, status, due_at, created_at)
+SELECT 'dev:default:run-' || left(md5('p' || g), 16), 'dev', 'default', 0, 'sleep//0', 'run',
+       'sleep', '', 0, 1, 'pending', now() + interval '30 days' + g * interval '1 s', now()
+  FROM generate_series(1, %(parked)s) g;
+INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at, wake_at,
+                        park_reason, park_path, parked_at)
+SELECT 'dev:default:run-' || left(md5('p' || g), 16), 'dev', 'default', 'parked', '{shell}',
+       now(), now() + interval '30 days' + g * interval '1 s', 'sleeping', 'sleep//0', now()
+  FROM generate_series(1, %(parked)s) g;
+"""
+
+CLAIM_QUERY = """SELECT c.run_id FROM cryo.queue c
+ WHERE c.org = 'dev' AND c.state = 'pending' AND c.required_caps <@ '{shell,polyglot}'
+ ORDER BY c.enqueued_at LIMIT 1 FOR UPDATE SKIP LOCKED"""
+WAKE_QUERY = """SELECT q.run_id, q.park_path FROM cryo.queue q
+ WHERE q.state = 'parked' AND q.wake_at <= cryo.now()
+ ORDER BY q.wake_at LIMIT 1000 FOR UPDATE SKIP LOCKED"""
+LEASE_QUERY = """SELECT q.run_id FROM cryo.queue q
+ WHERE q.state = 'claimed' AND q.lease_expires_at < cryo.now()
+ LIMIT 1000 FOR UPDATE SKIP LOCKED"""
+
+
+def backlog(bench: Bench, batch: int) -> dict[str, Any]:
+    db = bench.fresh_db()
+    t0 = time.monotonic()
+    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+        with conn.transaction():
+            for stmt in filter(str.strip, BACKLOG_SQL.split(";\n")):
+                conn.execute(stmt, {"src": bench.sealed_source,
+                                    "finished": bench.sizes.finished_backlog,
+                                    "parked": bench.sizes.parked_backlog})
+        # No CHECKPOINT here: the first write to each page after one costs a full-page
+        # image in WAL, which would tax the measured runs rather than the backlog.
+        conn.execute("VACUUM ANALYZE")
+    log(f"backlog loaded in {time.monotonic() - t0:.1f} s")
+    out: dict[str, Any] = {"finished": bench.sizes.finished_backlog,
+                           "parked": bench.sizes.parked_backlog}
+    bench.enqueue(db, 200)
+    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+        plans = {}
+        for name, query in (("claim", CLAIM_QUERY), ("wake", WAKE_QUERY), ("lease", LEASE_QUERY)):
+            with conn.transaction(force_rollback=True):
+                rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) " + query)
+                plans[name] = "\n".join(r[0] for r in rows)
+        t = time.monotonic()
+        conn.execute("SELECT * FROM cryo.tick()")
+        out["tick_ms"] = (time.monotonic() - t) * 1000
+        # Drain those 200 so the measured runs start from only the backlog.
+        while conn.execute("SELECT count(*) FROM (SELECT cryo.finish_run(run_id, claim_token,"
+                           " 'succeeded') FROM cryo.claim_jobs('dev', 'bench', %s, 30, 100)) s",
+                           (CAPS,)).fetchone()[0]:
+            pass
+    out["plans"] = plans
+    out["sql"] = sql_throughput(bench, db, 1, "cryopg SQL (backlog)")
+    if batch > 1:
+        out["sql_batched"] = sql_throughput(bench, db, batch, f"cryopg SQL batch {batch} (backlog)")
+    bench.spent.append(db)
+    return out
+
+
+# -- peers -----------------------------------------------------------------------------------
+
+def peers(bench: Bench) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    for peer in ("procrastinate", "pgqueuer"):
+        bench.sql("postgres", f"CREATE DATABASE {peer}")
+        out[peer] = {}
+        for n in LEVELS:
+            # procrastinate is the slower of the two here: half the jobs keeps its runs short.
+            jobs = bench.sizes.jobs[n] // (2 if peer == "procrastinate" else 1)
+            proc = subprocess.run([str(PEERS_PY), str(BENCH / "peers.py"), peer,
+                                   bench.dsn(peer), str(n), str(jobs), "120"],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{peer}: {proc.stderr.strip()[-2000:]}")
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            out[peer][n] = res["rate"]
+            log(f"{peer} {n} workers: {res['rate']:.0f} jobs/s ({res['jobs']} in"
+                f" {res['seconds']:.2f} s{'' if res['complete'] else ', stopped at the time cap'})")
+    return out
+
+
+# -- durable calls in a real script ---------------------------------------------------------
+
+STEP_SCRIPT = """#!/usr/bin/env bash
+set -e
+t0=$(date +%s%N)
+for i in $(seq {n}); do
+    cryopg step noop -- true
+done
+t1=$(date +%s%N)
+echo "BENCH-PASS $(( (t1 - t0) / 1000 ))"
+cryopg sleep 1s
+"""
+
+
+def steps(bench: Bench) -> dict[str, Any]:
+    db = "cryo_steps"
+    bench.sql("postgres", f"CREATE DATABASE {db} TEMPLATE cryo_tpl")
+    work = Path(tempfile.mkdtemp(prefix="cryopg-bench-steps-"))
+    n = bench.sizes.steps
+    (work / "steps.sh").write_text(STEP_SCRIPT.replace("{n}", str(n)))
+    env = dict(os.environ, CRYOPG_MASTER_KEY=bench.master_text,
+               PATH=f"{CLI.parent}:{os.environ.get('PATH', '')}")
+    dev = subprocess.Popen([str(CLI), "dev", "--database-url", bench.dsn(db), "--port", "0",
+                            "--agents", "1"], cwd=work, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / ".cryopg" / "dev.json").exists():
+            if dev.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"cryopg dev did not start: {dev.stderr.read()[-2000:]}")
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        proc = subprocess.run([str(CLI), "submit", "steps.sh", "--follow"], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=1800)
+        total = time.monotonic() - t0
+        passes = [int(m) / 1e6 for m in re.findall(r"BENCH-PASS (\d+)", proc.stdout)]
+        if proc.returncode != 0 or len(passes) != 2:
+            raise RuntimeError(f"step script: exit {proc.returncode}: {proc.stdout[-500:]}"
+                               f" {proc.stderr[-500:]}")
+    finally:
+        dev.terminate()
+        try:
+            dev.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            dev.kill()
+        shutil.rmtree(work, ignore_errors=True)
+        bench.spent.append(db)
+    # Bare interpreter start, for scale: what any `cryopg …` call cannot go below.
+    t = time.monotonic()
+    for _ in range(20):
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    bare = (time.monotonic() - t) / 20 * 1000
+    out = {"calls": n, "first_s": passes[0], "replay_s": passes[1],
+           "first_ms": passes[0] * 1000 / n, "replay_ms": passes[1] * 1000 / n,
+           "wall_s": total, "python_start_ms": bare}
+    log(f"cryopg step: first pass {out['first_ms']:.1f} ms/call, replay {out['replay_ms']:.1f}"
+        f" ms/call (bare python start {bare:.1f} ms)")
+    return out
+
+
+# -- report -----------------------------------------------------------------------------------
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="reduced sizes, under two minutes")
+    ap.add_argument("--batch", type=int, default=10, help="jobs per batched claim/finish")
+    ap.add_argument("--out", type=Path, default=BENCH / "results")
+    ap.add_argument("--only", default="", help="comma list of sections (for development)")
+    args = ap.parse_args()
+    sizes = QUICK if args.quick else FULL
+    only = set(filter(None, args.only.split(",")))
+
+    def want(section: str) -> bool:
+        return not only or section in only
+
+    bench = Bench(sizes, args.batch)
+    started = time.monotonic()
+    try:
+        bench.start()
+        r = bench.results
+        r["mode"] = "quick" if args.quick else "full"
+        r["machine"] = machine(bench)
+        r["sizes"] = dataclasses.asdict(sizes)
+        r["peer_versions"] = json.loads(subprocess.run(
+            [str(PEERS_PY), str(BENCH / "peers.py"), "versions"], capture_output=True,
+            text=True, check=True).stdout)
+        if want("pgbench"):
+            r["pgbench"] = run_pgbench(bench)
+        if want("sql"):
+            r["sql"] = sql_throughput(bench, None, 1, "cryopg SQL")
+            if args.batch > 1:
+                r["sql_batched"] = sql_throughput(bench, None, args.batch,
+                                                  f"cryopg SQL batch {args.batch}")
+        if want("http"):
+            r["http"] = http_throughput(bench)
+        if want("peers"):
+            r["peers"] = peers(bench)
+        if want("latency"):
+            r["latency"] = latency(bench)
+        if want("backlog"):
+            r["backlog"] = backlog(bench, args.batch)
+        if want("steps"):
+            r["steps"] = steps(bench)
+        r["elapsed_s"] = time.monotonic() - started
+    finally:
+        bench.stop()
+    from report import write_all  # bench/report.py, beside this file
+
+    write_all(bench.results, args.out, PEERS_PY)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

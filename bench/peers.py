@@ -1,0 +1,174 @@
+"""Peer queues on the bench cluster: procrastinate and pgqueuer, defer -> process.
+
+Runs in bench/.venv-peers (they come from PyPI, apart from the project's own venv).
+Usage: peers.py {procrastinate|pgqueuer} DSN WORKERS JOBS  -> one JSON line on stdout.
+
+Each peer gets its own database with its own schema. The jobs are deferred up front
+with the peer's own batch enqueue; then WORKERS processes, each one worker of the
+peer with its default settings and its own connections, start together and process
+no-op jobs. The clock runs from the start signal until the peer's table shows no job
+left unfinished (its completion committed), polled every few milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import sys
+import time
+
+import psycopg
+
+
+def log(msg: str) -> None:
+    print(f"peers: {msg}", file=sys.stderr, flush=True)
+
+
+# -- procrastinate -------------------------------------------------------------------------
+
+def _procrastinate_app(dsn: str):  # type: ignore[no-untyped-def]
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1,
+                                                                     max_size=2))
+
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    return app, noop
+
+
+async def _procrastinate_setup(dsn: str, jobs: int) -> None:
+    app, noop = _procrastinate_app(dsn)
+    async with app.open_async():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            installed = conn.execute(
+                "SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()[0]
+            if installed:
+                conn.execute("DELETE FROM procrastinate_jobs")
+        if not installed:
+            await app.schema_manager.apply_schema_async()
+        for start in range(0, jobs, 5000):
+            await noop.batch_defer_async(*[{} for _ in range(min(5000, jobs - start))])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE procrastinate_jobs")
+
+
+def _procrastinate_worker(dsn: str, ready, go) -> None:  # type: ignore[no-untyped-def]
+    async def run() -> None:
+        app, _ = _procrastinate_app(dsn)
+        async with app.open_async():
+            ready.wait()
+            go.wait()
+            await app.run_worker_async(wait=False, concurrency=1, install_signal_handlers=False)
+
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    asyncio.run(run())
+
+
+PROCRASTINATE_LEFT = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+
+
+# -- pgqueuer ------------------------------------------------------------------------------
+
+async def _pgqueuer_setup(dsn: str, jobs: int) -> None:
+    from pgqueuer import PsycopgDriver, Queries
+
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    async with conn:
+        queries = Queries(PsycopgDriver(conn))
+        if not await queries.schema_is_installed():
+            await queries.install()
+        await conn.execute("DELETE FROM pgqueuer")
+        for start in range(0, jobs, 5000):
+            n = min(5000, jobs - start)
+            await queries.enqueue(["noop"] * n, [None] * n, [0] * n)
+        await conn.execute("ANALYZE pgqueuer")
+
+
+def _pgqueuer_worker(dsn: str, ready, go) -> None:  # type: ignore[no-untyped-def]
+    async def run() -> None:
+        from pgqueuer import PsycopgDriver, Queries, QueueManager
+        from pgqueuer.domain.types import QueueExecutionMode
+
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        qm = QueueManager(Queries(PsycopgDriver(conn)))
+
+        @qm.entrypoint("noop")
+        async def noop(job) -> None:  # type: ignore[no-untyped-def]
+            return None
+
+        ready.wait()
+        go.wait()
+        await qm.run(mode=QueueExecutionMode.drain)
+
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    asyncio.run(run())
+
+
+PGQUEUER_LEFT = "SELECT count(*) FROM pgqueuer WHERE status IN ('queued', 'picked')"
+
+
+# -- the common harness --------------------------------------------------------------------
+
+PEERS = {
+    "procrastinate": (_procrastinate_setup, _procrastinate_worker, PROCRASTINATE_LEFT),
+    "pgqueuer": (_pgqueuer_setup, _pgqueuer_worker, PGQUEUER_LEFT),
+}
+
+
+def measure(peer: str, dsn: str, workers: int, jobs: int, timeout: float) -> dict[str, object]:
+    setup, worker, left_sql = PEERS[peer]
+    asyncio.run(setup(dsn, jobs))
+    ctx = mp.get_context("spawn")
+    ready = ctx.Barrier(workers + 1)
+    go = ctx.Event()
+    procs = [ctx.Process(target=worker, args=(dsn, ready, go), daemon=True)
+             for _ in range(workers)]
+    for p in procs:
+        p.start()
+    ready.wait(timeout=120)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        t0 = time.monotonic()
+        go.set()
+        left = jobs
+        while time.monotonic() - t0 < timeout:
+            left = conn.execute(left_sql).fetchone()[0]
+            if left == 0 or not any(p.is_alive() for p in procs):
+                break
+            time.sleep(0.005)
+        elapsed = time.monotonic() - t0
+        done = jobs - left
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.terminate()
+            p.join()
+    return {"peer": peer, "workers": workers, "jobs": done, "seconds": elapsed,
+            "rate": done / elapsed if elapsed > 0 else 0.0, "complete": left == 0}
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {p: version(p) for p in PEERS}
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["versions"]:
+        print(json.dumps(versions()))
+        return 0
+    peer, dsn, workers, jobs = argv[0], argv[1], int(argv[2]), int(argv[3])
+    timeout = float(argv[4]) if len(argv) > 4 else 120.0
+    print(json.dumps(measure(peer, dsn, workers, jobs, timeout)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,176 @@
+"""Turn one run's results into the terminal table, results/latest.md and the chart."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _f(v: float | None, digits: int = 0) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _row(name: str, values: list[str]) -> str:
+    return "| " + " | ".join([name, *values]) + " |"
+
+
+def cryopg_series(r: dict[str, Any]) -> tuple[str, dict[int, float]]:
+    """The cryopg figure the ratios use: batched SQL claimers when measured, else plain."""
+    if r.get("sql_batched"):
+        return f"cryopg SQL, batch {r['batch']}", r["sql_batched"]
+    return "cryopg SQL", r.get("sql", {})
+
+
+def _at(series: dict[Any, float] | None, n: int) -> float | None:
+    if not series:
+        return None
+    return series.get(n, series.get(str(n)))
+
+
+def render(r: dict[str, Any]) -> str:
+    levels = r["levels"]
+    m = r["machine"]
+    out: list[str] = []
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out += [f"# cryopg benchmarks ({r['mode']} run, {stamp})", ""]
+    out += ["One throwaway PostgreSQL cluster; every figure below was measured in this run, "
+            "side by side, on that one server.", ""]
+    out += ["## Machine", ""]
+    out += [f"- {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB memory, "
+            f"Linux {m['kernel']}, Python {m['python']}",
+            f"- {m['postgres']}",
+            "- settings: " + ", ".join(f"{k}={v}" for k, v in m["settings"].items()),
+            "- peers: " + ", ".join(f"{k} {v}" for k, v in r.get("peer_versions", {}).items()),
+            ""]
+
+    out += ["## Throughput by concurrency", "",
+            "Jobs per second through claim -> complete of no-op jobs (pgbench: transactions "
+            "per second of a one-row UPDATE). Claimers and peer workers are separate "
+            "processes with their own connections.", ""]
+    out += [_row("", [f"{n}" for n in levels]), _row("---", ["---:"] * len(levels))]
+    series: list[tuple[str, dict[Any, float] | None]] = [
+        ("pgbench one-row write (tps)", r.get("pgbench")),
+        ("cryopg SQL (claim_job + finish_run)", r.get("sql")),
+        (f"cryopg SQL batch {r['batch']} (claim_jobs + finish_runs)", r.get("sql_batched")),
+        ("cryopg HTTP agent API (claim + finish)", r.get("http")),
+        ("procrastinate", (r.get("peers") or {}).get("procrastinate")),
+        ("pgqueuer", (r.get("peers") or {}).get("pgqueuer")),
+    ]
+    for name, s in series:
+        if s:
+            out.append(_row(name, [_f(_at(s, n)) for n in levels]))
+    label, cryo = cryopg_series(r)
+    pgb = r.get("pgbench") or {}
+    peers = r.get("peers") or {}
+    best_peer = {n: max((_at(p, n) or 0.0) for p in peers.values()) for n in levels} if peers else {}
+    if pgb and cryo:
+        out.append(_row(f"ratio {label} / pgbench",
+                        [_f(_at(cryo, n) / _at(pgb, n), 2) for n in levels]))
+    if best_peer and cryo:
+        out.append(_row(f"ratio {label} / best peer",
+                        [_f(_at(cryo, n) / best_peer[n], 2) for n in levels]))
+    out.append("")
+
+    lat = r.get("latency")
+    if lat:
+        out += ["## Enqueue -> start latency", "",
+                "One idle claimer; an enqueue (cryo.submit_script, which sends NOTIFY "
+                "cryo_work) every ~10 ms; the clock stops when the claimer holds the claim.", "",
+                _row("claimer", ["p50 ms", "p99 ms", "samples"]), _row("---", ["---:"] * 3)]
+        out.append(_row("SQL: LISTEN cryo_work, then cryo.claim_job",
+                        [_f(lat["sql"]["p50_ms"], 2), _f(lat["sql"]["p99_ms"], 2),
+                         str(lat["sql"]["samples"])]))
+        out.append(_row("HTTP: long-poll POST /api/v1/agent/claim",
+                        [_f(lat["http"]["p50_ms"], 2), _f(lat["http"]["p99_ms"], 2),
+                         str(lat["http"]["samples"])]))
+        out.append("")
+
+    bl = r.get("backlog")
+    if bl:
+        out += ["## Backlog insensitivity", "",
+                f"The same SQL claimers with {bl['finished']:,} finished runs (and two history "
+                f"events each) and {bl['parked']:,} parked sleeping runs present, loaded as "
+                f"fixture data. One cryo.tick() over that backlog took {bl['tick_ms']:.1f} ms.",
+                "", _row("", [str(n) for n in levels]), _row("---", ["---:"] * len(levels))]
+        for key, name in (("sql", "cryopg SQL"), ("sql_batched", f"cryopg SQL batch {r['batch']}")):
+            if bl.get(key) and r.get(key):
+                out.append(_row(f"{name}, backlog (jobs/s)",
+                                [_f(_at(bl[key], n)) for n in levels]))
+                out.append(_row(f"{name}, backlog / empty",
+                                [_f(_at(bl[key], n) / _at(r[key], n), 2) for n in levels]))
+        out.append("")
+        for name, plan in bl["plans"].items():
+            out += [f"EXPLAIN ANALYZE of the {name} query over the backlog:", "", "```",
+                    plan, "```", ""]
+
+    st = r.get("steps")
+    if st:
+        out += ["## Durable-call overhead in a real script", "",
+                f"A bash script of {st['calls']:,} `cryopg step noop -- true` calls, then "
+                "`cryopg sleep 1s`, run by a real `cryopg dev --database-url ...` stack (one "
+                "agent). The sleep parks the run, so the second pass replays every step.", "",
+                _row("", ["first pass", "replay pass"]), _row("---", ["---:", "---:"]),
+                _row(f"bash: {st['calls']:,} x cryopg step, total s",
+                     [_f(st["first_s"], 2), _f(st["replay_s"], 2)]),
+                _row("bash: per call, ms", [_f(st["first_ms"], 1), _f(st["replay_ms"], 1)]),
+                _row("Python SDK step_fn, per call", ["n/a (no Python SDK yet)"] * 2), "",
+                f"For scale: starting a bare `python -c pass` takes {st['python_start_ms']:.1f} ms "
+                "here.", ""]
+
+    out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
+    out.append("")
+    r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)
+    p4 = None if not (cryo and best_peer) else _at(cryo, 4) / best_peer[4]
+    out.append(f"ratio cryopg/pgbench at 4: {'n/a' if r4 is None else f'{r4:.2f}'}")
+    out.append(f"ratio cryopg/best-peer at 4: {'n/a' if p4 is None else f'{p4:.2f}'}")
+    return "\n".join(out) + "\n"
+
+
+def chart(r: dict[str, Any], path: Path, python: Path) -> None:
+    """Drawn by matplotlib in the peers venv, so the project venv stays lean."""
+    data = {"levels": r["levels"], "series": {}}
+    for name, s in (("pgbench (tps)", r.get("pgbench")), ("cryopg SQL", r.get("sql")),
+                    (f"cryopg SQL batch {r['batch']}", r.get("sql_batched")),
+                    ("cryopg HTTP", r.get("http")),
+                    ("procrastinate", (r.get("peers") or {}).get("procrastinate")),
+                    ("pgqueuer", (r.get("peers") or {}).get("pgqueuer"))):
+        if s:
+            data["series"][name] = [_at(s, n) for n in r["levels"]]
+    code = r"""
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+d = json.load(sys.stdin)
+fig, ax = plt.subplots(figsize=(8, 5))
+for name, ys in d["series"].items():
+    ax.plot(d["levels"], ys, marker="o", linestyle="--" if "pgbench" in name else "-", label=name)
+ax.set_xscale("log", base=2)
+ax.set_xticks(d["levels"]); ax.set_xticklabels([str(n) for n in d["levels"]])
+ax.set_xlabel("concurrent claimers / workers / clients")
+ax.set_ylabel("jobs per second (pgbench: transactions per second)")
+ax.set_title(d["title"])
+ax.grid(True, alpha=0.3); ax.legend()
+fig.tight_layout(); fig.savefig(sys.argv[1], dpi=120)
+"""
+    m = r["machine"]
+    data["title"] = (f"no-op claim -> complete, {m['cores']} cores, "
+                     f"{m['postgres'].split(' on ')[0]}")
+    subprocess.run([str(python), "-c", code, str(path)], input=json.dumps(data), text=True,
+                   check=True)
+
+
+def write_all(r: dict[str, Any], out_dir: Path, python: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = render(r)
+    print(text)
+    (out_dir / "latest.md").write_text(text)
+    (out_dir / "latest.json").write_text(json.dumps(r, indent=2, default=str) + "\n")
+    try:
+        chart(r, out_dir / "throughput.png", python)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"bench: chart not drawn ({exc})", file=sys.stderr)
