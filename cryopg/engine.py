@@ -34,6 +34,8 @@ class Memo:
     status: str
     result: bytes | None
     exit_code: int | None
+    answer_clear: Any = None
+    ref_run_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +88,48 @@ class TokenInfo:
     kind: str
     org: str
     capabilities: list[str]
+    member: str | None = None
+    role: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UserAuth:
+    token_id: str
+    member: str
+    role: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenRow:
+    id: str
+    kind: str
+    name: str
+    member: str | None
+    capabilities: list[str]
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    login: str
+    role: str
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretName:
+    name: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimSecret:
+    name: str
+    value: bytes | None
+    withheld: bool
 
 
 async def _one(conn: AsyncConnection, sql: str, params: tuple[Any, ...]) -> Any:
@@ -108,9 +152,93 @@ async def set_org_key(conn: AsyncConnection, org: str, key_id: str, wrapped: byt
 
 
 async def create_token(conn: AsyncConnection, kind: str, org: str, name: str, secret_hash: bytes,
-                       capabilities: list[str] | None = None) -> str:
-    return await _one(conn, "SELECT cryo.create_token(%s, %s, %s, %s, %s)",
-                      (kind, org, name, secret_hash, capabilities or []))
+                       capabilities: list[str] | None = None, *,
+                       expires_at: dt.datetime | None = None, member: str | None = None) -> str:
+    return await _one(conn, "SELECT cryo.create_token(%s, %s, %s, %s, %s, %s, %s)",
+                      (kind, org, name, secret_hash, capabilities or [], expires_at, member))
+
+
+async def authorize_user(conn: AsyncConnection, secret_hash: bytes, org: str,
+                         project: str | None, need: str) -> UserAuth:
+    cur = conn.cursor(row_factory=class_row(UserAuth))
+    await cur.execute("SELECT * FROM cryo.authorize_user(%s, %s, %s, %s)",
+                      (secret_hash, org, project, need))
+    return await cur.fetchone()
+
+
+async def list_tokens(conn: AsyncConnection, org: str) -> list[TokenRow]:
+    cur = conn.cursor(row_factory=class_row(TokenRow))
+    await cur.execute("SELECT * FROM cryo.list_tokens(%s)", (org,))
+    return await cur.fetchall()
+
+
+async def revoke_token(conn: AsyncConnection, org: str, token_id: str) -> bool:
+    return await _one(conn, "SELECT cryo.revoke_token(%s, %s)", (org, token_id))
+
+
+async def ensure_org(conn: AsyncConnection, slug: str, name: str) -> bool:
+    return await _one(conn, "SELECT cryo.ensure_org(%s, %s)", (slug, name))
+
+
+async def ensure_project(conn: AsyncConnection, org: str, slug: str, name: str) -> bool:
+    return await _one(conn, "SELECT cryo.ensure_project(%s, %s, %s)", (org, slug, name))
+
+
+async def rename_project(conn: AsyncConnection, org: str, slug: str, name: str) -> None:
+    await conn.execute("SELECT cryo.rename_project(%s, %s, %s)", (org, slug, name))
+
+
+async def ensure_member(conn: AsyncConnection, org: str, login: str, role: str) -> str:
+    return await _one(conn, "SELECT cryo.ensure_member(%s, %s, %s)", (org, login, role))
+
+
+async def put_member(conn: AsyncConnection, org: str, login: str, role: str,
+                     by: str | None) -> str:
+    return await _one(conn, "SELECT cryo.put_member(%s, %s, %s, %s)", (org, login, role, by))
+
+
+async def remove_member(conn: AsyncConnection, org: str, login: str, by: str | None) -> None:
+    await conn.execute("SELECT cryo.remove_member(%s, %s, %s)", (org, login, by))
+
+
+async def list_members(conn: AsyncConnection, org: str) -> list[Member]:
+    cur = conn.cursor(row_factory=class_row(Member))
+    await cur.execute("SELECT * FROM cryo.list_members(%s)", (org,))
+    return await cur.fetchall()
+
+
+async def list_org_keys(conn: AsyncConnection) -> list[tuple[str, str, bytes]]:
+    cur = await conn.execute("SELECT * FROM cryo.list_org_keys()")
+    return [tuple(r) for r in await cur.fetchall()]
+
+
+async def rewrap_org_keys(conn: AsyncConnection, rows: list[tuple[str, bytes, bytes]]) -> int:
+    """Each row is (org, old wrapped key, new wrapped key); all or nothing."""
+    return await _one(conn, "SELECT cryo.rewrap_org_keys(%s, %s, %s)",
+                      ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]))
+
+
+# -- secrets (16_secrets.sql) ---------------------------------------------------------------
+
+async def set_secret(conn: AsyncConnection, org: str, project: str, name: str,
+                     sealed: bytes) -> bool:
+    return await _one(conn, "SELECT cryo.set_secret(%s, %s, %s, %s)", (org, project, name, sealed))
+
+
+async def delete_secret(conn: AsyncConnection, org: str, project: str, name: str) -> bool:
+    return await _one(conn, "SELECT cryo.delete_secret(%s, %s, %s)", (org, project, name))
+
+
+async def list_secrets(conn: AsyncConnection, org: str, project: str) -> list[SecretName]:
+    cur = conn.cursor(row_factory=class_row(SecretName))
+    await cur.execute("SELECT * FROM cryo.list_secrets(%s, %s)", (org, project))
+    return await cur.fetchall()
+
+
+async def claim_secrets(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[ClaimSecret]:
+    cur = conn.cursor(row_factory=class_row(ClaimSecret))
+    await cur.execute("SELECT * FROM cryo.claim_secrets(%s, %s)", (run_id, token))
+    return await cur.fetchall()
 
 
 async def authenticate_token(conn: AsyncConnection, secret_hash: bytes) -> TokenInfo:
@@ -127,9 +255,11 @@ async def register_agent(conn: AsyncConnection, org: str, agent_id: str, caps: l
 
 async def submit_script(conn: AsyncConnection, org: str, project: str, *, filename: str,
                         interpreter: str | None, source: bytes, input: bytes | None,
-                        idempotency_key: str | None, required_caps: list[str]) -> tuple[str, bool]:
+                        idempotency_key: str | None, required_caps: list[str],
+                        untrusted: bool = False) -> tuple[str, bool]:
+    fn = "submit_untrusted_script" if untrusted else "submit_script"
     cur = await conn.execute(
-        "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s)",
+        f"SELECT * FROM cryo.{fn}(%s, %s, %s, %s, %s, %s, %s, %s)",
         (org, project, filename, interpreter, source, input, idempotency_key, required_caps))
     run_id, created = await cur.fetchone()
     return run_id, created
@@ -337,3 +467,110 @@ async def state_incr(conn: AsyncConnection, run_id: str, token: uuid.UUID, entit
 
 async def delete_run_state(conn: AsyncConnection, run_id: str) -> int:
     return await _one(conn, "SELECT cryo.delete_run_state(%s)", (run_id,))
+
+
+# -- signals, events, children, outputs -------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class WaitAnswer:
+    parked: bool
+    payload: bytes | None
+    payload_clear: Any
+    timed_out: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    id: int
+    name: str
+    payload: bytes | None
+    payload_clear: Any
+    emitted_by_run: str | None
+    created_at: dt.datetime
+
+
+async def send_signal(conn: AsyncConnection, run_id: str, name: str, payload: bytes) -> int:
+    return await _one(conn, "SELECT cryo.send_signal(%s, %s, %s)", (run_id, name, payload))
+
+
+async def wait_signal(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                      name: str, ordinal: int, timeout: float | None) -> WaitAnswer:
+    cur = conn.cursor(row_factory=class_row(WaitAnswer))
+    await cur.execute("SELECT * FROM cryo.wait_signal(%s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, name, ordinal, timeout))
+    return await cur.fetchone()
+
+
+async def wait_event(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                     name: str, ordinal: int, timeout: float | None) -> WaitAnswer:
+    cur = conn.cursor(row_factory=class_row(WaitAnswer))
+    await cur.execute("SELECT * FROM cryo.wait_event(%s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, name, ordinal, timeout))
+    return await cur.fetchone()
+
+
+async def publish_event(conn: AsyncConnection, org: str, project: str, name: str,
+                        payload: bytes) -> int:
+    return await _one(conn, "SELECT cryo.publish_event(%s, %s, %s, %s)",
+                      (org, project, name, payload))
+
+
+async def emit_from_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                        ordinal: int, name: str, payload: bytes) -> int:
+    return await _one(conn, "SELECT cryo.emit_from_run(%s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, ordinal, name, payload))
+
+
+async def list_events(conn: AsyncConnection, org: str, project: str, name: str | None,
+                      limit: int) -> list[Event]:
+    cur = conn.cursor(row_factory=class_row(Event))
+    await cur.execute("SELECT * FROM cryo.list_events(%s, %s, %s, %s)", (org, project, name, limit))
+    return await cur.fetchall()
+
+
+async def spawn_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                    ordinal: int, filename: str, interpreter: str | None, source: bytes,
+                    input: bytes | None, required_caps: list[str]) -> str:
+    return await _one(conn, "SELECT cryo.spawn_run(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, ordinal, filename, interpreter, source, input,
+                       required_caps))
+
+
+async def submit_activity(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                          name: str, source: bytes, required_caps: list[str], retries: int,
+                          retry_backoff: float, retry_on: list[int] | None) -> str:
+    return await _one(conn, "SELECT cryo.submit_activity(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, name, source, required_caps, retries, retry_backoff,
+                       retry_on))
+
+
+async def collect_activity(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                           ordinal: int, name: str) -> tuple[bool, str, int | None]:
+    cur = await conn.execute("SELECT * FROM cryo.collect_activity(%s, %s, %s, %s, %s)",
+                             (run_id, token, path, ordinal, name))
+    parked, child, code = await cur.fetchone()
+    return parked, child, code
+
+
+async def wait_all_activities(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                              path: str, ordinal: int) -> tuple[bool, int | None]:
+    cur = await conn.execute("SELECT * FROM cryo.wait_all_activities(%s, %s, %s, %s)",
+                             (run_id, token, path, ordinal))
+    parked, failed = await cur.fetchone()
+    return parked, failed
+
+
+async def set_output(conn: AsyncConnection, run_id: str, token: uuid.UUID, key: str,
+                     value: bytes) -> None:
+    await conn.execute("SELECT cryo.set_output(%s, %s, %s, %s)", (run_id, token, key, value))
+
+
+async def read_outputs(conn: AsyncConnection, run_id: str) -> list[tuple[str, bytes]]:
+    cur = await conn.execute("SELECT key, value FROM cryo.read_outputs(%s)", (run_id,))
+    return [(k, v) for k, v in await cur.fetchall()]
+
+
+async def read_last_attempt_log(conn: AsyncConnection, run_id: str) -> list[LogChunk]:
+    cur = conn.cursor(row_factory=class_row(LogChunk))
+    await cur.execute("SELECT * FROM cryo.read_last_attempt_log(%s)", (run_id,))
+    return await cur.fetchall()

@@ -104,11 +104,14 @@ BEGIN
         RAISE EXCEPTION 'outcome must be succeeded, failed, cancelled or unreadable, not %', p_outcome
             USING ERRCODE = 'CR004';
     END IF;
+    IF p_outcome = 'failed' AND cryo._retry_if_allowed(p_run_id, p_exit_code) THEN
+        RETURN;  -- an activity with retries left waits out its backoff instead
+    END IF;
     PERFORM cryo._finalize_run(p_run_id, p_outcome, p_exit_code, p_error);
 END
 $$;
 COMMENT ON FUNCTION cryo.finish_run(text, uuid, text, integer, text) IS
-    'Ends the claimed run with the given terminal outcome. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
+    'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
 
 -- The poll backstop behind every push: re-pends claims whose lease lapsed (or ends
 -- them, when a cancel was asked for) and wakes parked runs that are due. Set-based
@@ -152,6 +155,8 @@ BEGIN
     SELECT id, org, project, 'lease_expired', attempt, v_now FROM runs_back;
     GET DIAGNOSTICS v_expired = ROW_COUNT;
 
+    -- Due parked rows: a sleep is over, a bounded wait timed out (its memo records exit
+    -- code 124, so replay takes the same branch), or a retry's backoff has passed.
     WITH due AS (
         SELECT q.run_id, q.park_path FROM cryo.queue q
          WHERE q.state = 'parked' AND q.wake_at <= v_now
@@ -159,26 +164,33 @@ BEGIN
          LIMIT p_batch
            FOR UPDATE SKIP LOCKED
     ), memo AS (
-        UPDATE cryo.journal j SET status = 'done', completed_at = v_now
+        UPDATE cryo.journal j
+           SET status = 'done', completed_at = v_now,
+               exit_code = CASE WHEN j.key_family = 'sleep' THEN 0 ELSE 124 END
           FROM due WHERE j.run_id = due.run_id AND j.path = due.park_path
-        RETURNING j.run_id, j.org, j.project, j.key_family, j.key_name, j.key_ordinal
+        RETURNING j.run_id, j.key_family, j.key_name, j.key_ordinal
     ), requeued AS (
         UPDATE cryo.queue q
            SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
-               parked_at = NULL, enqueued_at = v_now
+               park_name = NULL, parked_at = NULL, enqueued_at = v_now
           FROM due WHERE q.run_id = due.run_id
         RETURNING q.run_id
     ), runs_back AS (
         UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = v_now
           FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id
+        RETURNING r.id, r.org, r.project
     )
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                               key_ordinal, created_at)
-    SELECT memo.run_id, memo.org, memo.project, 'timer_fired', 'run', memo.key_family,
+    SELECT runs_back.id, runs_back.org, runs_back.project,
+           CASE WHEN memo.run_id IS NULL THEN 'retry_due'
+                WHEN memo.key_family = 'sleep' THEN 'timer_fired' ELSE 'wait_timed_out' END,
+           CASE WHEN memo.run_id IS NULL THEN NULL ELSE 'run' END, memo.key_family,
            memo.key_name, memo.key_ordinal, v_now
-      FROM memo JOIN runs_back ON runs_back.id = memo.run_id;
+      FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id;
     GET DIAGNOSTICS v_woken = ROW_COUNT;
+
+    PERFORM cryo._purge_events(p_batch);
 
     IF v_expired + v_woken > 0 THEN
         PERFORM pg_notify('cryo_work', '');
@@ -187,4 +199,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.tick(integer) IS
-    'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, and wakes due sleeping runs, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+    'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs) and purges bus events past retention, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';

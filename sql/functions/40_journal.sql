@@ -42,17 +42,19 @@ COMMENT ON FUNCTION cryo.record_step(text, uuid, text, text, text, integer, text
 
 CREATE OR REPLACE FUNCTION cryo.read_journal(p_run_id text, p_token uuid)
 RETURNS TABLE (seq integer, path text, family text, name text, ordinal integer,
-               status text, result bytea, exit_code integer)
+               status text, result bytea, exit_code integer, answer_clear jsonb,
+               ref_run_id text)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY
-        SELECT j.seq, j.path, j.key_family, j.key_name, j.key_ordinal, j.status, j.result, j.exit_code
+        SELECT j.seq, j.path, j.key_family, j.key_name, j.key_ordinal, j.status, j.result,
+               j.exit_code, j.answer_clear, j.ref_run_id
           FROM cryo.journal j WHERE j.run_id = p_run_id ORDER BY j.seq;
 END
 $$;
 COMMENT ON FUNCTION cryo.read_journal(text, uuid) IS
-    'Returns the claimed run''s memos in position order (results sealed). Raises CR002 for a stale claim token.';
+    'Returns the claimed run''s memos in position order (results sealed; answer_clear holds engine answers such as child ids and counts, or a payload an application sent in the clear). Raises CR002 for a stale claim token.';
 
 -- annotate is a side channel, not a durable call: it lands in history only.
 CREATE OR REPLACE FUNCTION cryo.annotate_run(p_run_id text, p_token uuid, p_text bytea)

@@ -11,6 +11,7 @@ COMMENT ON VIEW cryo.run_overview IS 'One row per run: status, substate, attempt
 
 CREATE OR REPLACE VIEW cryo.parked_runs AS
 SELECT q.run_id, q.org, q.project, q.park_reason AS reason, q.park_path AS waiting_on,
+       q.park_name AS waiting_for_name,
        q.parked_at, q.wake_at, q.wake_at - cryo.now() AS wakes_in,
        cryo.now() - q.parked_at AS parked_for
   FROM cryo.queue q WHERE q.state = 'parked';

@@ -32,7 +32,7 @@ def test_record_step_assigns_positions_and_refuses_a_second_write(db: psycopg.Co
     assert exc.value.sqlstate == "CR007"
     rows = db.execute("SELECT key_scope, key_family, key_name, key_ordinal, exit_code FROM cryo.journal "
                       "WHERE run_id=%s ORDER BY seq", (run_id,)).fetchall()
-    assert rows == [("run", "step", "a", 0, 0), ("run", "step", "a", 1, 2), ("run", "sleep", "", 0, None)]
+    assert rows == [("run", "step", "a", 0, 0), ("run", "step", "a", 1, 2), ("run", "sleep", "", 0, 0)]
     hist = db.execute("SELECT kind, key_name, key_ordinal FROM cryo.history WHERE run_id=%s AND "
                       "kind='step_completed' ORDER BY id", (run_id,)).fetchall()
     assert hist == [("step_completed", "a", 0), ("step_completed", "a", 1)]
