@@ -45,6 +45,18 @@ class Unauthorized(CryoError):
     code, http_status = "unauthorized", 401
 
 
+class Forbidden(CryoError):
+    """The member's role is too low for the route (the org and project are its own)."""
+
+    code, http_status = "forbidden", 403
+
+
+class SecretWithheld(CryoError):
+    """A step of an untrusted run asked for a secret; raised by the agent, no SQLSTATE."""
+
+    code, http_status = "secret_withheld", 409
+
+
 class DatabaseUnavailable(CryoError):
     code, http_status = "database_unavailable", 503
 
@@ -71,6 +83,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR006": RunFinished,
     "CR007": DuplicateCall,
     "CR008": Unauthorized,
+    "CR020": Forbidden,
 }
 
 

@@ -23,7 +23,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR005', 'not_found', 'the named org, project or workflow does not exist'),
         ('CR006', 'run_finished', 'the run already reached a terminal status'),
         ('CR007', 'duplicate_call', 'that durable call is already recorded for the run'),
-        ('CR008', 'unauthorized', 'the token is unknown, revoked or expired')
+        ('CR008', 'unauthorized', 'the token is unknown, revoked or expired'),
+        ('CR020', 'forbidden', 'the member''s role does not allow this')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

@@ -31,35 +31,59 @@ $$;
 COMMENT ON FUNCTION cryo.get_org_key(text) IS
     'Returns the org''s key id and wrapped data key (both null before the first seal). Raises CR005 for an unknown org.';
 
--- Tokens are stored as a hash of their secret; the secret itself is shown once.
+-- Tokens are stored as a hash of their secret; the secret itself is shown once. A user
+-- token acts for one member of its org (p_member is the login); an agent token carries
+-- a capability ceiling, which defaults to shell and polyglot (never connector).
 CREATE OR REPLACE FUNCTION cryo.create_token(
     p_kind text, p_org text, p_name text, p_secret_hash bytea,
-    p_capabilities text[] DEFAULT '{}', p_expires_at timestamptz DEFAULT NULL)
+    p_capabilities text[] DEFAULT '{}', p_expires_at timestamptz DEFAULT NULL,
+    p_member text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id text := 'tok-' || left(replace(gen_random_uuid()::text, '-', ''), 16);
+    v_member text;
+    v_caps text[] := coalesce(p_capabilities, '{}');
 BEGIN
-    IF p_kind NOT IN ('user', 'agent') THEN
+    IF p_kind IS NULL OR p_kind NOT IN ('user', 'agent') THEN
         RAISE EXCEPTION 'token kind must be user or agent, not %', p_kind USING ERRCODE = 'CR004';
     END IF;
     IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
         RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
     END IF;
-    INSERT INTO cryo.tokens (id, kind, org, name, secret_hash, capabilities, expires_at)
-    VALUES (v_id, p_kind, p_org, p_name, p_secret_hash, p_capabilities, p_expires_at);
+    IF p_kind = 'user' THEN
+        SELECT m.id INTO v_member FROM cryo.members m WHERE m.org = p_org AND m.login = p_member;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'a user token needs a member of org %; no member %', p_org, p_member
+                USING ERRCODE = 'CR005';
+        END IF;
+        v_caps := '{}';
+    ELSE
+        IF cardinality(v_caps) = 0 THEN
+            v_caps := '{shell,polyglot}';
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(v_caps) c WHERE c IS NULL OR c !~ '^[a-z][a-z0-9_-]{0,31}$') THEN
+            RAISE EXCEPTION 'capabilities must be short lower-case names' USING ERRCODE = 'CR004';
+        END IF;
+    END IF;
+    IF p_expires_at IS NOT NULL AND p_expires_at <= cryo.now() THEN
+        RAISE EXCEPTION 'a token cannot expire in the past (%)', p_expires_at USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.tokens (id, kind, org, name, secret_hash, capabilities, expires_at, member_id)
+    VALUES (v_id, p_kind, p_org, coalesce(p_name, ''), p_secret_hash, v_caps, p_expires_at, v_member);
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION cryo.create_token(text, text, text, bytea, text[], timestamptz) IS
-    'Creates a user or agent token from the hash of its secret; returns the token id. Raises CR004 for a bad kind, CR005 for an unknown org.';
+COMMENT ON FUNCTION cryo.create_token(text, text, text, bytea, text[], timestamptz, text) IS
+    'Creates a user token (for the member whose login is p_member) or an agent token (with a capability ceiling, default shell+polyglot) from the hash of its secret; returns the token id. Raises CR004 for a bad kind, capability or expiry, CR005 for an unknown org or member.';
 
 CREATE OR REPLACE FUNCTION cryo.authenticate_token(p_secret_hash bytea)
-RETURNS TABLE (token_id text, kind text, org text, capabilities text[])
+RETURNS TABLE (token_id text, kind text, org text, capabilities text[], member text, role text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
-        SELECT t.id, t.kind, t.org, t.capabilities FROM cryo.tokens t
+        SELECT t.id, t.kind, t.org, t.capabilities, m.login, m.role
+          FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
          WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
            AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
     IF NOT FOUND THEN
@@ -68,7 +92,76 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.authenticate_token(bytea) IS
-    'Returns the live token whose secret hashes to the argument. Raises CR008 when none is live.';
+    'Returns the live token whose secret hashes to the argument, with its member login and role (NULL for agents). Raises CR008 when none is live.';
+
+-- The rank of a role; a route that needs role R admits every role ranked at least R.
+CREATE OR REPLACE FUNCTION cryo._role_rank(p_role text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_role WHEN 'owner' THEN 4 WHEN 'admin' THEN 3 WHEN 'member' THEN 2
+                       WHEN 'viewer' THEN 1 ELSE 0 END
+$$;
+
+-- Every user route starts here: the token must be a live user token, the org and
+-- project of the path must be its own and exist (else it reads as absent, a 404 that
+-- says nothing about other tenants), and its member must hold at least p_need.
+CREATE OR REPLACE FUNCTION cryo.authorize_user(
+    p_secret_hash bytea, p_org text, p_project text, p_need text)
+RETURNS TABLE (token_id text, member text, role text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_tok record;
+BEGIN
+    SELECT t.id, t.kind, t.org, m.login, m.role INTO v_tok
+      FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+     WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
+       AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
+    IF NOT FOUND OR v_tok.kind <> 'user' OR v_tok.role IS NULL THEN
+        RAISE EXCEPTION 'unknown, revoked or expired user token' USING ERRCODE = 'CR008';
+    END IF;
+    IF v_tok.org IS DISTINCT FROM p_org
+       OR (p_project IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = p_org AND p.slug = p_project)) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, coalesce(p_project, '') USING ERRCODE = 'CR005';
+    END IF;
+    IF cryo._role_rank(v_tok.role) < cryo._role_rank(p_need) OR cryo._role_rank(p_need) = 0 THEN
+        RAISE EXCEPTION 'role % of % cannot do this (needs %)', v_tok.role, v_tok.login, p_need
+            USING ERRCODE = 'CR020';
+    END IF;
+    RETURN QUERY SELECT v_tok.id, v_tok.login, v_tok.role;
+END
+$$;
+COMMENT ON FUNCTION cryo.authorize_user(bytea, text, text, text) IS
+    'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+
+CREATE OR REPLACE FUNCTION cryo.list_tokens(p_org text)
+RETURNS TABLE (id text, kind text, name text, member text, capabilities text[],
+               created_at timestamptz, expires_at timestamptz, revoked_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT t.id, t.kind, t.name, m.login, t.capabilities, t.created_at, t.expires_at, t.revoked_at
+      FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+     WHERE t.org = p_org ORDER BY t.created_at, t.id
+$$;
+COMMENT ON FUNCTION cryo.list_tokens(text) IS
+    'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.revoke_token(p_org text, p_token_id text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.tokens SET revoked_at = cryo.now()
+     WHERE org = p_org AND id = p_token_id AND revoked_at IS NULL;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.tokens WHERE org = p_org AND id = p_token_id) THEN
+        RAISE EXCEPTION 'no token % in org %', p_token_id, p_org USING ERRCODE = 'CR005';
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION cryo.revoke_token(text, text) IS
+    'Revokes a token at once; returns false when it was already revoked. Raises CR005 for a token not of that org.';
 
 CREATE OR REPLACE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[])
 RETURNS void
@@ -81,3 +174,39 @@ LANGUAGE sql AS $$
 $$;
 COMMENT ON FUNCTION cryo.register_agent(text, text, text[]) IS
     'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
+
+-- Master key rotation: the CLI reads every wrapped key, unwraps it with the old master
+-- key and wraps the same data key with the new one, then swaps them all here in one
+-- transaction. Payloads are untouched because the data keys do not change.
+CREATE OR REPLACE FUNCTION cryo.list_org_keys()
+RETURNS TABLE (org text, key_id text, wrapped_key bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT o.slug, o.key_id, o.wrapped_key FROM cryo.orgs o
+     WHERE o.wrapped_key IS NOT NULL ORDER BY o.slug
+$$;
+COMMENT ON FUNCTION cryo.list_org_keys() IS
+    'Returns every org that has a data key, with its key id and wrapped key. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.rewrap_org_keys(p_orgs text[], p_old bytea[], p_new bytea[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_orgs), 0);
+    v_done integer;
+BEGIN
+    IF coalesce(cardinality(p_old), 0) <> v_n OR coalesce(cardinality(p_new), 0) <> v_n THEN
+        RAISE EXCEPTION 'rewrap_org_keys needs arrays of one length' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.orgs o SET wrapped_key = u.new
+      FROM unnest(p_orgs, p_old, p_new) AS u(org, old, new)
+     WHERE o.slug = u.org AND o.wrapped_key = u.old AND u.new IS NOT NULL;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    IF v_done <> v_n THEN
+        RAISE EXCEPTION 'an org key changed during the rotation (% of % matched); nothing was rewrapped',
+            v_done, v_n USING ERRCODE = 'CR004';
+    END IF;
+    RETURN v_done;
+END
+$$;
+COMMENT ON FUNCTION cryo.rewrap_org_keys(text[], bytea[], bytea[]) IS
+    'Replaces each org''s wrapped key p_old by p_new, all or nothing; returns how many. Raises CR004 when an array length differs or a key is no longer p_old.';
