@@ -177,6 +177,19 @@ class AgentAPI:
         )
         return payload or {}
 
+    async def call(self, run_id: str, claim_token: str, what: str, **fields: Any) -> dict[str, Any]:
+        """A durable call of the waits family (signals, events, children, outputs).
+
+        Retried through a short outage: each is memoized by its path on the server, so a
+        repeat after a lost answer gets the first answer back.
+        """
+        _, payload = await self._post(
+            self._run_path(run_id, what),
+            {"claim_token": claim_token, **fields},
+            retry_for=RECORD_RETRY_SECONDS,
+        )
+        return payload or {}
+
     async def finish(
         self,
         run_id: str,

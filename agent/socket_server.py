@@ -14,7 +14,9 @@ import math
 import secrets
 from typing import Any, Protocol
 
+from agent import waits
 from agent.api import AgentAPI, AgentAPIError, StaleClaim
+from agent.waits import WAIT_OPS
 
 PROTOCOL_VERSION = 1
 STATE_VERBS = (
@@ -26,9 +28,11 @@ STATE_VERBS = (
     "state.cas",
     "state.incr",
 )
-VERBS = ("hello", "step.begin", "step.finish", "sleep", "annotate", *STATE_VERBS)
+VERBS = ("hello", "step.begin", "step.finish", "sleep", "annotate", *STATE_VERBS, *WAIT_OPS)
 # Server refusals of a state call that the script should see as they are (exit 1).
 STATE_REFUSALS = frozenset({"reserved_key", "invalid_argument", "not_a_number"})
+# Verb errors that fail the whole run (the script is stopped).
+RUN_FAILING = frozenset({"determinism", "secret_withheld", "secret_missing"})
 # A step's recorded stdout travels in one line, so allow big lines.
 LINE_LIMIT = 64 << 20
 
@@ -39,6 +43,8 @@ class JobHooks(Protocol):
     api: AgentAPI
     run_id: str
     claim_token: str
+    secret_names: frozenset[str]
+    withheld: frozenset[str]
 
     async def flush_logs(self) -> None: ...
     def parked(self) -> None: ...
@@ -102,7 +108,7 @@ class DurableVerbs:
                 reply = await self.dispatch(_decode(line))
             except VerbError as e:
                 reply = _error(e.code, e.message)
-                if e.code == "determinism":
+                if e.code in RUN_FAILING:
                     diverged = e.message
             if reply is not None:
                 await _reply(writer, reply)
@@ -142,6 +148,8 @@ class DurableVerbs:
             return await self._sleep(req)
         if op in STATE_VERBS:
             return await self._state(op.removeprefix("state."), req)
+        if op in WAIT_OPS:
+            return await waits.dispatch(self, op, req)
         return await self._annotate(req)
 
     def _step_begin(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -151,6 +159,7 @@ class DurableVerbs:
             raise VerbError("bad_request", "step.begin needs a non-empty string 'name'")
         if label is not None and not isinstance(label, str):
             raise VerbError("bad_request", "step.begin 'label' must be a string or null")
+        self._check_secrets(name, req.get("secrets"))
         path, ordinal = self._reach("step", name)
         entry = self._by_path.get(path)
         if entry is not None and entry.get("status") == "done":
@@ -168,6 +177,27 @@ class DurableVerbs:
             "call_id": call_id,
             "idempotency_key": idempotency_key(self._job.run_id, path),
         }
+
+    def _check_secrets(self, step: str, wanted: Any) -> None:
+        """A step declares the secrets it needs (`cryopg step NAME --secret S`). One the
+        run did not get fails the run, so the step never runs without it."""
+        if wanted is None:
+            return
+        if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
+            raise VerbError("bad_request", "step.begin 'secrets' must be a list of names")
+        for name in wanted:
+            if name in self._job.withheld:
+                raise VerbError(
+                    "secret_withheld",
+                    f"step {step!r} needs secret {name}, which was withheld: this run is "
+                    "untrusted and gets no secrets",
+                )
+            if name not in self._job.secret_names:
+                raise VerbError(
+                    "secret_missing",
+                    f"step {step!r} needs secret {name}, which is not set in this project "
+                    "(cryopg secret set)",
+                )
 
     async def _step_finish(self, req: dict[str, Any]) -> dict[str, Any]:
         stdout = req.get("stdout")

@@ -12,12 +12,15 @@ import socket
 import sys
 import time
 
-IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate", "state"})
+# Verbs of inscript_waits.py, listed here so dispatching never imports that module early.
+WAIT_VERBS = frozenset({"wait-signal", "wait-event", "emit", "spawn", "activity-submit",
+                        "activity-collect", "activity-wait-all", "activity", "output"})
+IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate", "state"}) | WAIT_VERBS
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 USAGE = {
-    "step": "usage: cryopg step NAME [--label LABEL] -- COMMAND [ARG...]",
+    "step": "usage: cryopg step NAME [--label LABEL] [--secret NAME...] -- COMMAND [ARG...]",
     "sleep": "usage: cryopg sleep DURATION   (e.g. 30s, 5m, 1.5h, 1d, 500ms, 10)",
     "annotate": "usage: cryopg annotate TEXT",
     "state": (
@@ -103,16 +106,24 @@ def main(argv: list[str]) -> int:
         print(f"cryopg: expected an in-script verb ({verbs})", file=sys.stderr)
         return 2
     verb, args = argv[0], argv[1:]
+    if verb in WAIT_VERBS:
+        from cryopg.cli import inscript_waits
+
+        usage = inscript_waits.USAGE
+    else:
+        usage = USAGE
     if args[:1] in (["-h"], ["--help"]):
-        print(USAGE[verb])
+        print(usage[verb])
         return 0
     try:
+        if verb in WAIT_VERBS:
+            return inscript_waits.main(verb, args)
         if verb == "state":
             return _state(args)
         if verb == "step":
-            name, label, command = _parse_step(args)
+            name, label, needs, command = _parse_step(args)
             socket_path = _socket_path(verb)
-            return _step(socket_path, name, label, command)
+            return _step(socket_path, name, label, needs, command)
         if verb == "sleep":
             if len(args) != 1:
                 raise UsageError(USAGE["sleep"])
@@ -134,24 +145,31 @@ def main(argv: list[str]) -> int:
         return 1
 
 
-def _parse_step(args: list[str]) -> tuple[str, str | None, list[str]]:
+def _parse_step(args: list[str]) -> tuple[str, str | None, list[str], list[str]]:
+    """(name, label, secrets the step needs, command)."""
     if "--" not in args:
         raise UsageError(f"missing '--' before the command\n{USAGE['step']}")
     cut = args.index("--")
     head, command = args[:cut], args[cut + 1 :]
     name: str | None = None
     label: str | None = None
+    needs: list[str] = []
     i = 0
     while i < len(head):
         arg = head[i]
-        if arg == "--label":
+        if arg in ("--label", "--secret"):
             if i + 1 >= len(head):
-                raise UsageError("--label needs a value")
-            label = head[i + 1]
+                raise UsageError(f"{arg} needs a value")
+            if arg == "--label":
+                label = head[i + 1]
+            else:
+                needs.append(head[i + 1])
             i += 2
             continue
         if arg.startswith("--label="):
             label = arg[len("--label=") :]
+        elif arg.startswith("--secret="):
+            needs.append(arg[len("--secret=") :])
         elif arg.startswith("-") and arg != "-":
             raise UsageError(f"unknown option {arg}\n{USAGE['step']}")
         elif name is None:
@@ -163,7 +181,7 @@ def _parse_step(args: list[str]) -> tuple[str, str | None, list[str]]:
         raise UsageError(f"missing step NAME\n{USAGE['step']}")
     if not command:
         raise UsageError(f"missing COMMAND after '--'\n{USAGE['step']}")
-    return name, label, command
+    return name, label, needs, command
 
 
 def _parse_state(args: list[str]) -> tuple[str, list[str], dict[str, str | bool]]:
@@ -255,8 +273,12 @@ def _socket_path(verb: str) -> str:
     return path
 
 
-def _step(socket_path: str, name: str, label: str | None, command: list[str]) -> int:
-    reply = _call(socket_path, {"op": "step.begin", "name": name, "label": label})
+def _step(socket_path: str, name: str, label: str | None, needs: list[str],
+          command: list[str]) -> int:
+    request: dict[str, object] = {"op": "step.begin", "name": name, "label": label}
+    if needs:  # the agent fails the run when one was withheld or is not set
+        request["secrets"] = needs
+    reply = _call(socket_path, request)
     if reply.get("hit"):
         _write_stdout(reply.get("stdout") or "")
         return int(reply.get("exit_code") or 0)

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import click
 
-from cryopg.cli import processes
+from cryopg.cli import admin, processes
 from cryopg.cli.client import Client
 from cryopg.cli.target import resolve
 
@@ -33,7 +33,7 @@ def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 
 
-for command in processes.COMMANDS:
+for command in [*processes.COMMANDS, *admin.COMMANDS]:
     cli.add_command(command)
 
 
@@ -64,8 +64,10 @@ def _parse_json(text: str | None, what: str) -> Any:
 @click.option("--idempotency-key", metavar="K", help="A second submit with the same key returns the first run.")
 @click.option("--interpreter", metavar="I", help="Run the script with I instead of choosing by extension.")
 @click.option("--follow", is_flag=True, help="Stream the log and exit with the run's outcome.")
+@click.option("--untrusted", is_flag=True,
+              help="Run without secrets; a step that needs one fails instead of running.")
 def submit(file: Path, input_json: str | None, idempotency_key: str | None,
-           interpreter: str | None, follow: bool) -> None:
+           interpreter: str | None, follow: bool, untrusted: bool) -> None:
     """Submit FILE as a new run and print its id."""
     value = _parse_json(input_json, "--input")
     try:
@@ -77,7 +79,8 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
     client = Client(resolve())
     made = client.call("POST", "/runs", {"source": source, "filename": file.name, "input": value,
                                          "interpreter": interpreter,
-                                         "idempotency_key": idempotency_key})
+                                         "idempotency_key": idempotency_key,
+                                         **({"untrusted": True} if untrusted else {})})
     run_id = made["run_id"]
     if not follow:
         click.echo(run_id)
@@ -127,6 +130,8 @@ def runs_show(run: str, as_json: bool) -> None:
                 "wake_at", "agent_id"):
         if got.get(key) is not None:
             click.echo(f"{key + ':':17}{got[key]}")
+    for key, value in (got.get("outputs") or {}).items():
+        click.echo(f"output {key}: {json.dumps(value, separators=(',', ':'))}")
     for ev in got.get("history", []):
         what = "/".join(str(ev[k]) for k in ("family", "name", "ordinal") if k in ev)
         text = f"  {ev['text']}" if "text" in ev else ""
@@ -156,6 +161,40 @@ def cancel(run: str) -> None:
     target = resolve()
     got = Client(target).call("POST", f"/runs/{target.qualify(run)}/cancel")
     click.echo(f"{got['id']} {got['cancel']}")
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("name")
+@click.argument("payload", required=False)
+def signal(run: str, name: str, payload: str | None) -> None:
+    """Send signal NAME to RUN; PAYLOAD is JSON, or else taken as a string."""
+    from cryopg.cli.inscript import parse_value
+
+    target = resolve()
+    run_id = target.qualify(run)
+    body = {"payload": None if payload is None else parse_value(payload)}
+    Client(target).call("POST", f"/runs/{run_id}/signal/{name}", body)
+    click.echo(f"signalled {run_id} {name}")
+
+
+@cli.command()
+@click.option("--name", help="Only events of this name.")
+@click.option("--limit", default=50, show_default=True, help="How many, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def events(name: str | None, limit: int, as_json: bool) -> None:
+    """List the project's bus events, newest first."""
+    from urllib.parse import urlencode
+
+    query = urlencode({k: v for k, v in (("name", name), ("limit", limit)) if v is not None})
+    listed = Client(resolve()).call("GET", f"/events?{query}")["events"]
+    if as_json:
+        click.echo(json.dumps(listed, indent=2))
+        return
+    for ev in listed:
+        payload = json.dumps(ev["payload"], separators=(",", ":"))
+        click.echo(f"{ev['id']}\t{ev['created_at'][:19].replace('T', ' ')}\t{ev['name']}\t"
+                   f"{payload}\t{ev['emitted_by_run'] or '-'}")
 
 
 @cli.group()

@@ -42,11 +42,14 @@ async def _run_in_org(request: web.Request) -> tuple[str, str]:
 
 
 async def _grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] | None:
-    """Opens what the claim carries. A payload that will not open ends the run as
-    unreadable rather than letting it run without its recorded answers."""
+    """Opens what the claim carries. A payload that will not open (altered bytes, or an
+    org key this server's master key cannot unwrap) ends the run as unreadable rather
+    than letting it run without its recorded answers."""
+    from cryopg.server.wait_routes import grant_entry  # it builds on this module
+
     app = request.app
-    sealer = await app[KEYS].sealer(org)
     try:
+        sealer = await app[KEYS].sealer(org)
         source = sealer.open_text(claim.source)
         if claim.input_clear is not None:
             input_value = claim.input_clear
@@ -57,22 +60,44 @@ async def _grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any]
             input_value = sealer.open_json(claim.input) if claim.input is not None else None
         async with connection(app[POOL]) as conn:
             memos = await engine.read_journal(conn, claim.run_id, claim.claim_token)
-        journal = []
-        for m in memos:
-            result = sealer.open_json(m.result) if m.result is not None else {}
-            journal.append({"seq": m.seq, "path": m.path, "family": m.family, "name": m.name,
-                            "ordinal": m.ordinal, "status": m.status,
-                            "stdout": result.get("stdout", ""), "exit_code": m.exit_code,
-                            **({"answer": result["answer"]} if "answer" in result else {})})
+            found = await engine.claim_secrets(conn, claim.run_id, claim.claim_token)
+            journal = [await grant_entry(conn, sealer, m) for m in memos]
+        # Plaintext secrets exist only here, in the grant of a trusted run's live claim.
+        secrets = {s.name: sealer.open_text(s.value) for s in found
+                   if not s.withheld and s.value is not None}
+        withheld = [s.name for s in found if s.withheld]
     except Unreadable as exc:
-        async with connection(app[POOL]) as conn:
-            await engine.finish_run(conn, claim.run_id, claim.claim_token, "unreadable", None,
-                                    f"unreadable: {exc}")
+        await finish_unreadable(request, claim.run_id, claim.claim_token, exc)
         return None
     return {"run_id": claim.run_id, "claim_token": str(claim.claim_token),
             "attempt": claim.attempt, "filename": claim.filename,
             "interpreter": claim.interpreter, "source": source, "input": input_value,
-            "lease_seconds": app[CONFIG].lease_seconds, "journal": journal}
+            "lease_seconds": app[CONFIG].lease_seconds, "journal": journal,
+            "secrets": secrets, "withheld": withheld}
+
+
+async def finish_unreadable(request: web.Request, run_id: str, token: uuid.UUID,
+                            exc: Unreadable) -> None:
+    async with connection(request.app[POOL]) as conn:
+        await engine.finish_run(conn, run_id, token, "unreadable", None, f"unreadable: {exc}")
+
+
+async def unreadable_in_run(request: web.Request, exc: Unreadable) -> None:
+    """An agent's in-run call met a payload that will not open (a memo, a state value, or
+    the org key itself): the run ends unreadable, and the agent's next call finds its
+    claim gone and stops the script. Best effort: without a claim token nothing ends."""
+    run_id = request.match_info.get("run")
+    if not run_id or not request.path.startswith("/api/v1/agent/runs/"):
+        return
+    try:
+        body = await request.json()
+        token = uuid.UUID(str(body.get("claim_token")))
+    except (ValueError, TypeError, AttributeError):
+        return
+    try:
+        await finish_unreadable(request, run_id, token, exc)
+    except Exception:  # noqa: BLE001 - a stale claim here means someone else ended it
+        pass
 
 
 async def claim(request: web.Request) -> web.StreamResponse:
@@ -82,7 +107,8 @@ async def claim(request: web.Request) -> web.StreamResponse:
     if not agent_id:
         raise InvalidArgument("agent_id is required")
     asked = [str(c) for c in body.get("capabilities") or DEFAULT_CAPS]
-    caps = [c for c in asked if not info.capabilities or c in info.capabilities]
+    # The token's ceiling bounds what a claim may serve, whatever the agent advertises.
+    caps = [c for c in asked if c in info.capabilities]
     cfg = request.app[CONFIG]
     wait = max(0.0, min(float(body.get("wait", cfg.claim_wait_max)), cfg.claim_wait_max))
     loop = asyncio.get_running_loop()

@@ -10,8 +10,8 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection, open_pool
-from cryopg.errors import CryoError
-from cryopg.server import agent_routes, state_routes, user_routes
+from cryopg.errors import CryoError, Unreadable
+from cryopg.server import admin_routes, agent_routes, state_routes, user_routes, wait_routes
 from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
 from cryopg.server.notifier import Notifier
@@ -27,6 +27,8 @@ async def errors_middleware(request: web.Request, handler):  # type: ignore[no-u
     try:
         return await handler(request)
     except CryoError as exc:
+        if isinstance(exc, Unreadable):
+            await agent_routes.unreadable_in_run(request, exc)
         return web.json_response(error_body(exc.code, str(exc)), status=exc.http_status)
     except web.HTTPException as exc:
         if exc.status >= 400:
@@ -89,4 +91,6 @@ def build_app(config: ServerConfig) -> web.Application:
     user_routes.add_routes(app)
     agent_routes.add_routes(app)
     state_routes.add_routes(app)
+    wait_routes.add_routes(app)
+    admin_routes.add_routes(app)
     return app

@@ -16,7 +16,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Run
 from cryopg.errors import InvalidArgument, RunNotFound
-from cryopg.server.auth import require_user
+from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
@@ -49,8 +49,8 @@ def _scope(request: web.Request) -> tuple[str, str]:
     return request.match_info["org"], request.match_info["project"]
 
 
-async def _own_run(request: web.Request) -> Run:
-    await require_user(request)
+async def _own_run(request: web.Request, need: str = VIEWER) -> Run:
+    await require_user(request, need)
     org, project = _scope(request)
     run_id = request.match_info["run"]
     if not run_id.startswith(f"{org}:{project}:"):
@@ -70,20 +70,23 @@ def _script_fields(body: dict[str, Any]) -> tuple[str, str, str | None]:
 
 
 async def submit(request: web.Request) -> web.Response:
-    await require_user(request)
+    await require_user(request, MEMBER)
     org, project = _scope(request)
     body = await json_body(request)
     source, filename, interpreter = _script_fields(body)
     key = body.get("idempotency_key")
     if key is not None and not isinstance(key, str):
         raise InvalidArgument("idempotency_key must be a string")
+    untrusted = body.get("untrusted", False)
+    if not isinstance(untrusted, bool):
+        raise InvalidArgument("untrusted must be true or false")
     sealer = await request.app[KEYS].sealer(org)
     sealed_input = sealer.seal_json(body["input"]) if body.get("input") is not None else None
     async with connection(request.app[POOL]) as conn:
         run_id, created = await engine.submit_script(
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
-            required_caps=required_caps(filename, interpreter))
+            required_caps=required_caps(filename, interpreter), untrusted=untrusted)
     return web.json_response({"run_id": run_id, "created": created}, status=201 if created else 200)
 
 
@@ -102,8 +105,11 @@ async def list_runs(request: web.Request) -> web.Response:
 async def show_run(request: web.Request) -> web.Response:
     run = await _own_run(request)
     sealer = await request.app[KEYS].sealer(run.org)
+    from cryopg.server.wait_routes import run_outputs  # it builds on this module
+
     async with connection(request.app[POOL]) as conn:
         events = await engine.read_history(conn, run.id)
+        outputs = await run_outputs(conn, sealer, run.id)
     history = []
     for ev in events:
         item: dict[str, Any] = {"kind": ev.kind, "at": _iso(ev.created_at)}
@@ -114,11 +120,11 @@ async def show_run(request: web.Request) -> web.Response:
         if ev.kind == "annotation" and ev.payload is not None:
             item["text"] = sealer.open_text(ev.payload)
         history.append(item)
-    return web.json_response({**run_json(run), "history": history})
+    return web.json_response({**run_json(run), "outputs": outputs, "history": history})
 
 
 async def cancel(request: web.Request) -> web.Response:
-    run = await _own_run(request)
+    run = await _own_run(request, MEMBER)
     async with connection(request.app[POOL]) as conn:
         outcome = await engine.cancel_run(conn, run.id)
         run = await engine.get_run(conn, run.id)
@@ -161,7 +167,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
 
 
 async def put_workflow(request: web.Request) -> web.Response:
-    await require_user(request)
+    await require_user(request, MEMBER)
     org, project = _scope(request)
     body = await json_body(request)
     source, filename, interpreter = _script_fields(body)

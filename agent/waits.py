@@ -1,0 +1,198 @@
+"""Durable verbs that wait on the world or start other runs: signals, bus events,
+emits, child runs, fan-out activities and run outputs.
+
+Each is a durable call with a path in the journal. A replay answers from the journal;
+a first reach asks the server, which either answers at once (a queued signal, a child
+that already finished) or parks the run, in which case the script is killed and the
+answer arrives on a later pass.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from agent.api import AgentAPIError, StaleClaim
+
+if TYPE_CHECKING:
+    from agent.socket_server import DurableVerbs
+
+TIMED_OUT = 124  # a bounded wait with nothing by the deadline
+WAIT_OPS = (
+    "wait.signal",
+    "wait.event",
+    "emit",
+    "spawn",
+    "activity.submit",
+    "activity.collect",
+    "activity.wait-all",
+    "output.set",
+)
+
+
+def _error(code: str, message: str) -> Exception:
+    from agent.socket_server import VerbError
+
+    return VerbError(code, message)
+
+
+def _name(req: dict[str, Any], what: str) -> str:
+    name = req.get("name")
+    if not isinstance(name, str) or not name:
+        raise _error("bad_request", f"{what} needs a non-empty string 'name'")
+    return name
+
+
+def _timeout(req: dict[str, Any]) -> float | None:
+    timeout = req.get("timeout")
+    if timeout is None:
+        return None
+    if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+            or not math.isfinite(timeout) or timeout < 0):
+        raise _error("bad_request", "'timeout' must be a non-negative number of seconds")
+    return float(timeout)
+
+
+def _done(verbs: DurableVerbs, path: str) -> dict[str, Any] | None:
+    entry = verbs._by_path.get(path)
+    return entry if entry is not None and entry.get("status") == "done" else None
+
+
+async def _flush(verbs: DurableVerbs) -> None:
+    """What the script printed so far belongs to this pass; a park ends the claim."""
+    try:
+        await verbs._job.flush_logs()
+    except StaleClaim:
+        verbs._job.stale()
+        raise _error("engine", "the claim on this run was lost") from None
+    except AgentAPIError:
+        pass
+
+
+async def _ask(verbs: DurableVerbs, what: str, **fields: Any) -> dict[str, Any]:
+    job = verbs._job
+    return await verbs._engine(job.api.call(job.run_id, job.claim_token, what, **fields))
+
+
+def _memo(verbs: DurableVerbs, path: str, family: str, name: str, ordinal: int,
+          answer: Any, exit_code: int = 0, stdout: str = "") -> dict[str, Any]:
+    entry = {"path": path, "family": family, "name": name, "ordinal": ordinal,
+             "status": "done", "stdout": stdout, "exit_code": exit_code, "answer": answer}
+    verbs._remember(entry)
+    return entry
+
+
+async def dispatch(verbs: DurableVerbs, op: str, req: dict[str, Any]) -> dict[str, Any] | None:
+    if op in ("wait.signal", "wait.event"):
+        return await _wait(verbs, op.removeprefix("wait."), req)
+    if op == "emit":
+        return await _emit(verbs, req)
+    if op == "spawn":
+        return await _spawn(verbs, req)
+    if op == "activity.submit":
+        return await _activity_submit(verbs, req)
+    if op == "activity.collect":
+        return await _activity_collect(verbs, req)
+    if op == "activity.wait-all":
+        return await _wait_all(verbs)
+    return await _output(verbs, req)
+
+
+async def _wait(verbs: DurableVerbs, kind: str, req: dict[str, Any]) -> dict[str, Any] | None:
+    name = _name(req, f"wait.{kind}")
+    timeout = _timeout(req)
+    path, ordinal = verbs._reach(kind, name)
+    entry = _done(verbs, path)
+    if entry is None:
+        await _flush(verbs)
+        got = await _ask(verbs, f"waits/{kind}", path=path, name=name, ordinal=ordinal,
+                         timeout=timeout)
+        if got.get("parked"):
+            verbs._job.parked()  # the script dies here; the answer comes on a later pass
+            return None
+        entry = _memo(verbs, path, kind, name, ordinal, got.get("payload"),
+                      TIMED_OUT if got.get("timed_out") else 0)
+    timed_out = entry.get("exit_code") == TIMED_OUT
+    payload = None if timed_out else entry.get("answer")
+    return {"ok": True, "timed_out": timed_out, "payload": payload}
+
+
+async def _emit(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+    name = _name(req, "emit")
+    path, ordinal = verbs._reach("emit", "")
+    if _done(verbs, path) is None:
+        got = await _ask(verbs, "emit", path=path, ordinal=ordinal, name=name,
+                         payload=req.get("payload"))
+        _memo(verbs, path, "emit", "", ordinal, {"event_id": got.get("event_id")})
+    return {"ok": True}
+
+
+async def _spawn(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+    path, ordinal = verbs._reach("spawn", "")
+    entry = _done(verbs, path)
+    if entry is None:
+        source, filename = req.get("source"), req.get("filename")
+        if not isinstance(source, str) or not isinstance(filename, str) or not filename:
+            raise _error("bad_request", "spawn needs the child script's 'filename' and 'source'")
+        got = await _ask(verbs, "spawn", path=path, ordinal=ordinal, filename=filename,
+                         source=source, input=req.get("input"),
+                         interpreter=req.get("interpreter"))
+        entry = _memo(verbs, path, "spawn", "", ordinal, {"run_id": got.get("run_id")})
+    return {"ok": True, "run_id": (entry.get("answer") or {}).get("run_id")}
+
+
+async def _activity_submit(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+    name = _name(req, "activity.submit")
+    if verbs._ordinals.get(("activity", name), 0) > 0:
+        raise _error("bad_request",
+                     f"activity {name!r} was already submitted in this run; names are unique")
+    path, _ = verbs._reach("activity", name)
+    entry = _done(verbs, path)
+    if entry is None:
+        argv = req.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise _error("bad_request", "activity.submit needs a non-empty 'argv' of strings")
+        got = await _ask(verbs, "activities", path=path, name=name, argv=argv,
+                         retries=req.get("retries") or 0,
+                         retry_backoff=req.get("retry_backoff") or 0,
+                         retry_on=req.get("retry_on"))
+        entry = _memo(verbs, path, "activity", name, 0, {"run_id": got.get("run_id")})
+    return {"ok": True, "run_id": (entry.get("answer") or {}).get("run_id")}
+
+
+async def _activity_collect(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any] | None:
+    name = _name(req, "activity.collect")
+    path, ordinal = verbs._reach("activity.collect", name)
+    entry = _done(verbs, path)
+    if entry is None:
+        await _flush(verbs)
+        got = await _ask(verbs, "activities/collect", path=path, ordinal=ordinal, name=name)
+        if got.get("parked"):
+            verbs._job.parked()
+            return None
+        entry = _memo(verbs, path, "activity.collect", name, ordinal,
+                      {"run_id": got.get("run_id")}, int(got.get("exit_code") or 0),
+                      str(got.get("stdout") or ""))
+    return {"ok": True, "stdout": entry.get("stdout") or "",
+            "exit_code": int(entry.get("exit_code") or 0)}
+
+
+async def _wait_all(verbs: DurableVerbs) -> dict[str, Any] | None:
+    path, ordinal = verbs._reach("activity.wait-all", "")
+    entry = _done(verbs, path)
+    if entry is None:
+        await _flush(verbs)
+        got = await _ask(verbs, "activities/wait-all", path=path, ordinal=ordinal)
+        if got.get("parked"):
+            verbs._job.parked()
+            return None
+        entry = _memo(verbs, path, "activity.wait-all", "", ordinal, {"failed": got.get("failed")})
+    return {"ok": True, "failed": int((entry.get("answer") or {}).get("failed") or 0)}
+
+
+async def _output(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+    key = req.get("key")
+    if not isinstance(key, str) or not key:
+        raise _error("bad_request", "output.set needs a non-empty string 'key'")
+    await _ask(verbs, "outputs", key=key, value=req.get("value"))
+    return {"ok": True}

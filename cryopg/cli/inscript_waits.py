@@ -1,0 +1,177 @@
+"""In-script verbs that wait or start other runs: wait-signal, wait-event, emit, spawn,
+activity-submit/-collect/-wait-all, activity, and output set.
+
+Part of the in-script fast path: stdlib only, like inscript.py, whose socket client it
+uses. A wait that has to park never returns: the agent kills this process with the
+script, and the run resumes from the top when the wait is over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from cryopg.cli.inscript import (
+    UsageError,
+    _call,
+    _socket_path,
+    _write_stdout,
+    format_value,
+    parse_duration,
+    parse_value,
+)
+
+TIMED_OUT = 124
+
+USAGE = {
+    "wait-signal": "usage: cryopg wait-signal NAME [--timeout DURATION]   (exit 124: timed out)",
+    "wait-event": "usage: cryopg wait-event NAME [--timeout DURATION]   (exit 124: timed out)",
+    "emit": "usage: cryopg emit NAME [PAYLOAD]",
+    "spawn": "usage: cryopg spawn FILE [--input JSON] [--interpreter I]",
+    "activity-submit": (
+        "usage: cryopg activity-submit NAME [--retries N] [--retry-backoff DURATION]\n"
+        "                              [--retry-on-exit CODE[,CODE...]] -- COMMAND [ARG...]"),
+    "activity-collect": "usage: cryopg activity-collect NAME",
+    "activity-wait-all": "usage: cryopg activity-wait-all",
+    "activity": (
+        "usage: cryopg activity NAME [--retries N] [--retry-backoff DURATION]\n"
+        "                       [--retry-on-exit CODE[,CODE...]] -- COMMAND [ARG...]"),
+    "output": "usage: cryopg output set KEY VALUE",
+}
+WAIT_VERBS = frozenset(USAGE)
+
+
+def _options(verb: str, args: list[str],
+             allowed: dict[str, bool]) -> tuple[list[str], dict[str, str]]:
+    """Split positional arguments from --options (each taking a value)."""
+    positional: list[str] = []
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--") and arg != "--":
+            name, eq, value = arg.partition("=")
+            if name not in allowed:
+                raise UsageError(f"unknown option {name}\n{USAGE[verb]}")
+            if not eq:
+                i += 1
+                if i >= len(args):
+                    raise UsageError(f"{name} needs a value\n{USAGE[verb]}")
+                value = args[i]
+            options[name] = value
+        else:
+            positional.append(arg)
+        i += 1
+    return positional, options
+
+
+def _wait(verb: str, args: list[str]) -> int:
+    positional, options = _options(verb, args, {"--timeout": True})
+    if len(positional) != 1:
+        raise UsageError(USAGE[verb])
+    timeout = None
+    if "--timeout" in options:
+        try:
+            timeout = parse_duration(options["--timeout"])
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    op = "wait.signal" if verb == "wait-signal" else "wait.event"
+    reply = _call(_socket_path(verb), {"op": op, "name": positional[0], "timeout": timeout})
+    if reply.get("timed_out"):
+        return TIMED_OUT
+    payload = reply.get("payload")
+    if payload is not None:
+        _write_stdout(format_value(payload) + "\n")
+    return 0
+
+
+def _activity_options(verb: str, args: list[str]) -> tuple[str, dict[str, object], list[str]]:
+    if "--" not in args:
+        raise UsageError(f"missing '--' before the command\n{USAGE[verb]}")
+    cut = args.index("--")
+    head, command = args[:cut], args[cut + 1:]
+    if not command:
+        raise UsageError(f"missing the command after '--'\n{USAGE[verb]}")
+    positional, options = _options(
+        verb, head, {"--retries": True, "--retry-backoff": True, "--retry-on-exit": True})
+    if len(positional) != 1:
+        raise UsageError(USAGE[verb])
+    policy: dict[str, object] = {}
+    try:
+        if "--retries" in options:
+            policy["retries"] = int(options["--retries"])
+            if policy["retries"] < 0:  # type: ignore[operator]
+                raise ValueError
+        if "--retry-on-exit" in options:
+            codes = options["--retry-on-exit"].split(",")
+            policy["retry_on"] = [int(c) for c in codes if c.strip()]
+    except ValueError:
+        raise UsageError(
+            "--retries takes a count >= 0 and --retry-on-exit exit codes like 1,75") from None
+    if "--retry-backoff" in options:
+        try:
+            policy["retry_backoff"] = parse_duration(options["--retry-backoff"])
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    return positional[0], policy, command
+
+
+def _collect(verb: str, name: str) -> int:
+    reply = _call(_socket_path(verb), {"op": "activity.collect", "name": name})
+    _write_stdout(str(reply.get("stdout") or ""))
+    return int(reply.get("exit_code") or 0)
+
+
+def main(verb: str, args: list[str]) -> int:
+    if verb in ("wait-signal", "wait-event"):
+        return _wait(verb, args)
+    if verb == "emit":
+        if len(args) not in (1, 2):
+            raise UsageError(USAGE[verb])
+        payload = parse_value(args[1]) if len(args) == 2 else None
+        _call(_socket_path(verb), {"op": "emit", "name": args[0], "payload": payload})
+        return 0
+    if verb == "spawn":
+        positional, options = _options(verb, args, {"--input": True, "--interpreter": True})
+        if len(positional) != 1:
+            raise UsageError(USAGE[verb])
+        socket_path = _socket_path(verb)
+        child_input = None
+        if "--input" in options:
+            try:
+                child_input = json.loads(options["--input"])
+            except ValueError as e:
+                raise UsageError(f"--input is not valid JSON: {e}") from None
+        try:
+            with open(positional[0], encoding="utf-8") as fh:
+                source = fh.read()
+        except OSError as e:
+            raise UsageError(f"cannot read {positional[0]}: {e.strerror or e}") from None
+        reply = _call(socket_path, {"op": "spawn", "filename": os.path.basename(positional[0]),
+                                    "source": source, "input": child_input,
+                                    "interpreter": options.get("--interpreter")})
+        _write_stdout(f"{reply.get('run_id')}\n")
+        return 0
+    if verb in ("activity-submit", "activity"):
+        name, policy, command = _activity_options(verb, args)
+        socket_path = _socket_path(verb)
+        reply = _call(socket_path, {"op": "activity.submit", "name": name, "argv": command,
+                                    **policy})
+        if verb == "activity-submit":
+            _write_stdout(f"{reply.get('run_id')}\n")
+            return 0
+        return _collect(verb, name)
+    if verb == "activity-collect":
+        if len(args) != 1:
+            raise UsageError(USAGE[verb])
+        return _collect(verb, args[0])
+    if verb == "activity-wait-all":
+        if args:
+            raise UsageError(USAGE[verb])
+        reply = _call(_socket_path(verb), {"op": "activity.wait-all"})
+        _write_stdout(f"{reply.get('failed')}\n")
+        return 0
+    if len(args) != 3 or args[0] != "set":
+        raise UsageError(USAGE["output"])
+    _call(_socket_path(verb), {"op": "output.set", "key": args[1], "value": parse_value(args[2])})
+    return 0
