@@ -31,6 +31,7 @@ def sealed_env(
     socket_path: str,
     input_file: str,
     agent_token: str | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     globs = passthrough_globs(source.get("CRYO_ENV_PASSTHROUGH"))
     env: dict[str, str] = {}
@@ -51,6 +52,11 @@ def sealed_env(
     parts = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p]
     env["PATH"] = os.pathsep.join([bindir, *(p for p in parts if p != bindir)])
     env.setdefault("TERM", "xterm")
+    # The run's secrets, from its claim grant (none for an untrusted run). The server
+    # refuses names that would replace the handles below or the allowlisted basics.
+    for name, value in (secrets or {}).items():
+        if not name.startswith(FORBIDDEN_PREFIXES):
+            env[name] = value
     env["CRYO_SOCKET"] = socket_path
     env["CRYO_RUN_ID"] = run_id
     env["CRYO_ATTEMPT"] = str(attempt)

@@ -62,12 +62,16 @@ class Job:
             on_cancel=lambda: self._finish_early(End.CANCELLED),
             on_stale=self.stale,
             on_pressure=self._pressure,
+            secrets=list((grant.get("secrets") or {}).values()),
         )
+        self.secret_names: frozenset[str] = frozenset(grant.get("secrets") or {})
+        self.withheld: frozenset[str] = frozenset(grant.get("withheld") or [])
 
     # -- hooks used by the socket server and the log streamer --------------------------
 
     async def flush_logs(self) -> None:
-        await self._logs.flush()
+        # Called as the pass parks: nothing more of it will be printed.
+        await self._logs.flush(final=True)
 
     def parked(self) -> None:
         self._finish_early(End.PARKED)
@@ -76,6 +80,8 @@ class Job:
         self._finish_early(End.STALE)
 
     def diverged(self, message: str) -> None:
+        """Fail the run now: a determinism error, or a step that needs a secret the run
+        does not get."""
         if self._finish_early(End.DIVERGED):
             self._error = message
             self._logs.feed(f"\ncryopg: {message}\n".encode())
@@ -132,6 +138,7 @@ class Job:
             socket_path=socket_path,
             input_file=input_path,
             agent_token=self._agent_token,
+            secrets=g.get("secrets") or {},
         )
         argv = script_command(filename, g.get("interpreter"), script_path, env.get("PATH"))
 
@@ -176,7 +183,7 @@ class Job:
         if why in (End.PARKED, End.STALE, End.STOPPED):
             return
         try:
-            await self._logs.flush()
+            await self._logs.flush(final=True)
         except StaleClaim:
             return
         except AgentAPIError as e:

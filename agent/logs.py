@@ -1,4 +1,11 @@
-"""Buffer a run's output and stream it to the server; every post also renews the lease."""
+"""Buffer a run's output and stream it to the server; every post also renews the lease.
+
+Every secret value the claim injected is replaced by REDACTED before a byte leaves the
+agent, so neither the live follow nor the stored log ever holds one. A value can arrive
+split across two PTY reads (and so across two flushes): the last len(longest)-1 bytes
+stay buffered until more output shows whether they start a secret, except on the
+final flush, when the run's output is complete.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ CHUNK_BYTES = 256 << 10
 # Past this much unsent output, stop reading the PTY so the script blocks on write
 # instead of the agent's memory growing while the server is slow or away.
 HIGH_WATER = 8 << 20
+REDACTED = b"[secret]"
 
 
 class LogStreamer:
@@ -29,6 +37,7 @@ class LogStreamer:
         on_cancel: Callable[[], None],
         on_stale: Callable[[], None],
         on_pressure: Callable[[bool], None] = lambda _high: None,
+        secrets: list[str] | None = None,
     ) -> None:
         self._api = api
         self._run_id = run_id
@@ -42,20 +51,36 @@ class LogStreamer:
         self._last_post = time.monotonic()
         self._high = False
         self._warned = False
+        # Longest first, so a secret that contains another is replaced whole.
+        self._secrets = sorted({v.encode() for v in secrets or [] if v}, key=len, reverse=True)
+        self._hold = max((len(v) for v in self._secrets), default=1) - 1
+
+    def redact(self, data: bytes) -> bytes:
+        for value in self._secrets:
+            data = data.replace(value, REDACTED)
+        return data
 
     def feed(self, data: bytes) -> None:
+        if self._secrets:
+            # Re-scan the held tail with the new bytes: a value split across reads.
+            tail = min(len(self._buf), self._hold)
+            joined = self.redact(bytes(self._buf[len(self._buf) - tail:]) + data)
+            del self._buf[len(self._buf) - tail:]
+            data = joined
         self._buf += data
         if not self._high and len(self._buf) >= HIGH_WATER:
             self._high = True
             self._on_pressure(True)
 
-    async def flush(self, *, heartbeat: bool = False) -> None:
-        """Send everything buffered so far (or an empty heartbeat if asked and idle).
+    async def flush(self, *, heartbeat: bool = False, final: bool = False) -> None:
+        """Send everything buffered so far (or an empty heartbeat if asked and idle);
+        short of `final`, a tail that may begin a secret waits for the next flush.
 
         Raises StaleClaim and AgentAPIError; bytes stay buffered if a post fails.
         """
         async with self._lock:
-            pending = len(self._buf)
+            hold = 0 if final or not self._secrets else min(self._hold, len(self._buf))
+            pending = len(self._buf) - hold
             if pending == 0 and not heartbeat:
                 return
             while True:
@@ -86,7 +111,7 @@ class LogStreamer:
         while True:
             await asyncio.sleep(FLUSH_INTERVAL)
             idle = time.monotonic() - self._last_post
-            if not self._buf and idle < self._heartbeat:
+            if len(self._buf) <= (self._hold if self._secrets else 0) and idle < self._heartbeat:
                 continue
             try:
                 await self.flush(heartbeat=True)

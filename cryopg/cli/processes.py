@@ -1,4 +1,5 @@
-"""Commands that run processes: dev, server, agent, migrate, and token bootstrap."""
+"""Commands that run processes (dev, server, agent, migrate) and the operator commands
+that work on the database directly (token, master-key)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ LEASE = click.option("--lease-seconds", default=30.0, show_default=True,
                      help="How long a claim lives without a log flush or heartbeat.")
 TICK = click.option("--tick-interval", default=1.0, show_default=True,
                     help="Seconds between sweeps (lapsed leases, due sleeps).")
-DEV_CAPS = ["shell", "polyglot", "connector"]
+# What dev agents advertise and their token's ceiling; connector is never a default.
+DEV_CAPS = ["shell", "polyglot"]
+DEV_OWNER = "dev"
 
 
 def _fail(exc: BaseException) -> click.ClickException:
@@ -163,7 +166,8 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
 
 
 async def _dev_tokens(dsn: str, dev_file: Path) -> tuple[str, str]:
-    """Reuse the tokens of an earlier start when the database still knows them."""
+    """Bootstrap the dev org, its default project and an owner member, then reuse the
+    tokens of an earlier start when the database still knows them."""
     from cryopg import engine
     from cryopg.db import connection, open_pool
     from cryopg.server.auth import new_secret, secret_hash
@@ -176,6 +180,10 @@ async def _dev_tokens(dsn: str, dev_file: Path) -> tuple[str, str]:
             old = {}
     pool = await open_pool(dsn, max_size=1)
     try:
+        async with connection(pool) as conn:
+            await engine.ensure_org(conn, "dev", "Development")
+            await engine.ensure_project(conn, "dev", "default", "Default")
+            await engine.ensure_member(conn, "dev", DEV_OWNER, "owner")
         tokens = []
         for kind in ("user", "agent"):
             secret = old.get(f"{kind}_token")
@@ -189,7 +197,8 @@ async def _dev_tokens(dsn: str, dev_file: Path) -> tuple[str, str]:
                         pass
                 secret = new_secret(kind)
                 await engine.create_token(conn, kind, "dev", f"dev {kind}", secret_hash(secret),
-                                          DEV_CAPS if kind == "agent" else [])
+                                          DEV_CAPS if kind == "agent" else [],
+                                          member=DEV_OWNER if kind == "user" else None)
                 tokens.append(secret)
         return tokens[0], tokens[1]
     finally:
@@ -283,35 +292,173 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
         dev_file.unlink(missing_ok=True)
 
 
-@click.command("token")
-@DB_URL
-@click.option("--kind", type=click.Choice(["user", "agent"]), required=True)
-@click.option("--org", default="dev", show_default=True)
-@click.option("--name", default="cli", show_default=True)
-@click.option("--cap", "caps", multiple=True, help="Agent capability ceiling (repeatable).")
-def token_cmd(database_url: str | None, kind: str, org: str, name: str, caps: tuple[str, ...]) -> None:
-    """Create a token directly in the database and print its secret once."""
-    from cryopg import engine
+def _parse_expiry(text: str | None) -> Any:
+    import datetime as dt
+
+    from cryopg.cli.inscript import parse_duration
+
+    if not text:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
+
+
+def _with_pool(database_url: str | None, work: Any) -> Any:
     from cryopg.db import connection, open_pool
-    from cryopg.server.auth import new_secret, secret_hash
 
     if not database_url:
         raise click.ClickException("--database-url (or CRYOPG_DATABASE_URL) is required")
 
-    async def run() -> str:
-        secret = new_secret(kind)
+    async def run() -> Any:
         pool = await open_pool(database_url, max_size=1)
         try:
             async with connection(pool) as conn:
-                await engine.create_token(conn, kind, org, name, secret_hash(secret), list(caps))
+                return await work(conn)
         finally:
             await pool.close()
-        return secret
 
     try:
-        click.echo(asyncio.run(run()))
+        return asyncio.run(run())
     except CryoError as exc:
         raise _fail(exc) from None
 
 
-COMMANDS = [dev_cmd, server_cmd, agent_cmd, migrate_cmd, token_cmd]
+_TOKEN_CREATE_OPTIONS = [
+    click.option("--kind", type=click.Choice(["user", "agent"]), required=False),
+    click.option("--org", default="dev", show_default=True),
+    click.option("--name", default="cli", show_default=True),
+    click.option("--member", default="owner", show_default=True,
+                 help="User tokens: the member it acts for (created if missing, with --role)."),
+    click.option("--role", type=click.Choice(["owner", "admin", "member", "viewer"]),
+                 default="owner", show_default=True, help="Role of a member created here."),
+    click.option("--cap", "caps", multiple=True,
+                 help="Agent capability ceiling (repeatable; default shell and polyglot)."),
+    click.option("--expires", metavar="DURATION",
+                 help="Expire after e.g. 30d, 12h (default never)."),
+]
+
+
+def _token_create_options(fn: Any) -> Any:
+    for option in reversed(_TOKEN_CREATE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _create_token(database_url: str | None, kind: str | None, org: str, name: str, member: str,
+                  role: str, caps: tuple[str, ...], expires: str | None) -> None:
+    from cryopg import engine
+    from cryopg.server.auth import new_secret, secret_hash
+
+    if kind is None:
+        raise click.UsageError("--kind user|agent is required")
+    expires_at = _parse_expiry(expires)
+    secret = new_secret(kind)
+
+    async def work(conn: Any) -> None:
+        if kind == "user":
+            await engine.ensure_member(conn, org, member, role)
+        await engine.create_token(conn, kind, org, name, secret_hash(secret),
+                                  [c for cap in caps for c in cap.replace(",", " ").split()],
+                                  expires_at=expires_at, member=member if kind == "user" else None)
+
+    _with_pool(database_url, work)
+    click.echo(secret)
+
+
+@click.group("token", invoke_without_command=True)
+@DB_URL
+@_token_create_options
+@click.pass_context
+def token_cmd(ctx: click.Context, database_url: str | None, kind: str | None, org: str, name: str,
+              member: str, role: str, caps: tuple[str, ...], expires: str | None) -> None:
+    """Operator commands on the database: create, list and revoke tokens.
+
+    `cryopg token --kind …` (no subcommand) is `cryopg token create --kind …`."""
+    if ctx.invoked_subcommand is None:
+        _create_token(database_url, kind, org, name, member, role, caps, expires)
+
+
+@token_cmd.command("create")
+@DB_URL
+@_token_create_options
+def token_create(database_url: str | None, kind: str | None, org: str, name: str, member: str,
+                 role: str, caps: tuple[str, ...], expires: str | None) -> None:
+    """Create a token and print its secret once (only its hash is stored)."""
+    _create_token(database_url, kind, org, name, member, role, caps, expires)
+
+
+@token_cmd.command("list")
+@DB_URL
+@click.option("--org", default="dev", show_default=True)
+def token_list(database_url: str | None, org: str) -> None:
+    """List the org's tokens: id, kind, member, ceiling, expiry, revocation."""
+    from cryopg import engine
+
+    async def work(conn: Any) -> Any:
+        return await engine.list_tokens(conn, org)
+
+    for t in _with_pool(database_url, work):
+        state = ("revoked" if t.revoked_at else
+                 f"expires {t.expires_at:%Y-%m-%d %H:%M}" if t.expires_at else "live")
+        who = t.member or ",".join(t.capabilities)
+        click.echo(f"{t.id}\t{t.kind}\t{t.name}\t{who}\t{state}")
+
+
+@token_cmd.command("revoke")
+@DB_URL
+@click.option("--org", default="dev", show_default=True)
+@click.argument("token_id")
+def token_revoke(database_url: str | None, org: str, token_id: str) -> None:
+    """Revoke a token by id; it stops working at once."""
+    from cryopg import engine
+
+    async def work(conn: Any) -> bool:
+        return await engine.revoke_token(conn, org, token_id)
+
+    done = _with_pool(database_url, work)
+    click.echo(f"revoked {token_id}" if done else f"{token_id} was already revoked")
+
+
+@click.group("master-key")
+def master_key_cmd() -> None:
+    """The deployment master key, which wraps every org's data key."""
+
+
+@master_key_cmd.command("rotate")
+@DB_URL
+@click.option("--generate", is_flag=True, help="Generate the new key and print it once.")
+def master_key_rotate(database_url: str | None, generate: bool) -> None:
+    """Re-wrap every org key under a new master key, all in one transaction.
+
+    The old key comes from CRYOPG_MASTER_KEY, the new one from stdin (or --generate).
+    Payloads are untouched: the org data keys stay the same, only their wrapping
+    changes. Restart the servers with the new key afterwards."""
+    from cryopg import engine
+    from cryopg.seal import MasterKey, generate_master_key, parse_master_key
+
+    old = _master_key_from_env()
+    if old is None:
+        raise click.ClickException("CRYOPG_MASTER_KEY (the current master key) is not set")
+    text = generate_master_key() if generate else sys.stdin.readline()
+    try:
+        new = MasterKey(parse_master_key(text))
+    except CryoError as exc:
+        raise _fail(exc) from None
+
+    async def work(conn: Any) -> int:
+        rows = []
+        for org, key_id, wrapped in await engine.list_org_keys(conn):
+            data_key = old.unwrap(org, key_id, wrapped)
+            rows.append((org, wrapped, new.wrap(org, key_id, data_key)))
+        return await engine.rewrap_org_keys(conn, rows) if rows else 0
+
+    count = _with_pool(database_url, work)
+    if generate:
+        click.echo(text)
+    click.echo(f"re-wrapped {count} org key(s) under master key {new.key_id}", err=True)
+
+
+COMMANDS = [dev_cmd, server_cmd, agent_cmd, migrate_cmd, token_cmd, master_key_cmd]

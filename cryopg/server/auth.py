@@ -1,4 +1,9 @@
-"""Bearer tokens: users and agents are separate kinds, stored as a hash of the secret."""
+"""Bearer tokens: users and agents are separate kinds, stored as a hash of the secret.
+
+A user route names the role it needs; cryo.authorize_user checks the token, that the
+org and project of the path are the token's own (else 404, never a 403 that would
+confirm another tenant's project exists) and the member's role (else 403).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.engine import TokenInfo
-from cryopg.errors import NotFound, Unauthorized
+from cryopg.engine import TokenInfo, UserAuth
+from cryopg.errors import Unauthorized
 from cryopg.server.state import POOL
+
+VIEWER, MEMBER, ADMIN, OWNER = "viewer", "member", "admin", "owner"
 
 
 def new_secret(kind: str) -> str:
@@ -22,24 +29,28 @@ def secret_hash(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
 
 
-async def _token(request: web.Request, kind: str) -> TokenInfo:
+def _bearer(request: web.Request) -> bytes:
     header = request.headers.get("Authorization", "")
     if not header.startswith("Bearer "):
         raise Unauthorized("missing bearer token")
+    return secret_hash(header[7:].strip())
+
+
+async def require_user(request: web.Request, need: str = VIEWER, *,
+                       project: bool = True) -> UserAuth:
+    """A user token of the path's org (and project, unless an org-level route) whose
+    member holds at least `need`."""
+    hashed = _bearer(request)
+    org = request.match_info["org"]
+    proj = request.match_info.get("project") if project else None
     async with connection(request.app[POOL]) as conn:
-        info = await engine.authenticate_token(conn, secret_hash(header[7:].strip()))
-    if info.kind != kind:
-        raise Unauthorized(f"this route needs a {kind} token")
-    return info
-
-
-async def require_user(request: web.Request) -> TokenInfo:
-    """A user token whose org is the org in the path; anything else reads as absent."""
-    info = await _token(request, "user")
-    if info.org != request.match_info["org"]:
-        raise NotFound(f"no project {request.match_info['org']}/{request.match_info['project']}")
-    return info
+        return await engine.authorize_user(conn, hashed, org, proj, need)
 
 
 async def require_agent(request: web.Request) -> TokenInfo:
-    return await _token(request, "agent")
+    hashed = _bearer(request)
+    async with connection(request.app[POOL]) as conn:
+        info = await engine.authenticate_token(conn, hashed)
+    if info.kind != "agent":
+        raise Unauthorized("this route needs an agent token")
+    return info

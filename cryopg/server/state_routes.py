@@ -27,7 +27,7 @@ from cryopg.db import connection
 from cryopg.engine import Cell
 from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound, RunNotFound
 from cryopg.seal import Sealer
-from cryopg.server.auth import require_agent, require_user
+from cryopg.server.auth import MEMBER, VIEWER, require_agent, require_user
 from cryopg.server.bodies import json_body
 from cryopg.server.state import KEYS, POOL
 
@@ -172,8 +172,9 @@ async def incr_cell(pool: AsyncConnectionPool, sealer: Sealer, run_id: str, toke
 # -- user side ----------------------------------------------------------------------------
 
 async def _scope_of(request: web.Request) -> tuple[str, str, str | None, str | None]:
-    """(org, project, run_id, entity) of a user read; an absent run is a 404."""
-    await require_user(request)
+    """(org, project, run_id, entity) of a user read; an absent run is a 404. A run's
+    cells need Viewer, the project's entity cells Member."""
+    await require_user(request, VIEWER if "run" in request.match_info else MEMBER)
     org, project = request.match_info["org"], request.match_info["project"]
     run_id = request.match_info.get("run")
     if run_id is None:
