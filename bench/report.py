@@ -35,7 +35,7 @@ def render(r: dict[str, Any]) -> str:
     levels = r["levels"]
     m = r["machine"]
     out: list[str] = []
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out += [f"# cryopg benchmarks ({r['mode']} run, {stamp})", ""]
     out += ["One throwaway PostgreSQL cluster; every figure below was measured in this run, "
             "side by side, on that one server.", ""]
@@ -66,7 +66,8 @@ def render(r: dict[str, Any]) -> str:
     label, cryo = cryopg_series(r)
     pgb = r.get("pgbench") or {}
     peers = r.get("peers") or {}
-    best_peer = {n: max((_at(p, n) or 0.0) for p in peers.values()) for n in levels} if peers else {}
+    best_peer = ({n: max((_at(p, n) or 0.0) for p in peers.values()) for n in levels}
+                 if peers else {})
     if pgb and cryo:
         out.append(_row(f"ratio {label} / pgbench",
                         [_f(_at(cryo, n) / _at(pgb, n), 2) for n in levels]))
