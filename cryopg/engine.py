@@ -56,6 +56,8 @@ class Run:
     finished_at: dt.datetime | None
     wake_at: dt.datetime | None
     agent_id: str | None
+    concurrency_group: str | None = None
+    queue_position: int | None = None
 
     TERMINAL = frozenset({"succeeded", "failed", "cancelled", "unreadable"})
 
@@ -256,11 +258,16 @@ async def register_agent(conn: AsyncConnection, org: str, agent_id: str, caps: l
 async def submit_script(conn: AsyncConnection, org: str, project: str, *, filename: str,
                         interpreter: str | None, source: bytes, input: bytes | None,
                         idempotency_key: str | None, required_caps: list[str],
-                        untrusted: bool = False) -> tuple[str, bool]:
-    fn = "submit_untrusted_script" if untrusted else "submit_script"
+                        untrusted: bool = False, concurrency: str | None = None,
+                        policy: str | None = None) -> tuple[str | None, bool]:
+    """Returns (run id, created); the id is None when `skip` found the group held."""
+    if untrusted:
+        sql = "SELECT * FROM cryo.submit_untrusted_script(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    else:
+        sql = "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s)"
     cur = await conn.execute(
-        f"SELECT * FROM cryo.{fn}(%s, %s, %s, %s, %s, %s, %s, %s)",
-        (org, project, filename, interpreter, source, input, idempotency_key, required_caps))
+        sql, (org, project, filename, interpreter, source, input, idempotency_key, required_caps,
+              concurrency, policy))
     run_id, created = await cur.fetchone()
     return run_id, created
 
@@ -574,3 +581,15 @@ async def read_last_attempt_log(conn: AsyncConnection, run_id: str) -> list[LogC
     cur = conn.cursor(row_factory=class_row(LogChunk))
     await cur.execute("SELECT * FROM cryo.read_last_attempt_log(%s)", (run_id,))
     return await cur.fetchall()
+
+
+# -- admission and leases -----------------------------------------------------------------
+
+async def acquire_lock(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                       ordinal: int, group: str, scoped: bool) -> bool:
+    return await _one(conn, "SELECT cryo.acquire_lock(%s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, ordinal, group, scoped))
+
+
+async def release_lock(conn: AsyncConnection, run_id: str, token: uuid.UUID, group: str) -> bool:
+    return await _one(conn, "SELECT cryo.release_lock(%s, %s, %s)", (run_id, token, group))

@@ -74,6 +74,12 @@ class NotANumber(CryoError):
     code, http_status = "not_a_number", 409
 
 
+class QueueFull(CryoError):
+    """A concurrency group's queue already holds its limit of runs."""
+
+    code, http_status = "queue_full", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -84,6 +90,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR007": DuplicateCall,
     "CR008": Unauthorized,
     "CR020": Forbidden,
+    "CR030": QueueFull,
 }
 
 

@@ -24,7 +24,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR006', 'run_finished', 'the run already reached a terminal status'),
         ('CR007', 'duplicate_call', 'that durable call is already recorded for the run'),
         ('CR008', 'unauthorized', 'the token is unknown, revoked or expired'),
-        ('CR020', 'forbidden', 'the member''s role does not allow this')
+        ('CR020', 'forbidden', 'the member''s role does not allow this'),
+        ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

@@ -83,7 +83,8 @@ COMMENT ON FUNCTION cryo.claim_secrets(text, uuid) IS
 CREATE OR REPLACE FUNCTION cryo.submit_untrusted_script(
     p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea,
     p_input bytea DEFAULT NULL, p_idempotency_key text DEFAULT NULL,
-    p_required_caps text[] DEFAULT '{shell}')
+    p_required_caps text[] DEFAULT '{shell}', p_concurrency text DEFAULT NULL,
+    p_policy text DEFAULT NULL)
 RETURNS TABLE (run_id text, created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -92,14 +93,14 @@ DECLARE
 BEGIN
     SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
         p_org, p_project, p_filename, p_interpreter, p_source, p_input, p_idempotency_key,
-        p_required_caps) s;
+        p_required_caps, NULL, NULL, p_concurrency, p_policy) s;
     IF v_created THEN
         UPDATE cryo.runs r SET untrusted = true WHERE r.id = v_id;
     END IF;
     RETURN QUERY SELECT v_id, v_created;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_untrusted_script(text, text, text, text, bytea, bytea, text, text[]) IS
+COMMENT ON FUNCTION cryo.submit_untrusted_script(text, text, text, text, bytea, bytea, text, text[], text, text) IS
     'Like submit_script, but the new run is untrusted: its claims carry no secret values. Returns (run_id, created). Raises what submit_script raises.';
 
 -- A child run or activity of an untrusted run is untrusted too, however it was started:

@@ -20,6 +20,7 @@ BEGIN
     INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
     VALUES (p_run_id, v_run.org, v_run.project, p_status, v_run.attempt, cryo.now());
     PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._release_leases(p_run_id);  -- groups it held go to their next waiter
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);  -- its parent may be waiting to collect it
     END IF;
@@ -32,12 +33,14 @@ CREATE OR REPLACE FUNCTION cryo.submit_script(
     p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea,
     p_input bytea DEFAULT NULL, p_idempotency_key text DEFAULT NULL,
     p_required_caps text[] DEFAULT '{shell}', p_workflow text DEFAULT NULL,
-    p_input_clear jsonb DEFAULT NULL)
+    p_input_clear jsonb DEFAULT NULL, p_concurrency text DEFAULT NULL,
+    p_policy text DEFAULT NULL)
 RETURNS TABLE (run_id text, created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id text;
     v_now timestamptz := cryo.now();
+    v_policy text := coalesce(p_policy, 'queue');
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
         RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
@@ -47,6 +50,22 @@ BEGIN
     END IF;
     IF p_idempotency_key = '' THEN
         RAISE EXCEPTION 'an idempotency key cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_concurrency IS NOT NULL THEN
+        PERFORM cryo._check_name('concurrency group', p_concurrency);
+        IF v_policy NOT IN ('queue', 'cancel-running', 'cancel-queued', 'skip') THEN
+            RAISE EXCEPTION 'policy must be queue, cancel-running, cancel-queued or skip, not %', v_policy
+                USING ERRCODE = 'CR004';
+        END IF;
+        PERFORM cryo._lock_group(p_org, p_project, p_concurrency);
+        IF p_idempotency_key IS NOT NULL AND EXISTS (
+                SELECT 1 FROM cryo.runs r WHERE r.org = p_org AND r.project = p_project
+                   AND r.idempotency_key = p_idempotency_key) THEN
+            NULL;  -- the insert below finds the first run and returns it
+        ELSIF v_policy = 'skip' AND cryo._group_holder(p_org, p_project, p_concurrency) IS NOT NULL THEN
+            RETURN QUERY SELECT NULL::text, false;  -- skip: no run at all
+            RETURN;
+        END IF;
     END IF;
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, created_at, updated_at)
@@ -60,15 +79,17 @@ BEGIN
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
         RETURN;
     END IF;
-    INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
-    VALUES (v_id, p_org, p_project, 'pending', p_required_caps, v_now);
     PERFORM cryo._history(v_id, p_org, p_project, 'submitted');
-    PERFORM pg_notify('cryo_work', '');
+    IF p_concurrency IS NULL OR cryo._admit(v_id, p_org, p_project, p_concurrency, v_policy) = 'pending' THEN
+        INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
+        VALUES (v_id, p_org, p_project, 'pending', p_required_caps, v_now);
+        PERFORM pg_notify('cryo_work', '');
+    END IF;
     RETURN QUERY SELECT v_id, true;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb) IS
-    'Creates a pending run from a sealed source and input; returns (run_id, created), created false when the idempotency key already named a run. Raises CR005 for an unknown project, CR004 for a missing source or empty key.';
+COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text) IS
+    'Creates a run from a sealed source and input, pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); returns (run_id, created), created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key or unknown policy, CR030 when the group''s queue is full.';
 
 -- Stores (or replaces) a named script so applications can submit it from SQL.
 CREATE OR REPLACE FUNCTION cryo.put_workflow(
@@ -99,7 +120,8 @@ COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea) IS
 -- server seals it and clears the column.
 CREATE OR REPLACE FUNCTION cryo.submit_run(
     p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL,
-    p_idempotency_key text DEFAULT NULL)
+    p_idempotency_key text DEFAULT NULL, p_concurrency text DEFAULT NULL,
+    p_policy text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -116,12 +138,12 @@ BEGIN
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         CASE WHEN v_wf.filename ~ '\.(sh|bash)$' OR v_wf.filename !~ '\.' THEN '{shell}'::text[]
              ELSE '{polyglot}'::text[] END,
-        p_workflow, p_input) s;
+        p_workflow, p_input, p_concurrency, p_policy) s;
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_run(text, text, text, jsonb, text) IS
-    'Submits the stored workflow by name with a jsonb input; returns the run id (the existing one for a repeated idempotency key). Raises CR005 for an unknown workflow or project.';
+COMMENT ON FUNCTION cryo.submit_run(text, text, text, jsonb, text, text, text) IS
+    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
 
 -- The server seals a clear input it found at claim time, then drops the clear copy.
 CREATE OR REPLACE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea)
@@ -173,17 +195,31 @@ $$;
 COMMENT ON FUNCTION cryo.cancel_run(text) IS
     'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
+-- A queued run's place in its concurrency group's FIFO (see 80_admission.sql).
+CREATE OR REPLACE FUNCTION cryo.queue_position(p_run_id text)
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT count(*) FROM cryo.lease_waiters o
+             WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
+      FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
+     ORDER BY w.id LIMIT 1
+$$;
+COMMENT ON FUNCTION cryo.queue_position(text) IS
+    'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
+
 CREATE OR REPLACE FUNCTION cryo.get_run(p_run_id text)
 RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,
                substate text, attempt integer, exit_code integer, error text,
                idempotency_key text, created_at timestamptz, started_at timestamptz,
-               finished_at timestamptz, wake_at timestamptz, agent_id text)
+               finished_at timestamptz, wake_at timestamptz, agent_id text,
+               concurrency_group text, queue_position integer)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
         SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
-               r.finished_at, q.wake_at, q.agent_id
+               r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -198,11 +234,13 @@ CREATE OR REPLACE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit in
 RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,
                substate text, attempt integer, exit_code integer, error text,
                idempotency_key text, created_at timestamptz, started_at timestamptz,
-               finished_at timestamptz, wake_at timestamptz, agent_id text)
+               finished_at timestamptz, wake_at timestamptz, agent_id text,
+               concurrency_group text, queue_position integer)
 LANGUAGE sql STABLE AS $$
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
-           r.finished_at, q.wake_at, q.agent_id
+           r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
      ORDER BY r.created_at DESC, r.id

@@ -28,3 +28,18 @@ CREATE OR REPLACE VIEW cryo.pending_runs AS
 SELECT q.run_id, q.org, q.project, q.required_caps, q.enqueued_at, cryo.now() - q.enqueued_at AS waiting_for
   FROM cryo.queue q WHERE q.state = 'pending';
 COMMENT ON VIEW cryo.pending_runs IS 'Runs waiting for an agent, oldest first by enqueued_at.';
+
+CREATE OR REPLACE VIEW cryo.lease_holders AS
+SELECT l.org, l.project, l.grp AS concurrency_group, l.holder_run_id, l.kind, l.scoped,
+       l.acquired_at, cryo.now() - l.acquired_at AS held_for, r.status AS holder_status,
+       (SELECT count(*) FROM cryo.lease_waiters w
+         WHERE w.org = l.org AND w.project = l.project AND w.grp = l.grp) AS waiting
+  FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id;
+COMMENT ON VIEW cryo.lease_holders IS 'One row per held concurrency group or lock: the holding run, since when, and how many wait.';
+
+CREATE OR REPLACE VIEW cryo.lease_queues AS
+SELECT w.org, w.project, w.grp AS concurrency_group, w.run_id, w.kind,
+       row_number() OVER (PARTITION BY w.org, w.project, w.grp ORDER BY w.id) AS position,
+       w.enqueued_at, cryo.now() - w.enqueued_at AS waiting_for
+  FROM cryo.lease_waiters w;
+COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group or lock, with their FIFO position (1 is next).';

@@ -44,7 +44,8 @@ BEGIN
         SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'cryo'
            AND p.proname IN ('submit_run', 'cancel_run', 'get_run', 'list_runs', 'read_history',
-                             'signal_run', 'send_signal', 'emit_event', 'error_codes')
+                             'signal_run', 'send_signal', 'emit_event', 'error_codes',
+                             'queue_position')
     LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, cryo, pg_temp', v_fn);
         IF v_app THEN
