@@ -1,0 +1,135 @@
+import { AgentUnavailable, ScriptError, StepFailed, WaitTimeout } from "./errors.js";
+import { agentVerbs, resetAgentCache } from "./transport.js";
+export { AgentUnavailable, ScriptError, StepFailed, WaitTimeout, agentVerbs, resetAgentCache };
+/** A JSON value as it comes back from the journal. */
+export type Json = null | boolean | number | string | Json[] | {
+    [key: string]: Json;
+};
+export interface StepOptions {
+    /** Shown in the run view beside the step name (e.g. which host an iteration was for). */
+    label?: string;
+}
+export interface CommandOptions extends StepOptions {
+    /** Project secrets the command needs; the run fails if one is withheld or unset. */
+    secrets?: string[];
+}
+export interface StepResult {
+    stdout: string;
+    exitCode: number;
+}
+export interface WaitOptions {
+    /** Give up after this many milliseconds by raising {@link WaitTimeout}. */
+    timeoutMs?: number;
+}
+export interface ActivityOptions {
+    /** Further attempts after a failed one. */
+    retries?: number;
+    /** Wait between attempts, in milliseconds. */
+    retryBackoffMs?: number;
+    /** Only these exit codes earn a retry (default: any non-zero). */
+    retryOnExit?: number[];
+}
+export interface SpawnOptions {
+    /** The child's source; read from `filename` when omitted. */
+    source?: string;
+    /** The child's input (any JSON). */
+    input?: unknown;
+    /** The interpreter, when the extension does not say. */
+    interpreter?: string;
+}
+export interface StateOptions {
+    /** The project-wide entity scope the cell lives in; omit for this run's own scope. */
+    entity?: string;
+}
+export interface StateCell<T = Json> {
+    key: string;
+    value: T;
+    version: number;
+}
+export interface CellValue<T = Json> {
+    value: T;
+    version: number;
+}
+/**
+ * Run `fn` once and record its result; on every replay return the recorded result
+ * without calling `fn`. Only a success is recorded: if `fn` throws, nothing is, and the
+ * step runs again on the next attempt. The result must round-trip through JSON.
+ */
+export declare function stepFn<T>(name: string, fn: () => T | Promise<T>, options?: StepOptions): Promise<T>;
+/**
+ * Run a command as a durable step and return its stdout. A non-zero exit is recorded
+ * too, and raises {@link StepFailed} on this pass and every replay.
+ */
+export declare function step(name: string, argv: string[], options?: CommandOptions): Promise<string>;
+/** {@link step} that hands back the exit code instead of raising on a non-zero one. */
+export declare function stepUnchecked(name: string, argv: string[], options?: CommandOptions): Promise<StepResult>;
+/** Park the run for `ms` milliseconds; the agent is freed meanwhile. */
+export declare function sleep(ms: number): Promise<void>;
+/**
+ * Park until the named signal arrives (`cryopg signal RUN NAME`) and return its payload.
+ * With `timeoutMs`, raise {@link WaitTimeout} when none arrived in time.
+ */
+export declare function waitSignal<T = Json>(name: string, options?: WaitOptions): Promise<T>;
+/**
+ * Park until a project bus event of this name is published after the wait began, and
+ * return its payload. With `timeoutMs`, raise {@link WaitTimeout} when none arrived.
+ */
+export declare function waitEvent<T = Json>(name: string, options?: WaitOptions): Promise<T>;
+/** Publish an event on the project bus (recorded: a replay does not publish again). */
+export declare function emit(name: string, payload?: unknown): Promise<void>;
+/** Start a child workflow run; returns its run id (recorded by call order). */
+export declare function spawn(filename: string, options?: SpawnOptions): Promise<string>;
+/** Submit an activity (a child run of `argv`) under a name unique in this run. */
+export declare function activitySubmit(name: string, argv: string[], options?: ActivityOptions): Promise<string>;
+/**
+ * Wait for a submitted activity and return its stdout; a non-zero exit (after its
+ * retries; 130 when cancelled) raises {@link StepFailed}.
+ */
+export declare function activityCollect(name: string): Promise<string>;
+/** Wait for every submitted, uncollected activity; returns how many failed. */
+export declare function activityWaitAll(): Promise<number>;
+/**
+ * Submit, wait and collect in one call. A non-zero exit (after the retries) raises
+ * {@link StepFailed}.
+ */
+export declare function activity(name: string, argv: string[], options?: ActivityOptions): Promise<string>;
+/** Attach a markdown note to the run page (not durable: every pass adds it again). */
+export declare function annotate(text: string): Promise<void>;
+/** Set one of the run's outputs (not durable: every pass sets it again). */
+export declare function setOutput(key: string, value: unknown): Promise<void>;
+/** The run's input (any JSON), or null when it was submitted without one. */
+export declare function input<T = Json>(): T;
+/** A state cell's value, or null when it is unset. */
+export declare function stateGet<T = Json>(key: string, options?: StateOptions): Promise<T | null>;
+/** A state cell's value with its version (for {@link stateCas}), or null when unset. */
+export declare function stateCell<T = Json>(key: string, options?: StateOptions): Promise<CellValue<T> | null>;
+/** Write a state cell; returns its new version. */
+export declare function stateSet(key: string, value: unknown, options?: StateOptions): Promise<number>;
+/** Delete a state cell; true when there was one. */
+export declare function stateDelete(key: string, options?: StateOptions): Promise<boolean>;
+/** Every cell of the scope, in key order. */
+export declare function stateList<T = Json>(options?: StateOptions): Promise<StateCell<T>[]>;
+/**
+ * Claim a cell if nobody has (recorded: a replay gives the same answer). True when this
+ * run won it. `value` defaults to `true`.
+ */
+export declare function stateAdd(key: string, options?: StateOptions & {
+    value?: unknown;
+}): Promise<boolean>;
+/**
+ * Write `value` only if the cell is still at version `expect` (recorded under `as`,
+ * default the key, which a run may use once). True when it swapped.
+ */
+export declare function stateCas(key: string, value: unknown, expect: number, options?: StateOptions & {
+    as?: string;
+}): Promise<boolean>;
+/** Add `by` (default 1) to a numeric cell and return the total (recorded under `as`). */
+export declare function stateIncr(key: string, options?: StateOptions & {
+    by?: number;
+    as?: string;
+}): Promise<number>;
+/**
+ * Hold the project-wide lease `group` while `body` runs, releasing it when the body
+ * returns or throws. On a held group the run parks until the lease is granted.
+ */
+export declare function lock<T>(group: string, body: () => T | Promise<T>): Promise<T>;
