@@ -1,0 +1,3 @@
+module cryosleep.io/go
+
+go 1.21
