@@ -27,6 +27,8 @@ WAIT_OPS = (
     "activity.collect",
     "activity.wait-all",
     "output.set",
+    "lock.acquire",
+    "lock.release",
 )
 
 
@@ -95,6 +97,10 @@ async def dispatch(verbs: DurableVerbs, op: str, req: dict[str, Any]) -> dict[st
         return await _activity_collect(verbs, req)
     if op == "activity.wait-all":
         return await _wait_all(verbs)
+    if op == "lock.acquire":
+        return await _lock(verbs, req)
+    if op == "lock.release":
+        return await _unlock(verbs, req)
     return await _output(verbs, req)
 
 
@@ -196,3 +202,43 @@ async def _output(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
         raise _error("bad_request", "output.set needs a non-empty string 'key'")
     await _ask(verbs, "outputs", key=key, value=req.get("value"))
     return {"ok": True}
+
+
+def _group(req: dict[str, Any], what: str) -> str:
+    group = req.get("group")
+    if not isinstance(group, str) or not group:
+        raise _error("bad_request", f"{what} needs a non-empty string 'group'")
+    return group
+
+
+async def _lock(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any] | None:
+    """Take a project lease. Scoped leases are released by lock.release; a bare one is
+    held until the run ends, so taking it twice in one run is refused."""
+    group = _group(req, "lock.acquire")
+    scoped = bool(req.get("scoped", True))
+    path, ordinal = verbs._reach("lock", group)
+    if _done(verbs, path) is None:
+        await _flush(verbs)
+        job = verbs._job
+        try:
+            got = await job.api.call(job.run_id, job.claim_token, "locks/acquire", path=path,
+                                     ordinal=ordinal, group=group, scoped=scoped)
+        except StaleClaim:
+            job.stale()
+            raise _error("engine", "the claim on this run was lost") from None
+        except AgentAPIError as e:
+            if e.code == "duplicate_call":
+                raise _error("bad_request",
+                             f"this run already holds the lease on {group!r}") from None
+            raise _error("engine", f"server refused or unreachable: {e.message}") from None
+        if not got.get("granted"):
+            job.parked()  # queued for the group: resumes holding it
+            return None
+        _memo(verbs, path, "lock", group, ordinal, {"group": group})
+    return {"ok": True}
+
+
+async def _unlock(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+    group = _group(req, "lock.release")
+    got = await _ask(verbs, "locks/release", group=group)
+    return {"ok": True, "released": bool(got.get("released"))}

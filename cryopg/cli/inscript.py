@@ -14,7 +14,8 @@ import time
 
 # Verbs of inscript_waits.py, listed here so dispatching never imports that module early.
 WAIT_VERBS = frozenset({"wait-signal", "wait-event", "emit", "spawn", "activity-submit",
-                        "activity-collect", "activity-wait-all", "activity", "output"})
+                        "activity-collect", "activity-wait-all", "activity", "output",
+                        "lock"})
 IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate", "state"}) | WAIT_VERBS
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -37,6 +37,7 @@ USAGE = {
         "usage: cryopg activity NAME [--retries N] [--retry-backoff DURATION]\n"
         "                       [--retry-on-exit CODE[,CODE...]] -- COMMAND [ARG...]"),
     "output": "usage: cryopg output set KEY VALUE",
+    "lock": "usage: cryopg lock GROUP [-- COMMAND [ARG...]]   (no command: until the run ends)",
 }
 WAIT_VERBS = frozenset(USAGE)
 
@@ -171,7 +172,29 @@ def main(verb: str, args: list[str]) -> int:
         reply = _call(_socket_path(verb), {"op": "activity.wait-all"})
         _write_stdout(f"{reply.get('failed')}\n")
         return 0
+    if verb == "lock":
+        return _lock(args)
     if len(args) != 3 or args[0] != "set":
         raise UsageError(USAGE["output"])
     _call(_socket_path(verb), {"op": "output.set", "key": args[1], "value": parse_value(args[2])})
     return 0
+
+
+def _lock(args: list[str]) -> int:
+    """`lock GROUP`: the lease until the run ends. `lock GROUP -- CMD`: CMD runs holding
+    it, as a step (recorded, so a replay does not run CMD again), then it is released."""
+    from cryopg.cli.inscript import _step
+
+    cut = args.index("--") if "--" in args else len(args)
+    head, command = args[:cut], args[cut + 1:]
+    if len(head) != 1 or (cut < len(args) and not command):
+        raise UsageError(USAGE["lock"])
+    group = head[0]
+    socket_path = _socket_path("lock")
+    _call(socket_path, {"op": "lock.acquire", "group": group, "scoped": bool(command)})
+    if not command:
+        return 0
+    try:
+        return _step(socket_path, f"lock:{group}", None, [], command)
+    finally:
+        _call(socket_path, {"op": "lock.release", "group": group})

@@ -16,6 +16,8 @@ from cryopg.cli.target import resolve
 
 # How a finished run maps to this process's exit code.
 CANCELLED_EXIT = 130
+# `submit --policy skip` found its group held and created nothing.
+SKIPPED_EXIT = 3
 
 
 def outcome_exit_code(run: dict[str, Any]) -> int:
@@ -66,8 +68,14 @@ def _parse_json(text: str | None, what: str) -> Any:
 @click.option("--follow", is_flag=True, help="Stream the log and exit with the run's outcome.")
 @click.option("--untrusted", is_flag=True,
               help="Run without secrets; a step that needs one fails instead of running.")
+@click.option("--concurrency", metavar="GROUP",
+              help="Admit through this concurrency group: one holder at a time.")
+@click.option("--policy", type=click.Choice(["queue", "cancel-running", "cancel-queued", "skip"]),
+              help="When GROUP is held: wait in its FIFO (queue, the default), cancel the "
+                   "holder, cancel the waiters, or create nothing (skip; exit 3).")
 def submit(file: Path, input_json: str | None, idempotency_key: str | None,
-           interpreter: str | None, follow: bool, untrusted: bool) -> None:
+           interpreter: str | None, follow: bool, untrusted: bool, concurrency: str | None,
+           policy: str | None) -> None:
     """Submit FILE as a new run and print its id."""
     value = _parse_json(input_json, "--input")
     try:
@@ -80,8 +88,15 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
     made = client.call("POST", "/runs", {"source": source, "filename": file.name, "input": value,
                                          "interpreter": interpreter,
                                          "idempotency_key": idempotency_key,
-                                         **({"untrusted": True} if untrusted else {})})
+                                         **({"untrusted": True} if untrusted else {}),
+                                         "concurrency": concurrency, "policy": policy})
     run_id = made["run_id"]
+    if made.get("skipped"):
+        click.echo(f"cryopg: skipped: concurrency group {concurrency} is held; no run created",
+                   err=True)
+        sys.exit(SKIPPED_EXIT)
+    if made.get("status") == "queued":
+        click.echo(f"cryopg: queued at position {made['position']} in {concurrency}", err=True)
     if not follow:
         click.echo(run_id)
         return
@@ -93,7 +108,9 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
 def _print_runs(runs: list[dict[str, Any]]) -> None:
     rows = [("ID", "STATUS", "SUBSTATE", "ATTEMPT", "CREATED", "FILE")]
     for r in runs:
-        rows.append((r["id"], r["status"], r["substate"] or "-", str(r["attempt"]),
+        substate = r["substate"] or (f"position {r['queue_position']}"
+                                     if r.get("queue_position") else "-")
+        rows.append((r["id"], r["status"], substate, str(r["attempt"]),
                      (r["created_at"] or "")[:19].replace("T", " "), r["filename"]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -126,7 +143,7 @@ def runs_show(run: str, as_json: bool) -> None:
         click.echo(json.dumps(got, indent=2))
         return
     for key in ("id", "status", "substate", "attempt", "exit_code", "error", "filename",
-                "workflow", "idempotency_key", "created_at", "started_at", "finished_at",
+                "workflow", "concurrency_group", "queue_position", "idempotency_key", "created_at", "started_at", "finished_at",
                 "wake_at", "agent_id"):
         if got.get(key) is not None:
             click.echo(f"{key + ':':17}{got[key]}")

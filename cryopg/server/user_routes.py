@@ -34,7 +34,8 @@ def run_json(run: Run) -> dict[str, Any]:
             "attempt": run.attempt, "exit_code": run.exit_code, "error": run.error,
             "idempotency_key": run.idempotency_key, "created_at": _iso(run.created_at),
             "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
-            "wake_at": _iso(run.wake_at), "agent_id": run.agent_id}
+            "wake_at": _iso(run.wake_at), "agent_id": run.agent_id,
+            "concurrency_group": run.concurrency_group, "queue_position": run.queue_position}
 
 
 def required_caps(filename: str, interpreter: str | None) -> list[str]:
@@ -80,14 +81,23 @@ async def submit(request: web.Request) -> web.Response:
     untrusted = body.get("untrusted", False)
     if not isinstance(untrusted, bool):
         raise InvalidArgument("untrusted must be true or false")
+    group, policy = body.get("concurrency"), body.get("policy")
+    if any(v is not None and not isinstance(v, str) for v in (group, policy)):
+        raise InvalidArgument("concurrency and policy must be strings")
     sealer = await request.app[KEYS].sealer(org)
     sealed_input = sealer.seal_json(body["input"]) if body.get("input") is not None else None
     async with connection(request.app[POOL]) as conn:
         run_id, created = await engine.submit_script(
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
-            required_caps=required_caps(filename, interpreter), untrusted=untrusted)
-    return web.json_response({"run_id": run_id, "created": created}, status=201 if created else 200)
+            required_caps=required_caps(filename, interpreter), untrusted=untrusted,
+            concurrency=group, policy=policy)
+        if run_id is None:  # policy skip, and the group was held
+            return web.json_response({"run_id": None, "created": False, "skipped": True})
+        run = await engine.get_run(conn, run_id)
+    return web.json_response({"run_id": run_id, "created": created, "status": run.status,
+                              "position": run.queue_position},
+                             status=201 if created else 200)
 
 
 async def list_runs(request: web.Request) -> web.Response:

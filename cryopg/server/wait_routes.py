@@ -178,6 +178,24 @@ async def set_output(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
+async def acquire_lock(request: web.Request) -> web.Response:
+    run_id, _ = await _run_in_org(request)
+    body = await json_body(request)
+    async with connection(request.app[POOL]) as conn:
+        granted = await engine.acquire_lock(
+            conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
+            group=_str(body, "group"), scoped=bool(body.get("scoped", True)))
+    return web.json_response({"granted": granted})
+
+
+async def release_lock(request: web.Request) -> web.Response:
+    run_id, _ = await _run_in_org(request)
+    body = await json_body(request)
+    async with connection(request.app[POOL]) as conn:
+        released = await engine.release_lock(conn, run_id, _token(body), _str(body, "group"))
+    return web.json_response({"released": released})
+
+
 # -- user routes ------------------------------------------------------------------------------
 
 async def send_signal(request: web.Request) -> web.Response:
@@ -235,6 +253,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(f"{agent}/activities/collect", collect_activity)
     app.router.add_post(f"{agent}/activities/wait-all", wait_all)
     app.router.add_post(f"{agent}/outputs", set_output)
+    app.router.add_post(f"{agent}/locks/acquire", acquire_lock)
+    app.router.add_post(f"{agent}/locks/release", release_lock)
     user = "/api/v1/orgs/{org}/projects/{project}"
     app.router.add_post(f"{user}/runs/{{run}}/signal/{{name}}", send_signal)
     app.router.add_get(f"{user}/events", list_events)
