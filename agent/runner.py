@@ -7,11 +7,12 @@ import errno
 import fcntl
 import os
 import shlex
-import shutil
 import signal
 import struct
 import termios
 from collections.abc import Callable
+
+from agent import toolchains
 
 
 def script_command(
@@ -25,10 +26,8 @@ def script_command(
         return ["python3", script_path]
     if ext in (".js", ".mjs", ".cjs"):
         return ["node", script_path]
-    if ext in (".ts", ".mts"):
-        if shutil.which("bun", path=search_path):
-            return ["bun", "run", script_path]
-        return ["node", "--experimental-strip-types", script_path]
+    if toolchains.handles(filename):  # .ts, .go, .rs: found SDK, built, then exec'd
+        return toolchains.command(script_path)
     return ["bash", script_path]
 
 
