@@ -211,12 +211,18 @@ echo "after the step"
     assert not charged.exists()
 
 
-def _wait_status(dsn: str, run_id: str, want: str, timeout: float = 30) -> None:
+def _wait_status(dsn: str, run_id: str, want: str, timeout: float = 60) -> None:
+    seen: list[Any] = []
+
     def probe() -> bool:
         with psycopg.connect(dsn, autocommit=True) as db:
-            got = db.execute("SELECT status FROM cryo.get_run(%s)", (run_id,)).fetchone()
-            return got[0] == want
-    wait_for(f"run {run_id} to be {want}", probe, timeout=timeout)
+            got = db.execute("SELECT status, error FROM cryo.get_run(%s)", (run_id,)).fetchone()
+        seen[:] = [got]
+        return got[0] == want
+    try:
+        wait_for(f"run {run_id} to be {want}", probe, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen {seen}") from None
 
 
 PARKING = """\
