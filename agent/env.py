@@ -8,6 +8,8 @@ import re
 import sys
 from collections.abc import Mapping
 
+from agent.sdk_env import add_sdk_paths
+
 # Enough for ordinary tools to behave; everything else must be opted in.
 ALLOWED_NAMES = frozenset(
     {"PATH", "HOME", "LANG", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR"}
@@ -52,6 +54,7 @@ def sealed_env(
     parts = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p]
     env["PATH"] = os.pathsep.join([bindir, *(p for p in parts if p != bindir)])
     env.setdefault("TERM", "xterm")
+    add_sdk_paths(env)  # this checkout's cryosleep package and bash prelude
     # The run's secrets, from its claim grant (none for an untrusted run). The server
     # refuses names that would replace the handles below or the allowlisted basics.
     for name, value in (secrets or {}).items():

@@ -1,0 +1,342 @@
+"""The durable verbs, as functions: `from cryosleep import script`.
+
+Every function is one request to the agent that runs this script. A durable call
+returns its recorded answer on replay instead of acting again. Calls that wait (sleep,
+the waits, activity collect / wait-all, lock) may park the run: the agent then stops
+this process, so on that pass the call never returns, and the run replays from the top
+when the wait is over. Do not wrap them in a broad `except`; nothing they could raise
+there is worth carrying on from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from cryosleep._client import Client, to_json
+from cryosleep.errors import (
+    AgentTooOld,
+    AgentUnavailable,
+    CryoError,
+    ScriptError,
+    StepFailed,
+    WaitEventTimeout,
+    WaitSignalTimeout,
+    WaitTimeout,
+)
+
+__all__ = [
+    "AgentTooOld", "AgentUnavailable", "CryoError", "ScriptError", "StateCell", "StepFailed",
+    "StepResult", "WaitEventTimeout", "WaitSignalTimeout", "WaitTimeout",
+    "activity", "activity_collect", "activity_collect_unchecked", "activity_submit",
+    "activity_wait_all", "annotate", "emit", "input", "lock", "output_set", "sleep", "spawn",
+    "state_add", "state_cas", "state_cell", "state_delete", "state_get", "state_incr",
+    "state_list", "state_set", "step", "step_fn", "step_unchecked", "wait_event", "wait_signal",
+]
+
+T = TypeVar("T")
+Number = int | float
+
+_client = Client()
+
+
+def _use(client: Client) -> Client:
+    """Swap the process's client (tests do, to start from a fresh `hello`)."""
+    global _client
+    previous, _client = _client, client
+    return previous
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What an unchecked step or activity gives back instead of raising."""
+
+    exit_code: int
+    stdout: str
+
+
+@dataclass(frozen=True)
+class StateCell:
+    key: str
+    value: Any
+    version: int
+
+
+# -- steps ------------------------------------------------------------------------------
+
+
+def step_fn(name: str, fn: Callable[[], T], *, label: str | None = None) -> T:
+    """Run `fn` once and record its JSON result under `name`; on replay return the
+    recorded value without running it. A raising `fn` records nothing (its exception
+    propagates), so the next attempt runs it again. The result must round-trip through
+    JSON (ScriptError `not_json` otherwise); the decoded copy is returned, so the first
+    pass and every replay see equal values. Shares its names with `step`."""
+    reply = _client.call({"op": "step.begin", "name": name, "label": label})
+    if reply.get("hit"):
+        code = int(reply.get("exit_code") or 0)
+        stdout = str(reply.get("stdout") or "")
+        if code != 0:
+            raise StepFailed(name, code, stdout)
+        try:
+            return json.loads(stdout)  # type: ignore[no-any-return]
+        except ValueError:
+            raise ScriptError(
+                "not_json",
+                f"step {name!r} was recorded by a command step, not step_fn: its output is "
+                "not JSON",
+            ) from None
+    value = fn()
+    text = to_json(value, f"the value step_fn {name!r} returned")
+    _client.call({"op": "step.finish", "call_id": reply.get("call_id"), "stdout": text,
+                  "exit_code": 0})
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def step(name: str, command: Sequence[str] | str, *, label: str | None = None) -> str:
+    """Run `command` once as a durable step and return its stdout (recorded with its exit
+    code; replays return the recording). Non-zero: StepFailed. A string runs in `sh -c`."""
+    result = step_unchecked(name, command, label=label)
+    if result.exit_code != 0:
+        raise StepFailed(name, result.exit_code, result.stdout)
+    return result.stdout
+
+
+def step_unchecked(name: str, command: Sequence[str] | str, *,
+                   label: str | None = None) -> StepResult:
+    """`step` that returns the exit code (and stdout) instead of raising StepFailed."""
+    argv = ["sh", "-c", command] if isinstance(command, str) else [str(a) for a in command]
+    if not argv:
+        raise ScriptError("bad_request", f"step {name!r} needs a command")
+    reply = _client.call({"op": "step.begin", "name": name, "label": label})
+    if reply.get("hit"):
+        return StepResult(int(reply.get("exit_code") or 0), str(reply.get("stdout") or ""))
+    # The command gets no agent handles (a nested durable call must fail), only its key.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRYO_")}
+    env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, env=env, check=False)
+        raw, code = done.stdout, done.returncode
+        if code < 0:
+            code = 128 - code  # killed by signal N reads as 128+N, as in a shell
+    except FileNotFoundError:
+        raw, code = b"", 127
+    except PermissionError:
+        raw, code = b"", 126
+    stdout = raw.decode("utf-8", errors="replace")
+    _client.call({"op": "step.finish", "call_id": reply.get("call_id"), "stdout": stdout,
+                  "exit_code": code})
+    return StepResult(code, stdout)
+
+
+# -- waiting ----------------------------------------------------------------------------
+
+
+def sleep(seconds: float) -> None:
+    """Park the run for `seconds` (the agent is freed); returns on the pass after it."""
+    _client.call({"op": "sleep", "seconds": seconds})
+
+
+def wait_signal(name: str, *, timeout: float | None = None) -> Any:
+    """Wait for the next signal `name` sent to this run and return its payload. With a
+    timeout (seconds), WaitSignalTimeout when none arrived by then."""
+    return _wait("signal", name, timeout)
+
+
+def wait_event(name: str, *, timeout: float | None = None) -> Any:
+    """Wait for the next project bus event `name` published after the wait began and return
+    its payload. With a timeout (seconds), WaitEventTimeout when none arrived by then."""
+    return _wait("event", name, timeout)
+
+
+def _wait(kind: str, name: str, timeout: float | None) -> Any:
+    op = f"wait.{kind}"
+    if timeout is not None:
+        _client.require(op)
+    reply = _client.call({"op": op, "name": name, "timeout": timeout})
+    if reply.get("timed_out"):
+        error = WaitSignalTimeout if kind == "signal" else WaitEventTimeout
+        raise error(name, float(timeout or 0))
+    return reply.get("payload")
+
+
+@contextmanager
+def lock(group: str) -> Iterator[None]:
+    """Hold the project's lease `group` for the block; runs wait FIFO (parked) for it.
+    Released when the block ends, also by an exception."""
+    _client.call({"op": "lock.acquire", "group": group, "scoped": True})
+    try:
+        yield
+    finally:
+        _client.call({"op": "lock.release", "group": group})
+
+
+# -- activities -------------------------------------------------------------------------
+
+
+def activity_submit(name: str, argv: Sequence[str], *, retries: int | None = None,
+                    retry_backoff: float | None = None,
+                    retry_on_exit: Sequence[int] | None = None) -> str:
+    """Start `argv` as a child job named `name` (unique per run) and return its run id.
+    retries: extra attempts after a failure, retry_backoff seconds apart, only for exit
+    codes in retry_on_exit when given."""
+    request: dict[str, Any] = {"op": "activity.submit", "name": name,
+                               "argv": [str(a) for a in argv]}
+    if retries is not None:
+        request["retries"] = retries
+    if retry_backoff is not None:
+        request["retry_backoff"] = retry_backoff
+    if retry_on_exit is not None:
+        request["retry_on"] = [int(c) for c in retry_on_exit]
+    return str(_client.call(request).get("run_id"))
+
+
+def activity_collect(name: str) -> str:
+    """Wait for activity `name` and return its output (its last attempt's log);
+    StepFailed when it failed (130: cancelled)."""
+    result = activity_collect_unchecked(name)
+    if result.exit_code != 0:
+        raise StepFailed(name, result.exit_code, result.stdout, what="activity")
+    return result.stdout
+
+
+def activity_collect_unchecked(name: str) -> StepResult:
+    """`activity_collect` that returns the exit code instead of raising."""
+    reply = _client.call({"op": "activity.collect", "name": name})
+    return StepResult(int(reply.get("exit_code") or 0), str(reply.get("stdout") or ""))
+
+
+def activity_wait_all() -> int:
+    """Wait for every activity submitted and not yet collected; return how many failed."""
+    _client.require("activity.wait-all")
+    return int(_client.call({"op": "activity.wait-all"}).get("failed") or 0)
+
+
+def activity(name: str, argv: Sequence[str], *, retries: int | None = None,
+             retry_backoff: float | None = None,
+             retry_on_exit: Sequence[int] | None = None) -> str:
+    """Submit, wait for and collect one activity (see activity_submit / activity_collect)."""
+    activity_submit(name, argv, retries=retries, retry_backoff=retry_backoff,
+                    retry_on_exit=retry_on_exit)
+    return activity_collect(name)
+
+
+# -- events, children, notes, outputs ---------------------------------------------------
+
+
+def emit(name: str, payload: Any = None) -> None:
+    """Publish event `name` on the project bus (once: replays do not publish again)."""
+    to_json(payload, f"the payload of event {name!r}")
+    _client.call({"op": "emit", "name": name, "payload": payload})
+
+
+def spawn(path: str | os.PathLike[str], *, input: Any = None,
+          interpreter: str | None = None) -> str:
+    """Start the script at `path` as a child run (once) and return its run id."""
+    to_json(input, "the child's input")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+    except OSError as e:
+        where = os.fspath(path)
+        raise ScriptError("bad_request", f"cannot read {where}: {e.strerror or e}") from None
+    reply = _client.call({"op": "spawn", "filename": os.path.basename(os.fspath(path)),
+                          "source": source, "input": input, "interpreter": interpreter})
+    return str(reply.get("run_id"))
+
+
+def annotate(text: str) -> None:
+    """Attach a markdown note to the run page (not durable: each pass adds it again)."""
+    _client.call({"op": "annotate", "text": text})
+
+
+def output_set(key: str, value: Any) -> None:
+    """Set the run output `key` (not durable: every pass sets it again)."""
+    to_json(value, f"output {key!r}")
+    _client.call({"op": "output.set", "key": key, "value": value})
+
+
+def input() -> Any:  # noqa: A001 - the run's input, named as users think of it
+    """The run's input JSON (None when it was submitted without one)."""
+    path = os.environ.get("CRYO_INPUT_FILE")
+    if not path:
+        raise ScriptError("outside_run", "not inside a run: CRYO_INPUT_FILE is not set")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None
+    return json.loads(text) if text.strip() else None
+
+
+# -- state ------------------------------------------------------------------------------
+# With no entity a cell is this run's; with one it is the project's, shared across runs.
+
+
+def state_get(key: str, *, entity: str | None = None, default: Any = None) -> Any:
+    """The cell's value, or `default` when it is unset (read afresh on every pass)."""
+    cell = state_cell(key, entity=entity)
+    return default if cell is None else cell.value
+
+
+def state_cell(key: str, *, entity: str | None = None) -> StateCell | None:
+    """The cell with its version (for state_cas), or None when unset."""
+    reply = _client.call({"op": "state.get", "key": key, "entity": entity})
+    if not reply.get("found"):
+        return None
+    return StateCell(key, reply.get("value"), int(reply.get("version") or 0))
+
+
+def state_set(key: str, value: Any, *, entity: str | None = None) -> int:
+    """Write the cell; returns its new version."""
+    to_json(value, f"the value for state {key!r}")
+    reply = _client.call({"op": "state.set", "key": key, "entity": entity, "value": value})
+    return int(reply.get("version") or 0)
+
+
+def state_delete(key: str, *, entity: str | None = None) -> bool:
+    """Delete the cell; whether there was one."""
+    return bool(_client.call({"op": "state.delete", "key": key, "entity": entity}).get("deleted"))
+
+
+def state_list(*, entity: str | None = None) -> list[StateCell]:
+    """Every cell of the scope, in key order."""
+    cells = _client.call({"op": "state.list", "entity": entity}).get("cells")
+    return [StateCell(str(c["key"]), c.get("value"), int(c.get("version") or 0))
+            for c in (cells if isinstance(cells, list) else [])]
+
+
+def state_add(key: str, value: Any = True, *, entity: str | None = None) -> bool:
+    """Create the cell only if absent; True when this run claimed it (durable: a replay
+    gets the same answer)."""
+    to_json(value, f"the value for state {key!r}")
+    _client.require("state.add")
+    reply = _client.call({"op": "state.add", "key": key, "entity": entity, "value": value})
+    return bool(reply.get("claimed"))
+
+
+def state_cas(key: str, value: Any, *, expect: int, entity: str | None = None,
+              as_: str | None = None) -> bool:
+    """Write the cell only if its version is still `expect`; whether it swapped. Each
+    attempt needs its own name `as_` (default: the key)."""
+    to_json(value, f"the value for state {key!r}")
+    request: dict[str, Any] = {"op": "state.cas", "key": key, "entity": entity,
+                               "value": value, "expect": expect}
+    if as_ is not None:
+        request["as"] = as_
+    return bool(_client.call(request).get("swapped"))
+
+
+def state_incr(key: str, by: Number = 1, *, entity: str | None = None,
+               as_: str | None = None) -> Number:
+    """Add `by` to a numeric cell (absent counts as 0); returns the new total. Durable
+    under the name `as_` (default: the key), which a run uses once."""
+    request: dict[str, Any] = {"op": "state.incr", "key": key, "entity": entity, "by": by}
+    if as_ is not None:
+        request["as"] = as_
+    value = _client.call(request).get("value")
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0

@@ -1,0 +1,317 @@
+"""The Python SDK against the shared socket vectors (sdks/conformance/vectors), replayed
+on a fake agent socket; plus the connect-retry and JSON round-trip rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryosleep import script
+from cryosleep._client import Client
+
+from tests.sdk.conftest import CONFORMANCE
+from tests.sdk.fake_agent import FakeAgent, same_request
+
+UNENCODABLE = {1, 2}  # a set has no JSON form
+
+
+class FunctionError(Exception):
+    """What the vectors' user functions raise (must come through the SDK unchanged)."""
+
+
+def _cases() -> list[Any]:
+    out = []
+    for path in sorted((CONFORMANCE / "vectors").glob("*.json")):
+        for case in json.loads(path.read_text())["cases"]:
+            out.append(pytest.param(case, id=f"{path.stem}:{case['id']}"))
+    return out
+
+
+@pytest.fixture
+def sockdir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))  # unix socket paths are short
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _run(call: dict[str, Any], files: Path, counter: list[int]) -> Any:
+    """Make the neutral call of a vector with the Python SDK; return its JSON-ish result."""
+    verb = call["verb"]
+    opt = {k: call[k] for k in ("entity",) if k in call}
+    if verb == "step_fn":
+        def fn() -> Any:
+            counter[0] += 1
+            if "raises" in call:
+                raise FunctionError(call["raises"])
+            return UNENCODABLE if call.get("returns_unencodable") else call.get("returns")
+        return script.step_fn(call["name"], fn, label=call.get("label"))
+    if verb == "step":
+        return script.step(call["name"], call["argv"], label=call.get("label"))
+    if verb == "step_unchecked":
+        r = script.step_unchecked(call["name"], call["argv"], label=call.get("label"))
+        return {"exit_code": r.exit_code, "stdout": r.stdout}
+    if verb == "sleep":
+        return script.sleep(call["seconds"])
+    if verb in ("wait_signal", "wait_event"):
+        return getattr(script, verb)(call["name"], timeout=call.get("timeout"))
+    if verb == "emit":
+        payload = UNENCODABLE if call.get("payload_unencodable") else call.get("payload")
+        return script.emit(call["name"], payload)
+    if verb == "spawn":
+        path = files / call["file"]
+        path.write_text(call["source"])
+        return script.spawn(path, input=call.get("input"), interpreter=call.get("interpreter"))
+    if verb == "annotate":
+        return script.annotate(call["text"])
+    if verb == "output_set":
+        return script.output_set(call["key"], call["value"])
+    if verb == "state_get":
+        return script.state_get(call["key"], **opt)
+    if verb == "state_cell":
+        cell = script.state_cell(call["key"], **opt)
+        return None if cell is None else {"value": cell.value, "version": cell.version}
+    if verb == "state_set":
+        value = UNENCODABLE if call.get("value_unencodable") else call["value"]
+        return script.state_set(call["key"], value, **opt)
+    if verb == "state_delete":
+        return script.state_delete(call["key"], **opt)
+    if verb == "state_list":
+        return [{"key": c.key, "value": c.value, "version": c.version}
+                for c in script.state_list(**opt)]
+    if verb == "state_add":
+        return script.state_add(call["key"], call.get("value", True), **opt)
+    if verb == "state_cas":
+        return script.state_cas(call["key"], call["value"], expect=call["expect"],
+                                as_=call.get("as"), **opt)
+    if verb == "state_incr":
+        return script.state_incr(call["key"], call.get("by", 1), as_=call.get("as"), **opt)
+    if verb in ("activity_submit", "activity"):
+        return getattr(script, verb)(call["name"], call["argv"], retries=call.get("retries"),
+                                     retry_backoff=call.get("retry_backoff"),
+                                     retry_on_exit=call.get("retry_on_exit"))
+    if verb == "activity_collect":
+        return script.activity_collect(call["name"])
+    if verb == "activity_wait_all":
+        return script.activity_wait_all()
+    if verb == "lock":
+        with script.lock(call["group"]):
+            counter[0] += 1
+            for inner in call["body"]:
+                _run(inner, files, counter)
+            if call.get("body_raises"):
+                raise FunctionError("the body failed")
+        return None
+    if verb == "sequence":
+        return [_run(inner, files, counter) for inner in call["calls"]]
+    raise AssertionError(f"unknown verb {verb}")
+
+
+_KINDS: dict[str, type[BaseException]] = {
+    "StepFailed": script.StepFailed,
+    "ScriptError": script.ScriptError,
+    "AgentUnavailable": script.AgentUnavailable,
+    "WaitTimeout": script.WaitTimeout,
+    "FunctionError": FunctionError,
+}
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_vector(case: dict[str, Any], sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(sockdir / "agent.sock")
+    monkeypatch.setenv("CRYO_SOCKET", path)
+    for name, value in case.get("env", {}).items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    previous = script._use(Client())
+    agent = None if case.get("server") == "absent" else FakeAgent(path, case["exchanges"])
+    counter = [0]
+    outcome: Any
+    try:
+        try:
+            outcome = ("value", _run(case["call"], sockdir, counter))
+        except Exception as e:  # noqa: BLE001 - the vector says which kind it must be
+            outcome = ("error", e)
+    finally:
+        script._use(previous)
+        if agent is not None:
+            agent.close()
+
+    received = agent.received if agent is not None else []
+    want = case["exchanges"]
+    assert len(received) == len(want), f"sent {received}, expected {[x['request'] for x in want]}"
+    for got, exchange in zip(received, want, strict=True):
+        assert same_request(got, exchange["request"], exchange.get("json_fields", [])), (
+            f"sent {got}, expected {exchange['request']}")
+
+    result = case["result"]
+    if "value" in result:
+        assert outcome[0] == "value", f"raised {outcome[1]!r}"
+        assert outcome[1] == result["value"]
+    else:
+        assert outcome[0] == "error", f"returned {outcome[1]!r}, expected {result['error']}"
+        error = outcome[1]
+        assert isinstance(error, _KINDS[result["error"]]), repr(error)
+        if "code" in result:
+            assert error.code == result["code"]
+        if "exit_code" in result:
+            assert error.exit_code == result["exit_code"]
+        for part in result.get("message_contains", []):
+            assert part in str(error)
+    if "fn_calls" in case:
+        assert counter[0] == case["fn_calls"]
+
+
+# -- beyond the vectors: Python-specific rules ------------------------------------------
+
+
+@pytest.mark.parametrize("value", [(1, 2), {1: "a"}, float("nan"), object(), b"x", [1, {2}]])
+def test_values_that_do_not_round_trip_are_refused(value: Any) -> None:
+    from cryosleep._client import to_json
+
+    with pytest.raises(script.ScriptError) as caught:
+        to_json(value, "the value")
+    assert caught.value.code == "not_json" and "JSON" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [None, True, 0, 1.5, "é", [1, [2]], {"a": {"b": [None]}}])
+def test_values_that_round_trip_are_accepted(value: Any) -> None:
+    from cryosleep._client import to_json
+
+    assert json.loads(to_json(value, "v")) == value
+
+
+def test_connect_is_retried_until_the_agent_listens(
+        sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent that starts listening during the backoff is reached; the request is sent
+    once."""
+    path = str(sockdir / "late.sock")
+    monkeypatch.setenv("CRYO_CONNECT_ATTEMPTS", "6")
+    monkeypatch.setenv("CRYO_CONNECT_BACKOFF_MS", "40")
+    holder: list[FakeAgent] = []
+
+    def start_late() -> None:
+        time.sleep(0.15)
+        holder.append(FakeAgent(path, [{"request": {}, "reply": {"ok": True}}]))
+
+    starter = threading.Thread(target=start_late)
+    starter.start()
+    try:
+        Client(path).call({"op": "annotate", "text": "late"})
+    finally:
+        starter.join()
+        for agent in holder:
+            agent.close()
+    assert holder[0].received == [{"op": "annotate", "text": "late"}]
+
+
+def test_connect_attempts_are_bounded(sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(sockdir / "refusing.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)  # bound but not listening: every connect is refused
+    monkeypatch.setenv("CRYO_CONNECT_ATTEMPTS", "3")
+    monkeypatch.setenv("CRYO_CONNECT_BACKOFF_MS", "20")
+    started = time.monotonic()
+    try:
+        with pytest.raises(script.AgentUnavailable, match="after 3 attempt"):
+            Client(path).call({"op": "annotate", "text": "x"})
+    finally:
+        s.close()
+    assert time.monotonic() - started >= 0.05  # 20 ms + 40 ms of backoff
+
+
+def test_a_parking_call_flushes_stdout_first(
+        sockdir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Output printed before a park reaches the log: it is flushed before the request."""
+    path = str(sockdir / "agent.sock")
+    seen: list[str] = []
+
+    class Peeking(FakeAgent):
+        def _answer(self, conn: socket.socket) -> None:
+            seen.append(capfd.readouterr().out)
+            super()._answer(conn)
+
+    agent = Peeking(path, [{"request": {}, "reply": {"ok": True}}])
+    monkeypatch.setenv("CRYO_SOCKET", path)
+    previous = script._use(Client())
+    try:
+        print("before the park", end="")
+        script.sleep(1)
+    finally:
+        script._use(previous)
+        agent.close()
+    assert seen == ["before the park"]
+
+
+def test_suspension_is_not_swallowed_by_a_broad_except(
+        sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parked call never returns normally: in a real run the agent kills the process
+    while the SDK waits; here (no kill) the wait ends in AgentUnavailable, not a return."""
+    path = str(sockdir / "agent.sock")
+    agent = FakeAgent(path, [{"request": {}, "reply": None}])
+    monkeypatch.setenv("CRYO_SOCKET", path)
+    monkeypatch.setenv("CRYO_SUSPEND_GRACE_MS", "300")
+    previous = script._use(Client())
+    started = time.monotonic()
+    returned = False
+    try:
+        try:
+            script.wait_signal("approve")
+            returned = True
+        except script.ScriptError:
+            returned = True  # a suspension must not look like a catchable script error
+        except script.AgentUnavailable:
+            pass
+    finally:
+        script._use(previous)
+        agent.close()
+    assert not returned
+    assert time.monotonic() - started >= 0.3
+
+
+def test_input_reads_the_run_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "input.json"
+    f.write_text('{"dir": "/x"}')
+    monkeypatch.setenv("CRYO_INPUT_FILE", str(f))
+    assert script.input() == {"dir": "/x"}
+    monkeypatch.delenv("CRYO_INPUT_FILE")
+    with pytest.raises(script.ScriptError, match="CRYO_INPUT_FILE"):
+        script.input()
+
+
+def test_the_package_is_typed_and_stdlib_only() -> None:
+    root = CONFORMANCE.parent / "python" / "cryosleep"
+    assert (root / "py.typed").exists()
+    import ast
+    import sys
+
+    for source in root.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in ("cryosleep", "__future__"), (
+                    f"{source.name} imports {name}")
+
+
+def test_the_agent_puts_the_sdk_on_the_script_path() -> None:
+    from agent.env import sealed_env
+
+    env = sealed_env({"PATH": "/usr/bin", "PYTHONPATH": "/mine"}, run_id="r", attempt=1,
+                     socket_path="/s", input_file="/i")
+    parts = env["PYTHONPATH"].split(os.pathsep)  # not passed through: only the SDK's dir
+    assert parts[-1].endswith("sdks/python") and "/mine" not in parts
+    assert env["CRYO_PRELUDE"].endswith("sdks/bash/prelude.sh")
