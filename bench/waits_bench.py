@@ -22,7 +22,6 @@ import argparse
 import json
 import shutil
 import socket
-import statistics
 import sys
 import tempfile
 import threading
@@ -66,17 +65,18 @@ def claim(db: psycopg.Connection) -> tuple[str, Any] | None:
 
 def park_backlog(db: psycopg.Connection, n: int) -> None:
     """n runs parked on events nobody sends, made by the engine's own functions."""
-    db.execute("""
+    # A DO block takes no parameters; n is an int, so formatting it in is safe.
+    db.execute(f"""
         DO $$
         DECLARE c record;
         BEGIN
-          FOR i IN 1..%s LOOP
+          FOR i IN 1..{int(n)} LOOP
             PERFORM cryo.submit_script('dev','default','idle.sh',NULL,'\\x00');
-            SELECT * INTO c FROM cryo.claim_job('dev','backlog','{shell}',60);
+            SELECT * INTO c FROM cryo.claim_job('dev','backlog','{{shell}}',60);
             PERFORM cryo.wait_event(c.run_id, c.claim_token, 'event/never-' || i || '/0',
                                     'never-' || i, 0, NULL);
           END LOOP;
-        END $$""" % int(n))
+        END $$""")
 
 
 def park_on_signal(db: psycopg.Connection, n: int) -> list[str]:
@@ -84,7 +84,8 @@ def park_on_signal(db: psycopg.Connection, n: int) -> list[str]:
     for _ in range(n):
         submit(db)
         run_id, token = claim(db)
-        db.execute("SELECT * FROM cryo.wait_signal(%s,%s,'signal/go/0','go',0,NULL)", (run_id, token))
+        db.execute("SELECT * FROM cryo.wait_signal(%s,%s,'signal/go/0','go',0,NULL)",
+                   (run_id, token))
         ids.append(run_id)
     return ids
 
