@@ -35,7 +35,7 @@ echo "after sleep: $r"
 
 
 def test_a_sleeping_run_frees_the_only_agent(stack: Any) -> None:
-    sleeper = submit(stack, script(stack.dir, "sleeper.sh", "cryopg sleep 4s\necho woke\n"))
+    sleeper = submit(stack, script(stack.dir, "sleeper.sh", "cryopg sleep 8s\necho woke\n"))
     wait_for("the sleeper to park", lambda: show(stack, sleeper)["substate"] == "sleeping")
     runs = stack.cli("runs").stdout
     assert "parked" in runs and "sleeping" in runs
