@@ -1,0 +1,2764 @@
+CREATE SCHEMA cryo;
+
+CREATE TABLE cryo.queue (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    state text NOT NULL,
+    required_caps text[] NOT NULL,
+    enqueued_at timestamp with time zone NOT NULL,
+    wake_at timestamp with time zone,
+    park_reason text,
+    park_path text,
+    parked_at timestamp with time zone,
+    claim_token uuid,
+    agent_id text,
+    claimed_at timestamp with time zone,
+    lease_expires_at timestamp with time zone,
+    park_name text,
+    CONSTRAINT queue_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'parked'::text])))
+);
+
+CREATE FUNCTION cryo._add_answer(p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer, p_result bytea, p_answer_clear jsonb, p_exit_code integer, p_ref_run_id text DEFAULT NULL::text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, attempt, status, result, answer_clear, exit_code,
+                              ref_run_id, created_at, completed_at)
+    SELECT p_q.run_id, p_q.org, p_q.project,
+           (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+           p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'done', p_result, p_answer_clear,
+           p_exit_code, p_ref_run_id, cryo.now(), cryo.now()
+      FROM cryo.runs r WHERE r.id = p_q.run_id
+    ON CONFLICT (run_id, path) DO NOTHING
+$$;
+
+CREATE FUNCTION cryo._add_marker(p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer, p_due timestamp with time zone, p_ref_run_id text DEFAULT NULL::text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, attempt, status, due_at, ref_run_id, created_at)
+    SELECT p_q.run_id, p_q.org, p_q.project,
+           (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+           p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'pending', p_due, p_ref_run_id,
+           cryo.now()
+      FROM cryo.runs r WHERE r.id = p_q.run_id
+    ON CONFLICT (run_id, path) DO NOTHING
+$$;
+
+CREATE FUNCTION cryo._admit(p_run_id text, p_org text, p_project text, p_group text, p_policy text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_holder text := cryo._group_holder(p_org, p_project, p_group);
+    v_waiter record;
+    v_limit integer;
+BEGIN
+    UPDATE cryo.runs SET concurrency_group = p_group WHERE id = p_run_id;
+    IF v_holder IS NULL THEN
+        PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
+        RETURN 'pending';
+    END IF;
+    IF p_policy = 'cancel-running' THEN
+        -- Take the hold first, so the incumbent's ending hands nothing to its waiters.
+        PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
+        PERFORM cryo.cancel_run(v_holder);
+        RETURN 'pending';
+    END IF;
+    IF p_policy = 'cancel-queued' THEN
+        FOR v_waiter IN SELECT w.run_id FROM cryo.lease_waiters w
+                         WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+                         ORDER BY w.id LOOP
+            PERFORM cryo.cancel_run(v_waiter.run_id);
+        END LOOP;
+    END IF;
+    SELECT p.admission_queue_limit INTO v_limit FROM cryo.projects p
+     WHERE p.org = p_org AND p.slug = p_project;
+    IF (SELECT count(*) FROM cryo.lease_waiters w
+         WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+           AND w.kind = 'admission') >= v_limit THEN
+        RAISE EXCEPTION 'concurrency group % already has % queued runs (the limit); try later', p_group, v_limit
+            USING ERRCODE = 'CR030';
+    END IF;
+    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, enqueued_at)
+    VALUES (p_org, p_project, p_group, p_run_id, 'admission', cryo.now());
+    UPDATE cryo.runs SET status = 'queued', updated_at = cryo.now() WHERE id = p_run_id;
+    PERFORM cryo._history(p_run_id, p_org, p_project, 'queued');
+    RETURN 'queued';
+END
+$$;
+
+CREATE FUNCTION cryo._check_name(p_what text, p_name text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_name IS NULL OR p_name = '' OR length(p_name) > 200 OR p_name ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION '% name must be 1 to 200 printable characters', p_what USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._claimed_row(p_run_id text, p_token uuid) RETURNS cryo.queue
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_row cryo.queue;
+BEGIN
+    SELECT * INTO v_row FROM cryo.queue
+     WHERE run_id = p_run_id AND state = 'claimed' AND claim_token = p_token
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
+            USING ERRCODE = 'CR002';
+    END IF;
+    RETURN v_row;
+END
+$$;
+
+CREATE TABLE cryo.journal (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    seq integer NOT NULL,
+    path text NOT NULL,
+    key_scope text NOT NULL,
+    key_family text NOT NULL,
+    key_name text NOT NULL,
+    key_ordinal integer NOT NULL,
+    label text,
+    attempt integer NOT NULL,
+    status text NOT NULL,
+    result bytea,
+    exit_code integer,
+    due_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    completed_at timestamp with time zone,
+    answer_clear jsonb,
+    ref_run_id text,
+    CONSTRAINT journal_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'done'::text])))
+);
+
+CREATE FUNCTION cryo._done_memo(p_run_id text, p_path text) RETURNS cryo.journal
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT * FROM cryo.journal WHERE run_id = p_run_id AND path = p_path AND status = 'done'
+$$;
+
+CREATE FUNCTION cryo._finalize_run(p_run_id text, p_status text, p_exit_code integer, p_error text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    UPDATE cryo.runs SET status = p_status, substate = NULL, exit_code = p_exit_code,
+                         error = p_error, finished_at = cryo.now(), updated_at = cryo.now()
+     WHERE id = p_run_id
+    RETURNING * INTO v_run;
+    DELETE FROM cryo.queue WHERE run_id = p_run_id;
+    -- The history row is written here rather than through cryo._history: this is the
+    -- hottest path, and a plain statement keeps its cached plan where a call to a SQL
+    -- function is planned afresh each time.
+    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+    VALUES (p_run_id, v_run.org, v_run.project, p_status, v_run.attempt, cryo.now());
+    PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._release_leases(p_run_id);  -- groups it held go to their next waiter
+    IF v_run.parent_run_id IS NOT NULL THEN
+        PERFORM cryo._wake_parent(p_run_id);  -- its parent may be waiting to collect it
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+     WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+       AND r.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+$$;
+
+CREATE FUNCTION cryo._history(p_run_id text, p_org text, p_project text, p_kind text, p_family text DEFAULT NULL::text, p_name text DEFAULT NULL::text, p_ordinal integer DEFAULT NULL::integer, p_attempt integer DEFAULT NULL::integer, p_payload bytea DEFAULT NULL::bytea) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, attempt, payload, created_at)
+    VALUES (p_run_id, p_org, p_project, p_kind,
+            CASE WHEN p_family IS NULL THEN NULL ELSE 'run' END,
+            p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now())
+$$;
+
+CREATE FUNCTION cryo._inherit_untrusted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.parent_run_id IS NOT NULL AND NOT NEW.untrusted THEN
+        NEW.untrusted := coalesce((SELECT r.untrusted FROM cryo.runs r WHERE r.id = NEW.parent_run_id), false);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    -- Serialises every acquire, enqueue and hand-over of one group.
+    SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
+$$;
+
+CREATE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE p_status WHEN 'succeeded' THEN 0
+                         WHEN 'cancelled' THEN 130
+                         WHEN 'failed' THEN coalesce(nullif(p_exit_code, 0), 1)
+                         ELSE 1 END
+$$;
+
+CREATE FUNCTION cryo._park_claimed(p_run_id text, p_reason text, p_path text, p_name text, p_wake timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.queue
+       SET state = 'parked', wake_at = p_wake, park_reason = p_reason, park_path = p_path,
+           park_name = p_name, parked_at = cryo.now(), claim_token = NULL, agent_id = NULL,
+           claimed_at = NULL, lease_expires_at = NULL
+     WHERE run_id = p_run_id;
+    UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
+     WHERE id = p_run_id;
+    PERFORM pg_notify('cryo_run', p_run_id);
+END
+$$;
+
+CREATE FUNCTION cryo._promote(p_org text, p_project text, p_group text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_w cryo.lease_waiters;
+    v_q cryo.queue;
+BEGIN
+    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    LOOP
+        DELETE FROM cryo.lease_waiters WHERE id = (
+            SELECT w.id FROM cryo.lease_waiters w
+             WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+             ORDER BY w.id LIMIT 1)
+        RETURNING * INTO v_w;
+        IF NOT FOUND THEN
+            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
+            RETURN NULL;
+        END IF;
+        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
+        IF v_w.kind = 'admission' THEN
+            UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
+             WHERE id = v_w.run_id AND status = 'queued';
+            IF FOUND THEN
+                INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
+                SELECT r.id, r.org, r.project, 'pending', r.required_caps, cryo.now()
+                  FROM cryo.runs r WHERE r.id = v_w.run_id;
+                PERFORM cryo._history(v_w.run_id, p_org, p_project, 'admitted');
+                PERFORM pg_notify('cryo_work', '');
+                PERFORM pg_notify('cryo_run', v_w.run_id);
+                RETURN v_w.run_id;
+            END IF;
+        ELSE
+            SELECT * INTO v_q FROM cryo.queue
+             WHERE run_id = v_w.run_id AND state = 'parked' AND park_reason = 'awaiting-lease'
+               FOR UPDATE;
+            IF FOUND THEN
+                PERFORM cryo._wake_parked(v_q, NULL, jsonb_build_object('group', p_group), 0,
+                                          'lease_granted');
+                RETURN v_w.run_id;
+            END IF;
+        END IF;
+        -- That waiter is gone (ended meanwhile): try the next one.
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION cryo._purge_events(p_batch integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.events e WHERE e.id IN (
+        SELECT e2.id FROM cryo.events e2 JOIN cryo.projects p ON p.org = e2.org AND p.slug = e2.project
+         WHERE e2.created_at < cryo.now() - p.event_retention
+         ORDER BY e2.created_at LIMIT p_batch);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+CREATE FUNCTION cryo._reconcile_admission(p_batch integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_g record;
+    v_n integer := 0;
+BEGIN
+    FOR v_g IN
+        SELECT l.org, l.project, l.grp FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+         WHERE r.status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+        UNION
+        SELECT DISTINCT w.org, w.project, w.grp FROM cryo.lease_waiters w
+         WHERE NOT EXISTS (SELECT 1 FROM cryo.leases l
+                            WHERE l.org = w.org AND l.project = w.project AND l.grp = w.grp)
+        LIMIT p_batch
+    LOOP
+        PERFORM cryo._lock_group(v_g.org, v_g.project, v_g.grp);
+        IF cryo._promote(v_g.org, v_g.project, v_g.grp) IS NOT NULL THEN
+            v_n := v_n + 1;
+        END IF;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+
+CREATE FUNCTION cryo._release_leases(p_run_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_l record;
+BEGIN
+    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id;
+    FOR v_l IN SELECT org, project, grp FROM cryo.leases WHERE holder_run_id = p_run_id LOOP
+        PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
+        DELETE FROM cryo.leases
+         WHERE org = v_l.org AND project = v_l.project AND grp = v_l.grp AND holder_run_id = p_run_id;
+        PERFORM cryo._promote(v_l.org, v_l.project, v_l.grp);
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION cryo._retry_if_allowed(p_run_id text, p_exit_code integer) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF v_run.retries_left <= 0 OR v_run.cancel_requested
+       OR (v_run.retry_on IS NOT NULL AND NOT (coalesce(p_exit_code, 1) = ANY (v_run.retry_on))) THEN
+        RETURN false;
+    END IF;
+    UPDATE cryo.runs SET retries_left = retries_left - 1, status = 'parked', substate = 'retry-backoff',
+                         exit_code = p_exit_code, updated_at = cryo.now()
+     WHERE id = p_run_id;
+    UPDATE cryo.queue
+       SET state = 'parked', wake_at = cryo.now() + make_interval(secs => v_run.retry_backoff),
+           park_reason = 'retry-backoff', park_path = NULL, park_name = NULL, parked_at = cryo.now(),
+           claim_token = NULL, agent_id = NULL, claimed_at = NULL, lease_expires_at = NULL
+     WHERE run_id = p_run_id;
+    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
+    PERFORM pg_notify('cryo_run', p_run_id);
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION cryo._role_rank(p_role text) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE p_role WHEN 'owner' THEN 4 WHEN 'admin' THEN 3 WHEN 'member' THEN 2
+                       WHEN 'viewer' THEN 1 ELSE 0 END
+$$;
+
+CREATE FUNCTION cryo._secret_name_ok(p_name text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT coalesce(p_name ~ '^[A-Za-z_][A-Za-z0-9_]{0,127}$', false)
+       AND upper(p_name) NOT LIKE 'CRYO%'
+       AND upper(p_name) NOT IN ('PATH', 'HOME', 'LANG', 'TERM', 'TZ', 'USER', 'LOGNAME',
+                                 'SHELL', 'TMPDIR', 'PWD', 'IFS', 'ENV', 'BASH_ENV', 'PYTHONPATH')
+       AND upper(p_name) NOT LIKE 'LD\_%' AND upper(p_name) NOT LIKE 'LC\_%'
+$_$;
+
+CREATE FUNCTION cryo._slug_ok(p_slug text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT coalesce(p_slug ~ '^[a-z0-9][a-z0-9-]{0,62}$', false)
+$_$;
+
+CREATE FUNCTION cryo._state_key(p_key text, p_write boolean) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF coalesce(p_key, '') = '' OR length(p_key) > 512 OR p_key ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'a state key must be 1 to 512 characters without control characters'
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_write AND p_key LIKE '\_cryo/%' THEN
+        RAISE EXCEPTION 'key % is reserved for the engine (keys under _cryo/ are read-only)', p_key
+            USING ERRCODE = 'CR001';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._state_memo(p_run_id text, p_path text) RETURNS cryo.journal
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT * FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path
+$$;
+
+CREATE FUNCTION cryo._state_record(p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer, p_exit_code integer, p_result bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_attempt integer := (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_q.run_id);
+BEGIN
+    IF coalesce(p_path, '') = '' OR coalesce(p_name, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
+        RAISE EXCEPTION 'a durable call needs a path, a name and an ordinal >= 0' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, attempt, status, result, exit_code, created_at,
+                              completed_at)
+    VALUES (p_q.run_id, p_q.org, p_q.project,
+            (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+            p_path, 'run', p_family, p_name, p_ordinal, v_attempt, 'done', p_result, p_exit_code,
+            cryo.now(), cryo.now());
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),
+                          p_family, p_name, p_ordinal, v_attempt);
+END
+$$;
+
+CREATE FUNCTION cryo._take_lease(p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text, p_scoped boolean) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.leases (org, project, grp, holder_run_id, kind, scoped, path, acquired_at)
+    VALUES (p_org, p_project, p_group, p_run_id, p_kind, p_scoped, p_path, cryo.now())
+    ON CONFLICT (org, project, grp) DO UPDATE
+       SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
+           path = excluded.path, acquired_at = excluded.acquired_at
+$$;
+
+CREATE TABLE cryo.runs (
+    id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    workflow text,
+    filename text NOT NULL,
+    interpreter text,
+    source bytea NOT NULL,
+    input bytea,
+    input_clear jsonb,
+    idempotency_key text,
+    required_caps text[] DEFAULT '{shell}'::text[] NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    substate text,
+    attempt integer DEFAULT 0 NOT NULL,
+    exit_code integer,
+    error text,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    updated_at timestamp with time zone NOT NULL,
+    parent_run_id text,
+    activity_name text,
+    retries_left integer DEFAULT 0 NOT NULL,
+    retry_backoff double precision DEFAULT 0 NOT NULL,
+    retry_on integer[],
+    untrusted boolean DEFAULT false NOT NULL,
+    concurrency_group text,
+    CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
+);
+
+COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims carry no secrets, and a step that needs one fails.';
+
+CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.* FROM cryo.runs c
+     WHERE c.parent_run_id = p_run_id AND c.activity_name IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM cryo.journal j
+                        WHERE j.run_id = p_run_id AND j.key_family = 'activity.collect'
+                          AND j.status = 'done' AND j.ref_run_id = c.id)
+$$;
+
+CREATE FUNCTION cryo._wake_parent(p_child_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_child cryo.runs;
+    v_q cryo.queue;
+    v_marker cryo.journal;
+    v_failed integer;
+BEGIN
+    SELECT * INTO v_child FROM cryo.runs WHERE id = p_child_id;
+    IF v_child.parent_run_id IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_q FROM cryo.queue
+     WHERE run_id = v_child.parent_run_id AND state = 'parked' AND park_reason = 'awaiting-children'
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_marker FROM cryo.journal WHERE run_id = v_q.run_id AND path = v_q.park_path;
+    IF v_marker.key_family = 'activity.collect' AND v_marker.ref_run_id = p_child_id THEN
+        PERFORM cryo._wake_parked(v_q, NULL, NULL,
+                                  cryo._outcome_code(v_child.status, v_child.exit_code), 'activity_completed');
+    ELSIF v_marker.key_family = 'activity.wait-all' AND NOT EXISTS (
+            SELECT 1 FROM cryo._uncollected(v_q.run_id) c
+             WHERE c.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')) THEN
+        SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed
+          FROM cryo._uncollected(v_q.run_id) c;
+        PERFORM cryo._wake_parked(v_q, NULL, jsonb_build_object('failed', v_failed), 0,
+                                  'activities_completed');
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._wake_parked(p_q cryo.queue, p_result bytea, p_answer_clear jsonb, p_exit_code integer, p_kind text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_marker cryo.journal;
+BEGIN
+    UPDATE cryo.journal SET status = 'done', result = p_result, answer_clear = p_answer_clear,
+                            exit_code = p_exit_code, completed_at = cryo.now()
+     WHERE run_id = p_q.run_id AND path = p_q.park_path
+    RETURNING * INTO v_marker;
+    UPDATE cryo.queue
+       SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
+           park_name = NULL, parked_at = NULL, enqueued_at = cryo.now()
+     WHERE run_id = p_q.run_id;
+    UPDATE cryo.runs SET status = 'pending', substate = NULL, updated_at = cryo.now()
+     WHERE id = p_q.run_id;
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, p_kind, v_marker.key_family,
+                          v_marker.key_name, v_marker.key_ordinal);
+    PERFORM pg_notify('cryo_work', '');
+    PERFORM pg_notify('cryo_run', p_q.run_id);
+END
+$$;
+
+CREATE FUNCTION cryo.acquire_lock(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_group text, p_scoped boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue;
+    v_memo cryo.journal;
+    v_holder text;
+BEGIN
+    PERFORM cryo._check_name('lock group', p_group);
+    SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id;
+    IF FOUND THEN
+        -- The group lock comes before the row lock, the order every hand-over takes.
+        PERFORM cryo._lock_group(v_q.org, v_q.project, p_group);
+    END IF;
+    v_q := cryo._claimed_row(p_run_id, p_token);
+    v_memo := cryo._done_memo(p_run_id, p_path);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN true;
+    END IF;
+    v_holder := cryo._group_holder(v_q.org, v_q.project, p_group);
+    IF v_holder = p_run_id THEN
+        RAISE EXCEPTION 'run % already holds the lease on %', p_run_id, p_group USING ERRCODE = 'CR007';
+    END IF;
+    IF v_holder IS NULL THEN
+        PERFORM cryo._take_lease(v_q.org, v_q.project, p_group, p_run_id, 'script', p_path, p_scoped);
+        PERFORM cryo._add_answer(v_q, p_path, 'lock', p_group, p_ordinal, NULL,
+                                 jsonb_build_object('group', p_group), 0);
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'lease_granted', 'lock', p_group, p_ordinal);
+        RETURN true;
+    END IF;
+    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
+    VALUES (v_q.org, v_q.project, p_group, p_run_id, 'script', p_scoped, p_path, cryo.now());
+    PERFORM cryo._add_marker(v_q, p_path, 'lock', p_group, p_ordinal, NULL);
+    PERFORM cryo._park_claimed(p_run_id, 'awaiting-lease', p_path, p_group, NULL);
+    RETURN false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.acquire_lock(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_group text, p_scoped boolean) IS 'Takes the project lease on a group for the claimed run: true when granted (or already recorded at this path), false when the run parked in the group''s FIFO. Raises CR002 for a stale claim, CR007 when the run already holds the group, CR004 for a bad name.';
+
+CREATE FUNCTION cryo.annotate_run(p_run_id text, p_token uuid, p_text bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'annotation', p_payload => p_text);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.annotate_run(p_run_id text, p_token uuid, p_text bytea) IS 'Appends a sealed annotation to the claimed run''s history. Returns nothing. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_lease_seconds double precision) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_cancel boolean := cryo.renew_lease(p_run_id, p_token, p_lease_seconds);
+BEGIN
+    IF p_data IS NOT NULL AND length(p_data) > 0 THEN
+        INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
+        SELECT r.id, r.org, r.project, r.attempt, p_data, cryo.now()
+          FROM cryo.runs r WHERE r.id = p_run_id;
+        PERFORM pg_notify('cryo_run', p_run_id);
+    END IF;
+    RETURN v_cancel;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_lease_seconds double precision) IS 'Appends a sealed log chunk (none when empty) and renews the lease; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.authenticate_token(p_secret_hash bytea) RETURNS TABLE(token_id text, kind text, org text, capabilities text[], member text, role text)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY
+        SELECT t.id, t.kind, t.org, t.capabilities, m.login, m.role
+          FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+         WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
+           AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown, revoked or expired token' USING ERRCODE = 'CR008';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.authenticate_token(p_secret_hash bytea) IS 'Returns the live token whose secret hashes to the argument, with its member login and role (NULL for agents). Raises CR008 when none is live.';
+
+CREATE FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) RETURNS TABLE(token_id text, member text, role text)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_tok record;
+BEGIN
+    SELECT t.id, t.kind, t.org, m.login, m.role INTO v_tok
+      FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+     WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
+       AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
+    IF NOT FOUND OR v_tok.kind <> 'user' OR v_tok.role IS NULL THEN
+        RAISE EXCEPTION 'unknown, revoked or expired user token' USING ERRCODE = 'CR008';
+    END IF;
+    IF v_tok.org IS DISTINCT FROM p_org
+       OR (p_project IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = p_org AND p.slug = p_project)) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, coalesce(p_project, '') USING ERRCODE = 'CR005';
+    END IF;
+    IF cryo._role_rank(v_tok.role) < cryo._role_rank(p_need) OR cryo._role_rank(p_need) = 0 THEN
+        RAISE EXCEPTION 'role % of % cannot do this (needs %)', v_tok.role, v_tok.login, p_need
+            USING ERRCODE = 'CR020';
+    END IF;
+    RETURN QUERY SELECT v_tok.id, v_tok.login, v_tok.role;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) IS 'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+
+CREATE FUNCTION cryo.cancel_run(p_run_id text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+DECLARE
+    v_run cryo.runs;
+    v_child record;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF v_run.status IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
+        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
+    END IF;
+    -- Children go first, so a parent collecting them is not woken only to be cancelled.
+    FOR v_child IN
+        SELECT c.id FROM cryo.runs c
+         WHERE c.parent_run_id = p_run_id
+           AND c.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+    LOOP
+        PERFORM cryo.cancel_run(v_child.id);
+    END LOOP;
+    IF v_run.status = 'running' THEN
+        UPDATE cryo.runs SET cancel_requested = true, updated_at = cryo.now() WHERE id = p_run_id;
+        PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'cancel_requested');
+        PERFORM pg_notify('cryo_run', p_run_id);
+        RETURN 'cancelling';
+    END IF;
+    PERFORM cryo._finalize_run(p_run_id, 'cancelled', NULL, 'cancelled');
+    RETURN 'cancelled';
+END
+$$;
+
+COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
+
+CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_token uuid := gen_random_uuid();
+    v_run text;
+BEGIN
+    UPDATE cryo.queue q
+       SET state = 'claimed', claim_token = v_token, agent_id = p_agent_id,
+           claimed_at = v_now, lease_expires_at = v_now + make_interval(secs => p_lease_seconds)
+     WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
+                        WHERE c.org = p_org AND c.state = 'pending'
+                          AND c.required_caps <@ p_capabilities
+                        ORDER BY c.enqueued_at
+                        LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING q.run_id INTO v_run;
+    IF v_run IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = r.attempt + 1,
+               started_at = coalesce(r.started_at, v_now), updated_at = v_now
+         WHERE r.id = v_run
+        RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source, r.input,
+                  r.input_clear;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision) IS 'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token and the pinned source, or no row when nothing is pending. Raises nothing of its own.';
+
+CREATE FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'a batch claim takes between 1 and 1000 jobs, not %', p_limit
+            USING ERRCODE = 'CR004';
+    END IF;
+    RETURN QUERY
+        WITH picked AS (
+            SELECT c.run_id FROM cryo.queue c
+             WHERE c.org = p_org AND c.state = 'pending'
+               AND c.required_caps <@ p_capabilities
+             ORDER BY c.enqueued_at
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE cryo.queue q
+               SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_agent_id,
+                   claimed_at = v_now,
+                   lease_expires_at = v_now + make_interval(secs => p_lease_seconds)
+              FROM picked WHERE q.run_id = picked.run_id
+            RETURNING q.run_id, q.claim_token
+        ), started AS (
+            UPDATE cryo.runs r
+               SET status = 'running', substate = NULL, attempt = r.attempt + 1,
+                   started_at = coalesce(r.started_at, v_now), updated_at = v_now
+              FROM claimed WHERE r.id = claimed.run_id
+            RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
+                      r.source, r.input, r.input_clear
+        )
+        SELECT * FROM started;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision, p_limit integer) IS 'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
+
+CREATE FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid) RETURNS TABLE(name text, value bytea, withheld boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
+BEGIN
+    RETURN QUERY
+        SELECT s.name, CASE WHEN v_untrusted THEN NULL ELSE s.value END, v_untrusted
+          FROM cryo.secrets s
+         WHERE s.org = v_q.org AND s.project = v_q.project ORDER BY s.name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid) IS 'Returns the secrets the claimed run may see: sealed values of its project, or names only (withheld) for an untrusted run. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text) RETURNS TABLE(parked boolean, child_run_id text, exit_code integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_child cryo.runs;
+BEGIN
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT false, v_memo.ref_run_id, v_memo.exit_code;
+        RETURN;
+    END IF;
+    SELECT * INTO v_child FROM cryo.runs WHERE parent_run_id = p_run_id AND activity_name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no activity % was submitted in run %', p_name, p_run_id USING ERRCODE = 'CR005';
+    END IF;
+    IF v_child.status IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
+        PERFORM cryo._add_answer(v_q, p_path, 'activity.collect', p_name, p_ordinal, NULL, NULL,
+                                 cryo._outcome_code(v_child.status, v_child.exit_code), v_child.id);
+        RETURN QUERY SELECT false, v_child.id, cryo._outcome_code(v_child.status, v_child.exit_code);
+        RETURN;
+    END IF;
+    PERFORM cryo._add_marker(v_q, p_path, 'activity.collect', p_name, p_ordinal, NULL, v_child.id);
+    PERFORM cryo._park_claimed(p_run_id, 'awaiting-children', p_path, p_name, NULL);
+    RETURN QUERY SELECT true, v_child.id, NULL::integer;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text) IS 'Returns (parked false, child, exit code) for a finished activity of the claimed run, or parks the run until it finishes (parked true). Raises CR002 for a stale claim, CR005 when no activity has the name.';
+
+CREATE FUNCTION cryo.create_token(p_kind text, p_org text, p_name text, p_secret_hash bytea, p_capabilities text[] DEFAULT '{}'::text[], p_expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_member text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_id text := 'tok-' || left(replace(gen_random_uuid()::text, '-', ''), 16);
+    v_member text;
+    v_caps text[] := coalesce(p_capabilities, '{}');
+BEGIN
+    IF p_kind IS NULL OR p_kind NOT IN ('user', 'agent') THEN
+        RAISE EXCEPTION 'token kind must be user or agent, not %', p_kind USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+    IF p_kind = 'user' THEN
+        SELECT m.id INTO v_member FROM cryo.members m WHERE m.org = p_org AND m.login = p_member;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'a user token needs a member of org %; no member %', p_org, p_member
+                USING ERRCODE = 'CR005';
+        END IF;
+        v_caps := '{}';
+    ELSE
+        IF cardinality(v_caps) = 0 THEN
+            v_caps := '{shell,polyglot}';
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(v_caps) c WHERE c IS NULL OR c !~ '^[a-z][a-z0-9_-]{0,31}$') THEN
+            RAISE EXCEPTION 'capabilities must be short lower-case names' USING ERRCODE = 'CR004';
+        END IF;
+    END IF;
+    IF p_expires_at IS NOT NULL AND p_expires_at <= cryo.now() THEN
+        RAISE EXCEPTION 'a token cannot expire in the past (%)', p_expires_at USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.tokens (id, kind, org, name, secret_hash, capabilities, expires_at, member_id)
+    VALUES (v_id, p_kind, p_org, coalesce(p_name, ''), p_secret_hash, v_caps, p_expires_at, v_member);
+    RETURN v_id;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.create_token(p_kind text, p_org text, p_name text, p_secret_hash bytea, p_capabilities text[], p_expires_at timestamp with time zone, p_member text) IS 'Creates a user token (for the member whose login is p_member) or an agent token (with a capability ceiling, default shell+polyglot) from the hash of its secret; returns the token id. Raises CR004 for a bad kind, capability or expiry, CR005 for an unknown org or member.';
+
+CREATE FUNCTION cryo.delete_run_state(p_run_id text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    DELETE FROM cryo.state_cells c WHERE c.run_id = p_run_id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_run_state(p_run_id text) IS 'Deletes every run-scoped cell of a run (deleted markers included); returns how many rows went. Raises nothing.';
+
+CREATE FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH gone AS (DELETE FROM cryo.secrets
+                   WHERE org = p_org AND project = p_project AND name = p_name RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM gone)
+$$;
+
+COMMENT ON FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) IS 'Deletes a secret; returns false when there was none. Raises nothing.';
+
+CREATE FUNCTION cryo.emit_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    SELECT cryo.publish_event(p_org, p_project, p_name, NULL, coalesce(p_payload, 'null'::jsonb))
+$$;
+
+COMMENT ON FUNCTION cryo.emit_event(p_org text, p_project text, p_name text, p_payload jsonb) IS 'For applications: publishes an event with a jsonb payload (stored as sent, not sealed); returns the event id. Raises as cryo.publish_event.';
+
+CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text, p_payload bytea) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_id bigint;
+BEGIN
+    IF v_memo.path IS NOT NULL THEN
+        RETURN (v_memo.answer_clear ->> 'event_id')::bigint;
+    END IF;
+    v_id := cryo.publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id);
+    PERFORM cryo._add_answer(v_q, p_path, 'emit', '', p_ordinal, NULL,
+                             jsonb_build_object('event_id', v_id, 'name', p_name), 0);
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'event_emitted', 'emit', '', p_ordinal);
+    RETURN v_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text, p_payload bytea) IS 'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. Raises CR002 for a stale claim, CR004 for a bad name.';
+
+CREATE FUNCTION cryo.ensure_member(p_org text, p_login text, p_role text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id text;
+BEGIN
+    SELECT id INTO v_id FROM cryo.members WHERE org = p_org AND login = p_login;
+    IF FOUND THEN
+        RETURN v_id;
+    END IF;
+    RETURN cryo.put_member(p_org, p_login, p_role, NULL);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.ensure_member(p_org text, p_login text, p_role text) IS 'Returns the id of member p_login, creating it with p_role when missing. Raises what put_member raises.';
+
+CREATE FUNCTION cryo.ensure_org(p_slug text, p_name text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT cryo._slug_ok(p_slug) THEN
+        RAISE EXCEPTION 'org slug % must be lower-case letters, digits and - (up to 63)', p_slug
+            USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.orgs (slug, name) VALUES (p_slug, coalesce(nullif(p_name, ''), p_slug))
+    ON CONFLICT (slug) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.ensure_org(p_slug text, p_name text) IS 'Creates the org if missing; returns true when created. Raises CR004 for a malformed slug.';
+
+CREATE FUNCTION cryo.ensure_project(p_org text, p_slug text, p_name text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT cryo._slug_ok(p_slug) THEN
+        RAISE EXCEPTION 'project slug % must be lower-case letters, digits and - (up to 63)', p_slug
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+    INSERT INTO cryo.projects (org, slug, name)
+    VALUES (p_org, p_slug, coalesce(nullif(p_name, ''), p_slug))
+    ON CONFLICT (org, slug) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.ensure_project(p_org text, p_slug text, p_name text) IS 'Creates the project in the org if missing; returns true when created. Raises CR004 for a malformed slug, CR005 for an unknown org.';
+
+CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning text)
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    VALUES
+        ('CR001', 'reserved_key', 'the key belongs to the engine and cannot be written'),
+        ('CR002', 'stale_claim', 'the claim token is not the live claim of that run'),
+        ('CR003', 'run_not_found', 'no run with that id'),
+        ('CR004', 'invalid_argument', 'an argument is malformed or out of range'),
+        ('CR005', 'not_found', 'the named org, project or workflow does not exist'),
+        ('CR006', 'run_finished', 'the run already reached a terminal status'),
+        ('CR007', 'duplicate_call', 'that durable call is already recorded for the run'),
+        ('CR008', 'unauthorized', 'the token is unknown, revoked or expired'),
+        ('CR020', 'forbidden', 'the member''s role does not allow this'),
+        ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs')
+$$;
+
+COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
+
+CREATE FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer DEFAULT NULL::integer, p_error text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    IF p_outcome NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
+        RAISE EXCEPTION 'outcome must be succeeded, failed, cancelled or unreadable, not %', p_outcome
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_outcome = 'failed' AND cryo._retry_if_allowed(p_run_id, p_exit_code) THEN
+        RETURN;  -- an activity with retries left waits out its backoff instead
+    END IF;
+    PERFORM cryo._finalize_run(p_run_id, p_outcome, p_exit_code, p_error);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer, p_error text) IS 'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
+
+CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[]) RETURNS TABLE(run_id text, finished boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_run_ids), 0);
+    v_row record;
+BEGIN
+    IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
+       OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
+       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n) THEN
+        RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o
+                WHERE o IS NULL OR o NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')) THEN
+        RAISE EXCEPTION 'every outcome must be succeeded, failed, cancelled or unreadable'
+            USING ERRCODE = 'CR004';
+    END IF;
+    -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
+    -- a run listed twice is finished once.
+    FOR v_row IN
+        SELECT i.run_id, i.outcome, i.exit_code, i.error, (q.run_id IS NOT NULL) AS live
+          FROM (SELECT DISTINCT ON (u.run_id) u.*
+                  FROM unnest(p_run_ids, p_tokens, p_outcomes,
+                              coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
+                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error)
+                 ORDER BY u.run_id) i
+          LEFT JOIN LATERAL (
+               SELECT c.run_id FROM cryo.queue c
+                WHERE c.run_id = i.run_id AND c.state = 'claimed' AND c.claim_token = i.token
+                  FOR UPDATE) q ON true
+         ORDER BY i.run_id
+    LOOP
+        IF v_row.live THEN
+            PERFORM cryo._finalize_run(v_row.run_id, v_row.outcome, v_row.exit_code, v_row.error);
+        END IF;
+        run_id := v_row.run_id;
+        finished := v_row.live;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome (exit codes and errors may be NULL arrays); returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
+
+CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY SELECT o.key_id, o.wrapped_key FROM cryo.orgs o WHERE o.slug = p_org;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.get_org_key(p_org text) IS 'Returns the org''s key id and wrapped data key (both null before the first seal). Raises CR005 for an unknown org.';
+
+CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN QUERY
+        SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
+               r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
+               r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END
+          FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+         WHERE r.id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent). Raises CR003 for an unknown run.';
+
+CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT e.id, e.name, e.payload, e.payload_clear, e.emitted_by_run, e.created_at
+      FROM cryo.events e
+     WHERE e.org = p_org AND e.project = p_project AND (p_name IS NULL OR e.name = p_name)
+     ORDER BY e.id DESC LIMIT greatest(p_limit, 0)
+$$;
+
+COMMENT ON FUNCTION cryo.list_events(p_org text, p_project text, p_name text, p_limit integer) IS 'Returns a project''s newest bus events first (payloads sealed unless sent in the clear from SQL). Raises nothing.';
+
+CREATE FUNCTION cryo.list_members(p_org text) RETURNS TABLE(login text, role text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT m.login, m.role, m.created_at FROM cryo.members m
+     WHERE m.org = p_org ORDER BY m.login
+$$;
+
+COMMENT ON FUNCTION cryo.list_members(p_org text) IS 'Returns the members of an org by login. Raises nothing.';
+
+CREATE FUNCTION cryo.list_org_keys() RETURNS TABLE(org text, key_id text, wrapped_key bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT o.slug, o.key_id, o.wrapped_key FROM cryo.orgs o
+     WHERE o.wrapped_key IS NOT NULL ORDER BY o.slug
+$$;
+
+COMMENT ON FUNCTION cryo.list_org_keys() IS 'Returns every org that has a data key, with its key id and wrapped key. Raises nothing.';
+
+CREATE FUNCTION cryo.list_projects(p_org text) RETURNS TABLE(slug text, name text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT p.slug, p.name, p.created_at FROM cryo.projects p WHERE p.org = p_org ORDER BY p.slug
+$$;
+
+COMMENT ON FUNCTION cryo.list_projects(p_org text) IS 'Returns the projects of an org by slug. Raises nothing.';
+
+CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
+           r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
+           r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END
+      FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+     WHERE r.org = p_org AND r.project = p_project
+     ORDER BY r.created_at DESC, r.id
+     LIMIT greatest(p_limit, 0)
+$$;
+
+COMMENT ON FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer) IS 'Returns a project''s newest runs first, at most p_limit. Raises nothing.';
+
+CREATE FUNCTION cryo.list_secrets(p_org text, p_project text) RETURNS TABLE(name text, created_at timestamp with time zone, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.name, s.created_at, s.updated_at FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+
+COMMENT ON FUNCTION cryo.list_secrets(p_org text, p_project text) IS 'Returns the names of a project''s secrets (never values), by name. Raises nothing.';
+
+CREATE FUNCTION cryo.list_tokens(p_org text) RETURNS TABLE(id text, kind text, name text, member text, capabilities text[], created_at timestamp with time zone, expires_at timestamp with time zone, revoked_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT t.id, t.kind, t.name, m.login, t.capabilities, t.created_at, t.expires_at, t.revoked_at
+      FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+     WHERE t.org = p_org ORDER BY t.created_at, t.id
+$$;
+
+COMMENT ON FUNCTION cryo.list_tokens(p_org text) IS 'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
+
+CREATE FUNCTION cryo.now() RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(nullif(current_setting('cryo.fake_now', true), '')::timestamptz, now())
+$$;
+
+COMMENT ON FUNCTION cryo.now() IS 'Returns the engine time: the session setting cryo.fake_now when set, else now(). Raises nothing.';
+
+CREATE FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_seconds double precision) RETURNS timestamp with time zone
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_now timestamptz := cryo.now();
+    v_wake timestamptz;
+BEGIN
+    IF p_seconds IS NULL OR p_seconds < 0 OR p_seconds = 'infinity'::float8 OR p_seconds = 'NaN'::float8 THEN
+        RAISE EXCEPTION 'sleep needs a finite duration of zero or more seconds, not %', p_seconds
+            USING ERRCODE = 'CR004';
+    END IF;
+    v_wake := v_now + make_interval(secs => p_seconds);
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, attempt, status, due_at, created_at)
+    VALUES (p_run_id, v_q.org, v_q.project,
+            (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id),
+            p_path, 'run', 'sleep', '', p_ordinal,
+            (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id), 'pending', v_wake, v_now)
+    ON CONFLICT (run_id, path) DO NOTHING;
+    -- A deadline pinned by an earlier pass stands.
+    SELECT j.due_at INTO v_wake FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path;
+    UPDATE cryo.queue
+       SET state = 'parked', wake_at = v_wake, park_reason = 'sleeping', park_path = p_path,
+           parked_at = v_now, claim_token = NULL, agent_id = NULL, claimed_at = NULL,
+           lease_expires_at = NULL
+     WHERE run_id = p_run_id;
+    UPDATE cryo.runs SET status = 'parked', substate = 'sleeping', updated_at = v_now
+     WHERE id = p_run_id;
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'timer_scheduled', 'sleep', '', p_ordinal);
+    PERFORM pg_notify('cryo_run', p_run_id);
+    RETURN v_wake;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_seconds double precision) IS 'Parks the claimed run until now + p_seconds (or the deadline an earlier pass pinned) and ends the claim; returns the wake time. Raises CR002 for a stale claim token, CR004 for a bad duration.';
+
+CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload bytea DEFAULT NULL::bytea, p_payload_clear jsonb DEFAULT NULL::jsonb, p_run_id text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id bigint;
+    v_now timestamptz := cryo.now();
+    v_woken integer;
+BEGIN
+    PERFORM cryo._check_name('event', p_name);
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    -- Serialises with wait_event on this name: a waiter parks either before this event
+    -- (and is woken by it) or after it (and waits for the next).
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_org || '/' || p_project || '/' || p_name, 7));
+    INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, created_at)
+    VALUES (p_org, p_project, p_name, p_payload, p_payload_clear, p_run_id, v_now)
+    RETURNING id INTO v_id;
+    WITH woken AS (
+        UPDATE cryo.journal j
+           SET status = 'done', result = p_payload, answer_clear = p_payload_clear, exit_code = 0,
+               completed_at = v_now
+         WHERE j.org = p_org AND j.project = p_project AND j.key_family = 'event'
+           AND j.key_name = p_name AND j.status = 'pending'
+        RETURNING j.run_id, j.path, j.key_ordinal
+    ), requeued AS (
+        UPDATE cryo.queue q
+           SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
+               park_name = NULL, parked_at = NULL, enqueued_at = v_now
+          FROM woken WHERE q.run_id = woken.run_id AND q.park_path = woken.path
+        RETURNING q.run_id
+    ), runs_back AS (
+        UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = v_now
+          FROM requeued WHERE r.id = requeued.run_id
+        RETURNING r.id
+    )
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, created_at)
+    SELECT woken.run_id, p_org, p_project, 'event_received', 'run', 'event', p_name,
+           woken.key_ordinal, v_now
+      FROM woken JOIN runs_back ON runs_back.id = woken.run_id;
+    GET DIAGNOSTICS v_woken = ROW_COUNT;
+    IF v_woken > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload bytea, p_payload_clear jsonb, p_run_id text) IS 'Appends an event (sealed payload, or a clear jsonb one) to the project bus and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name.';
+
+CREATE FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_by_role text;
+    v_old cryo.members;
+    v_id text;
+BEGIN
+    IF p_role IS NULL OR p_role NOT IN ('owner', 'admin', 'member', 'viewer') THEN
+        RAISE EXCEPTION 'role must be owner, admin, member or viewer, not %', p_role USING ERRCODE = 'CR004';
+    END IF;
+    IF p_login IS NULL OR p_login !~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$' THEN
+        RAISE EXCEPTION 'member login % must be letters, digits, _ . @ - (up to 128)', p_login
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+    SELECT * INTO v_old FROM cryo.members WHERE org = p_org AND login = p_login FOR UPDATE;
+    IF p_by IS NOT NULL THEN
+        SELECT role INTO v_by_role FROM cryo.members WHERE org = p_org AND login = p_by;
+        IF cryo._role_rank(v_by_role) < 3
+           OR ((p_role = 'owner' OR v_old.role = 'owner') AND v_by_role <> 'owner') THEN
+            RAISE EXCEPTION 'role % cannot make % a member of role %', coalesce(v_by_role, 'none'),
+                p_login, p_role USING ERRCODE = 'CR020';
+        END IF;
+    END IF;
+    IF v_old.role = 'owner' AND p_role <> 'owner'
+       AND NOT EXISTS (SELECT 1 FROM cryo.members
+                        WHERE org = p_org AND role = 'owner' AND login <> p_login) THEN
+        RAISE EXCEPTION '% is the last owner of org %', p_login, p_org USING ERRCODE = 'CR004';
+    END IF;
+    IF v_old.id IS NOT NULL THEN
+        UPDATE cryo.members SET role = p_role WHERE id = v_old.id;
+        RETURN v_old.id;
+    END IF;
+    v_id := 'mem-' || left(replace(gen_random_uuid()::text, '-', ''), 16);
+    INSERT INTO cryo.members (id, org, login, role, created_at)
+    VALUES (v_id, p_org, p_login, p_role, cryo.now());
+    RETURN v_id;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text) IS 'Adds a member with a role or changes its role, acting as member p_by (NULL: operator); returns the member id. Raises CR004 for a bad role or login or for demoting the last owner, CR005 for an unknown org, CR020 when p_by may not grant that.';
+
+CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
+        RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
+            USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, updated_at)
+    VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source, cryo.now())
+    ON CONFLICT (org, project, name) DO UPDATE
+       SET filename = excluded.filename, interpreter = excluded.interpreter,
+           source = excluded.source, updated_at = excluded.updated_at;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea) IS 'Stores a sealed script under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+
+CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    SELECT (SELECT count(*) FROM cryo.lease_waiters o
+             WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
+      FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
+     ORDER BY w.id LIMIT 1
+$$;
+
+COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
+
+CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload, h.created_at
+      FROM cryo.history h WHERE h.run_id = p_run_id ORDER BY h.id
+$$;
+
+COMMENT ON FUNCTION cryo.read_history(p_run_id text) IS 'Returns a run''s history events in order (payloads sealed). Raises nothing.';
+
+CREATE FUNCTION cryo.read_journal(p_run_id text, p_token uuid) RETURNS TABLE(seq integer, path text, family text, name text, ordinal integer, status text, result bytea, exit_code integer, answer_clear jsonb, ref_run_id text)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY
+        SELECT j.seq, j.path, j.key_family, j.key_name, j.key_ordinal, j.status, j.result,
+               j.exit_code, j.answer_clear, j.ref_run_id
+          FROM cryo.journal j WHERE j.run_id = p_run_id ORDER BY j.seq;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.read_journal(p_run_id text, p_token uuid) IS 'Returns the claimed run''s memos in position order (results sealed; answer_clear holds engine answers such as child ids and counts, or a payload an application sent in the clear). Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.read_last_attempt_log(p_run_id text) RETURNS TABLE(id bigint, data bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT l.id, l.data FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
+     WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id
+$$;
+
+COMMENT ON FUNCTION cryo.read_last_attempt_log(p_run_id text) IS 'Returns the sealed log chunks of a run''s latest attempt, in order. Raises nothing.';
+
+CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT l.id, l.data FROM cryo.logs l
+     WHERE l.run_id = p_run_id AND l.id > p_after
+     ORDER BY l.id LIMIT p_limit
+$$;
+
+COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order. Raises nothing.';
+
+CREATE FUNCTION cryo.read_outputs(p_run_id text) RETURNS TABLE(key text, value bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT o.key, o.value FROM cryo.run_outputs o WHERE o.run_id = p_run_id ORDER BY o.key
+$$;
+
+COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs (values sealed) by key. Raises nothing.';
+
+CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_path text, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_attempt integer := (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id);
+    v_seq integer;
+    v_prior cryo.journal;
+BEGIN
+    IF coalesce(p_path, '') = '' OR coalesce(p_family, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
+        RAISE EXCEPTION 'a durable call needs a path, a family and an ordinal >= 0' USING ERRCODE = 'CR004';
+    END IF;
+    SELECT coalesce(max(j.seq) + 1, 0) INTO v_seq FROM cryo.journal j WHERE j.run_id = p_run_id;
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, label, attempt, status, result, exit_code, created_at,
+                              completed_at)
+    VALUES (p_run_id, v_q.org, v_q.project, v_seq, p_path, 'run', p_family, coalesce(p_name, ''),
+            p_ordinal, p_label, v_attempt, 'done', p_result, p_exit_code, cryo.now(), cryo.now())
+    ON CONFLICT (run_id, path) DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path;
+        IF v_prior.attempt = v_attempt AND v_prior.status = 'done' THEN
+            RETURN v_prior.seq;
+        END IF;
+        RAISE EXCEPTION 'run % already recorded %', p_run_id, p_path USING ERRCODE = 'CR007';
+    END IF;
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
+                          coalesce(p_name, ''), p_ordinal);
+    RETURN v_seq;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_path text, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer) IS 'Records a durable call''s sealed result for the claimed run; returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR007 when an earlier attempt recorded the path.';
+
+CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
+    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
+    ON CONFLICT (id) DO UPDATE
+       SET org = excluded.org, capabilities = excluded.capabilities,
+           last_seen_at = excluded.last_seen_at
+$$;
+
+COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) IS 'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
+
+CREATE FUNCTION cryo.release_lock(p_run_id text, p_token uuid, p_group text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue;
+BEGIN
+    SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id;
+    IF FOUND THEN
+        PERFORM cryo._lock_group(v_q.org, v_q.project, p_group);
+    END IF;
+    v_q := cryo._claimed_row(p_run_id, p_token);
+    DELETE FROM cryo.leases
+     WHERE org = v_q.org AND project = v_q.project AND grp = p_group AND holder_run_id = p_run_id;
+    IF NOT FOUND THEN
+        RETURN false;  -- a replayed release: the lease went on the first pass
+    END IF;
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'lease_released', 'lock', p_group);
+    PERFORM cryo._promote(v_q.org, v_q.project, p_group);
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.release_lock(p_run_id text, p_token uuid, p_group text) IS 'Releases the claimed run''s lease on a group and hands it to the oldest waiter; returns false when the run did not hold it. Raises CR002 for a stale claim.';
+
+CREATE FUNCTION cryo.remove_member(p_org text, p_login text, p_by text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_old cryo.members;
+    v_by_role text;
+BEGIN
+    SELECT * INTO v_old FROM cryo.members WHERE org = p_org AND login = p_login FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no member % in org %', p_login, p_org USING ERRCODE = 'CR005';
+    END IF;
+    IF p_by IS NOT NULL THEN
+        SELECT role INTO v_by_role FROM cryo.members WHERE org = p_org AND login = p_by;
+        IF cryo._role_rank(v_by_role) < 3 OR (v_old.role = 'owner' AND v_by_role <> 'owner') THEN
+            RAISE EXCEPTION 'role % cannot remove %', coalesce(v_by_role, 'none'), p_login
+                USING ERRCODE = 'CR020';
+        END IF;
+    END IF;
+    IF v_old.role = 'owner' AND NOT EXISTS (SELECT 1 FROM cryo.members
+                                             WHERE org = p_org AND role = 'owner' AND login <> p_login) THEN
+        RAISE EXCEPTION '% is the last owner of org %', p_login, p_org USING ERRCODE = 'CR004';
+    END IF;
+    -- A removed member's tokens go with it: they could never authenticate again.
+    DELETE FROM cryo.tokens WHERE member_id = v_old.id;
+    DELETE FROM cryo.members WHERE id = v_old.id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.remove_member(p_org text, p_login text, p_by text) IS 'Removes member p_login and deletes its tokens, acting as member p_by (NULL: operator). Returns nothing. Raises CR005 for an unknown member, CR004 for the last owner, CR020 when p_by may not.';
+
+CREATE FUNCTION cryo.rename_org(p_slug text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF coalesce(p_name, '') = '' THEN
+        RAISE EXCEPTION 'a name cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.orgs SET name = p_name WHERE slug = p_slug;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no org %', p_slug USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.rename_org(p_slug text, p_name text) IS 'Changes an org''s display name (the slug never changes). Returns nothing. Raises CR004 for an empty name, CR005 for an unknown org.';
+
+CREATE FUNCTION cryo.rename_project(p_org text, p_slug text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF coalesce(p_name, '') = '' THEN
+        RAISE EXCEPTION 'a name cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.projects SET name = p_name WHERE org = p_org AND slug = p_slug;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_slug USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.rename_project(p_org text, p_slug text, p_name text) IS 'Changes a project''s display name (the slug never changes). Returns nothing. Raises CR004 for an empty name, CR005 for an unknown project.';
+
+CREATE FUNCTION cryo.renew_lease(p_run_id text, p_token uuid, p_lease_seconds double precision) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    UPDATE cryo.queue SET lease_expires_at = cryo.now() + make_interval(secs => p_lease_seconds)
+     WHERE run_id = p_run_id;
+    RETURN (SELECT cancel_requested FROM cryo.runs WHERE id = p_run_id);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.renew_lease(p_run_id text, p_token uuid, p_lease_seconds double precision) IS 'Extends the claim''s lease; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.revoke_token(p_org text, p_token_id text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.tokens SET revoked_at = cryo.now()
+     WHERE org = p_org AND id = p_token_id AND revoked_at IS NULL;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.tokens WHERE org = p_org AND id = p_token_id) THEN
+        RAISE EXCEPTION 'no token % in org %', p_token_id, p_org USING ERRCODE = 'CR005';
+    END IF;
+    RETURN false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.revoke_token(p_org text, p_token_id text) IS 'Revokes a token at once; returns false when it was already revoked. Raises CR005 for a token not of that org.';
+
+CREATE FUNCTION cryo.rewrap_org_keys(p_orgs text[], p_old bytea[], p_new bytea[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_orgs), 0);
+    v_done integer;
+BEGIN
+    IF coalesce(cardinality(p_old), 0) <> v_n OR coalesce(cardinality(p_new), 0) <> v_n THEN
+        RAISE EXCEPTION 'rewrap_org_keys needs arrays of one length' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.orgs o SET wrapped_key = u.new
+      FROM unnest(p_orgs, p_old, p_new) AS u(org, old, new)
+     WHERE o.slug = u.org AND o.wrapped_key = u.old AND u.new IS NOT NULL;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    IF v_done <> v_n THEN
+        RAISE EXCEPTION 'an org key changed during the rotation (% of % matched); nothing was rewrapped',
+            v_done, v_n USING ERRCODE = 'CR004';
+    END IF;
+    RETURN v_done;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.rewrap_org_keys(p_orgs text[], p_old bytea[], p_new bytea[]) IS 'Replaces each org''s wrapped key p_old by p_new, all or nothing; returns how many. Raises CR004 when an array length differs or a key is no longer p_old.';
+
+CREATE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    UPDATE cryo.runs SET input = p_input, input_clear = NULL
+     WHERE id = p_run_id AND input_clear IS NOT NULL;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) IS 'Replaces a run''s clear input with its sealed form. Returns nothing. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload bytea DEFAULT NULL::bytea, p_payload_clear jsonb DEFAULT NULL::jsonb) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+DECLARE
+    v_run cryo.runs;
+    v_q cryo.queue;
+    v_id bigint;
+BEGIN
+    PERFORM cryo._check_name('signal', p_name);
+    SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF v_run.status IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
+        RAISE EXCEPTION 'run % already finished (%); it takes no signals', p_run_id, v_run.status
+            USING ERRCODE = 'CR006';
+    END IF;
+    INSERT INTO cryo.signals (run_id, org, project, name, payload, payload_clear, sent_at)
+    VALUES (p_run_id, v_run.org, v_run.project, p_name, p_payload, p_payload_clear, cryo.now())
+    RETURNING id INTO v_id;
+    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'signal_sent', 'signal', p_name);
+    IF v_q.state = 'parked' AND v_q.park_reason = 'awaiting-signal' AND v_q.park_name = p_name THEN
+        -- The waiter takes the oldest unconsumed signal of the name: this one.
+        UPDATE cryo.signals SET consumed_at = cryo.now(), consumed_path = v_q.park_path WHERE id = v_id;
+        PERFORM cryo._wake_parked(v_q, p_payload, p_payload_clear, 0, 'signal_received');
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload bytea, p_payload_clear jsonb) IS 'Sends a named signal (sealed payload, or a clear jsonb one) to a live run, waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name.';
+
+CREATE FUNCTION cryo.set_admission_queue_limit(p_org text, p_project text, p_limit integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'the queue limit must be at least 1' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.projects SET admission_queue_limit = p_limit WHERE org = p_org AND slug = p_project;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.set_admission_queue_limit(p_org text, p_project text, p_limit integer) IS 'Sets how many runs may queue per concurrency group in a project (default 100). Returns nothing. Raises CR004 for a limit below 1, CR005 for an unknown project.';
+
+CREATE FUNCTION cryo.set_event_retention(p_org text, p_project text, p_retention interval) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_retention IS NULL OR p_retention <= interval '0' THEN
+        RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.projects SET event_retention = p_retention WHERE org = p_org AND slug = p_project;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.set_event_retention(p_org text, p_project text, p_retention interval) IS 'Sets how long a project keeps bus events (default 30 days). Returns nothing. Raises CR004 for a non-positive interval, CR005 for an unknown project.';
+
+CREATE FUNCTION cryo.set_org_key(p_org text, p_key_id text, p_wrapped bytea) RETURNS TABLE(key_id text, wrapped_key bytea)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.orgs o SET key_id = p_key_id, wrapped_key = p_wrapped
+     WHERE o.slug = p_org AND o.wrapped_key IS NULL;
+    RETURN QUERY SELECT o.key_id, o.wrapped_key FROM cryo.orgs o WHERE o.slug = p_org;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.set_org_key(p_org text, p_key_id text, p_wrapped bytea) IS 'Sets the org''s wrapped data key if it has none; returns the key in force. Raises CR005 for an unknown org.';
+
+CREATE FUNCTION cryo.set_output(p_run_id text, p_token uuid, p_key text, p_value bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    PERFORM cryo._check_name('output', p_key);
+    INSERT INTO cryo.run_outputs (run_id, org, project, key, value, updated_at)
+    VALUES (p_run_id, v_q.org, v_q.project, p_key, p_value, cryo.now())
+    ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.set_output(p_run_id text, p_token uuid, p_key text, p_value bytea) IS 'Sets (or replaces) a sealed output of the claimed run. Returns nothing. Raises CR002 for a stale claim, CR004 for a bad key.';
+
+CREATE FUNCTION cryo.set_secret(p_org text, p_project text, p_name text, p_value bytea) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_created boolean;
+BEGIN
+    IF NOT cryo._secret_name_ok(p_name) THEN
+        RAISE EXCEPTION 'secret name % must be an environment variable name (letters, digits, _), not reserved (CRYO*, PATH, HOME, LD_*, ...)', p_name
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION 'a secret needs a value' USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    INSERT INTO cryo.secrets AS s (org, project, name, value, created_at, updated_at)
+    VALUES (p_org, p_project, p_name, p_value, v_now, v_now)
+    ON CONFLICT (org, project, name) DO UPDATE SET value = excluded.value, updated_at = v_now
+    RETURNING (s.xmax = 0) INTO v_created;
+    RETURN v_created;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.set_secret(p_org text, p_project text, p_name text, p_value bytea) IS 'Stores a sealed secret under a name in a project, replacing any earlier value; returns true when it was new. Raises CR004 for a bad or reserved name or a NULL value, CR005 for an unknown project.';
+
+CREATE FUNCTION cryo.signal_run(p_run_id text, p_name text, p_payload jsonb DEFAULT NULL::jsonb) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    SELECT cryo.send_signal(p_run_id, p_name, NULL, coalesce(p_payload, 'null'::jsonb))
+$$;
+
+COMMENT ON FUNCTION cryo.signal_run(p_run_id text, p_name text, p_payload jsonb) IS 'For applications: sends a signal with a jsonb payload (stored as sent, not sealed); returns the signal id. Raises as cryo.send_signal.';
+
+CREATE FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[]) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_child text;
+BEGIN
+    IF v_memo.path IS NOT NULL THEN
+        RETURN v_memo.ref_run_id;
+    END IF;
+    SELECT s.run_id INTO v_child FROM cryo.submit_script(
+        v_q.org, v_q.project, p_filename, p_interpreter, p_source, p_input, NULL,
+        p_required_caps) s;
+    UPDATE cryo.runs SET parent_run_id = p_run_id WHERE id = v_child;
+    PERFORM cryo._add_answer(v_q, p_path, 'spawn', '', p_ordinal, NULL,
+                             jsonb_build_object('run_id', v_child), 0, v_child);
+    RETURN v_child;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[]) IS 'Submits a child run of the claimed run and records it; a repeat at the same path returns the same child id. Raises CR002 for a stale claim, CR004 for a missing source.';
+
+CREATE FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_path text, p_name text, p_ordinal integer) RETURNS TABLE(claimed boolean, version bigint, replayed boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+    v_now timestamptz := cryo.now();
+    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_version bigint;
+    v_creator text;
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT v_memo.exit_code = 0, NULL::bigint, true;
+        RETURN;
+    END IF;
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION 'a state value cannot be NULL' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
+                                       created_by_run, updated_by_run, created_at, updated_at)
+    VALUES (v_q.org, v_q.project, v_scope, p_entity,
+            CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
+            p_run_id, p_run_id, v_now, v_now)
+    ON CONFLICT (scope, key) DO UPDATE
+       SET value = excluded.value, version = c.version + 1, created_by_run = excluded.created_by_run,
+           updated_by_run = excluded.updated_by_run, created_at = excluded.created_at,
+           updated_at = excluded.updated_at
+     WHERE c.value IS NULL
+    RETURNING c.version INTO v_version;
+    IF v_version IS NULL THEN
+        -- Held already. It is still ours if this run created it.
+        SELECT c.created_by_run, c.version INTO v_creator, v_version FROM cryo.state_cells c
+         WHERE c.scope = v_scope AND c.key = p_key;
+    ELSE
+        v_creator := p_run_id;
+    END IF;
+    PERFORM cryo._state_record(v_q, p_path, 'state.add', p_name, p_ordinal,
+                               CASE WHEN v_creator = p_run_id THEN 0 ELSE 3 END, NULL);
+    RETURN QUERY SELECT v_creator = p_run_id, v_version, false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_path text, p_name text, p_ordinal integer) IS 'Claims a cell for the claimed run: writes it only when no live cell holds the key, and records the answer as the run''s memo at p_path in the same transaction. Returns (claimed, version, replayed); claimed is true when this run created the cell, now or earlier; replayed is true when the answer came from an existing memo (version NULL then). Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity.';
+
+CREATE FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_path text, p_name text, p_ordinal integer) RETURNS TABLE(swapped boolean, version bigint, replayed boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_version bigint;
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT v_memo.exit_code = 0, NULL::bigint, true;
+        RETURN;
+    END IF;
+    IF p_value IS NULL OR p_expect IS NULL OR p_expect < 1 THEN
+        RAISE EXCEPTION 'cas needs a value and an expected version >= 1' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.state_cells c
+       SET value = p_value, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
+     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL AND c.version = p_expect
+    RETURNING c.version INTO v_version;
+    PERFORM cryo._state_record(v_q, p_path, 'state.cas', p_name, p_ordinal,
+                               CASE WHEN v_version IS NULL THEN 3 ELSE 0 END, NULL);
+    RETURN QUERY SELECT v_version IS NOT NULL, v_version, false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_path text, p_name text, p_ordinal integer) IS 'Replaces a live cell''s value when its version equals p_expect, and records the answer (swapped or not) as the claimed run''s memo at p_path in the same transaction. Returns (swapped, version, replayed): version is the new one after a swap; replayed is true when the answer came from an existing memo. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity, expected version or call identity.';
+
+CREATE FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    UPDATE cryo.state_cells c
+       SET value = NULL, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
+     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
+    RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) IS 'Deletes a cell of the claimed run''s scopes (its version is kept and raised, so it is never reused); returns true when a live cell was deleted. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key or entity.';
+
+CREATE FUNCTION cryo.state_get(p_scope text, p_key text) RETURNS TABLE(value bytea, version bigint, created_by_run text, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.value, c.version, c.created_by_run, c.updated_at FROM cryo.state_cells c
+     WHERE c.scope = p_scope AND c.key = p_key AND c.value IS NOT NULL
+$$;
+
+COMMENT ON FUNCTION cryo.state_get(p_scope text, p_key text) IS 'Returns the sealed value, version, creating run and last write time of a live cell, or no row when the cell is unset or deleted. Raises nothing.';
+
+CREATE FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_path text, p_name text, p_ordinal integer) RETURNS TABLE(outcome text, version bigint, sealed bytea)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+    v_now timestamptz := cryo.now();
+    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_cell cryo.state_cells;
+    v_version bigint;
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT 'recorded'::text, NULL::bigint, v_memo.result;
+        RETURN;
+    END IF;
+    SELECT * INTO v_cell FROM cryo.state_cells c WHERE c.scope = v_scope AND c.key = p_key FOR UPDATE;
+    IF p_expect IS NULL OR p_value IS NULL OR p_expect <> coalesce(v_cell.version, 0) THEN
+        RETURN QUERY SELECT 'moved'::text, coalesce(v_cell.version, 0), v_cell.value;
+        RETURN;
+    END IF;
+    IF v_cell.version IS NULL THEN
+        INSERT INTO cryo.state_cells (org, project, scope, entity, run_id, key, value, version,
+                                      created_by_run, updated_by_run, created_at, updated_at)
+        VALUES (v_q.org, v_q.project, v_scope, p_entity,
+                CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
+                p_run_id, p_run_id, v_now, v_now)
+        ON CONFLICT (scope, key) DO NOTHING;
+        IF NOT FOUND THEN  -- another run created it between our read and now
+            RETURN QUERY SELECT 'moved'::text, c.version, c.value FROM cryo.state_cells c
+                          WHERE c.scope = v_scope AND c.key = p_key;
+            RETURN;
+        END IF;
+        v_version := 1;
+    ELSE
+        UPDATE cryo.state_cells c
+           SET value = p_value, version = c.version + 1, updated_by_run = p_run_id, updated_at = v_now,
+               created_by_run = CASE WHEN c.value IS NULL THEN p_run_id ELSE c.created_by_run END,
+               created_at = CASE WHEN c.value IS NULL THEN v_now ELSE c.created_at END
+         WHERE c.scope = v_scope AND c.key = p_key
+        RETURNING c.version INTO v_version;
+    END IF;
+    PERFORM cryo._state_record(v_q, p_path, 'state.incr', p_name, p_ordinal, 0, p_result);
+    RETURN QUERY SELECT 'done'::text, v_version, NULL::bytea;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_path text, p_name text, p_ordinal integer) IS 'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at p_path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity.';
+
+CREATE FUNCTION cryo.state_list(p_scope text) RETURNS TABLE(key text, value bytea, version bigint, created_by_run text, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.key, c.value, c.version, c.created_by_run, c.updated_at FROM cryo.state_cells c
+     WHERE c.scope = p_scope AND c.value IS NOT NULL
+     ORDER BY c.key
+$$;
+
+COMMENT ON FUNCTION cryo.state_list(p_scope text) IS 'Returns every live cell of a scope in key order (values sealed). Raises nothing.';
+
+CREATE FUNCTION cryo.state_scope(p_org text, p_project text, p_run_id text, p_entity text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+BEGIN
+    IF p_entity IS NULL THEN
+        IF p_run_id IS NULL OR p_run_id NOT LIKE p_org || ':' || p_project || ':run-%' THEN
+            RAISE EXCEPTION 'run % is not a run of project %/%', p_run_id, p_org, p_project
+                USING ERRCODE = 'CR004';
+        END IF;
+        RETURN p_run_id;
+    END IF;
+    IF p_entity !~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$' THEN
+        RAISE EXCEPTION 'entity name % must be letters, digits, _ . @ - (up to 128)', p_entity
+            USING ERRCODE = 'CR004';
+    END IF;
+    RETURN p_org || ':' || p_project || ':entity:' || p_entity;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.state_scope(p_org text, p_project text, p_run_id text, p_entity text) IS 'Returns the scope of a cell: the run id when p_entity is NULL, else {org}:{project}:entity:{name}. Raises CR004 for a run of another project or a malformed entity name.';
+
+CREATE FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+    v_now timestamptz := cryo.now();
+    v_version bigint;
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
+                                       created_by_run, updated_by_run, created_at, updated_at)
+    VALUES (v_q.org, v_q.project, v_scope, p_entity,
+            CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
+            p_run_id, p_run_id, v_now, v_now)
+    ON CONFLICT (scope, key) DO UPDATE
+       SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
+           updated_at = excluded.updated_at,
+           created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run ELSE c.created_by_run END,
+           created_at = CASE WHEN c.value IS NULL THEN excluded.created_at ELSE c.created_at END
+    RETURNING c.version INTO v_version;
+    RETURN v_version;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) IS 'Writes a sealed value into a cell of the claimed run (run scope when p_entity is NULL); returns the cell''s new version. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or a NULL value.';
+
+CREATE FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_path text, p_name text, p_source bytea, p_required_caps text[], p_retries integer DEFAULT 0, p_retry_backoff double precision DEFAULT 0, p_retry_on integer[] DEFAULT NULL::integer[]) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_child text;
+BEGIN
+    PERFORM cryo._check_name('activity', p_name);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN v_memo.ref_run_id;
+    END IF;
+    IF coalesce(p_retries, 0) < 0 OR coalesce(p_retry_backoff, 0) < 0 THEN
+        RAISE EXCEPTION 'retries and retry backoff must be >= 0' USING ERRCODE = 'CR004';
+    END IF;
+    IF EXISTS (SELECT 1 FROM cryo.runs WHERE parent_run_id = p_run_id AND activity_name = p_name) THEN
+        RAISE EXCEPTION 'activity % was already submitted in run %', p_name, p_run_id
+            USING ERRCODE = 'CR007';
+    END IF;
+    SELECT s.run_id INTO v_child FROM cryo.submit_script(
+        v_q.org, v_q.project, 'activity.sh', NULL, p_source, NULL, NULL, p_required_caps) s;
+    UPDATE cryo.runs SET parent_run_id = p_run_id, activity_name = p_name,
+                         retries_left = coalesce(p_retries, 0),
+                         retry_backoff = coalesce(p_retry_backoff, 0), retry_on = p_retry_on
+     WHERE id = v_child;
+    PERFORM cryo._add_answer(v_q, p_path, 'activity', p_name, 0, NULL,
+                             jsonb_build_object('run_id', v_child), 0, v_child);
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activity_scheduled', 'activity', p_name, 0);
+    RETURN v_child;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_path text, p_name text, p_source bytea, p_required_caps text[], p_retries integer, p_retry_backoff double precision, p_retry_on integer[]) IS 'Submits a named child job of the claimed run (a name is unique per run) with a retry policy; returns its run id, the same one for a repeat at the same path. Raises CR002 for a stale claim, CR007 for a name already used, CR004 for a bad policy.';
+
+CREATE FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL::jsonb, p_idempotency_key text DEFAULT NULL::text, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $_$
+DECLARE
+    v_wf cryo.workflows;
+    v_id text;
+BEGIN
+    SELECT * INTO v_wf FROM cryo.workflows
+     WHERE org = p_org AND project = p_project AND name = p_workflow;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_workflow, p_org, p_project
+            USING ERRCODE = 'CR005';
+    END IF;
+    SELECT s.run_id INTO v_id FROM cryo.submit_script(
+        p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
+        CASE WHEN v_wf.filename ~ '\.(sh|bash)$' OR v_wf.filename !~ '\.' THEN '{shell}'::text[]
+             ELSE '{polyglot}'::text[] END,
+        p_workflow, p_input, p_concurrency, p_policy) s;
+    RETURN v_id;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
+
+CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id text;
+    v_now timestamptz := cryo.now();
+    v_policy text := coalesce(p_policy, 'queue');
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    IF coalesce(p_filename, '') = '' OR p_source IS NULL THEN
+        RAISE EXCEPTION 'a run needs a filename and a source' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_idempotency_key = '' THEN
+        RAISE EXCEPTION 'an idempotency key cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_concurrency IS NOT NULL THEN
+        PERFORM cryo._check_name('concurrency group', p_concurrency);
+        IF v_policy NOT IN ('queue', 'cancel-running', 'cancel-queued', 'skip') THEN
+            RAISE EXCEPTION 'policy must be queue, cancel-running, cancel-queued or skip, not %', v_policy
+                USING ERRCODE = 'CR004';
+        END IF;
+        PERFORM cryo._lock_group(p_org, p_project, p_concurrency);
+        IF p_idempotency_key IS NOT NULL AND EXISTS (
+                SELECT 1 FROM cryo.runs r WHERE r.org = p_org AND r.project = p_project
+                   AND r.idempotency_key = p_idempotency_key) THEN
+            NULL;  -- the insert below finds the first run and returns it
+        ELSIF v_policy = 'skip' AND cryo._group_holder(p_org, p_project, p_concurrency) IS NOT NULL THEN
+            RETURN QUERY SELECT NULL::text, false;  -- skip: no run at all
+            RETURN;
+        END IF;
+    END IF;
+    INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
+                           input_clear, idempotency_key, required_caps, created_at, updated_at)
+    VALUES (p_org || ':' || p_project || ':run-' || left(replace(gen_random_uuid()::text, '-', ''), 16),
+            p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
+            p_input_clear, p_idempotency_key, p_required_caps, v_now, v_now)
+    ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        RETURN QUERY SELECT r.id, false FROM cryo.runs r
+         WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
+        RETURN;
+    END IF;
+    PERFORM cryo._history(v_id, p_org, p_project, 'submitted');
+    IF p_concurrency IS NULL OR cryo._admit(v_id, p_org, p_project, p_concurrency, v_policy) = 'pending' THEN
+        INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
+        VALUES (v_id, p_org, p_project, 'pending', p_required_caps, v_now);
+        PERFORM pg_notify('cryo_work', '');
+    END IF;
+    RETURN QUERY SELECT v_id, true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text) IS 'Creates a run from a sealed source and input, pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); returns (run_id, created), created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key or unknown policy, CR030 when the group''s queue is full.';
+
+CREATE FUNCTION cryo.submit_untrusted_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id text;
+    v_created boolean;
+BEGIN
+    SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
+        p_org, p_project, p_filename, p_interpreter, p_source, p_input, p_idempotency_key,
+        p_required_caps, NULL, NULL, p_concurrency, p_policy) s;
+    IF v_created THEN
+        UPDATE cryo.runs r SET untrusted = true WHERE r.id = v_id;
+    END IF;
+    RETURN QUERY SELECT v_id, v_created;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.submit_untrusted_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_concurrency text, p_policy text) IS 'Like submit_script, but the new run is untrusted: its claims carry no secret values. Returns (run_id, created). Raises what submit_script raises.';
+
+CREATE FUNCTION cryo.tick(p_batch integer DEFAULT 1000) RETURNS TABLE(expired integer, woken integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_expired integer;
+    v_woken integer;
+    v_cancel record;
+BEGIN
+    -- Lapsed leases whose run was asked to cancel simply end.
+    FOR v_cancel IN
+        SELECT q.run_id FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
+         WHERE q.state = 'claimed' AND q.lease_expires_at < v_now AND r.cancel_requested
+         LIMIT p_batch
+           FOR UPDATE OF q SKIP LOCKED
+    LOOP
+        PERFORM cryo._finalize_run(v_cancel.run_id, 'cancelled', NULL, 'cancelled');
+    END LOOP;
+
+    WITH lapsed AS (
+        SELECT q.run_id FROM cryo.queue q
+         WHERE q.state = 'claimed' AND q.lease_expires_at < v_now
+         LIMIT p_batch
+           FOR UPDATE SKIP LOCKED
+    ), requeued AS (
+        UPDATE cryo.queue q
+           SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
+               lease_expires_at = NULL
+          FROM lapsed WHERE q.run_id = lapsed.run_id
+        RETURNING q.run_id, q.org, q.project
+    ), runs_back AS (
+        UPDATE cryo.runs r SET status = 'pending', updated_at = v_now
+          FROM requeued WHERE r.id = requeued.run_id
+        RETURNING r.id, r.org, r.project, r.attempt
+    )
+    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+    SELECT id, org, project, 'lease_expired', attempt, v_now FROM runs_back;
+    GET DIAGNOSTICS v_expired = ROW_COUNT;
+
+    -- Due parked rows: a sleep is over, a bounded wait timed out (its memo records exit
+    -- code 124, so replay takes the same branch), or a retry's backoff has passed.
+    WITH due AS (
+        SELECT q.run_id, q.park_path FROM cryo.queue q
+         WHERE q.state = 'parked' AND q.wake_at <= v_now
+         ORDER BY q.wake_at
+         LIMIT p_batch
+           FOR UPDATE SKIP LOCKED
+    ), memo AS (
+        UPDATE cryo.journal j
+           SET status = 'done', completed_at = v_now,
+               exit_code = CASE WHEN j.key_family = 'sleep' THEN 0 ELSE 124 END
+          FROM due WHERE j.run_id = due.run_id AND j.path = due.park_path
+        RETURNING j.run_id, j.key_family, j.key_name, j.key_ordinal
+    ), requeued AS (
+        UPDATE cryo.queue q
+           SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
+               park_name = NULL, parked_at = NULL, enqueued_at = v_now
+          FROM due WHERE q.run_id = due.run_id
+        RETURNING q.run_id
+    ), runs_back AS (
+        UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = v_now
+          FROM requeued WHERE r.id = requeued.run_id
+        RETURNING r.id, r.org, r.project
+    )
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, created_at)
+    SELECT runs_back.id, runs_back.org, runs_back.project,
+           CASE WHEN memo.run_id IS NULL THEN 'retry_due'
+                WHEN memo.key_family = 'sleep' THEN 'timer_fired' ELSE 'wait_timed_out' END,
+           CASE WHEN memo.run_id IS NULL THEN NULL ELSE 'run' END, memo.key_family,
+           memo.key_name, memo.key_ordinal, v_now
+      FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id;
+    GET DIAGNOSTICS v_woken = ROW_COUNT;
+
+    PERFORM cryo._purge_events(p_batch);
+    PERFORM cryo._reconcile_admission(p_batch);
+
+    IF v_expired + v_woken > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+    END IF;
+    RETURN QUERY SELECT v_expired, v_woken;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events past retention and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+
+CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_path text, p_ordinal integer) RETURNS TABLE(parked boolean, failed integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_failed integer;
+BEGIN
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT false, (v_memo.answer_clear ->> 'failed')::integer;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM cryo._uncollected(p_run_id) c
+                WHERE c.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')) THEN
+        PERFORM cryo._add_marker(v_q, p_path, 'activity.wait-all', '', p_ordinal, NULL);
+        PERFORM cryo._park_claimed(p_run_id, 'awaiting-children', p_path, NULL, NULL);
+        RETURN QUERY SELECT true, NULL::integer;
+        RETURN;
+    END IF;
+    SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed FROM cryo._uncollected(p_run_id) c;
+    PERFORM cryo._add_answer(v_q, p_path, 'activity.wait-all', '', p_ordinal, NULL,
+                             jsonb_build_object('failed', v_failed), 0);
+    RETURN QUERY SELECT false, v_failed;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_path text, p_ordinal integer) IS 'Returns (parked false, failed count) when every uncollected activity of the claimed run has finished, else parks the run until they have. Raises CR002 for a stale claim.';
+
+CREATE FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_due timestamptz;
+BEGIN
+    PERFORM cryo._check_name('event', p_name);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
+        RETURN;
+    END IF;
+    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8 OR p_timeout = 'NaN'::float8) THEN
+        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_timeout = 0 THEN
+        PERFORM cryo._add_answer(v_q, p_path, 'event', p_name, p_ordinal, NULL, NULL, 124);
+        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
+    v_due := cryo.now() + make_interval(secs => p_timeout);
+    PERFORM cryo._add_marker(v_q, p_path, 'event', p_name, p_ordinal, v_due);
+    PERFORM cryo._park_claimed(p_run_id, 'awaiting-event', p_path, p_name, v_due);
+    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision) IS 'Parks the claimed run until an event of the name is published (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name or timeout.';
+
+CREATE FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_sig cryo.signals;
+BEGIN
+    PERFORM cryo._check_name('signal', p_name);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
+        RETURN;
+    END IF;
+    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8 OR p_timeout = 'NaN'::float8) THEN
+        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
+    END IF;
+    SELECT * INTO v_sig FROM cryo.signals s
+     WHERE s.run_id = p_run_id AND s.name = p_name AND s.consumed_at IS NULL
+     ORDER BY s.id LIMIT 1 FOR UPDATE;
+    IF FOUND THEN
+        UPDATE cryo.signals SET consumed_at = cryo.now(), consumed_path = p_path WHERE id = v_sig.id;
+        PERFORM cryo._add_answer(v_q, p_path, 'signal', p_name, p_ordinal, v_sig.payload,
+                                 v_sig.payload_clear, 0);
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'signal_received', 'signal', p_name, p_ordinal);
+        RETURN QUERY SELECT false, v_sig.payload, v_sig.payload_clear, false;
+        RETURN;
+    END IF;
+    IF p_timeout = 0 THEN
+        PERFORM cryo._add_answer(v_q, p_path, 'signal', p_name, p_ordinal, NULL, NULL, 124);
+        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
+        RETURN;
+    END IF;
+    PERFORM cryo._add_marker(v_q, p_path, 'signal', p_name, p_ordinal,
+                             cryo.now() + make_interval(secs => p_timeout));
+    PERFORM cryo._park_claimed(p_run_id, 'awaiting-signal', p_path, p_name,
+                               cryo.now() + make_interval(secs => p_timeout));
+    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision) IS 'Takes the oldest queued signal of the name for the claimed run, or parks it until one arrives (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out). Raises CR002 for a stale claim, CR004 for a bad name or timeout.';
+
+CREATE TABLE cryo.agents (
+    id text NOT NULL,
+    org text NOT NULL,
+    capabilities text[] NOT NULL,
+    registered_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone NOT NULL
+);
+
+CREATE TABLE cryo.events (
+    id bigint NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    payload bytea,
+    payload_clear jsonb,
+    emitted_by_run text,
+    created_at timestamp with time zone NOT NULL
+);
+
+CREATE SEQUENCE cryo.events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.events_id_seq OWNED BY cryo.events.id;
+
+CREATE TABLE cryo.history (
+    id bigint NOT NULL,
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    kind text NOT NULL,
+    key_scope text,
+    key_family text,
+    key_name text,
+    key_ordinal integer,
+    attempt integer,
+    payload bytea,
+    created_at timestamp with time zone NOT NULL
+);
+
+CREATE SEQUENCE cryo.history_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.history_id_seq OWNED BY cryo.history.id;
+
+CREATE TABLE cryo.lease_waiters (
+    id bigint NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    grp text NOT NULL,
+    run_id text NOT NULL,
+    kind text NOT NULL,
+    scoped boolean DEFAULT false NOT NULL,
+    path text,
+    enqueued_at timestamp with time zone NOT NULL,
+    CONSTRAINT lease_waiters_kind_check CHECK ((kind = ANY (ARRAY['admission'::text, 'script'::text])))
+);
+
+CREATE TABLE cryo.leases (
+    org text NOT NULL,
+    project text NOT NULL,
+    grp text NOT NULL,
+    holder_run_id text NOT NULL,
+    kind text NOT NULL,
+    scoped boolean DEFAULT false NOT NULL,
+    path text,
+    acquired_at timestamp with time zone NOT NULL,
+    CONSTRAINT leases_kind_check CHECK ((kind = ANY (ARRAY['admission'::text, 'script'::text])))
+);
+
+CREATE VIEW cryo.lease_holders AS
+ SELECT l.org,
+    l.project,
+    l.grp AS concurrency_group,
+    l.holder_run_id,
+    l.kind,
+    l.scoped,
+    l.acquired_at,
+    (cryo.now() - l.acquired_at) AS held_for,
+    r.status AS holder_status,
+    ( SELECT count(*) AS count
+           FROM cryo.lease_waiters w
+          WHERE ((w.org = l.org) AND (w.project = l.project) AND (w.grp = l.grp))) AS waiting
+   FROM (cryo.leases l
+     JOIN cryo.runs r ON ((r.id = l.holder_run_id)));
+
+COMMENT ON VIEW cryo.lease_holders IS 'One row per held concurrency group or lock: the holding run, since when, and how many wait.';
+
+CREATE VIEW cryo.lease_queues AS
+ SELECT w.org,
+    w.project,
+    w.grp AS concurrency_group,
+    w.run_id,
+    w.kind,
+    row_number() OVER (PARTITION BY w.org, w.project, w.grp ORDER BY w.id) AS "position",
+    w.enqueued_at,
+    (cryo.now() - w.enqueued_at) AS waiting_for
+   FROM cryo.lease_waiters w;
+
+COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group or lock, with their FIFO position (1 is next).';
+
+CREATE SEQUENCE cryo.lease_waiters_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.lease_waiters_id_seq OWNED BY cryo.lease_waiters.id;
+
+CREATE VIEW cryo.live_leases AS
+ SELECT q.run_id,
+    q.org,
+    q.project,
+    q.agent_id,
+    q.claimed_at,
+    q.lease_expires_at,
+    (q.lease_expires_at - cryo.now()) AS expires_in,
+    r.attempt
+   FROM (cryo.queue q
+     JOIN cryo.runs r ON ((r.id = q.run_id)))
+  WHERE (q.state = 'claimed'::text);
+
+COMMENT ON VIEW cryo.live_leases IS 'Claims held right now: which agent, since when, and when the lease lapses.';
+
+CREATE TABLE cryo.logs (
+    id bigint NOT NULL,
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    attempt integer NOT NULL,
+    data bytea NOT NULL,
+    created_at timestamp with time zone NOT NULL
+);
+
+CREATE SEQUENCE cryo.logs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.logs_id_seq OWNED BY cryo.logs.id;
+
+CREATE TABLE cryo.members (
+    id text NOT NULL,
+    org text NOT NULL,
+    login text NOT NULL,
+    role text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT members_login_check CHECK ((login ~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$'::text)),
+    CONSTRAINT members_role_check CHECK ((role = ANY (ARRAY['owner'::text, 'admin'::text, 'member'::text, 'viewer'::text])))
+);
+
+COMMENT ON TABLE cryo.members IS 'People of an org and their role (owner, admin, member, viewer); a user token acts for one member.';
+
+CREATE TABLE cryo.orgs (
+    slug text NOT NULL,
+    name text NOT NULL,
+    key_id text,
+    wrapped_key bytea,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT orgs_slug_check CHECK ((slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'::text))
+);
+
+CREATE VIEW cryo.parked_runs AS
+ SELECT q.run_id,
+    q.org,
+    q.project,
+    q.park_reason AS reason,
+    q.park_path AS waiting_on,
+    q.park_name AS waiting_for_name,
+    q.parked_at,
+    q.wake_at,
+    (q.wake_at - cryo.now()) AS wakes_in,
+    (cryo.now() - q.parked_at) AS parked_for
+   FROM cryo.queue q
+  WHERE (q.state = 'parked'::text);
+
+COMMENT ON VIEW cryo.parked_runs IS 'Runs suspended in the queue: why (reason, the call they wait on) and until when.';
+
+CREATE VIEW cryo.pending_runs AS
+ SELECT q.run_id,
+    q.org,
+    q.project,
+    q.required_caps,
+    q.enqueued_at,
+    (cryo.now() - q.enqueued_at) AS waiting_for
+   FROM cryo.queue q
+  WHERE (q.state = 'pending'::text);
+
+COMMENT ON VIEW cryo.pending_runs IS 'Runs waiting for an agent, oldest first by enqueued_at.';
+
+CREATE TABLE cryo.projects (
+    org text NOT NULL,
+    slug text NOT NULL,
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    event_retention interval DEFAULT '30 days'::interval NOT NULL,
+    admission_queue_limit integer DEFAULT 100 NOT NULL,
+    CONSTRAINT projects_admission_queue_limit_check CHECK ((admission_queue_limit > 0)),
+    CONSTRAINT projects_slug_check CHECK ((slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'::text))
+);
+
+CREATE TABLE cryo.run_outputs (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    key text NOT NULL,
+    value bytea NOT NULL,
+    updated_at timestamp with time zone NOT NULL
+);
+
+CREATE VIEW cryo.run_overview AS
+ SELECT r.id,
+    r.org,
+    r.project,
+    r.workflow,
+    r.filename,
+    r.status,
+    r.substate,
+    r.attempt,
+    r.exit_code,
+    r.error,
+    r.created_at,
+    r.started_at,
+    r.finished_at,
+    (cryo.now() - r.created_at) AS age,
+    (COALESCE(r.finished_at, cryo.now()) - r.started_at) AS run_time,
+    q.wake_at,
+    q.agent_id
+   FROM (cryo.runs r
+     LEFT JOIN cryo.queue q ON ((q.run_id = r.id)));
+
+COMMENT ON VIEW cryo.run_overview IS 'One row per run: status, substate, attempt, ages, and its live queue facts.';
+
+CREATE TABLE cryo.secrets (
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    value bytea NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT secrets_name_check CHECK ((name ~ '^[A-Za-z_][A-Za-z0-9_]{0,127}$'::text))
+);
+
+COMMENT ON TABLE cryo.secrets IS 'Project secrets, sealed under the org data key; opened only into a claim grant of a trusted run.';
+
+CREATE TABLE cryo.signals (
+    id bigint NOT NULL,
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    payload bytea,
+    payload_clear jsonb,
+    sent_at timestamp with time zone NOT NULL,
+    consumed_at timestamp with time zone,
+    consumed_path text
+);
+
+CREATE SEQUENCE cryo.signals_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.signals_id_seq OWNED BY cryo.signals.id;
+
+CREATE TABLE cryo.state_cells (
+    org text NOT NULL,
+    project text NOT NULL,
+    scope text NOT NULL,
+    entity text,
+    run_id text,
+    key text NOT NULL,
+    value bytea,
+    version bigint NOT NULL,
+    created_by_run text NOT NULL,
+    updated_by_run text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT state_cells_check CHECK (((entity IS NULL) <> (run_id IS NULL))),
+    CONSTRAINT state_cells_version_check CHECK ((version > 0))
+);
+
+COMMENT ON TABLE cryo.state_cells IS 'Durable state cells: (scope, key) -> sealed JSON value and a version counted in the clear. scope is the run id for run scope, or {org}:{project}:entity:{name} for entity scope. A NULL value marks a deleted cell; its row keeps the version so a cell re-created later never repeats a version a cas could have read.';
+
+COMMENT ON COLUMN cryo.state_cells.value IS 'Sealed JSON (AES-GCM under the org data key); NULL once deleted.';
+
+COMMENT ON COLUMN cryo.state_cells.version IS 'Counts every write and delete of the cell, starting at 1; never reused.';
+
+COMMENT ON COLUMN cryo.state_cells.created_by_run IS 'The run that created (or re-created after a delete) the cell; an add by that run still holds it.';
+
+CREATE VIEW cryo.state_overview AS
+ SELECT c.org,
+    c.project,
+        CASE
+            WHEN (c.entity IS NULL) THEN 'run'::text
+            ELSE 'entity'::text
+        END AS scope_kind,
+    COALESCE(c.entity, c.run_id) AS scope_name,
+    c.key,
+    c.version,
+    (c.value IS NULL) AS deleted,
+    length(c.value) AS sealed_bytes,
+    c.created_by_run,
+    c.updated_by_run,
+    c.created_at,
+    c.updated_at
+   FROM cryo.state_cells c;
+
+COMMENT ON VIEW cryo.state_overview IS 'One row per state cell: scope, key, version, who created and last wrote it, and the sealed size. Values stay sealed and are not shown.';
+
+CREATE TABLE cryo.tokens (
+    id text NOT NULL,
+    kind text NOT NULL,
+    org text NOT NULL,
+    name text NOT NULL,
+    secret_hash bytea NOT NULL,
+    capabilities text[] DEFAULT '{}'::text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    revoked_at timestamp with time zone,
+    member_id text,
+    CONSTRAINT tokens_kind_check CHECK ((kind = ANY (ARRAY['user'::text, 'agent'::text]))),
+    CONSTRAINT tokens_user_has_member CHECK (((kind <> 'user'::text) OR (member_id IS NOT NULL)))
+);
+
+CREATE TABLE cryo.workflows (
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    filename text NOT NULL,
+    interpreter text,
+    source bytea NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+ALTER TABLE ONLY cryo.events ALTER COLUMN id SET DEFAULT nextval('cryo.events_id_seq'::regclass);
+
+ALTER TABLE ONLY cryo.history ALTER COLUMN id SET DEFAULT nextval('cryo.history_id_seq'::regclass);
+
+ALTER TABLE ONLY cryo.lease_waiters ALTER COLUMN id SET DEFAULT nextval('cryo.lease_waiters_id_seq'::regclass);
+
+ALTER TABLE ONLY cryo.logs ALTER COLUMN id SET DEFAULT nextval('cryo.logs_id_seq'::regclass);
+
+ALTER TABLE ONLY cryo.signals ALTER COLUMN id SET DEFAULT nextval('cryo.signals_id_seq'::regclass);
+
+ALTER TABLE ONLY cryo.agents
+    ADD CONSTRAINT agents_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.events
+    ADD CONSTRAINT events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.history
+    ADD CONSTRAINT history_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.journal
+    ADD CONSTRAINT journal_pkey PRIMARY KEY (run_id, path);
+
+ALTER TABLE ONLY cryo.journal
+    ADD CONSTRAINT journal_run_id_seq_key UNIQUE (run_id, seq);
+
+ALTER TABLE ONLY cryo.lease_waiters
+    ADD CONSTRAINT lease_waiters_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.leases
+    ADD CONSTRAINT leases_pkey PRIMARY KEY (org, project, grp);
+
+ALTER TABLE ONLY cryo.logs
+    ADD CONSTRAINT logs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.members
+    ADD CONSTRAINT members_org_login_key UNIQUE (org, login);
+
+ALTER TABLE ONLY cryo.members
+    ADD CONSTRAINT members_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.orgs
+    ADD CONSTRAINT orgs_pkey PRIMARY KEY (slug);
+
+ALTER TABLE ONLY cryo.projects
+    ADD CONSTRAINT projects_pkey PRIMARY KEY (org, slug);
+
+ALTER TABLE ONLY cryo.queue
+    ADD CONSTRAINT queue_pkey PRIMARY KEY (run_id);
+
+ALTER TABLE ONLY cryo.run_outputs
+    ADD CONSTRAINT run_outputs_pkey PRIMARY KEY (run_id, key);
+
+ALTER TABLE ONLY cryo.runs
+    ADD CONSTRAINT runs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.secrets
+    ADD CONSTRAINT secrets_pkey PRIMARY KEY (org, project, name);
+
+ALTER TABLE ONLY cryo.signals
+    ADD CONSTRAINT signals_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.state_cells
+    ADD CONSTRAINT state_cells_pkey PRIMARY KEY (scope, key);
+
+ALTER TABLE ONLY cryo.tokens
+    ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.tokens
+    ADD CONSTRAINT tokens_secret_hash_key UNIQUE (secret_hash);
+
+ALTER TABLE ONLY cryo.workflows
+    ADD CONSTRAINT workflows_pkey PRIMARY KEY (org, project, name);
+
+CREATE INDEX events_created ON cryo.events USING btree (created_at);
+
+CREATE INDEX events_project_name ON cryo.events USING btree (org, project, name, id);
+
+CREATE INDEX history_run ON cryo.history USING btree (run_id, id);
+
+CREATE INDEX journal_event_waiters ON cryo.journal USING btree (org, project, key_name) WHERE ((status = 'pending'::text) AND (key_family = 'event'::text));
+
+CREATE INDEX lease_waiters_group ON cryo.lease_waiters USING btree (org, project, grp, id);
+
+CREATE INDEX lease_waiters_run ON cryo.lease_waiters USING btree (run_id);
+
+CREATE INDEX leases_holder ON cryo.leases USING btree (holder_run_id);
+
+CREATE INDEX logs_run ON cryo.logs USING btree (run_id, id);
+
+CREATE INDEX queue_claimed_lease ON cryo.queue USING btree (lease_expires_at) WHERE (state = 'claimed'::text);
+
+CREATE INDEX queue_parked_wake ON cryo.queue USING btree (wake_at) WHERE (state = 'parked'::text);
+
+CREATE INDEX queue_pending ON cryo.queue USING btree (org, enqueued_at) WHERE (state = 'pending'::text);
+
+CREATE UNIQUE INDEX runs_activity_name ON cryo.runs USING btree (parent_run_id, activity_name) WHERE (activity_name IS NOT NULL);
+
+CREATE INDEX runs_id_prefix ON cryo.runs USING btree (id text_pattern_ops);
+
+CREATE UNIQUE INDEX runs_idempotency_key ON cryo.runs USING btree (org, project, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+CREATE INDEX runs_parent ON cryo.runs USING btree (parent_run_id) WHERE (parent_run_id IS NOT NULL);
+
+CREATE INDEX runs_project_created ON cryo.runs USING btree (org, project, created_at DESC);
+
+CREATE INDEX signals_unconsumed ON cryo.signals USING btree (run_id, name, id) WHERE (consumed_at IS NULL);
+
+CREATE INDEX state_cells_project ON cryo.state_cells USING btree (org, project);
+
+CREATE INDEX state_cells_run ON cryo.state_cells USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+CREATE TRIGGER runs_inherit_untrusted BEFORE INSERT OR UPDATE OF parent_run_id ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._inherit_untrusted();
+
+ALTER TABLE ONLY cryo.agents
+    ADD CONSTRAINT agents_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.history
+    ADD CONSTRAINT history_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.journal
+    ADD CONSTRAINT journal_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.lease_waiters
+    ADD CONSTRAINT lease_waiters_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.leases
+    ADD CONSTRAINT leases_holder_run_id_fkey FOREIGN KEY (holder_run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.logs
+    ADD CONSTRAINT logs_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.members
+    ADD CONSTRAINT members_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.projects
+    ADD CONSTRAINT projects_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.queue
+    ADD CONSTRAINT queue_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.run_outputs
+    ADD CONSTRAINT run_outputs_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.runs
+    ADD CONSTRAINT runs_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug);
+
+ALTER TABLE ONLY cryo.runs
+    ADD CONSTRAINT runs_parent_run_id_fkey FOREIGN KEY (parent_run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.secrets
+    ADD CONSTRAINT secrets_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug);
+
+ALTER TABLE ONLY cryo.signals
+    ADD CONSTRAINT signals_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.state_cells
+    ADD CONSTRAINT state_cells_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.state_cells
+    ADD CONSTRAINT state_cells_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.tokens
+    ADD CONSTRAINT tokens_member_id_fkey FOREIGN KEY (member_id) REFERENCES cryo.members(id);
+
+ALTER TABLE ONLY cryo.tokens
+    ADD CONSTRAINT tokens_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.workflows
+    ADD CONSTRAINT workflows_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug);
