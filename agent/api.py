@@ -39,6 +39,10 @@ class AgentAPI:
         self._base = url.rstrip("/") + "/api/v1/agent"
         self._headers = {"Authorization": f"Bearer {token}"}
         self._session: aiohttp.ClientSession | None = None
+        # The position of the durable call being recorded, sent with every run call so
+        # the journal keeps the pass's own numbering (a call that recorded nothing, like
+        # a step_fn that raised, leaves a gap instead of shifting every later call).
+        self.position: int | None = None
 
     async def __aenter__(self) -> AgentAPI:
         self._session = aiohttp.ClientSession(headers=self._headers)
@@ -56,6 +60,8 @@ class AgentAPI:
 
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         assert self._session is not None, "AgentAPI used outside 'async with'"
+        if self.position is not None and "claim_token" in body:
+            body = {**body, "position": self.position}
         try:
             async with self._session.post(
                 self._base + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout)

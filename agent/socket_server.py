@@ -170,7 +170,8 @@ class DurableVerbs:
                 "exit_code": int(entry.get("exit_code") or 0),
             }
         call_id = secrets.token_hex(8)
-        self._open_steps[call_id] = {"path": path, "name": name, "ordinal": ordinal, "label": label}
+        self._open_steps[call_id] = {"path": path, "name": name, "ordinal": ordinal, "label": label,
+                                     "position": self._position - 1}
         return {
             "ok": True,
             "hit": False,
@@ -209,6 +210,7 @@ class DurableVerbs:
         call = self._open_steps.pop(str(req.get("call_id")), None)
         if call is None:
             raise VerbError("bad_request", f"unknown call_id {req.get('call_id')!r}")
+        self._job.api.position = call["position"]
         seq = await self._engine(
             self._job.api.record_step(
                 self._job.run_id,
@@ -381,6 +383,7 @@ class DurableVerbs:
         """The next position is this call's; in strict mode it must be the recorded one."""
         position = self._position
         self._position += 1
+        self._job.api.position = position
         if self._strict:
             recorded = self._by_seq.get(position)
             if recorded is not None and recorded.get("path") != path:

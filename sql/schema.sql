@@ -26,7 +26,7 @@ CREATE FUNCTION cryo._add_answer(p_q cryo.queue, p_path text, p_family text, p_n
                               key_ordinal, attempt, status, result, answer_clear, exit_code,
                               ref_run_id, created_at, completed_at)
     SELECT p_q.run_id, p_q.org, p_q.project,
-           (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+           cryo._next_seq(p_q.run_id),
            p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'done', p_result, p_answer_clear,
            p_exit_code, p_ref_run_id, cryo.now(), cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id
@@ -39,7 +39,7 @@ CREATE FUNCTION cryo._add_marker(p_q cryo.queue, p_path text, p_family text, p_n
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, attempt, status, due_at, ref_run_id, created_at)
     SELECT p_q.run_id, p_q.org, p_q.project,
-           (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+           cryo._next_seq(p_q.run_id),
            p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'pending', p_due, p_ref_run_id,
            cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id
@@ -202,6 +202,20 @@ CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETUR
     AS $$
     -- Serialises every acquire, enqueue and hand-over of one group.
     SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
+$$;
+
+CREATE FUNCTION cryo._next_seq(p_run_id text) RETURNS integer
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_pos integer := nullif(current_setting('cryo.position', true), '')::integer;
+BEGIN
+    IF v_pos IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id AND j.seq = v_pos) THEN
+        RETURN v_pos;
+    END IF;
+    RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
+END
 $$;
 
 CREATE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer) RETURNS integer
@@ -414,7 +428,7 @@ BEGIN
                               key_ordinal, attempt, status, result, exit_code, created_at,
                               completed_at)
     VALUES (p_q.run_id, p_q.org, p_q.project,
-            (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+            cryo._next_seq(p_q.run_id),
             p_path, 'run', p_family, p_name, p_ordinal, v_attempt, 'done', p_result, p_exit_code,
             cryo.now(), cryo.now());
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),
@@ -1159,7 +1173,7 @@ BEGIN
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, attempt, status, due_at, created_at)
     VALUES (p_run_id, v_q.org, v_q.project,
-            (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id),
+            cryo._next_seq(p_run_id),
             p_path, 'run', 'sleep', '', p_ordinal,
             (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id), 'pending', v_wake, v_now)
     ON CONFLICT (run_id, path) DO NOTHING;
@@ -1372,7 +1386,7 @@ BEGIN
     IF coalesce(p_path, '') = '' OR coalesce(p_family, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
         RAISE EXCEPTION 'a durable call needs a path, a family and an ordinal >= 0' USING ERRCODE = 'CR004';
     END IF;
-    SELECT coalesce(max(j.seq) + 1, 0) INTO v_seq FROM cryo.journal j WHERE j.run_id = p_run_id;
+    v_seq := cryo._next_seq(p_run_id);
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, label, attempt, status, result, exit_code, created_at,
                               completed_at)

@@ -19,7 +19,7 @@ from cryopg.db import connection
 from cryopg.engine import Claim
 from cryopg.errors import InvalidArgument, NotFound, Unreadable
 from cryopg.server.auth import require_agent
-from cryopg.server.bodies import json_body
+from cryopg.server.bodies import json_body, position
 from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
@@ -162,7 +162,7 @@ async def steps(request: web.Request) -> web.Response:
         raise InvalidArgument("ordinal and exit_code must be integers") from exc
     sealer = await request.app[KEYS].sealer(org)
     result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         seq = await engine.record_step(
             conn, run_id, _token(body), path=str(body.get("path") or ""),
             family=str(body.get("family") or ""), name=str(body.get("name") or ""),
@@ -178,7 +178,7 @@ async def park(request: web.Request) -> web.Response:
         ordinal = int(body["ordinal"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument("seconds must be a number and ordinal an integer") from exc
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         wake_at = await engine.park_sleep(conn, run_id, _token(body), path=str(body.get("path") or ""),
                                           ordinal=ordinal, seconds=seconds)
     return web.json_response({"wake_at": wake_at.isoformat()})

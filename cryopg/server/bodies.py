@@ -17,3 +17,13 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidArgument("request body must be a JSON object")
     return body
+
+
+def position(body: dict[str, Any]) -> int | None:
+    """The agent's position of the durable call a request records, when it sent one."""
+    value = body.get("position")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument("position must be an integer >= 0")
+    return value

@@ -28,7 +28,7 @@ from cryopg.engine import Cell
 from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound, RunNotFound
 from cryopg.seal import Sealer
 from cryopg.server.auth import MEMBER, VIEWER, require_agent, require_user
-from cryopg.server.bodies import json_body
+from cryopg.server.bodies import json_body, position
 from cryopg.server.state import KEYS, POOL
 
 # An incr that keeps losing its compare-and-set gives up after this many tries (each
@@ -110,7 +110,7 @@ async def agent_state(request: web.Request) -> web.Response:
             "ordinal": _int_field(body, "ordinal")}
     if op == "add":
         value = body.get("value", True)
-        async with connection(pool) as conn:
+        async with connection(pool, position(body)) as conn:
             got = await engine.state_add(conn, run_id, token, entity, key,
                                          sealer.seal_json(value), **call)
         return web.json_response({"claimed": got.won, "version": got.version,
@@ -119,7 +119,7 @@ async def agent_state(request: web.Request) -> web.Response:
         if "value" not in body:
             raise InvalidArgument("cas needs a value")
         expect = _int_field(body, "expect")
-        async with connection(pool) as conn:
+        async with connection(pool, position(body)) as conn:
             got = await engine.state_cas(conn, run_id, token, entity, key,
                                          sealer.seal_json(body["value"]), expect, **call)
         return web.json_response({"swapped": got.won, "version": got.version,
@@ -128,21 +128,22 @@ async def agent_state(request: web.Request) -> web.Response:
         by = body.get("by", 1)
         if not _is_number(by):
             raise InvalidArgument("by must be a number")
-        answer = await incr_cell(pool, sealer, run_id, token, entity, key, by, call)
+        answer = await incr_cell(pool, sealer, run_id, token, entity, key, by, call,
+                                 position(body))
         return web.json_response(answer)
     raise NotFound(f"no state operation {op!r}")
 
 
 async def incr_cell(pool: AsyncConnectionPool, sealer: Sealer, run_id: str, token: uuid.UUID,
                     entity: str | None, key: str, by: int | float,
-                    call: dict[str, Any]) -> dict[str, Any]:
+                    call: dict[str, Any], at: int | None = None) -> dict[str, Any]:
     """Read, add, compare-and-set, until the write lands or a memo answers. `call` is
     the durable call identity: {"path", "name", "ordinal"}."""
     expect: int | None = None
     value: bytes | None = None
     result: bytes | None = None
     total: int | float = 0
-    async with connection(pool) as conn:
+    async with connection(pool, at) as conn:
         for attempt in range(INCR_MAX_TRIES):
             step = await engine.state_incr(conn, run_id, token, entity, key, expect, value,
                                            result, **call)

@@ -21,7 +21,7 @@ from cryopg.errors import InvalidArgument, RunNotFound
 from cryopg.seal import Sealer
 from cryopg.server.agent_routes import _run_in_org, _token
 from cryopg.server.auth import MEMBER, require_user
-from cryopg.server.bodies import json_body
+from cryopg.server.bodies import json_body, position
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_routes import required_caps
 
@@ -87,7 +87,7 @@ async def wait(request: web.Request) -> web.Response:
     if waiter is None:
         raise InvalidArgument(f"no wait of kind {kind}")
     sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         got = await waiter(conn, run_id, _token(body), path=_str(body, "path"),
                            name=_str(body, "name"), ordinal=_int(body, "ordinal"),
                            timeout=_float(body, "timeout"))
@@ -99,7 +99,7 @@ async def emit(request: web.Request) -> web.Response:
     run_id, org = await _run_in_org(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         event_id = await engine.emit_from_run(
             conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             name=_str(body, "name"), payload=sealer.seal_json({"answer": body.get("payload")}))
@@ -115,7 +115,7 @@ async def spawn(request: web.Request) -> web.Response:
         raise InvalidArgument("source must be a string")
     interpreter = body.get("interpreter") or None
     child_input = body.get("input")
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         child = await engine.spawn_run(
             conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             filename=filename, interpreter=interpreter, source=sealer.seal_text(source),
@@ -137,7 +137,7 @@ async def submit_activity(request: web.Request) -> web.Response:
     sealer = await request.app[KEYS].sealer(org)
     # The child is a one-line shell script running the command exactly as given.
     source = "exec " + shlex.join(argv) + "\n"
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         child = await engine.submit_activity(
             conn, run_id, _token(body), path=_str(body, "path"), name=_str(body, "name"),
             source=sealer.seal_text(source), required_caps=["shell"],
@@ -150,7 +150,7 @@ async def collect_activity(request: web.Request) -> web.Response:
     run_id, org = await _run_in_org(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         parked, child, code = await engine.collect_activity(
             conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             name=_str(body, "name"))
@@ -162,7 +162,7 @@ async def collect_activity(request: web.Request) -> web.Response:
 async def wait_all(request: web.Request) -> web.Response:
     run_id, _ = await _run_in_org(request)
     body = await json_body(request)
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         parked, failed = await engine.wait_all_activities(
             conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"))
     return web.json_response({"parked": parked, "failed": failed})
@@ -181,7 +181,7 @@ async def set_output(request: web.Request) -> web.Response:
 async def acquire_lock(request: web.Request) -> web.Response:
     run_id, _ = await _run_in_org(request)
     body = await json_body(request)
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL], position(body)) as conn:
         granted = await engine.acquire_lock(
             conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             group=_str(body, "group"), scoped=bool(body.get("scoped", True)))

@@ -62,3 +62,22 @@ LANGUAGE sql AS $$
             CASE WHEN p_family IS NULL THEN NULL ELSE 'run' END,
             p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now())
 $$;
+
+-- The position a new journal entry takes. The agent sends the position its pass reached
+-- (the session setting cryo.position), so a call that recorded nothing -- a step_fn
+-- that raised and was caught -- leaves a gap rather than shifting every later call,
+-- and a strict replay still lines up. Without one, or when taken (lenient replay), the
+-- next free number.
+CREATE OR REPLACE FUNCTION cryo._next_seq(p_run_id text)
+RETURNS integer
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_pos integer := nullif(current_setting('cryo.position', true), '')::integer;
+BEGIN
+    IF v_pos IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id AND j.seq = v_pos) THEN
+        RETURN v_pos;
+    END IF;
+    RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
+END
+$$;

@@ -71,7 +71,7 @@ BEGIN
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, attempt, status, due_at, created_at)
     VALUES (p_run_id, v_q.org, v_q.project,
-            (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id),
+            cryo._next_seq(p_run_id),
             p_path, 'run', 'sleep', '', p_ordinal,
             (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id), 'pending', v_wake, v_now)
     ON CONFLICT (run_id, path) DO NOTHING;

@@ -18,7 +18,7 @@ BEGIN
     IF coalesce(p_path, '') = '' OR coalesce(p_family, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
         RAISE EXCEPTION 'a durable call needs a path, a family and an ordinal >= 0' USING ERRCODE = 'CR004';
     END IF;
-    SELECT coalesce(max(j.seq) + 1, 0) INTO v_seq FROM cryo.journal j WHERE j.run_id = p_run_id;
+    v_seq := cryo._next_seq(p_run_id);
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, label, attempt, status, result, exit_code, created_at,
                               completed_at)

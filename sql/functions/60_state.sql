@@ -81,7 +81,7 @@ BEGIN
                               key_ordinal, attempt, status, result, exit_code, created_at,
                               completed_at)
     VALUES (p_q.run_id, p_q.org, p_q.project,
-            (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+            cryo._next_seq(p_q.run_id),
             p_path, 'run', p_family, p_name, p_ordinal, v_attempt, 'done', p_result, p_exit_code,
             cryo.now(), cryo.now());
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),

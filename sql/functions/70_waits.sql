@@ -32,7 +32,7 @@ LANGUAGE sql AS $$
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, attempt, status, due_at, ref_run_id, created_at)
     SELECT p_q.run_id, p_q.org, p_q.project,
-           (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+           cryo._next_seq(p_q.run_id),
            p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'pending', p_due, p_ref_run_id,
            cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id
@@ -49,7 +49,7 @@ LANGUAGE sql AS $$
                               key_ordinal, attempt, status, result, answer_clear, exit_code,
                               ref_run_id, created_at, completed_at)
     SELECT p_q.run_id, p_q.org, p_q.project,
-           (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_q.run_id),
+           cryo._next_seq(p_q.run_id),
            p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'done', p_result, p_answer_clear,
            p_exit_code, p_ref_run_id, cryo.now(), cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id

@@ -169,3 +169,25 @@ def test_bad_input_gets_one_line_errors(stack: Any, tmp_path: Path) -> None:
                           cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert down.returncode == 1 and "cannot reach the cryopg server" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1
+
+
+def test_a_caught_failing_step_fn_leaves_replay_aligned(stack: Any) -> None:
+    # A step_fn that raises records nothing; calls after it keep their own positions
+    # (the journal has a gap), so the replay after the sleep is not a determinism error.
+    wf = script(stack.dir, "caught.py", """\
+from cryosleep import script
+
+def boom():
+    raise RuntimeError("flaky")
+
+try:
+    script.step_fn("first", boom)
+except RuntimeError:
+    print("caught")
+print("second=" + script.step_fn("second", lambda: "two"))
+script.sleep(0.2)
+print("end")
+""")
+    done = stack.cli("submit", str(wf), "--follow", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("caught") == 2 and "end" in done.stdout
