@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,9 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
 
+from bench.scratch import free_port, scratch_database  # noqa: E402
 from cryopg import engine  # noqa: E402
 from cryopg.db import connection, open_pool  # noqa: E402
-from cryopg.devpg import Cluster, find_bindir  # noqa: E402
+from cryopg.devpg import find_bindir  # noqa: E402
 from cryopg.migrate import migrate  # noqa: E402
 from cryopg.seal import MasterKey, generate_master_key, parse_master_key  # noqa: E402
 from cryopg.server.auth import new_secret, secret_hash  # noqa: E402
@@ -52,12 +52,6 @@ from cryopg.server.state_routes import incr_cell  # noqa: E402
 OPS = ("get", "set", "add", "cas", "incr")
 HOT_WRITERS = (1, 4, 16)
 PGBENCH_CLIENTS = (1, 4, 16)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _timed(seconds: float, workers: list[Callable[[int], Awaitable[None]]]) -> float:
@@ -172,7 +166,7 @@ class Bench:
     # -- the HTTP path ------------------------------------------------------------------
 
     def start_server(self, workdir: Path) -> None:
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = dict(os.environ, CRYOPG_MASTER_KEY=self.master_text)
         self.server_log = open(workdir / "server.log", "wb")
@@ -332,22 +326,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4, help="concurrent callers per op")
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = ap.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="cryopg-state-bench-"))
-    cluster = None
-    try:
-        dsn = args.database_url
-        if not dsn:
-            workdir.chmod(0o755)  # as root, the postgres OS user must enter it
-            cluster = Cluster(workdir / "pg", port=_free_port())
-            cluster.ensure_initialized()
-            cluster.start()
-            cluster.create_database("statebench")
-            dsn = cluster.dsn("statebench")
+    with scratch_database(args.database_url, "statebench") as (dsn, workdir):
         results = asyncio.run(run(args, dsn, workdir))
-    finally:
-        if cluster is not None:
-            cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(results, indent=2) if args.json else _report(results))
 
 

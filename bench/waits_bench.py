@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,16 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from cryopg.devpg import Cluster  # noqa: E402
+from bench.scratch import scratch_database  # noqa: E402
 from cryopg.migrate import migrate  # noqa: E402
 
 CAPS = ["shell", "polyglot"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return 50000 + s.getsockname()[1] % 10000
 
 
 def connect(dsn: str) -> psycopg.Connection:
@@ -252,23 +243,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=300, help="latency samples")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="cryopg-waits-bench-"))
-    cluster = None
-    try:
-        dsn = args.database_url
-        if not dsn:
-            workdir.chmod(0o755)  # as root, the postgres OS user must enter it
-            cluster = Cluster(workdir / "pg", port=_free_port())
-            cluster.ensure_initialized()
-            cluster.start()
-            cluster.create_database("waitsbench")
-            dsn = cluster.dsn("waitsbench")
+    with scratch_database(args.database_url, "waitsbench") as (dsn, _):
         migrate(dsn)
         results = run(dsn, args.parked, args.samples)
-    finally:
-        if cluster is not None:
-            cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(results, indent=2) if args.json else report(results))
 
 

@@ -51,6 +51,15 @@ def _follow(client: Client, run_id: str) -> int:
     return outcome_exit_code(run)
 
 
+def _read_script(file: Path) -> str:
+    try:
+        return file.read_text()
+    except FileNotFoundError:
+        raise click.ClickException(f"no such script: {file}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {file}: {exc}") from None
+
+
 def _parse_json(text: str | None, what: str) -> Any:
     if text is None:
         return None
@@ -78,12 +87,7 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
            policy: str | None) -> None:
     """Submit FILE as a new run and print its id."""
     value = _parse_json(input_json, "--input")
-    try:
-        source = file.read_text()
-    except FileNotFoundError:
-        raise click.ClickException(f"no such script: {file}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {file}: {exc}") from None
+    source = _read_script(file)
     client = Client(resolve())
     made = client.call("POST", "/runs", {"source": source, "filename": file.name, "input": value,
                                          "interpreter": interpreter,
@@ -225,12 +229,7 @@ def workflow() -> None:
 @click.option("--interpreter", metavar="I", help="Run it with I instead of choosing by extension.")
 def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
     """Store FILE under NAME in the active project."""
-    try:
-        source = file.read_text()
-    except FileNotFoundError:
-        raise click.ClickException(f"no such script: {file}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {file}: {exc}") from None
+    source = _read_script(file)
     target = resolve()
     Client(target).call("PUT", f"/workflows/{name}",
                         {"source": source, "filename": file.name, "interpreter": interpreter})

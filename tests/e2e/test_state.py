@@ -12,7 +12,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ import psycopg
 import pytest
 
 from tests.conftest import Stack
+from tests.e2e.conftest import Split
 from tests.e2e.helpers import lines, script, show, submit, wait_for
-from tests.e2e.test_deployment import Split
 
 
 def _follow(stack: Any, run_id: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -305,15 +304,6 @@ echo "deleted=[$(cryopg state get doc)]"
 
 
 # -- an agent killed right after a memoized call committed --------------------------------
-
-@pytest.fixture
-def split(dsn: str, tmp_path: Path) -> Iterator[Split]:
-    deployment = Split(dsn, tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.close()
-
 
 def test_agent_killed_after_incr_and_add_commit_counts_once(split: Split) -> None:
     reached, go = split.dir / "reached", split.dir / "go"
