@@ -98,6 +98,17 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._check_timeout(p_timeout double precision) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8
+                                  OR p_timeout = 'NaN'::float8) THEN
+        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._claimed_row(p_run_id text, p_token uuid) RETURNS cryo.queue
     LANGUAGE plpgsql
     AS $$
@@ -2200,9 +2211,7 @@ BEGIN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
-    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8 OR p_timeout = 'NaN'::float8) THEN
-        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
-    END IF;
+    PERFORM cryo._check_timeout(p_timeout);
     IF p_timeout = 0 THEN
         PERFORM cryo._add_answer(v_q, p_path, 'event', p_name, p_ordinal, NULL, NULL, 124);
         RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
@@ -2231,9 +2240,7 @@ BEGIN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
-    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8 OR p_timeout = 'NaN'::float8) THEN
-        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
-    END IF;
+    PERFORM cryo._check_timeout(p_timeout);
     SELECT * INTO v_sig FROM cryo.signals s
      WHERE s.run_id = p_run_id AND s.name = p_name AND s.consumed_at IS NULL
      ORDER BY s.id LIMIT 1 FOR UPDATE;

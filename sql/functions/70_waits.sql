@@ -23,6 +23,17 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION cryo._check_timeout(p_timeout double precision)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8
+                                  OR p_timeout = 'NaN'::float8) THEN
+        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
 -- A pending journal marker at the run's next position: the call this run is waiting on.
 CREATE OR REPLACE FUNCTION cryo._add_marker(
     p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer,
@@ -168,9 +179,7 @@ BEGIN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
-    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8 OR p_timeout = 'NaN'::float8) THEN
-        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
-    END IF;
+    PERFORM cryo._check_timeout(p_timeout);
     SELECT * INTO v_sig FROM cryo.signals s
      WHERE s.run_id = p_run_id AND s.name = p_name AND s.consumed_at IS NULL
      ORDER BY s.id LIMIT 1 FOR UPDATE;
@@ -301,9 +310,7 @@ BEGIN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
-    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8 OR p_timeout = 'NaN'::float8) THEN
-        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
-    END IF;
+    PERFORM cryo._check_timeout(p_timeout);
     IF p_timeout = 0 THEN
         PERFORM cryo._add_answer(v_q, p_path, 'event', p_name, p_ordinal, NULL, NULL, 124);
         RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
