@@ -12,6 +12,7 @@ from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError, Unreadable
 from cryopg.server import admin_routes, agent_routes, state_routes, user_routes, wait_routes
+from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
 from cryopg.server.notifier import Notifier
@@ -85,6 +86,7 @@ async def health(request: web.Request) -> web.Response:
 def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
     app[CONFIG] = config
+    app[AGENT_TOKENS] = {}
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, _ticker_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 
 from aiohttp import web
 
@@ -47,10 +48,24 @@ async def require_user(request: web.Request, need: str = VIEWER, *,
         return await engine.authorize_user(conn, hashed, org, proj, need)
 
 
+# An agent calls several times a second while a job runs (each log flush), so its
+# token's check is remembered briefly; a revoked agent token stops working within this.
+AGENT_TOKEN_TTL = 2.0
+AGENT_TOKENS = web.AppKey("agent_tokens", dict)
+
+
 async def require_agent(request: web.Request) -> TokenInfo:
     hashed = _bearer(request)
+    cache: dict[bytes, tuple[float, TokenInfo]] = request.app[AGENT_TOKENS]
+    now = time.monotonic()
+    hit = cache.get(hashed)
+    if hit is not None and hit[0] > now:
+        return hit[1]
     async with connection(request.app[POOL]) as conn:
         info = await engine.authenticate_token(conn, hashed)
     if info.kind != "agent":
         raise Unauthorized("this route needs an agent token")
+    if len(cache) > 10_000:  # a flood of distinct tokens must not grow this forever
+        cache.clear()
+    cache[hashed] = (now + AGENT_TOKEN_TTL, info)
     return info
