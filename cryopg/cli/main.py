@@ -30,7 +30,14 @@ def outcome_exit_code(run: dict[str, Any]) -> int:
     return code if status == "failed" and isinstance(code, int) and 0 < code < 256 else 1
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+IN_SCRIPT_HELP = """\b
+Inside a run (each takes -h):
+  step, sleep, annotate, state, wait-signal, wait-event, emit, spawn,
+  activity-submit, activity-collect, activity-wait-all, activity, output, lock
+"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=IN_SCRIPT_HELP)
 def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 
@@ -71,9 +78,12 @@ def _parse_json(text: str | None, what: str) -> Any:
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--input", "input_json", metavar="JSON", help="Input, reaching the script as $CRYO_INPUT_FILE.")
-@click.option("--idempotency-key", metavar="K", help="A second submit with the same key returns the first run.")
-@click.option("--interpreter", metavar="I", help="Run the script with I instead of choosing by extension.")
+@click.option("--input", "input_json", metavar="JSON",
+              help="Input, reaching the script as $CRYO_INPUT_FILE.")
+@click.option("--idempotency-key", metavar="K",
+              help="A second submit with the same key returns the first run.")
+@click.option("--interpreter", metavar="I",
+              help="Run the script with I instead of choosing by extension.")
 @click.option("--follow", is_flag=True, help="Stream the log and exit with the run's outcome.")
 @click.option("--untrusted", is_flag=True,
               help="Run without secrets; a step that needs one fails instead of running.")
@@ -104,8 +114,8 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
     if not follow:
         click.echo(run_id)
         return
-    click.echo(f"cryopg: run {run_id}{'' if made['created'] else ' (existing, same idempotency key)'}",
-               err=True)
+    existing = "" if made["created"] else " (existing, same idempotency key)"
+    click.echo(f"cryopg: run {run_id}{existing}", err=True)
     sys.exit(_follow(client, run_id))
 
 
@@ -118,7 +128,7 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
                      (r["created_at"] or "")[:19].replace("T", " "), r["filename"]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 @cli.group(invoke_without_command=True)
@@ -147,8 +157,8 @@ def runs_show(run: str, as_json: bool) -> None:
         click.echo(json.dumps(got, indent=2))
         return
     for key in ("id", "status", "substate", "attempt", "exit_code", "error", "filename",
-                "workflow", "concurrency_group", "queue_position", "idempotency_key", "created_at", "started_at", "finished_at",
-                "wake_at", "agent_id"):
+                "workflow", "concurrency_group", "queue_position", "idempotency_key",
+                "created_at", "started_at", "finished_at", "wake_at", "agent_id"):
         if got.get(key) is not None:
             click.echo(f"{key + ':':17}{got[key]}")
     for key, value in (got.get("outputs") or {}).items():
