@@ -147,7 +147,8 @@ async def get_org_key(conn: AsyncConnection, org: str) -> tuple[str | None, byte
     return key_id, wrapped
 
 
-async def set_org_key(conn: AsyncConnection, org: str, key_id: str, wrapped: bytes) -> tuple[str, bytes]:
+async def set_org_key(conn: AsyncConnection, org: str, key_id: str,
+                      wrapped: bytes) -> tuple[str, bytes]:
     cur = await conn.execute("SELECT * FROM cryo.set_org_key(%s, %s, %s)", (org, key_id, wrapped))
     key_id, wrapped = await cur.fetchone()
     return key_id, wrapped
@@ -317,7 +318,8 @@ async def claim_job(conn: AsyncConnection, org: str, agent_id: str, caps: list[s
     return await cur.fetchone()
 
 
-async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID, sealed: bytes) -> None:
+async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                         sealed: bytes) -> None:
     await conn.execute("SELECT cryo.seal_run_input(%s, %s, %s)", (run_id, token, sealed))
 
 
@@ -356,7 +358,8 @@ async def finish_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, outco
                        (run_id, token, outcome, exit_code, error))
 
 
-async def read_logs(conn: AsyncConnection, run_id: str, after: int = 0, limit: int = 500) -> list[LogChunk]:
+async def read_logs(conn: AsyncConnection, run_id: str, after: int = 0,
+                    limit: int = 500) -> list[LogChunk]:
     cur = conn.cursor(row_factory=class_row(LogChunk))
     await cur.execute("SELECT * FROM cryo.read_logs(%s, %s, %s)", (run_id, after, limit))
     return await cur.fetchall()

@@ -52,7 +52,8 @@ def run_pgmigrate(dsn: str) -> None:
     )
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-        raise MigrationError(f"pgmigrate failed: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
+        last = lines[-1] if lines else "exit " + str(proc.returncode)
+        raise MigrationError(f"pgmigrate failed: {last}")
 
 
 def apply_functions(conn: psycopg.Connection) -> bool:
@@ -66,7 +67,8 @@ def apply_functions(conn: psycopg.Connection) -> bool:
         if row and row[0] == _MARK + digest:
             return False
         for (name,) in conn.execute(
-            "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            "SELECT c.oid::regclass::text FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE n.nspname = 'cryo' AND c.relkind = 'v'").fetchall():
             conn.execute(f"DROP VIEW IF EXISTS {name} CASCADE")
         for (sig,) in conn.execute(

@@ -90,7 +90,8 @@ class MasterKey:
         try:
             return _open(self._raw, self.key_id, f"org-key|{org}|{key_id}".encode(), wrapped)
         except Unreadable as exc:
-            raise Unreadable(f"org {org}'s data key will not open with this master key: {exc}") from exc
+            raise Unreadable(
+                f"org {org}'s data key will not open with this master key: {exc}") from exc
 
 
 class Sealer:

@@ -10,7 +10,8 @@ from cryopg.errors import InvalidArgument, Unreadable
 from cryopg.seal import MasterKey, Sealer, generate_master_key, parse_master_key
 
 
-def _sealer(org: str = "acme", master: MasterKey | None = None) -> tuple[Sealer, MasterKey, str, bytes]:
+def _sealer(org: str = "acme",
+            master: MasterKey | None = None) -> tuple[Sealer, MasterKey, str, bytes]:
     master = master or MasterKey(parse_master_key(generate_master_key()))
     key_id, wrapped, data_key = master.new_org_key(org)
     return Sealer(org, key_id, master.unwrap(org, key_id, wrapped)), master, key_id, wrapped

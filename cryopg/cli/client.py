@@ -37,10 +37,12 @@ class Client:
                 err = json.loads(exc.read())["error"]
                 raise ApiError(err["message"], err.get("code", "error"), exc.code) from None
             except (ValueError, KeyError, TypeError):
-                raise ApiError(f"server answered {exc.code} {exc.reason}", status=exc.code) from None
+                raise ApiError(f"server answered {exc.code} {exc.reason}",
+                               status=exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ApiError(f"cannot reach the cryopg server at {self.target.url}: {reason}") from None
+            raise ApiError(
+                f"cannot reach the cryopg server at {self.target.url}: {reason}") from None
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         with self._request(method, self.target.project_path + path, body) as resp:

@@ -76,7 +76,8 @@ async def _start_site(config: Any, host: str, port: int) -> tuple[Any, str]:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     except CryoError as exc:
         await runner.cleanup()
         raise _fail(exc) from None
@@ -138,7 +139,8 @@ async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
 
 
 @click.command("agent")
-@click.option("--url", envvar="CRYOPG_URL", help="Server URL [env CRYOPG_URL]; default: the dev stack here.")
+@click.option("--url", envvar="CRYOPG_URL",
+              help="Server URL [env CRYOPG_URL]; default: the dev stack here.")
 @click.option("--token", envvar="CRYOPG_AGENT_TOKEN", help="Agent token [env CRYOPG_AGENT_TOKEN].")
 @click.option("--cap", "caps", multiple=True, envvar="CRYOPG_AGENT_CAPABILITIES",
               help="Capability to advertise (repeatable; default shell and polyglot).")
@@ -153,7 +155,8 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
             raise click.ClickException("no --url/--token given and no cryopg dev stack found here")
         dev = json.loads(found.read_text())
         url, token = url or dev["url"], token or dev["agent_token"]
-    capabilities = [c for cap in caps for c in cap.replace(",", " ").split()] or ["shell", "polyglot"]
+    capabilities = ([c for cap in caps for c in cap.replace(",", " ").split()]
+                    or ["shell", "polyglot"])
     prefix = agent_id or f"{socket.gethostname()}-{os.getpid()}"
 
     async def run() -> None:

@@ -179,7 +179,8 @@ async def park(request: web.Request) -> web.Response:
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument("seconds must be a number and ordinal an integer") from exc
     async with connection(request.app[POOL], position(body)) as conn:
-        wake_at = await engine.park_sleep(conn, run_id, _token(body), path=str(body.get("path") or ""),
+        wake_at = await engine.park_sleep(conn, run_id, _token(body),
+                                          path=str(body.get("path") or ""),
                                           ordinal=ordinal, seconds=seconds)
     return web.json_response({"wake_at": wake_at.isoformat()})
 

@@ -73,7 +73,8 @@ class Notifier:
         backoff = 0.5
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                        self._dsn, autocommit=True) as conn:
                     await conn.execute("LISTEN cryo_work")
                     await conn.execute("LISTEN cryo_run")
                     self.connected.set()

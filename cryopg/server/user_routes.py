@@ -41,7 +41,8 @@ def run_json(run: Run) -> dict[str, Any]:
 def required_caps(filename: str, interpreter: str | None) -> list[str]:
     """Shell scripts need `shell`; anything run by another interpreter needs `polyglot`."""
     if interpreter:
-        return ["shell"] if interpreter.split()[0].rsplit("/", 1)[-1] in SHELL_INTERPRETERS else ["polyglot"]
+        program = interpreter.split()[0].rsplit("/", 1)[-1]
+        return ["shell"] if program in SHELL_INTERPRETERS else ["polyglot"]
     base = filename.rsplit("/", 1)[-1]
     return ["shell"] if base.endswith(SHELL_SUFFIXES) or "." not in base else ["polyglot"]
 

@@ -22,7 +22,8 @@ def _post(stack: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
     req = urllib.request.Request(
         f"{info['url']}/api/v1/orgs/dev/projects/default{path}", method="POST",
         data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {info['user_token']}", "Content-Type": "application/json"})
+        headers={"Authorization": f"Bearer {info['user_token']}",
+                 "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return {**json.loads(resp.read()), "http": resp.status}
@@ -100,8 +101,8 @@ cryopg state set total $(( ${n:-0} + 1 )) --entity counters
         assert stack.cli("logs", run_id, "--follow", timeout=60).returncode == 0
     got = stack.cli("state", "get", "total", "--entity", "counters")
     assert got.stdout.strip() == "5", got.stdout + got.stderr
-    again = stack.cli("submit", str(script(stack.dir, "twice.sh", "cryopg lock t\ncryopg lock t\n")),
-                      "--follow")
+    twice = script(stack.dir, "twice.sh", "cryopg lock t\ncryopg lock t\n")
+    again = stack.cli("submit", str(twice), "--follow")
     assert again.returncode != 0 and "already holds" in again.stdout
 
 
@@ -115,8 +116,8 @@ echo "after rc=$?"
     done = stack.cli("submit", str(wf), "--follow", timeout=30)
     assert done.returncode == 0 and done.stdout.count("inside") == 2
     assert lines(calls) == ["x"]
-    other = stack.cli("submit", str(script(stack.dir, "next.sh", "cryopg lock deploy -- echo free\n")),
-                      "--follow", timeout=30)
+    nxt = script(stack.dir, "next.sh", "cryopg lock deploy -- echo free\n")
+    other = stack.cli("submit", str(nxt), "--follow", timeout=30)
     assert other.returncode == 0 and "free" in other.stdout
 
 

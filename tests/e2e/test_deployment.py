@@ -54,7 +54,8 @@ def test_stale_claim_token_is_refused_over_http(split: Split) -> None:
         f"{split.url}/api/v1/agent/runs/dev:default:run-0000000000000000/finish",
         data=json.dumps({"claim_token": "00000000-0000-0000-0000-000000000000",
                          "outcome": "succeeded"}).encode(), method="POST",
-        headers={"Authorization": f"Bearer {split.agent_token}", "Content-Type": "application/json"})
+        headers={"Authorization": f"Bearer {split.agent_token}",
+                 "Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(req, timeout=10)
     assert exc.value.code == 409
@@ -78,6 +79,10 @@ def test_user_token_cannot_claim_and_wrong_org_is_404(split: Split) -> None:
     assert call("/api/v1/orgs/dev/projects/default/runs", split.user_token) == 200
 
 
+class _Abort(Exception):
+    """Raised to roll back an application's transaction."""
+
+
 def test_sql_submit_in_app_transaction_runs_sealed(split: Split) -> None:
     marker = "PLAINTEXT-MARKER-7f3a"
     wf = script(split.dir, "nightly.sh", f"""\
@@ -92,10 +97,10 @@ cryopg annotate "{marker}-note"
         with app.transaction():
             kept = app.execute("SELECT cryo.submit_run('dev','default','nightly', %s::jsonb)",
                                (json.dumps({"secret": f"{marker}-input"}),)).fetchone()[0]
-        with pytest.raises(ZeroDivisionError):
+        with pytest.raises(_Abort):
             with app.transaction():
                 app.execute("SELECT cryo.submit_run('dev','default','nightly')")
-                1 / 0
+                raise _Abort
     done = split.cli("logs", kept, "--follow", timeout=30)
     assert done.returncode == 0, done.stderr
     for piece in ("source", "input", "memo"):
@@ -104,7 +109,8 @@ cryopg annotate "{marker}-note"
     assert [r["id"] for r in runs] == [kept]  # the rolled-back submit left nothing
     # A DBA's view: ids, statuses and names in the clear, no payload anywhere.
     with psycopg.connect(split.dsn) as dba:
-        assert dba.execute("SELECT status, input_clear FROM cryo.runs").fetchall() == [("succeeded", None)]
+        assert dba.execute("SELECT status, input_clear FROM cryo.runs").fetchall() == [
+            ("succeeded", None)]
         dump = dba.execute("""
             SELECT string_agg(encode(b, 'escape'), ' ') FROM (
               SELECT source AS b FROM cryo.runs UNION ALL SELECT input FROM cryo.runs

@@ -88,7 +88,8 @@ cryopg emit deployed '{"v":3}'
 
 @pytest.mark.agents(3)
 def test_event_waiters_are_woken_together(stack: Any) -> None:
-    waiters = [submit(stack, script(stack.dir, f"w{i}.sh", 'echo "saw $(cryopg wait-event release)"\n'))
+    waiters = [submit(stack, script(stack.dir, f"w{i}.sh",
+                                    'echo "saw $(cryopg wait-event release)"\n'))
                for i in range(3)]
     for run_id in waiters:
         wait_for("parked", lambda r=run_id: show(stack, r)["substate"] == "awaiting-event")
@@ -107,7 +108,8 @@ def test_an_event_before_the_wait_does_not_count(stack: Any, dsn: str) -> None:
     done = _follow(stack, run_id)
     assert "rc=124" in done.stdout
     with psycopg.connect(dsn, autocommit=True) as app:  # an application emits from SQL
-        waiter = submit(stack, script(stack.dir, "app.sh", 'echo "app=$(cryopg wait-event from-app)"\n'))
+        waiter = submit(stack, script(stack.dir, "app.sh",
+                                      'echo "app=$(cryopg wait-event from-app)"\n'))
         wait_for("parked", lambda: show(stack, waiter)["substate"] == "awaiting-event")
         app.execute("SELECT cryo.emit_event('dev', 'default', 'from-app', '{\"n\": 1}')")
     assert 'app={"n":1}' in _follow(stack, waiter).stdout
@@ -117,7 +119,8 @@ def test_an_event_before_the_wait_does_not_count(stack: Any, dsn: str) -> None:
 def test_fan_out_of_ten_activities_with_one_retried(stack: Any) -> None:
     flaky = stack.dir / "flaky.attempts"
     wf = script(stack.dir, "fan.sh", f"""\
-for i in 1 2 3 4 5 6 7 8 9; do cryopg activity-submit "job-$i" -- sh -c "echo out-$i" >/dev/null; done
+for i in 1 2 3 4 5 6 7 8 9; do \
+cryopg activity-submit "job-$i" -- sh -c "echo out-$i" >/dev/null; done
 cryopg activity-submit flaky --retries 2 --retry-backoff 200ms --retry-on-exit 75 -- \
   sh -c 'echo try >> {flaky}; [ "$(wc -l < {flaky})" -ge 2 ] && echo flaky-ok || exit 75' >/dev/null
 echo "first=$(cryopg activity-collect job-1)"

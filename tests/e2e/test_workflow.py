@@ -70,7 +70,8 @@ def test_input_file_and_step_environment(stack: Any) -> None:
     wf = script(stack.dir, "env.sh", """\
 cat "$CRYO_INPUT_FILE"; echo
 for i in 1 2; do
-  cryopg step key -- sh -c 'echo "key=$CRYO_IDEMPOTENCY_KEY"; env | grep "^CRYO_" | grep -v IDEMPOTENCY || true'
+  cryopg step key -- sh -c 'echo "key=$CRYO_IDEMPOTENCY_KEY"; \
+env | grep "^CRYO_" | grep -v IDEMPOTENCY || true'
 done
 test -S "$CRYO_SOCKET" && echo socket-ok
 """)
@@ -103,7 +104,8 @@ def test_cancel_parked_and_running_runs(stack: Any) -> None:
     assert again.returncode != 0 and "already finished" in again.stderr
 
     started = stack.dir / "started"
-    running = submit(stack, script(stack.dir, "busy.sh", f"touch {started}\nwhile true; do sleep 0.1; done\n"))
+    busy = script(stack.dir, "busy.sh", f"touch {started}\nwhile true; do sleep 0.1; done\n")
+    running = submit(stack, busy)
     wait_for("the script to start", started.exists)
     assert "cancelling" in stack.cli("cancel", running).stdout
     followed = stack.cli("logs", running, "--follow", timeout=30)
@@ -112,7 +114,8 @@ def test_cancel_parked_and_running_runs(stack: Any) -> None:
 
 
 def test_annotations_show_in_the_run(stack: Any) -> None:
-    done = stack.cli("submit", str(script(stack.dir, "a.sh", "cryopg annotate 'deploying v2'\n")), "--follow")
+    wf = script(stack.dir, "a.sh", "cryopg annotate 'deploying v2'\n")
+    done = stack.cli("submit", str(wf), "--follow")
     assert done.returncode == 0, done.stderr
     run_id = json.loads(stack.cli("runs", "--json").stdout)[0]["id"]
     texts = [e.get("text") for e in show(stack, run_id)["history"] if e["kind"] == "annotation"]
@@ -158,7 +161,8 @@ def test_bad_input_gets_one_line_errors(stack: Any, tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "No such command" in unknown.stderr
     outside = stack.cli("step", "x", "--", "true")
     assert outside.returncode != 0 and "not inside a run" in outside.stderr
-    bad_sleep = stack.cli("submit", str(script(stack.dir, "dur.sh", "cryopg sleep 5x\n")), "--follow")
+    bad_sleep = stack.cli("submit", str(script(stack.dir, "dur.sh", "cryopg sleep 5x\n")),
+                          "--follow")
     assert bad_sleep.returncode != 0 and "5x" in bad_sleep.stdout
     unknown_run = stack.cli("runs", "show", "run-0000000000000000")
     assert unknown_run.returncode == 1 and "no run" in unknown_run.stderr

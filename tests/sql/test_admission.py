@@ -26,7 +26,8 @@ def test_queue_admits_one_at_a_time_in_submit_order(db: psycopg.Connection) -> N
         assert claim(db) is not None or i == len(runs)  # only the holder is claimable
         assert claim(db) is None
         db.execute("SELECT cryo.finish_run(r.id, q.claim_token, 'succeeded', 0) "
-                   "FROM cryo.runs r JOIN cryo.queue q ON q.run_id = r.id WHERE r.id = %s", (run_id,))
+                   "FROM cryo.runs r JOIN cryo.queue q ON q.run_id = r.id WHERE r.id = %s",
+                   (run_id,))
         if i + 1 < len(runs):
             assert status(db, runs[i + 1])[0] == "pending"
     assert db.execute("SELECT count(*) FROM cryo.leases").fetchone() == (0,)
@@ -37,7 +38,8 @@ def test_cancel_running_takes_the_hold_and_cancels_the_incumbent(db: psycopg.Con
     claim(db)
     second = admit(db, policy="cancel-running")
     assert status(db, second)[0] == "pending"
-    assert db.execute("SELECT cancel_requested FROM cryo.runs WHERE id=%s", (first,)).fetchone() == (True,)
+    assert db.execute("SELECT cancel_requested FROM cryo.runs WHERE id=%s",
+                      (first,)).fetchone() == (True,)
     assert db.execute("SELECT holder_run_id FROM cryo.lease_holders").fetchall() == [(second,)]
 
 
@@ -46,7 +48,8 @@ def test_cancel_queued_drains_the_waiters(db: psycopg.Connection) -> None:
     newcomer = admit(db, policy="cancel-queued")
     assert status(db, w1)[0] == status(db, w2)[0] == "cancelled"
     assert status(db, newcomer)[0] == "queued" and status(db, holder)[0] == "pending"
-    assert db.execute("SELECT run_id, position FROM cryo.lease_queues").fetchall() == [(newcomer, 1)]
+    assert db.execute("SELECT run_id, position FROM cryo.lease_queues").fetchall() == [
+        (newcomer, 1)]
 
 
 def test_skip_creates_no_run(db: psycopg.Connection) -> None:
@@ -97,13 +100,15 @@ def test_reconcile_promotes_past_a_dead_holder(db: psycopg.Connection) -> None:
 def _lock(db: psycopg.Connection, run_id: str, token: object, group: str = "tally",
           scoped: bool = True, ordinal: int = 0) -> bool:
     return db.execute("SELECT cryo.acquire_lock(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, f"lock/{group}/{ordinal}", ordinal, group, scoped)).fetchone()[0]
+                      (run_id, token, f"lock/{group}/{ordinal}", ordinal, group,
+                       scoped)).fetchone()[0]
 
 
 def test_script_locks_are_fifo_and_contend_with_admission(db: psycopg.Connection) -> None:
     holder = admit(db, group="tally")  # submit-level admission holds the group
     held = claim(db)
-    a = db.execute("SELECT run_id FROM cryo.submit_script('dev','default','b.sh',NULL,'\\x00')").fetchone()[0]
+    a = db.execute("SELECT run_id FROM "
+                   "cryo.submit_script('dev','default','b.sh',NULL,'\\x00')").fetchone()[0]
     got = claim(db)
     assert held[0] == holder and got[0] == a
     assert _lock(db, a, got[1]) is False
@@ -116,16 +121,19 @@ def test_script_locks_are_fifo_and_contend_with_admission(db: psycopg.Connection
         _lock(db, a, token, ordinal=1)
     assert exc.value.sqlstate == "CR007"  # it already holds the group
     assert db.execute("SELECT cryo.release_lock(%s, %s, 'tally')", (a, token)).fetchone() == (True,)
-    assert db.execute("SELECT cryo.release_lock(%s, %s, 'tally')", (a, token)).fetchone() == (False,)
+    assert db.execute("SELECT cryo.release_lock(%s, %s, 'tally')",
+                      (a, token)).fetchone() == (False,)
 
 
 def test_a_lease_outlives_a_lapsed_claim_and_goes_when_the_run_ends(db: psycopg.Connection) -> None:
-    run_id = db.execute("SELECT run_id FROM cryo.submit_script('dev','default','c.sh',NULL,'\\x00')").fetchone()[0]
+    run_id = db.execute("SELECT run_id FROM "
+                        "cryo.submit_script('dev','default','c.sh',NULL,'\\x00')").fetchone()[0]
     _, token = claim(db, lease=5)
     assert _lock(db, run_id, token, scoped=False) is True
     db.execute("SELECT set_config('cryo.fake_now', %s, false)", (FAR,))
     db.execute("SELECT * FROM cryo.tick()")  # the agent died: the claim lapses...
-    assert db.execute("SELECT holder_run_id FROM cryo.leases").fetchall() == [(run_id,)]  # ...not the lease
+    # ...not the lease
+    assert db.execute("SELECT holder_run_id FROM cryo.leases").fetchall() == [(run_id,)]
     _, token2 = claim(db)
     db.execute("SELECT cryo.finish_run(%s, %s, 'failed', 1)", (run_id, token2))
     assert db.execute("SELECT count(*) FROM cryo.leases").fetchone() == (0,)

@@ -28,11 +28,13 @@ def test_record_step_assigns_positions_and_refuses_a_second_write(db: psycopg.Co
     db.execute("SELECT * FROM cryo.tick()")
     _, token2 = claim(db)
     with pytest.raises(psycopg.Error) as exc:
-        db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x01',0)", (run_id, token2))
+        db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x01',0)",
+                   (run_id, token2))
     assert exc.value.sqlstate == "CR007"
-    rows = db.execute("SELECT key_scope, key_family, key_name, key_ordinal, exit_code FROM cryo.journal "
-                      "WHERE run_id=%s ORDER BY seq", (run_id,)).fetchall()
-    assert rows == [("run", "step", "a", 0, 0), ("run", "step", "a", 1, 2), ("run", "sleep", "", 0, 0)]
+    rows = db.execute("SELECT key_scope, key_family, key_name, key_ordinal, exit_code "
+                      "FROM cryo.journal WHERE run_id=%s ORDER BY seq", (run_id,)).fetchall()
+    assert rows == [("run", "step", "a", 0, 0), ("run", "step", "a", 1, 2),
+                    ("run", "sleep", "", 0, 0)]
     hist = db.execute("SELECT kind, key_name, key_ordinal FROM cryo.history WHERE run_id=%s AND "
                       "kind='step_completed' ORDER BY id", (run_id,)).fetchall()
     assert hist == [("step_completed", "a", 0), ("step_completed", "a", 1)]
@@ -61,7 +63,8 @@ def test_annotation_lands_in_history_only(db: psycopg.Connection) -> None:
 def test_views_show_runs_leases_and_pending(db: psycopg.Connection) -> None:
     a, b = submit(db), submit(db)
     claim(db, agent="agent-7")
-    assert db.execute("SELECT run_id, agent_id FROM cryo.live_leases").fetchall() == [(a, "agent-7")]
+    assert db.execute("SELECT run_id, agent_id FROM cryo.live_leases").fetchall() == [
+        (a, "agent-7")]
     assert [r[0] for r in db.execute("SELECT run_id FROM cryo.pending_runs")] == [b]
     overview = dict(db.execute("SELECT id, status FROM cryo.run_overview").fetchall())
     assert overview == {a: "running", b: "pending"}

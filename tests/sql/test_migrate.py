@@ -8,7 +8,8 @@ import psycopg
 
 from cryopg.migrate import function_files, migrate
 
-DECL = re.compile(r"CREATE OR REPLACE FUNCTION (cryo\.\w+)\((.*?)\)\s*RETURNS.*?AS \$\$(.*?)\$\$", re.S)
+DECL = re.compile(
+    r"CREATE OR REPLACE FUNCTION (cryo\.\w+)\((.*?)\)\s*RETURNS.*?AS \$\$(.*?)\$\$", re.S)
 
 
 def _file_functions() -> dict[str, list[str]]:
@@ -49,5 +50,5 @@ def test_a_dropped_function_comes_back_only_when_the_files_change(dsn: str) -> N
         conn.execute("COMMENT ON SCHEMA cryo IS 'stale'")
     assert migrate(dsn) is True
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT to_regprocedure('cryo.read_logs(text, bigint, integer)') IS NOT NULL"
-                            ).fetchone() == (True,)
+        assert conn.execute("SELECT to_regprocedure('cryo.read_logs(text, bigint, integer)') "
+                            "IS NOT NULL").fetchone() == (True,)

@@ -101,7 +101,8 @@ def test_sleep_parks_frees_the_claim_and_tick_wakes_it_when_due(db: psycopg.Conn
     _, token = claim(db)
     db.execute("SELECT cryo.record_step(%s,%s,'step/count/0','step','count',0,NULL,'\\x01',0)",
                (run_id, token))
-    wake = db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 60)", (run_id, token)).fetchone()[0]
+    wake = db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 60)",
+                      (run_id, token)).fetchone()[0]
     assert status(db, run_id) == ("parked", "sleeping")
     parked = db.execute("SELECT reason, waiting_on, wake_at FROM cryo.parked_runs").fetchall()
     assert parked == [("sleeping", "sleep//0", wake)]
@@ -111,18 +112,21 @@ def test_sleep_parks_frees_the_claim_and_tick_wakes_it_when_due(db: psycopg.Conn
     assert db.execute("SELECT * FROM cryo.tick()").fetchone() == (0, 1)
     assert status(db, run_id) == ("pending", None)
     _, token2 = claim(db)
-    memos = db.execute("SELECT seq, path, status FROM cryo.read_journal(%s, %s)", (run_id, token2)).fetchall()
+    memos = db.execute("SELECT seq, path, status FROM cryo.read_journal(%s, %s)",
+                       (run_id, token2)).fetchall()
     assert memos == [(0, "step/count/0", "done"), (1, "sleep//0", "done")]
 
 
 def test_a_pinned_sleep_deadline_survives_a_second_park(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)
-    first = db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 60)", (run_id, token)).fetchone()[0]
+    first = db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 60)",
+                       (run_id, token)).fetchone()[0]
     # Simulate a lapsed-then-reclaimed pass asking again before the wake.
     db.execute("SELECT cryo.cancel_run(%s)", (run_id,))
     assert status(db, run_id) == ("cancelled", None)
-    assert db.execute("SELECT due_at FROM cryo.journal WHERE run_id=%s", (run_id,)).fetchone() == (first,)
+    assert db.execute("SELECT due_at FROM cryo.journal WHERE run_id=%s",
+                      (run_id,)).fetchone() == (first,)
 
 
 def test_bad_sleep_duration_is_cr004_and_changes_nothing(db: psycopg.Connection) -> None:
@@ -139,8 +143,8 @@ def test_finish_records_outcome_and_drops_the_queue_row(db: psycopg.Connection) 
     run_id = submit(db)
     _, token = claim(db)
     db.execute("SELECT cryo.finish_run(%s, %s, 'failed', 3, 'exit 3')", (run_id, token))
-    assert db.execute("SELECT status, exit_code, error FROM cryo.runs WHERE id=%s", (run_id,)).fetchone() == (
-        "failed", 3, "exit 3")
+    assert db.execute("SELECT status, exit_code, error FROM cryo.runs WHERE id=%s",
+                      (run_id,)).fetchone() == ("failed", 3, "exit 3")
     assert db.execute("SELECT count(*) FROM cryo.queue").fetchone() == (0,)
     with pytest.raises(psycopg.Error) as exc:
         run2 = submit(db)

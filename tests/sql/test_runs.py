@@ -12,14 +12,16 @@ def test_submit_creates_a_pending_run_with_a_qualified_id(db: psycopg.Connection
     run_id = submit(db)
     assert run_id.startswith("dev:default:run-") and len(run_id) == len("dev:default:run-") + 16
     assert status(db, run_id) == ("pending", None)
-    assert db.execute("SELECT state FROM cryo.queue WHERE run_id = %s", (run_id,)).fetchone() == ("pending",)
+    assert db.execute("SELECT state FROM cryo.queue WHERE run_id = %s",
+                      (run_id,)).fetchone() == ("pending",)
     kinds = [r[0] for r in db.execute("SELECT kind FROM cryo.history WHERE run_id = %s", (run_id,))]
     assert kinds == ["submitted"]
 
 
 def test_idempotency_key_returns_the_first_run_and_creates_nothing(db: psycopg.Connection) -> None:
-    first = db.execute("SELECT * FROM cryo.submit_script('dev','default','a.sh',NULL,'\\x00',NULL,'k1')").fetchone()
-    again = db.execute("SELECT * FROM cryo.submit_script('dev','default','a.sh',NULL,'\\x00',NULL,'k1')").fetchone()
+    sql = "SELECT * FROM cryo.submit_script('dev','default','a.sh',NULL,'\\x00',NULL,'k1')"
+    first = db.execute(sql).fetchone()
+    again = db.execute(sql).fetchone()
     assert first[1] is True and again == (first[0], False)
     assert db.execute("SELECT count(*) FROM cryo.runs").fetchone()[0] == 1
     assert db.execute("SELECT count(*) FROM cryo.queue").fetchone()[0] == 1
@@ -106,10 +108,11 @@ def test_application_submit_of_unknown_workflow_is_cr005(db: psycopg.Connection)
 
 def test_claim_moves_clear_input_to_sealed_once(db: psycopg.Connection) -> None:
     _put_workflow(db)
-    run_id = db.execute("SELECT cryo.submit_run('dev','default','nightly','{\"a\":1}')").fetchone()[0]
+    run_id = db.execute(
+        "SELECT cryo.submit_run('dev','default','nightly','{\"a\":1}')").fetchone()[0]
     got = db.execute("SELECT input_clear, claim_token FROM cryo.claim_job('dev','a',%s,30)",
                      (["shell"],)).fetchone()
     assert got[0] == {"a": 1}
     db.execute("SELECT cryo.seal_run_input(%s, %s, '\\xabcd')", (run_id, got[1]))
-    assert db.execute("SELECT input_clear, input FROM cryo.runs WHERE id=%s", (run_id,)).fetchone() == (
-        None, b"\xab\xcd")
+    assert db.execute("SELECT input_clear, input FROM cryo.runs WHERE id=%s",
+                      (run_id,)).fetchone() == (None, b"\xab\xcd")

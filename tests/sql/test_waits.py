@@ -13,7 +13,8 @@ FAR = "2100-01-01 00:00:00+00"
 def _wait_signal(db: psycopg.Connection, run_id: str, token: object, name: str = "go",
                  ordinal: int = 0, timeout: float | None = None) -> tuple:
     return db.execute("SELECT * FROM cryo.wait_signal(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, f"signal/{name}/{ordinal}", name, ordinal, timeout)).fetchone()
+                      (run_id, token, f"signal/{name}/{ordinal}", name, ordinal,
+                       timeout)).fetchone()
 
 
 def test_signal_queued_before_the_wait_is_taken_without_parking(db: psycopg.Connection) -> None:
@@ -80,14 +81,18 @@ def test_one_event_wakes_a_thousand_parked_runs_exactly_once(db: psycopg.Connect
                          (run_id, token)).fetchone()
         parked += row[0]
     assert parked == 1000
-    assert db.execute("SELECT count(*) FROM cryo.parked_runs WHERE reason='awaiting-event'").fetchone() == (1000,)
+    assert db.execute("SELECT count(*) FROM cryo.parked_runs "
+                      "WHERE reason='awaiting-event'").fetchone() == (1000,)
     db.execute("SELECT cryo.emit_event('dev', 'default', 'go', '{\"n\": 1}')")
-    assert db.execute("SELECT count(*) FROM cryo.queue WHERE state = 'pending'").fetchone() == (1000,)
-    assert db.execute("SELECT count(*) FROM cryo.history WHERE kind = 'event_received'").fetchone() == (1000,)
-    assert db.execute("SELECT count(*) FROM cryo.journal WHERE status='done' AND answer_clear = '{\"n\": 1}'"
-                      ).fetchone() == (1000,)
+    assert db.execute("SELECT count(*) FROM cryo.queue "
+                      "WHERE state = 'pending'").fetchone() == (1000,)
+    assert db.execute("SELECT count(*) FROM cryo.history "
+                      "WHERE kind = 'event_received'").fetchone() == (1000,)
+    assert db.execute("SELECT count(*) FROM cryo.journal "
+                      "WHERE status='done' AND answer_clear = '{\"n\": 1}'").fetchone() == (1000,)
     db.execute("SELECT cryo.emit_event('dev', 'default', 'go')")  # nobody waits any more
-    assert db.execute("SELECT count(*) FROM cryo.history WHERE kind = 'event_received'").fetchone() == (1000,)
+    assert db.execute("SELECT count(*) FROM cryo.history "
+                      "WHERE kind = 'event_received'").fetchone() == (1000,)
 
 
 def test_event_wake_uses_the_waiters_index(db: psycopg.Connection) -> None:
@@ -111,11 +116,11 @@ def test_activity_retry_then_collect_wakes_the_parent(db: psycopg.Connection) ->
     child = _activity(db, parent, ptoken, "build", retries=1, retry_on=[75])
     with pytest.raises(psycopg.Error) as exc:
         _activity(db, parent, ptoken, "build2")  # fine: another name
-        db.execute("SELECT cryo.submit_activity(%s, %s, 'activity/build/1', 'build', '\\x00', '{shell}')",
-                   (parent, ptoken))
+        db.execute("SELECT cryo.submit_activity(%s, %s, 'activity/build/1', 'build', "
+                   "'\\x00', '{shell}')", (parent, ptoken))
     assert exc.value.sqlstate == "CR007"
-    parked = db.execute("SELECT * FROM cryo.collect_activity(%s, %s, 'activity.collect/build/0', 0, 'build')",
-                        (parent, ptoken)).fetchone()
+    parked = db.execute("SELECT * FROM cryo.collect_activity(%s, %s, "
+                        "'activity.collect/build/0', 0, 'build')", (parent, ptoken)).fetchone()
     assert parked == (True, child, None)
     # The child fails with a retryable code: it backs off instead of ending.
     got = claim(db)
@@ -140,7 +145,8 @@ def test_cancel_cascades_to_children(db: psycopg.Connection) -> None:
     parent = submit(db)
     _, ptoken = claim(db)
     child = _activity(db, parent, ptoken, "c")
-    db.execute("SELECT * FROM cryo.wait_all_activities(%s, %s, 'activity.wait-all//0', 0)", (parent, ptoken))
+    db.execute("SELECT * FROM cryo.wait_all_activities(%s, %s, 'activity.wait-all//0', 0)",
+               (parent, ptoken))
     assert status(db, parent) == ("parked", "awaiting-children")
     assert db.execute("SELECT cryo.cancel_run(%s)", (parent,)).fetchone() == ("cancelled",)
     assert status(db, child)[0] == "cancelled" and status(db, parent)[0] == "cancelled"
