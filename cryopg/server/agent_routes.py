@@ -23,6 +23,9 @@ from cryopg.server.bodies import json_body, position
 from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
+# How often a claiming agent's row in cryo.agents is refreshed (last_seen_at, caps).
+AGENT_REFRESH_SECONDS = 30.0
+AGENTS_SEEN = web.AppKey("agents_seen", dict)
 
 
 
@@ -113,8 +116,14 @@ async def claim(request: web.Request) -> web.StreamResponse:
     wait = max(0.0, min(float(body.get("wait", cfg.claim_wait_max)), cfg.claim_wait_max))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    async with connection(request.app[POOL]) as conn:
-        await engine.register_agent(conn, info.org, agent_id, caps)
+    seen = request.app[AGENTS_SEEN]
+    key = (info.org, agent_id, tuple(caps))
+    if seen.get(key, 0.0) < loop.time():  # a write per claim would tax every job
+        async with connection(request.app[POOL]) as conn:
+            await engine.register_agent(conn, info.org, agent_id, caps)
+        if len(seen) > 10_000:
+            seen.clear()
+        seen[key] = loop.time() + AGENT_REFRESH_SECONDS
     while True:
         woken = request.app[NOTIFIER].work_event()
         transport = request.transport

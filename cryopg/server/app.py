@@ -87,6 +87,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
     app[CONFIG] = config
     app[AGENT_TOKENS] = {}
+    app[agent_routes.AGENTS_SEEN] = {}
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, _ticker_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
