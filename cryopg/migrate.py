@@ -90,15 +90,21 @@ def migrate(dsn: str) -> bool:
     """Apply pending migrations and changed functions. Returns True if anything changed."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         before = _applied_versions(conn)
-    run_pgmigrate(dsn)
+    if not before >= file_versions():  # pgmigrate only when some migration is pending
+        run_pgmigrate(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         changed = _applied_versions(conn) != before
         return apply_functions(conn) or changed
 
 
-def _applied_versions(conn: psycopg.Connection) -> int:
+def file_versions() -> set[int]:
+    """The versions of the migration files (V<n>__<what>.sql)."""
+    return {int(f.name[1:].split("__", 1)[0]) for f in (SQL_DIR / "migrations").glob("V*__*.sql")}
+
+
+def _applied_versions(conn: psycopg.Connection) -> set[int]:
     row = conn.execute(
         "SELECT to_regclass('public.schema_version') IS NOT NULL").fetchone()
     if not row or not row[0]:
-        return 0
-    return conn.execute("SELECT count(*) FROM public.schema_version").fetchone()[0]
+        return set()
+    return {v for (v,) in conn.execute("SELECT version FROM public.schema_version")}
