@@ -596,3 +596,7 @@ async def acquire_lock(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, 
 
 async def release_lock(conn: AsyncConnection, run_id: str, token: uuid.UUID, group: str) -> bool:
     return await _one(conn, "SELECT cryo.release_lock(%s, %s, %s)", (run_id, token, group))
+
+
+async def watch_run(conn: AsyncConnection, run_id: str) -> None:
+    await conn.execute("SELECT cryo.watch_run(%s)", (run_id,))

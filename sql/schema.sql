@@ -171,7 +171,9 @@ BEGIN
     -- function is planned afresh each time.
     INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
     VALUES (p_run_id, v_run.org, v_run.project, p_status, v_run.attempt, cryo.now());
-    PERFORM pg_notify('cryo_run', p_run_id);
+    IF v_run.watched THEN  -- see cryo._notify_run
+        PERFORM pg_notify('cryo_run', p_run_id);
+    END IF;
     PERFORM cryo._release_leases(p_run_id);  -- groups it held go to their next waiter
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);  -- its parent may be waiting to collect it
@@ -229,6 +231,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._notify_run(p_run_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = p_run_id AND r.watched) THEN
+        PERFORM pg_notify('cryo_run', p_run_id);
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer) RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -249,7 +261,7 @@ BEGIN
      WHERE run_id = p_run_id;
     UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
      WHERE id = p_run_id;
-    PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._notify_run(p_run_id);
 END
 $$;
 
@@ -283,7 +295,7 @@ BEGIN
                   FROM cryo.runs r WHERE r.id = v_w.run_id;
                 PERFORM cryo._history(v_w.run_id, p_org, p_project, 'admitted');
                 PERFORM pg_notify('cryo_work', '');
-                PERFORM pg_notify('cryo_run', v_w.run_id);
+                PERFORM cryo._notify_run(v_w.run_id);
                 RETURN v_w.run_id;
             END IF;
         ELSE
@@ -377,7 +389,7 @@ BEGIN
            claim_token = NULL, agent_id = NULL, claimed_at = NULL, lease_expires_at = NULL
      WHERE run_id = p_run_id;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
-    PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._notify_run(p_run_id);
     RETURN true;
 END
 $$;
@@ -486,6 +498,7 @@ CREATE TABLE cryo.runs (
     retry_on integer[],
     untrusted boolean DEFAULT false NOT NULL,
     concurrency_group text,
+    watched boolean DEFAULT false NOT NULL,
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 );
 
@@ -554,7 +567,7 @@ BEGIN
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, p_kind, v_marker.key_family,
                           v_marker.key_name, v_marker.key_ordinal);
     PERFORM pg_notify('cryo_work', '');
-    PERFORM pg_notify('cryo_run', p_q.run_id);
+    PERFORM cryo._notify_run(p_q.run_id);
 END
 $$;
 
@@ -620,7 +633,7 @@ BEGIN
         INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
         SELECT r.id, r.org, r.project, r.attempt, p_data, cryo.now()
           FROM cryo.runs r WHERE r.id = p_run_id;
-        PERFORM pg_notify('cryo_run', p_run_id);
+        PERFORM cryo._notify_run(p_run_id);
     END IF;
     RETURN v_cancel;
 END
@@ -699,7 +712,7 @@ BEGIN
     IF v_run.status = 'running' THEN
         UPDATE cryo.runs SET cancel_requested = true, updated_at = cryo.now() WHERE id = p_run_id;
         PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'cancel_requested');
-        PERFORM pg_notify('cryo_run', p_run_id);
+        PERFORM cryo._notify_run(p_run_id);
         RETURN 'cancelling';
     END IF;
     PERFORM cryo._finalize_run(p_run_id, 'cancelled', NULL, 'cancelled');
@@ -1198,7 +1211,7 @@ BEGIN
     UPDATE cryo.runs SET status = 'parked', substate = 'sleeping', updated_at = v_now
      WHERE id = p_run_id;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'timer_scheduled', 'sleep', '', p_ordinal);
-    PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._notify_run(p_run_id);
     RETURN v_wake;
 END
 $$;
@@ -2266,6 +2279,16 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision) IS 'Takes the oldest queued signal of the name for the claimed run, or parks it until one arrives (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out). Raises CR002 for a stale claim, CR004 for a bad name or timeout.';
+
+CREATE FUNCTION cryo.watch_run(p_run_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.runs SET watched = true WHERE id = p_run_id AND NOT watched;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.watch_run(p_run_id text) IS 'Marks a run as followed, so its status and log changes NOTIFY cryo_run from now on. Returns nothing; raises nothing.';
 
 CREATE TABLE cryo.agents (
     id text NOT NULL,

@@ -155,6 +155,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
                                        "X-Cryo-Run": run.id})
     await resp.prepare(request)
     finished = run.finished
+    if follow and not finished:
+        async with connection(pool) as conn:
+            await engine.watch_run(conn, run.id)  # from now on its changes NOTIFY
     while True:
         woken = notifier.run_event(run.id)
         async with connection(pool) as conn:

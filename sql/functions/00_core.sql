@@ -81,3 +81,27 @@ BEGIN
     RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
 END
 $$;
+
+-- Tells followers of a run (log tails, `--follow`) that it changed. A NOTIFY holds a
+-- cluster-wide lock from pre-commit until the commit is flushed, which would line up
+-- every finishing transaction behind one another; so only a run somebody follows
+-- (cryo.watch_run) notifies, and followers also poll as a backstop.
+CREATE OR REPLACE FUNCTION cryo._notify_run(p_run_id text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = p_run_id AND r.watched) THEN
+        PERFORM pg_notify('cryo_run', p_run_id);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION cryo.watch_run(p_run_id text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.runs SET watched = true WHERE id = p_run_id AND NOT watched;
+END
+$$;
+COMMENT ON FUNCTION cryo.watch_run(text) IS
+    'Marks a run as followed, so its status and log changes NOTIFY cryo_run from now on. Returns nothing; raises nothing.';

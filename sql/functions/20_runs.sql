@@ -19,7 +19,9 @@ BEGIN
     -- function is planned afresh each time.
     INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
     VALUES (p_run_id, v_run.org, v_run.project, p_status, v_run.attempt, cryo.now());
-    PERFORM pg_notify('cryo_run', p_run_id);
+    IF v_run.watched THEN  -- see cryo._notify_run
+        PERFORM pg_notify('cryo_run', p_run_id);
+    END IF;
     PERFORM cryo._release_leases(p_run_id);  -- groups it held go to their next waiter
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);  -- its parent may be waiting to collect it
@@ -185,7 +187,7 @@ BEGIN
     IF v_run.status = 'running' THEN
         UPDATE cryo.runs SET cancel_requested = true, updated_at = cryo.now() WHERE id = p_run_id;
         PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'cancel_requested');
-        PERFORM pg_notify('cryo_run', p_run_id);
+        PERFORM cryo._notify_run(p_run_id);
         RETURN 'cancelling';
     END IF;
     PERFORM cryo._finalize_run(p_run_id, 'cancelled', NULL, 'cancelled');

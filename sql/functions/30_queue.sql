@@ -85,7 +85,7 @@ BEGIN
     UPDATE cryo.runs SET status = 'parked', substate = 'sleeping', updated_at = v_now
      WHERE id = p_run_id;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'timer_scheduled', 'sleep', '', p_ordinal);
-    PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._notify_run(p_run_id);
     RETURN v_wake;
 END
 $$;

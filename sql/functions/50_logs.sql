@@ -11,7 +11,7 @@ BEGIN
         INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
         SELECT r.id, r.org, r.project, r.attempt, p_data, cryo.now()
           FROM cryo.runs r WHERE r.id = p_run_id;
-        PERFORM pg_notify('cryo_run', p_run_id);
+        PERFORM cryo._notify_run(p_run_id);
     END IF;
     RETURN v_cancel;
 END

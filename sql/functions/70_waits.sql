@@ -80,7 +80,7 @@ BEGIN
      WHERE run_id = p_run_id;
     UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
      WHERE id = p_run_id;
-    PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._notify_run(p_run_id);
 END
 $$;
 
@@ -105,7 +105,7 @@ BEGIN
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, p_kind, v_marker.key_family,
                           v_marker.key_name, v_marker.key_ordinal);
     PERFORM pg_notify('cryo_work', '');
-    PERFORM pg_notify('cryo_run', p_q.run_id);
+    PERFORM cryo._notify_run(p_q.run_id);
 END
 $$;
 
@@ -566,7 +566,7 @@ BEGIN
            claim_token = NULL, agent_id = NULL, claimed_at = NULL, lease_expires_at = NULL
      WHERE run_id = p_run_id;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
-    PERFORM pg_notify('cryo_run', p_run_id);
+    PERFORM cryo._notify_run(p_run_id);
     RETURN true;
 END
 $$;

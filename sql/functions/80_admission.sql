@@ -64,7 +64,7 @@ BEGIN
                   FROM cryo.runs r WHERE r.id = v_w.run_id;
                 PERFORM cryo._history(v_w.run_id, p_org, p_project, 'admitted');
                 PERFORM pg_notify('cryo_work', '');
-                PERFORM pg_notify('cryo_run', v_w.run_id);
+                PERFORM cryo._notify_run(v_w.run_id);
                 RETURN v_w.run_id;
             END IF;
         ELSE

@@ -2,6 +2,8 @@ ALTER TABLE cryo.runs DROP CONSTRAINT runs_status_check;
 ALTER TABLE cryo.runs ADD CONSTRAINT runs_status_check CHECK (status IN (
     'queued', 'pending', 'running', 'parked', 'succeeded', 'failed', 'cancelled', 'unreadable'));
 ALTER TABLE cryo.runs ADD COLUMN concurrency_group text;
+-- Set once someone follows the run; only then do its changes NOTIFY (see _notify_run).
+ALTER TABLE cryo.runs ADD COLUMN watched boolean NOT NULL DEFAULT false;
 
 ALTER TABLE cryo.projects ADD COLUMN admission_queue_limit integer NOT NULL DEFAULT 100
     CHECK (admission_queue_limit > 0);

@@ -163,3 +163,16 @@ def test_claim_and_wake_use_partial_indexes(db: psycopg.Connection) -> None:
         "EXPLAIN SELECT run_id FROM cryo.queue WHERE state='parked' AND wake_at <= now() "
         "ORDER BY wake_at LIMIT 1000"))
     assert "queue_parked_wake" in plan
+
+
+def test_only_a_followed_run_notifies_its_changes(session) -> None:  # type: ignore[no-untyped-def]
+    db, listener = session(), session()
+    listener.execute("LISTEN cryo_run")
+    quiet, followed = submit(db), submit(db)
+    db.execute("SELECT cryo.watch_run(%s)", (followed,))
+    for run_id in (quiet, followed):
+        got = claim(db)
+        assert got[0] == run_id
+        db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", got)
+    heard = [n.payload for n in listener.notifies(timeout=0.5, stop_after=5)]
+    assert heard == [followed]
