@@ -539,12 +539,35 @@ cryopg sleep 1s
 """
 
 
+# The same through the Python SDK: step_fn records the function's JSON result.
+STEP_FN_SCRIPT = """import time
+from cryosleep import script
+t0 = time.monotonic_ns()
+for i in range({n}):
+    script.step_fn("noop", lambda: i)
+print(f"BENCH-PASS {(time.monotonic_ns() - t0) // 1000}", flush=True)
+script.sleep(1)
+"""
+
+
+def _two_passes(work: Path, env: dict[str, str], name: str) -> list[float]:
+    """Submits a script whose passes print their own timing, follows it, returns them."""
+    proc = subprocess.run([str(CLI), "submit", name, "--follow"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    passes = [int(m) / 1e6 for m in re.findall(r"BENCH-PASS (\d+)", proc.stdout)]
+    if proc.returncode != 0 or len(passes) != 2:
+        raise RuntimeError(f"{name}: exit {proc.returncode}: {proc.stdout[-500:]}"
+                           f" {proc.stderr[-500:]}")
+    return passes
+
+
 def steps(bench: Bench) -> dict[str, Any]:
     db = "cryo_steps"
     bench.sql("postgres", f"CREATE DATABASE {db} TEMPLATE cryo_tpl")
     work = Path(tempfile.mkdtemp(prefix="cryopg-bench-steps-"))
     n = bench.sizes.steps
     (work / "steps.sh").write_text(STEP_SCRIPT.replace("{n}", str(n)))
+    (work / "steps.py").write_text(STEP_FN_SCRIPT.replace("{n}", str(n)))
     env = dict(os.environ, CRYOPG_MASTER_KEY=bench.master_text,
                PATH=f"{CLI.parent}:{os.environ.get('PATH', '')}")
     dev = subprocess.Popen([str(CLI), "dev", "--database-url", bench.dsn(db), "--port", "0",
@@ -557,13 +580,9 @@ def steps(bench: Bench) -> dict[str, Any]:
                 raise RuntimeError(f"cryopg dev did not start: {dev.stderr.read()[-2000:]}")
             time.sleep(0.1)
         t0 = time.monotonic()
-        proc = subprocess.run([str(CLI), "submit", "steps.sh", "--follow"], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=1800)
+        passes = _two_passes(work, env, "steps.sh")
         total = time.monotonic() - t0
-        passes = [int(m) / 1e6 for m in re.findall(r"BENCH-PASS (\d+)", proc.stdout)]
-        if proc.returncode != 0 or len(passes) != 2:
-            raise RuntimeError(f"step script: exit {proc.returncode}: {proc.stdout[-500:]}"
-                               f" {proc.stderr[-500:]}")
+        fn_passes = _two_passes(work, env, "steps.py")
     finally:
         dev.terminate()
         try:
@@ -579,9 +598,12 @@ def steps(bench: Bench) -> dict[str, Any]:
     bare = (time.monotonic() - t) / 20 * 1000
     out = {"calls": n, "first_s": passes[0], "replay_s": passes[1],
            "first_ms": passes[0] * 1000 / n, "replay_ms": passes[1] * 1000 / n,
-           "wall_s": total, "python_start_ms": bare}
+           "wall_s": total, "python_start_ms": bare,
+           "step_fn_first_ms": fn_passes[0] * 1000 / n,
+           "step_fn_replay_ms": fn_passes[1] * 1000 / n}
     log(f"cryopg step: first pass {out['first_ms']:.1f} ms/call, replay {out['replay_ms']:.1f}"
-        f" ms/call (bare python start {bare:.1f} ms)")
+        f" ms/call (bare python start {bare:.1f} ms); step_fn: "
+        f"{out['step_fn_first_ms']:.2f} / {out['step_fn_replay_ms']:.2f} ms/call")
     return out
 
 

@@ -112,13 +112,16 @@ def render(r: dict[str, Any]) -> str:
     if st:
         out += ["## Durable-call overhead in a real script", "",
                 f"A bash script of {st['calls']:,} `cryopg step noop -- true` calls, then "
-                "`cryopg sleep 1s`, run by a real `cryopg dev --database-url ...` stack (one "
-                "agent). The sleep parks the run, so the second pass replays every step.", "",
+                "`cryopg sleep 1s`, and a Python script of as many `script.step_fn` calls "
+                "then `script.sleep(1)`, each run by a real `cryopg dev --database-url ...` "
+                "stack (one agent). The sleep parks the run, so the second pass replays "
+                "every call.", "",
                 _row("", ["first pass", "replay pass"]), _row("---", ["---:", "---:"]),
                 _row(f"bash: {st['calls']:,} x cryopg step, total s",
                      [_f(st["first_s"], 2), _f(st["replay_s"], 2)]),
                 _row("bash: per call, ms", [_f(st["first_ms"], 1), _f(st["replay_ms"], 1)]),
-                _row("Python SDK step_fn, per call", ["n/a (no Python SDK yet)"] * 2), "",
+                _row("Python SDK: per step_fn call, ms",
+                     [_f(st["step_fn_first_ms"], 2), _f(st["step_fn_replay_ms"], 2)]), "",
                 f"For scale: starting a bare `python -c pass` takes {st['python_start_ms']:.1f} ms "
                 "here.", ""]
 
