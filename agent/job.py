@@ -71,6 +71,8 @@ class Job:
 
     async def flush_logs(self) -> None:
         # Called as the pass parks: nothing more of it will be printed.
+        if self._proc is not None:
+            self._proc.read_pending()
         await self._logs.flush(final=True)
 
     def parked(self) -> None:

@@ -112,6 +112,21 @@ class PtyProcess:
             self.pause_reading()
             self._closed.set()
 
+    def read_pending(self) -> None:
+        """Feed whatever the PTY holds right now. The script is blocked on a verb reply, so
+        everything it printed before the call is already here, even if the loop has not
+        woken for it yet."""
+        if self._closed.is_set():
+            return
+        while True:
+            try:
+                data = os.read(self._master, 65536)
+            except (BlockingIOError, OSError):
+                return
+            if not data:
+                return
+            self._on_output(data)
+
     def kill(self) -> None:
         """SIGKILL the whole process group (the script and anything it left behind)."""
         try:
