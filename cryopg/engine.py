@@ -191,6 +191,28 @@ async def rename_project(conn: AsyncConnection, org: str, slug: str, name: str) 
     await conn.execute("SELECT cryo.rename_project(%s, %s, %s)", (org, slug, name))
 
 
+async def delete_project(conn: AsyncConnection, org: str, slug: str) -> int:
+    return await _one(conn, "SELECT cryo.delete_project(%s, %s)", (org, slug))
+
+
+async def get_retention(conn: AsyncConnection, org: str, slug: str) -> tuple[Any, Any]:
+    cur = await conn.execute("SELECT runs, events FROM cryo.get_retention(%s, %s)", (org, slug))
+    row = await cur.fetchone()
+    assert row is not None  # the function raises for an unknown project
+    return row[0], row[1]
+
+
+async def set_retention(conn: AsyncConnection, org: str, slug: str,
+                        runs: dt.timedelta | None, events: dt.timedelta | None) -> None:
+    """Both in one transaction: a bad second value leaves the first unchanged too."""
+    async with conn.transaction():
+        if runs is not None:
+            await conn.execute("SELECT cryo.set_run_retention(%s, %s, %s)", (org, slug, runs))
+        if events is not None:
+            await conn.execute("SELECT cryo.set_event_retention(%s, %s, %s)",
+                               (org, slug, events))
+
+
 async def ensure_member(conn: AsyncConnection, org: str, login: str, role: str) -> str:
     return await _one(conn, "SELECT cryo.ensure_member(%s, %s, %s)", (org, login, role))
 

@@ -126,6 +126,60 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._collect_runs(p_batch integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_ids text[];
+BEGIN
+    SELECT array_agg(old.id) INTO v_ids
+      FROM (SELECT c.id
+              FROM cryo.projects p
+             CROSS JOIN LATERAL (
+                   SELECT r.id FROM cryo.runs r
+                    WHERE r.org = p.org AND r.project = p.slug
+                      AND r.status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+                      AND r.finished_at < cryo.now() - p.run_retention
+                    ORDER BY r.finished_at
+                    LIMIT p_batch) c
+             LIMIT p_batch) old;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- Lock in id order so two sweepers cannot deadlock; one that lost the race skips.
+    SELECT array_agg(r.id) INTO v_ids
+      FROM (SELECT id FROM cryo.runs WHERE id = ANY (v_ids) ORDER BY id
+               FOR UPDATE SKIP LOCKED) r;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN cryo._delete_runs(v_ids);
+END
+$$;
+
+CREATE FUNCTION cryo._delete_runs(p_ids text[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    UPDATE cryo.runs SET parent_run_id = NULL
+     WHERE parent_run_id = ANY (p_ids) AND NOT id = ANY (p_ids);
+    DELETE FROM cryo.journal WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.run_outputs WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.state_cells WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.lease_waiters WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.leases WHERE holder_run_id = ANY (p_ids);
+    DELETE FROM cryo.queue WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.runs WHERE id = ANY (p_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
 CREATE TABLE cryo.journal (
     run_id text NOT NULL,
     org text NOT NULL,
@@ -879,6 +933,33 @@ $_$;
 
 COMMENT ON FUNCTION cryo.create_token(p_kind text, p_org text, p_name text, p_secret_hash bytea, p_capabilities text[], p_expires_at timestamp with time zone, p_member text) IS 'Creates a user token (for the member whose login is p_member) or an agent token (with a capability ceiling, default shell+polyglot) from the hash of its secret; returns the token id. Raises CR004 for a bad kind, capability or expiry, CR005 for an unknown org or member.';
 
+CREATE FUNCTION cryo.delete_project(p_org text, p_project text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_ids text[];
+BEGIN
+    PERFORM 1 FROM cryo.projects WHERE org = p_org AND slug = p_project FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_ids
+      FROM (SELECT id FROM cryo.runs WHERE org = p_org AND project = p_project
+             ORDER BY id FOR UPDATE) r;
+    PERFORM cryo._delete_runs(v_ids);
+    DELETE FROM cryo.state_cells WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.events WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.lease_waiters WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.leases WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.secrets WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.workflows WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.projects WHERE org = p_org AND slug = p_project;
+    RETURN cardinality(v_ids);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs, cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
+
 CREATE FUNCTION cryo.delete_run_state(p_run_id text) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -1080,6 +1161,20 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.get_org_key(p_org text) IS 'Returns the org''s key id and wrapped data key (both null before the first seal). Raises CR005 for an unknown org.';
+
+CREATE FUNCTION cryo.get_retention(p_org text, p_project text) RETURNS TABLE(runs interval, events interval)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY SELECT p.run_retention, p.event_retention FROM cryo.projects p
+                  WHERE p.org = p_org AND p.slug = p_project;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.get_retention(p_org text, p_project text) IS 'Returns how long a project keeps terminal runs and bus events. Raises CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1693,6 +1788,22 @@ $$;
 
 COMMENT ON FUNCTION cryo.set_output(p_run_id text, p_token uuid, p_key text, p_value bytea) IS 'Sets (or replaces) a sealed output of the claimed run. Returns nothing. Raises CR002 for a stale claim, CR004 for a bad key.';
 
+CREATE FUNCTION cryo.set_run_retention(p_org text, p_project text, p_retention interval) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_retention IS NULL OR p_retention <= interval '0' THEN
+        RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.projects SET run_retention = p_retention WHERE org = p_org AND slug = p_project;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.set_run_retention(p_org text, p_project text, p_retention interval) IS 'Sets how long a project keeps terminal runs after they finish (default 90 days). Returns nothing. Raises CR004 for a non-positive interval, CR005 for an unknown project.';
+
 CREATE FUNCTION cryo.set_secret(p_org text, p_project text, p_name text, p_value bytea) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -2172,6 +2283,7 @@ BEGIN
     GET DIAGNOSTICS v_woken = ROW_COUNT;
 
     PERFORM cryo._purge_events(p_batch);
+    PERFORM cryo._collect_runs(p_batch);
     PERFORM cryo._reconcile_admission(p_batch);
 
     IF v_expired + v_woken > 0 THEN
@@ -2181,7 +2293,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events past retention and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
 CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_path text, p_ordinal integer) RETURNS TABLE(parked boolean, failed integer)
     LANGUAGE plpgsql
@@ -2497,9 +2609,13 @@ CREATE TABLE cryo.projects (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     event_retention interval DEFAULT '30 days'::interval NOT NULL,
     admission_queue_limit integer DEFAULT 100 NOT NULL,
+    run_retention interval DEFAULT '90 days'::interval NOT NULL,
     CONSTRAINT projects_admission_queue_limit_check CHECK ((admission_queue_limit > 0)),
+    CONSTRAINT projects_run_retention_check CHECK ((run_retention > '00:00:00'::interval)),
     CONSTRAINT projects_slug_check CHECK ((slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'::text))
 );
+
+COMMENT ON COLUMN cryo.projects.run_retention IS 'How long a terminal run (and all it owns) is kept after it finished; tick() collects it then.';
 
 CREATE TABLE cryo.run_outputs (
     run_id text NOT NULL,
@@ -2741,6 +2857,10 @@ CREATE UNIQUE INDEX runs_idempotency_key ON cryo.runs USING btree (org, project,
 CREATE INDEX runs_parent ON cryo.runs USING btree (parent_run_id) WHERE (parent_run_id IS NOT NULL);
 
 CREATE INDEX runs_project_created ON cryo.runs USING btree (org, project, created_at DESC);
+
+CREATE INDEX runs_terminal_finished ON cryo.runs USING btree (org, project, finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text]));
+
+CREATE INDEX signals_run ON cryo.signals USING btree (run_id);
 
 CREATE INDEX signals_unconsumed ON cryo.signals USING btree (run_id, name, id) WHERE (consumed_at IS NULL);
 

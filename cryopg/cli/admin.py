@@ -118,4 +118,53 @@ def project_rename(slug: str, name: str) -> None:
     click.echo(f"{slug} is now named {name!r}")
 
 
+@project.command("delete")
+@click.argument("slug")
+@click.option("--yes", is_flag=True, help="Confirm: every run, cell, secret and event goes.")
+def project_delete(slug: str, yes: bool) -> None:
+    """Delete project SLUG and everything in it (Owner). There is no undo."""
+    if not yes:
+        raise click.UsageError(f"deleting {slug} removes all its runs, state, secrets and "
+                               "events; pass --yes to confirm")
+    got = _org_call("DELETE", f"/projects/{quote(slug, safe='')}")
+    click.echo(f"deleted {slug} ({got.get('runs_deleted', 0)} runs)")  # type: ignore[union-attr]
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    from cryopg.cli.inscript import parse_duration
+
+    try:
+        seconds = parse_duration(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    if seconds <= 0:
+        raise click.BadParameter("a retention must be longer than zero")
+    return seconds
+
+
+def _days(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+@project.command("retention")
+@click.argument("slug")
+@click.option("--runs", callback=_duration, help="Keep terminal runs this long (e.g. 90d).")
+@click.option("--events", callback=_duration, help="Keep bus events this long (e.g. 30d).")
+def project_retention(slug: str, runs: float | None, events: float | None) -> None:
+    """Show, or with --runs/--events set (Admin), how long SLUG keeps finished runs (with
+    their logs, journal and run-scoped state) and bus events."""
+    path = f"/projects/{quote(slug, safe='')}/retention"
+    if runs is None and events is None:
+        got = _org_call("GET", path)
+    else:
+        got = _org_call("PUT", path, {"runs_seconds": runs, "events_seconds": events})
+    click.echo(f"runs\t{_days(got['runs_seconds'])}")  # type: ignore[index]
+    click.echo(f"events\t{_days(got['events_seconds'])}")  # type: ignore[index]
+
+
 COMMANDS = [secret, member, project]

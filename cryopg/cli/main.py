@@ -37,7 +37,31 @@ Inside a run (each takes -h):
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=IN_SCRIPT_HELP)
+class _OneLineErrors(click.Group):
+    """Bad input gets one line on stderr (not click's usage block) and click's exit code."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as e:
+            click.echo(e.format_message(), err=True)  # a bare group: its help is the answer
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx else "cryopg"
+            click.echo(f"{where}: {e.format_message()} (see {where} --help)", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=IN_SCRIPT_HELP)
 def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 

@@ -1,7 +1,8 @@
 """Members, projects and secrets: the routes an org's Admins (and Owners) use.
 
 `/api/v1/orgs/{org}/members[/{login}]` and `/api/v1/orgs/{org}/projects[/{project}]`
-are org-level; `/api/v1/orgs/{org}/projects/{project}/secrets[/{name}]` is a project's.
+are org-level; `/api/v1/orgs/{org}/projects/{project}/secrets[/{name}]` and
+`…/retention` are a project's. Deleting a project is an Owner's call.
 A secret's value is sealed here with the org key and never returned by any route: it
 leaves the server only inside a claim grant.
 """
@@ -16,7 +17,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, NotFound
-from cryopg.server.auth import ADMIN, VIEWER, require_user
+from cryopg.server.auth import ADMIN, OWNER, VIEWER, require_user
 from cryopg.server.bodies import json_body
 from cryopg.server.state import KEYS, POOL
 
@@ -85,6 +86,49 @@ async def rename_project(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
+async def delete_project(request: web.Request) -> web.Response:
+    await require_user(request, OWNER)
+    async with connection(request.app[POOL]) as conn:
+        runs = await engine.delete_project(conn, request.match_info["org"],
+                                           request.match_info["project"])
+    return web.json_response({"runs_deleted": runs})
+
+
+def _seconds(body: dict[str, Any], name: str) -> dt.timedelta | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not 0 < value < 100 * 365 * 86400):
+        raise InvalidArgument(f"{name} must be a positive number of seconds under 100 years")
+    return dt.timedelta(seconds=value)
+
+
+async def _retention_json(request: web.Request) -> web.Response:
+    async with connection(request.app[POOL]) as conn:
+        runs, events = await engine.get_retention(conn, request.match_info["org"],
+                                                  request.match_info["project"])
+    return web.json_response({"runs_seconds": runs.total_seconds(),
+                              "events_seconds": events.total_seconds()})
+
+
+async def get_retention(request: web.Request) -> web.Response:
+    await require_user(request, VIEWER)
+    return await _retention_json(request)
+
+
+async def put_retention(request: web.Request) -> web.Response:
+    await require_user(request, ADMIN)
+    body = await json_body(request)
+    runs, events = _seconds(body, "runs_seconds"), _seconds(body, "events_seconds")
+    if runs is None and events is None:
+        raise InvalidArgument("give runs_seconds, events_seconds or both")
+    async with connection(request.app[POOL]) as conn:
+        await engine.set_retention(conn, request.match_info["org"],
+                                   request.match_info["project"], runs, events)
+    return await _retention_json(request)
+
+
 # -- secrets -------------------------------------------------------------------------------
 
 async def list_secrets(request: web.Request) -> web.Response:
@@ -131,6 +175,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(f"{org}/projects", create_project)
     app.router.add_patch(f"{org}/projects/{{project}}", rename_project)
     project = f"{org}/projects/{{project}}"
+    app.router.add_delete(project, delete_project)
+    app.router.add_get(f"{project}/retention", get_retention)
+    app.router.add_put(f"{project}/retention", put_retention)
     app.router.add_get(f"{project}/secrets", list_secrets)
     app.router.add_put(f"{project}/secrets/{{name}}", put_secret)
     app.router.add_delete(f"{project}/secrets/{{name}}", delete_secret)

@@ -191,6 +191,7 @@ BEGIN
     GET DIAGNOSTICS v_woken = ROW_COUNT;
 
     PERFORM cryo._purge_events(p_batch);
+    PERFORM cryo._collect_runs(p_batch);
     PERFORM cryo._reconcile_admission(p_batch);
 
     IF v_expired + v_woken > 0 THEN
@@ -200,4 +201,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.tick(integer) IS
-    'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events past retention and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+    'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';

@@ -6,55 +6,25 @@ open end their run as unreadable instead of re-running a step."""
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import psycopg
 import pytest
 
 from cryopg.seal import MasterKey, generate_master_key
-from cryopg.server.auth import new_secret
 from tests.conftest import _free_tcp_port, _healthy
+from tests.e2e.helpers import http as _http
 from tests.e2e.helpers import lines, script, show, submit, wait_for
+from tests.e2e.helpers import token as _token
 
 SECRET = "s3cr3t-VALUE-0042"
 CLI = [sys.executable, "-m", "cryopg.cli.entry"]
-
-
-def _http(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
-    req = urllib.request.Request(url, method=method,
-                                 data=None if body is None else json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {token}",
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, (json.loads(raw) if raw and raw[:1] in b"{[" else raw)
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, (json.loads(raw) if raw[:1] == b"{" else raw)
-
-
-def _token(dsn: str, kind: str, *, org: str = "dev", member: str | None = None,
-           role: str = "owner", caps: list[str] | None = None,
-           expires: str | None = None) -> str:
-    secret = new_secret(kind)
-    with psycopg.connect(dsn, autocommit=True) as db:
-        if member:
-            db.execute("SELECT cryo.put_member(%s, %s, %s)", (org, member, role))
-        db.execute("SELECT cryo.create_token(%s, %s, 't', %s, %s, %s::timestamptz, %s)",
-                   (kind, org, hashlib.sha256(secret.encode()).digest(), caps or [], expires,
-                    member))
-    return secret
 
 
 def _user_paths() -> list[tuple[str, str]]:
