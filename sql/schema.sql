@@ -138,9 +138,10 @@ BEGIN
              CROSS JOIN LATERAL (
                    SELECT r.id FROM cryo.runs r
                     WHERE r.org = p.org AND r.project = p.slug
+                      AND r.created_at < cryo.now() - p.run_retention
                       AND r.status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
                       AND r.finished_at < cryo.now() - p.run_retention
-                    ORDER BY r.finished_at
+                    ORDER BY r.created_at
                     LIMIT p_batch) c
              LIMIT p_batch) old;
     IF v_ids IS NULL THEN
@@ -2857,8 +2858,6 @@ CREATE UNIQUE INDEX runs_idempotency_key ON cryo.runs USING btree (org, project,
 CREATE INDEX runs_parent ON cryo.runs USING btree (parent_run_id) WHERE (parent_run_id IS NOT NULL);
 
 CREATE INDEX runs_project_created ON cryo.runs USING btree (org, project, created_at DESC);
-
-CREATE INDEX runs_terminal_finished ON cryo.runs USING btree (org, project, finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text]));
 
 CREATE INDEX signals_run ON cryo.signals USING btree (run_id);
 

@@ -27,6 +27,8 @@ END
 $$;
 
 -- Collects terminal runs past their project's retention, oldest first, at most p_batch.
+-- A run created within the period cannot have finished before it, so the scan stays on
+-- runs_project_created below the cut-off.
 CREATE OR REPLACE FUNCTION cryo._collect_runs(p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -39,9 +41,10 @@ BEGIN
              CROSS JOIN LATERAL (
                    SELECT r.id FROM cryo.runs r
                     WHERE r.org = p.org AND r.project = p.slug
+                      AND r.created_at < cryo.now() - p.run_retention
                       AND r.status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
                       AND r.finished_at < cryo.now() - p.run_retention
-                    ORDER BY r.finished_at
+                    ORDER BY r.created_at
                     LIMIT p_batch) c
              LIMIT p_batch) old;
     IF v_ids IS NULL THEN

@@ -4,9 +4,9 @@
 ALTER TABLE cryo.projects ADD COLUMN run_retention interval NOT NULL DEFAULT interval '90 days'
     CHECK (run_retention > interval '0');
 
--- The sweeper walks each project's oldest terminal runs; live runs are never in it.
-CREATE INDEX runs_terminal_finished ON cryo.runs (org, project, finished_at)
-    WHERE status IN ('succeeded', 'failed', 'cancelled', 'unreadable');
+-- No index on runs.status or finished_at: finishing a run would then update every index
+-- of runs (no HOT update). The sweeper walks runs_project_created (created_at never
+-- changes, and a run finishes after it was created) and skips the few old live runs.
 -- Collection deletes a run's signals, consumed ones included.
 CREATE INDEX signals_run ON cryo.signals (run_id);
 

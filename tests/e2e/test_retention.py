@@ -37,7 +37,8 @@ def test_a_run_past_retention_is_collected_and_reads_say_so(stack: Any) -> None:
 
     # Age the run as the clock would, then let the sweeper in tick() run once.
     with psycopg.connect(stack.info["database_url"], autocommit=True) as db:
-        db.execute("UPDATE cryo.runs SET finished_at = finished_at - interval '13 hours' "
+        db.execute("UPDATE cryo.runs SET created_at = created_at - interval '13 hours', "
+                   "finished_at = finished_at - interval '13 hours' "
                    "WHERE id = %s", (run_id,))
         db.execute("SELECT * FROM cryo.tick()")
         left = db.execute("SELECT count(*) FROM cryo.state_cells WHERE run_id = %s", (run_id,))

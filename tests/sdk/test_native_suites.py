@@ -63,5 +63,8 @@ def test_rust_suite() -> None:
     _need("cargo")
     # The target directory the agent builds .rs workflows into: serde_json and the SDK
     # compile once for both.
+    # The vectors are named at run time: a test binary reused from the shared target
+    # directory may have been built in another checkout, with that checkout's path baked in.
     _run(["cargo", "test", "--quiet"], SDKS / "rust", timeout=900,
-         CARGO_TARGET_DIR=str(toolchains.rust_target_dir()))
+         CARGO_TARGET_DIR=str(toolchains.rust_target_dir()),
+         CRYO_CONFORMANCE_VECTORS=str(SDKS / "conformance" / "vectors"))
