@@ -17,9 +17,9 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Claim
-from cryopg.errors import InvalidArgument, NotFound, Unreadable
-from cryopg.server.auth import require_agent
-from cryopg.server.bodies import json_body, position
+from cryopg.errors import InvalidArgument, Unreadable
+from cryopg.server.auth import agent_run, require_agent
+from cryopg.server.bodies import claim_token, json_body, position
 from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
@@ -27,21 +27,6 @@ DEFAULT_CAPS = ["shell", "polyglot"]
 AGENT_REFRESH_SECONDS = 30.0
 AGENTS_SEEN = web.AppKey("agents_seen", dict)
 
-
-
-def _token(body: dict[str, Any]) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(body.get("claim_token")))
-    except ValueError as exc:
-        raise InvalidArgument("claim_token must be a UUID") from exc
-
-
-async def _run_in_org(request: web.Request) -> tuple[str, str]:
-    info = await require_agent(request)
-    run_id = request.match_info["run"]
-    if run_id.split(":", 1)[0] != info.org:
-        raise NotFound(f"no run {run_id}")
-    return run_id, info.org
 
 
 async def _grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] | None:
@@ -148,7 +133,7 @@ async def claim(request: web.Request) -> web.StreamResponse:
 
 
 async def logs(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     try:
         data = base64.b64decode(body.get("data") or "", validate=True)
@@ -156,13 +141,13 @@ async def logs(request: web.Request) -> web.Response:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     async with connection(request.app[POOL]) as conn:
-        cancel = await engine.append_log(conn, run_id, _token(body), sealed,
+        cancel = await engine.append_log(conn, run_id, claim_token(body), sealed,
                                          request.app[CONFIG].lease_seconds)
     return web.json_response({"cancel": bool(cancel)})
 
 
 async def steps(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     try:
         ordinal = int(body["ordinal"])
@@ -173,14 +158,14 @@ async def steps(request: web.Request) -> web.Response:
     result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
     async with connection(request.app[POOL], position(body)) as conn:
         seq = await engine.record_step(
-            conn, run_id, _token(body), path=str(body.get("path") or ""),
+            conn, run_id, claim_token(body), path=str(body.get("path") or ""),
             family=str(body.get("family") or ""), name=str(body.get("name") or ""),
             ordinal=ordinal, label=body.get("label"), result=result, exit_code=exit_code)
     return web.json_response({"seq": seq})
 
 
 async def park(request: web.Request) -> web.Response:
-    run_id, _ = await _run_in_org(request)
+    run_id, _, _ = await agent_run(request)
     body = await json_body(request)
     try:
         seconds = float(body["seconds"])
@@ -188,30 +173,30 @@ async def park(request: web.Request) -> web.Response:
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument("seconds must be a number and ordinal an integer") from exc
     async with connection(request.app[POOL], position(body)) as conn:
-        wake_at = await engine.park_sleep(conn, run_id, _token(body),
+        wake_at = await engine.park_sleep(conn, run_id, claim_token(body),
                                           path=str(body.get("path") or ""),
                                           ordinal=ordinal, seconds=seconds)
     return web.json_response({"wake_at": wake_at.isoformat()})
 
 
 async def annotate(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     sealed = (await request.app[KEYS].sealer(org)).seal_text(str(body.get("text") or ""))
     async with connection(request.app[POOL]) as conn:
-        await engine.annotate_run(conn, run_id, _token(body), sealed)
+        await engine.annotate_run(conn, run_id, claim_token(body), sealed)
     return web.json_response({})
 
 
 async def finish(request: web.Request) -> web.Response:
-    run_id, _ = await _run_in_org(request)
+    run_id, _, _ = await agent_run(request)
     body = await json_body(request)
     exit_code = body.get("exit_code")
     if exit_code is not None and not isinstance(exit_code, int):
         raise InvalidArgument("exit_code must be an integer")
     error = body.get("error")
     async with connection(request.app[POOL]) as conn:
-        await engine.finish_run(conn, run_id, _token(body), str(body.get("outcome") or ""),
+        await engine.finish_run(conn, run_id, claim_token(body), str(body.get("outcome") or ""),
                                 exit_code, None if error is None else str(error))
     return web.json_response({})
 

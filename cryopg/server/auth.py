@@ -16,7 +16,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo, UserAuth
-from cryopg.errors import Unauthorized
+from cryopg.errors import NotFound, Unauthorized
 from cryopg.server.state import POOL
 
 VIEWER, MEMBER, ADMIN, OWNER = "viewer", "member", "admin", "owner"
@@ -69,3 +69,13 @@ async def require_agent(request: web.Request) -> TokenInfo:
         cache.clear()
     cache[hashed] = (now + AGENT_TOKEN_TTL, info)
     return info
+
+
+async def agent_run(request: web.Request) -> tuple[str, str, str]:
+    """(run_id, org, project) of an agent route's run; a run of another org is a 404."""
+    info = await require_agent(request)
+    run_id = request.match_info["run"]
+    parts = run_id.split(":", 2)
+    if len(parts) != 3 or parts[0] != info.org:
+        raise NotFound(f"no run {run_id}")
+    return run_id, parts[0], parts[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from aiohttp import web
@@ -27,3 +28,11 @@ def position(body: dict[str, Any]) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidArgument("position must be an integer >= 0")
     return value
+
+
+def claim_token(body: dict[str, Any]) -> uuid.UUID:
+    """The claim token every agent call on a run echoes."""
+    try:
+        return uuid.UUID(str(body.get("claim_token")))
+    except ValueError as exc:
+        raise InvalidArgument("claim_token must be a UUID") from exc

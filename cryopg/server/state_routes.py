@@ -27,8 +27,8 @@ from cryopg.db import connection
 from cryopg.engine import Cell
 from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound, RunNotFound
 from cryopg.seal import Sealer
-from cryopg.server.auth import MEMBER, VIEWER, require_agent, require_user
-from cryopg.server.bodies import json_body, position
+from cryopg.server.auth import MEMBER, VIEWER, agent_run, require_user
+from cryopg.server.bodies import claim_token, json_body, position
 from cryopg.server.state import KEYS, POOL
 
 # An incr that keeps losing its compare-and-set gives up after this many tries (each
@@ -69,12 +69,7 @@ def _int_field(body: dict[str, Any], name: str) -> int:
 
 
 async def agent_state(request: web.Request) -> web.Response:
-    info = await require_agent(request)
-    run_id = request.match_info["run"]
-    parts = run_id.split(":", 2)
-    if len(parts) != 3 or parts[0] != info.org:
-        raise NotFound(f"no run {run_id}")
-    org, project = parts[0], parts[1]
+    run_id, org, project = await agent_run(request)
     op = request.match_info["op"]
     body = await json_body(request)
     entity = _str_field(body, "entity", required=False)
@@ -91,10 +86,7 @@ async def agent_state(request: web.Request) -> web.Response:
         if cell is None:
             return web.json_response({"found": False, "value": None, "version": None})
         return web.json_response({"found": True, **_cell_json(sealer, cell)})
-    try:
-        token = uuid.UUID(str(body.get("claim_token")))
-    except ValueError as exc:
-        raise InvalidArgument("claim_token must be a UUID") from exc
+    token = claim_token(body)
     if op == "set":
         if "value" not in body:
             raise InvalidArgument("set needs a value")

@@ -19,9 +19,8 @@ from cryopg.db import connection
 from cryopg.engine import Memo
 from cryopg.errors import InvalidArgument, RunNotFound
 from cryopg.seal import Sealer
-from cryopg.server.agent_routes import _run_in_org, _token
-from cryopg.server.auth import MEMBER, require_user
-from cryopg.server.bodies import json_body, position
+from cryopg.server.auth import MEMBER, agent_run, require_user
+from cryopg.server.bodies import claim_token, json_body, position
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_routes import required_caps
 
@@ -80,7 +79,7 @@ def _str(body: dict[str, Any], key: str) -> str:
 # -- agent routes -----------------------------------------------------------------------------
 
 async def wait(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     kind = request.match_info["kind"]
     waiter = {"signal": engine.wait_signal, "event": engine.wait_event}.get(kind)
@@ -88,7 +87,7 @@ async def wait(request: web.Request) -> web.Response:
         raise InvalidArgument(f"no wait of kind {kind}")
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL], position(body)) as conn:
-        got = await waiter(conn, run_id, _token(body), path=_str(body, "path"),
+        got = await waiter(conn, run_id, claim_token(body), path=_str(body, "path"),
                            name=_str(body, "name"), ordinal=_int(body, "ordinal"),
                            timeout=_float(body, "timeout"))
     return web.json_response({"parked": got.parked, "timed_out": got.timed_out,
@@ -96,18 +95,18 @@ async def wait(request: web.Request) -> web.Response:
 
 
 async def emit(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL], position(body)) as conn:
         event_id = await engine.emit_from_run(
-            conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
+            conn, run_id, claim_token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             name=_str(body, "name"), payload=sealer.seal_json({"answer": body.get("payload")}))
     return web.json_response({"event_id": event_id})
 
 
 async def spawn(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
     filename, source = _str(body, "filename"), body.get("source")
@@ -117,7 +116,7 @@ async def spawn(request: web.Request) -> web.Response:
     child_input = body.get("input")
     async with connection(request.app[POOL], position(body)) as conn:
         child = await engine.spawn_run(
-            conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
+            conn, run_id, claim_token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             filename=filename, interpreter=interpreter, source=sealer.seal_text(source),
             input=None if child_input is None else sealer.seal_json(child_input),
             required_caps=required_caps(filename, interpreter))
@@ -125,7 +124,7 @@ async def spawn(request: web.Request) -> web.Response:
 
 
 async def submit_activity(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     argv = body.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
@@ -139,7 +138,7 @@ async def submit_activity(request: web.Request) -> web.Response:
     source = "exec " + shlex.join(argv) + "\n"
     async with connection(request.app[POOL], position(body)) as conn:
         child = await engine.submit_activity(
-            conn, run_id, _token(body), path=_str(body, "path"), name=_str(body, "name"),
+            conn, run_id, claim_token(body), path=_str(body, "path"), name=_str(body, "name"),
             source=sealer.seal_text(source), required_caps=["shell"],
             retries=_int({"r": body.get("retries", 0)}, "r"),
             retry_backoff=_float(body, "retry_backoff", 0.0) or 0.0, retry_on=retry_on)
@@ -147,12 +146,12 @@ async def submit_activity(request: web.Request) -> web.Response:
 
 
 async def collect_activity(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL], position(body)) as conn:
         parked, child, code = await engine.collect_activity(
-            conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
+            conn, run_id, claim_token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             name=_str(body, "name"))
         stdout = "" if parked else await child_output(conn, sealer, child)
     return web.json_response({"parked": parked, "run_id": child, "exit_code": code,
@@ -160,39 +159,39 @@ async def collect_activity(request: web.Request) -> web.Response:
 
 
 async def wait_all(request: web.Request) -> web.Response:
-    run_id, _ = await _run_in_org(request)
+    run_id, _, _ = await agent_run(request)
     body = await json_body(request)
     async with connection(request.app[POOL], position(body)) as conn:
         parked, failed = await engine.wait_all_activities(
-            conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"))
+            conn, run_id, claim_token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"))
     return web.json_response({"parked": parked, "failed": failed})
 
 
 async def set_output(request: web.Request) -> web.Response:
-    run_id, org = await _run_in_org(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
-        await engine.set_output(conn, run_id, _token(body), _str(body, "key"),
+        await engine.set_output(conn, run_id, claim_token(body), _str(body, "key"),
                                 sealer.seal_json({"answer": body.get("value")}))
     return web.json_response({})
 
 
 async def acquire_lock(request: web.Request) -> web.Response:
-    run_id, _ = await _run_in_org(request)
+    run_id, _, _ = await agent_run(request)
     body = await json_body(request)
     async with connection(request.app[POOL], position(body)) as conn:
         granted = await engine.acquire_lock(
-            conn, run_id, _token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
+            conn, run_id, claim_token(body), path=_str(body, "path"), ordinal=_int(body, "ordinal"),
             group=_str(body, "group"), scoped=bool(body.get("scoped", True)))
     return web.json_response({"granted": granted})
 
 
 async def release_lock(request: web.Request) -> web.Response:
-    run_id, _ = await _run_in_org(request)
+    run_id, _, _ = await agent_run(request)
     body = await json_body(request)
     async with connection(request.app[POOL]) as conn:
-        released = await engine.release_lock(conn, run_id, _token(body), _str(body, "group"))
+        released = await engine.release_lock(conn, run_id, claim_token(body), _str(body, "group"))
     return web.json_response({"released": released})
 
 
