@@ -216,6 +216,12 @@ class AgentAPI:
             retry_for=RECORD_RETRY_SECONDS,
         )
 
+    async def release(self, run_id: str, claim_token: str, timeout: float) -> None:
+        """Hand the run back now (the agent is stopping); one short try, since a lapsed
+        lease does the same later."""
+        await self._post_once(self._run_path(run_id, "release"), {"claim_token": claim_token},
+                              timeout)
+
 
 def _error_from(status: int, payload: Any) -> AgentAPIError:
     err = payload.get("error") if isinstance(payload, dict) else None

@@ -21,6 +21,8 @@ from agent.socket_server import DurableVerbs
 DRAIN_SECONDS = 1.0
 # How long a call the script made just before exiting may take to be recorded.
 SETTLE_SECONDS = 35.0
+# How long a stopping agent waits to hand its run back.
+RELEASE_SECONDS = 3.0
 
 
 class End(enum.Enum):
@@ -28,7 +30,7 @@ class End(enum.Enum):
 
     PARKED = "parked"  # the server holds the run now; no finish call
     STALE = "stale"  # the claim was lost; drop the run
-    STOPPED = "stopped"  # the agent is shutting down; the lease will expire
+    STOPPED = "stopped"  # the agent is shutting down; the run is handed back
     CANCELLED = "cancelled"  # the server asked for it via a logs reply
     DIVERGED = "diverged"  # determinism error: fail the run
 
@@ -182,7 +184,10 @@ class Job:
 
     async def _conclude(self, code: int, error: str | None) -> None:
         why = self._end
-        if why in (End.PARKED, End.STALE, End.STOPPED):
+        if why is End.STOPPED:
+            await release(self.api, self.run_id, self.claim_token)
+            return
+        if why in (End.PARKED, End.STALE):
             return
         try:
             await self._logs.flush(final=True)
@@ -220,6 +225,14 @@ async def _cancel(task: asyncio.Task[Any]) -> None:
         await task
     except (asyncio.CancelledError, Exception):
         pass
+
+
+async def release(api: AgentAPI, run_id: str, claim_token: str) -> None:
+    """Give the run back so it resumes now elsewhere; if this fails, its lease lapses."""
+    try:
+        await api.release(run_id, claim_token, RELEASE_SECONDS)
+    except AgentAPIError as e:
+        _log(f"run {run_id}: not handed back ({e.message}); it resumes when its lease lapses")
 
 
 def _log(line: str) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from agent.api import AgentAPI, AgentAPIError, ServerUnavailable
-from agent.job import Job
+from agent.job import Job, release
 
 T = TypeVar("T")
 
@@ -57,8 +57,11 @@ async def run_agent(
                 _log(f"{agent_id}: server reachable again")
                 outage = False
             backoff = BACKOFF_START
-            if grant is None or stop.is_set():
-                continue  # a grant taken while stopping is left to its lease
+            if grant is None:
+                continue
+            if stop.is_set():
+                await release(api, grant["run_id"], grant["claim_token"])
+                continue
             await Job(api, grant, strict=strict, stop=stop, agent_token=token).run()
 
 

@@ -380,6 +380,10 @@ async def finish_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, outco
                        (run_id, token, outcome, exit_code, error))
 
 
+async def release_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
+    await conn.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token))
+
+
 async def read_logs(conn: AsyncConnection, run_id: str, after: int = 0,
                     limit: int = 500) -> list[LogChunk]:
     cur = conn.cursor(row_factory=class_row(LogChunk))

@@ -1540,6 +1540,32 @@ $$;
 
 COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) IS 'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
 
+CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_run cryo.runs;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF v_run.cancel_requested THEN
+        PERFORM cryo._finalize_run(p_run_id, 'cancelled', NULL, 'cancelled');
+        RETURN;
+    END IF;
+    UPDATE cryo.queue
+       SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
+           lease_expires_at = NULL
+     WHERE run_id = p_run_id;
+    UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now() WHERE id = p_run_id;
+    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+    VALUES (p_run_id, v_q.org, v_q.project, 'released', v_run.attempt, cryo.now());
+    PERFORM cryo._notify_run(p_run_id);
+    PERFORM pg_notify('cryo_work', '');
+END
+$$;
+
+COMMENT ON FUNCTION cryo.release_claim(p_run_id text, p_token uuid) IS 'Gives a claimed run back to the queue now (or ends it cancelled if a cancel was asked). Returns nothing. Raises CR002 for a stale claim token.';
+
 CREATE FUNCTION cryo.release_lock(p_run_id text, p_token uuid, p_group text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$

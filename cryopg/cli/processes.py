@@ -26,6 +26,8 @@ TICK = click.option("--tick-interval", default=1.0, show_default=True,
 # What dev agents advertise and their token's ceiling; connector is never a default.
 DEV_CAPS = ["shell", "polyglot"]
 DEV_OWNER = "dev"
+# How long stopping agents get to kill their scripts and hand their runs back.
+AGENT_STOP_SECONDS = 5.0
 
 
 def _fail(exc: BaseException) -> click.ClickException:
@@ -133,8 +135,13 @@ async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix:
 
 
 async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
+    """With `stop` set, each agent kills its script and hands the run back (so it resumes
+    at once on the next start); one still busy after a few seconds is cancelled, and its
+    run resumes when its lease lapses."""
+    if tasks:
+        _, late = await asyncio.wait(tasks, timeout=AGENT_STOP_SECONDS)
+        for task in late:
+            task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
 
 

@@ -201,6 +201,14 @@ async def finish(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
+async def release(request: web.Request) -> web.Response:
+    run_id, _, _ = await agent_run(request)
+    body = await json_body(request)
+    async with connection(request.app[POOL]) as conn:
+        await engine.release_claim(conn, run_id, claim_token(body))
+    return web.json_response({})
+
+
 def add_routes(app: web.Application) -> None:
     base = "/api/v1/agent"
     app.router.add_post(f"{base}/claim", claim)
@@ -209,3 +217,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(f"{base}/runs/{{run}}/park", park)
     app.router.add_post(f"{base}/runs/{{run}}/annotate", annotate)
     app.router.add_post(f"{base}/runs/{{run}}/finish", finish)
+    app.router.add_post(f"{base}/runs/{{run}}/release", release)

@@ -52,6 +52,35 @@ $$;
 COMMENT ON FUNCTION cryo.renew_lease(text, uuid, double precision) IS
     'Extends the claim''s lease; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
 
+-- Hands a claimed run back at once (its agent is shutting down): the run goes back to
+-- pending as after a lapsed lease, without waiting out the lease. Leases, journal and
+-- attempt count stay, so the next pass replays.
+CREATE OR REPLACE FUNCTION cryo.release_claim(p_run_id text, p_token uuid)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_run cryo.runs;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF v_run.cancel_requested THEN
+        PERFORM cryo._finalize_run(p_run_id, 'cancelled', NULL, 'cancelled');
+        RETURN;
+    END IF;
+    UPDATE cryo.queue
+       SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
+           lease_expires_at = NULL
+     WHERE run_id = p_run_id;
+    UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now() WHERE id = p_run_id;
+    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+    VALUES (p_run_id, v_q.org, v_q.project, 'released', v_run.attempt, cryo.now());
+    PERFORM cryo._notify_run(p_run_id);
+    PERFORM pg_notify('cryo_work', '');
+END
+$$;
+COMMENT ON FUNCTION cryo.release_claim(text, uuid) IS
+    'Gives a claimed run back to the queue now (or ends it cancelled if a cancel was asked). Returns nothing. Raises CR002 for a stale claim token.';
+
 -- Suspends a run on `sleep`: pins the deadline in a pending journal marker, parks
 -- the queue row and ends the claim. The wake in tick() completes the marker.
 CREATE OR REPLACE FUNCTION cryo.park_sleep(

@@ -141,3 +141,27 @@ def test_a_database_that_is_down_is_one_clear_line(tmp_path: Path) -> None:
         assert done.returncode == 1, (args, done.stderr)
         err = done.stderr.strip().splitlines()
         assert len(err) == 1 and "Traceback" not in done.stderr, (args, done.stderr)
+
+
+def test_a_stopping_agent_hands_its_run_back_at_once(split: Split) -> None:
+    started, go = split.dir / "started", split.dir / "go"
+    wf = script(split.dir, "long.sh", f"""\
+cryopg step first -- echo one
+echo x >> {started}
+while [ ! -f {go} ]; do sleep 0.05; done
+echo finished
+""")
+    leaving = split.agent("leaving")
+    run_id = split.cli("submit", str(wf)).stdout.strip()
+    wait_for("the script to start", lambda: lines(started) == ["x"])
+    leaving.send_signal(signal.SIGTERM)  # the script runs in a session of its own
+    assert leaving.wait(timeout=20) == 0
+    run = _run(split, run_id)
+    kinds = [e["kind"] for e in run["history"]]
+    assert run["status"] == "pending" and "released" in kinds and "lease_expired" not in kinds
+
+    go.touch()
+    split.agent("next")
+    done = split.cli("logs", run_id, "--follow", timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert lines(started) == ["x", "x"] and _run(split, run_id)["attempt"] == 2

@@ -96,6 +96,25 @@ def test_renew_extends_the_lease_so_tick_leaves_it(db: psycopg.Connection) -> No
     assert status(db, run_id) == ("running", None)
 
 
+def test_release_hands_the_run_back_now_and_voids_the_token(db: psycopg.Connection) -> None:
+    run_id = submit(db)
+    _, token = claim(db)
+    db.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token))
+    assert status(db, run_id) == ("pending", None)
+    kinds = [r[0] for r in db.execute("SELECT kind FROM cryo.history WHERE run_id = %s "
+                                      "ORDER BY id", (run_id,)).fetchall()]
+    assert kinds[-1] == "released"
+    with pytest.raises(psycopg.Error) as exc:
+        db.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token))
+    assert exc.value.sqlstate == "CR002"
+    again, token2 = claim(db)
+    assert again == run_id and token2 != token
+    # A run asked to cancel while claimed ends cancelled instead of going back.
+    db.execute("SELECT cryo.cancel_run(%s)", (run_id,))
+    db.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token2))
+    assert status(db, run_id)[0] == "cancelled"
+
+
 def test_sleep_parks_frees_the_claim_and_tick_wakes_it_when_due(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)
