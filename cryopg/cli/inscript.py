@@ -1,16 +1,14 @@
 """In-script verbs (`cryopg step|sleep|annotate|state`): one request each to the agent socket.
 
 This is a hot path -- a bash workflow may run thousands of these -- so it imports only
-cheap stdlib modules; subprocess is loaded only when a step actually has to run.
+what starts in no time: json, socket and subprocess come through lean.py.
 """
 
-from __future__ import annotations
-
-import json
 import os
-import socket
 import sys
 import time
+
+from cryopg.cli import lean
 
 # Verbs of inscript_waits.py, listed here so dispatching never imports that module early.
 WAIT_VERBS = frozenset({"wait-signal", "wait-event", "emit", "spawn", "activity-submit",
@@ -89,7 +87,7 @@ def parse_value(text: str) -> object:
         raise ValueError(constant)  # NaN / Infinity are not JSON
 
     try:
-        return json.loads(text, parse_constant=refuse)
+        return lean.loads(text, parse_constant=refuse)
     except ValueError:
         return text
 
@@ -98,7 +96,7 @@ def format_value(value: object) -> str:
     """How `state get` prints a value: a string bare, anything else as compact JSON."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return lean.dumps(value, compact=True)
 
 
 def main(argv: list[str]) -> int:
@@ -284,14 +282,11 @@ def _step(socket_path: str, name: str, label: str | None, needs: list[str],
         _write_stdout(reply.get("stdout") or "")
         return int(reply.get("exit_code") or 0)
 
-    import subprocess  # only a step that really runs pays for this import
-
     # The body gets no agent handles (a nested verb must fail loudly), only its key.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRYO_")}
     env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
     try:
-        done = subprocess.run(command, stdout=subprocess.PIPE, env=env)
-        raw, code = done.stdout, done.returncode
+        raw, code = lean.run_captured(command, env)
         if code < 0:
             code = 128 - code  # killed by signal N -> 128+N, as a shell reports it
     except FileNotFoundError:
@@ -320,7 +315,7 @@ def _call(socket_path: str, request: dict[str, object]) -> dict[str, object]:
     """Send one request line and read one reply line; raise AgentError on any failure."""
     sock = _connect(socket_path)
     try:
-        sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
+        sock.sendall(lean.dumps(request).encode("utf-8") + b"\n")
         chunks = []
         while True:
             chunk = sock.recv(65536)
@@ -337,7 +332,7 @@ def _call(socket_path: str, request: dict[str, object]) -> dict[str, object]:
     if not data.strip():
         raise AgentError("the agent closed the connection without a reply")
     try:
-        reply = json.loads(data)
+        reply = lean.loads(data)
     except ValueError:
         raise AgentError("the agent sent a malformed reply") from None
     if not isinstance(reply, dict):
@@ -349,12 +344,12 @@ def _call(socket_path: str, request: dict[str, object]) -> dict[str, object]:
     return reply
 
 
-def _connect(socket_path: str) -> socket.socket:
+def _connect(socket_path: str) -> lean.Socket:
     # Only connecting is retried (an agent may be busy accepting); a sent request never is.
     attempts = max(1, _int_env("CRYO_CONNECT_ATTEMPTS", 3))
     backoff = _int_env("CRYO_CONNECT_BACKOFF_MS", 50) / 1000
     for attempt in range(attempts):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = lean.unix_socket()
         try:
             sock.connect(socket_path)
             return sock

@@ -1,14 +1,11 @@
 """In-script verbs that wait or start other runs: wait-signal, wait-event, emit, spawn,
 activity-submit/-collect/-wait-all, activity, and output set.
 
-Part of the in-script fast path: stdlib only, like inscript.py, whose socket client it
-uses. A wait that has to park never returns: the agent kills this process with the
-script, and the run resumes from the top when the wait is over.
+Part of the in-script fast path: cheap imports only, like inscript.py, whose socket
+client it uses. A wait that has to park never returns: the agent kills this process
+with the script, and the run resumes from the top when the wait is over.
 """
 
-from __future__ import annotations
-
-import json
 import os
 
 from cryopg.cli.inscript import (
@@ -139,6 +136,8 @@ def main(verb: str, args: list[str]) -> int:
         socket_path = _socket_path(verb)
         child_input = None
         if "--input" in options:
+            import json  # for its error messages; rare enough to pay its import
+
             try:
                 child_input = json.loads(options["--input"])
             except ValueError as e:
