@@ -11,7 +11,10 @@ WORKDIR /app
 COPY . /app
 # PYTHONPATH as well as -e: every top-level package of the checkout imports from /app.
 ENV PYTHONPATH=/app
-RUN pip install --no-cache-dir -e . \
+# compat mode: a plain path entry, not the editable finder (~13 ms per in-script verb);
+# bytecode compiled now, since the cryo user cannot write it under /app later.
+RUN pip install --no-cache-dir -e . --config-settings editable_mode=compat \
+    && python -m compileall -q cryopg agent sdks/python \
     && useradd --create-home --uid 1000 cryo
 
 # The agent runs user scripts: never as root.
