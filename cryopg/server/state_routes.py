@@ -130,12 +130,16 @@ async def incr_cell(pool: AsyncConnectionPool, sealer: Sealer, run_id: str, toke
                     entity: str | None, key: str, by: int | float,
                     call: dict[str, Any], at: int | None = None) -> dict[str, Any]:
     """Read, add, compare-and-set, until the write lands or a memo answers. `call` is
-    the durable call identity: {"path", "name", "ordinal"}."""
+    the durable call identity: {"path", "name", "ordinal"}.
+
+    All in one transaction: the first (reading) call locks an existing cell, so the
+    compare-and-set after it cannot lose and writers to a hot key queue on the row lock
+    instead of retrying. Only two runs creating the cell at once can still race."""
     expect: int | None = None
     value: bytes | None = None
     result: bytes | None = None
     total: int | float = 0
-    async with connection(pool, at) as conn:
+    async with connection(pool, at) as conn, conn.transaction():
         for attempt in range(INCR_MAX_TRIES):
             step = await engine.state_incr(conn, run_id, token, entity, key, expect, value,
                                            result, **call)
