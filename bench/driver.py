@@ -432,27 +432,30 @@ def latency(bench: Bench) -> dict[str, dict[str, float]]:
 # -- backlog ---------------------------------------------------------------------------------
 
 BACKLOG_SQL = """
+CREATE FUNCTION pg_temp.rid(t timestamptz, salt text) RETURNS text LANGUAGE sql IMMUTABLE AS
+$f$ SELECT 'dev:default:run-' || lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0')
+           || left(md5(salt), 8) $f$;
 INSERT INTO cryo.runs (id, org, project, filename, source, status, attempt, exit_code,
                        created_at, started_at, finished_at, updated_at)
-SELECT 'dev:default:run-' || left(md5('f' || g), 16), 'dev', 'default', 'noop.sh', %(src)s,
+SELECT pg_temp.rid(t, 'f' || g), 'dev', 'default', 'noop.sh', %(src)s,
        'succeeded', 1, 0, t, t, t, t
   FROM generate_series(1, %(finished)s) g, LATERAL (SELECT now() - g * interval '1 s' AS t) x;
 INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
-SELECT 'dev:default:run-' || left(md5('f' || g), 16), 'dev', 'default', k, 1, now()
+SELECT pg_temp.rid(now() - g * interval '1 s', 'f' || g), 'dev', 'default', k, 1, now()
   FROM generate_series(1, %(finished)s) g, unnest(ARRAY['submitted', 'succeeded']) k;
 INSERT INTO cryo.runs (id, org, project, filename, source, status, substate, attempt,
                        created_at, started_at, updated_at)
-SELECT 'dev:default:run-' || left(md5('p' || g), 16), 'dev', 'default', 'noop.sh', %(src)s,
+SELECT pg_temp.rid(now() - g * interval '1 ms', 'p' || g), 'dev', 'default', 'noop.sh', %(src)s,
        'parked', 'sleeping', 1, now(), now(), now()
   FROM generate_series(1, %(parked)s) g;
 INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                           key_ordinal, attempt, status, due_at, created_at)
-SELECT 'dev:default:run-' || left(md5('p' || g), 16), 'dev', 'default', 0, 'sleep//0', 'run',
-       'sleep', '', 0, 1, 'pending', now() + interval '30 days' + g * interval '1 s', now()
+SELECT pg_temp.rid(now() - g * interval '1 ms', 'p' || g), 'dev', 'default', 0, 'sleep//0',
+       'run', 'sleep', '', 0, 1, 'pending', now() + interval '30 days' + g * interval '1 s', now()
   FROM generate_series(1, %(parked)s) g;
 INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at, wake_at,
                         park_reason, park_path, parked_at)
-SELECT 'dev:default:run-' || left(md5('p' || g), 16), 'dev', 'default', 'parked', '{shell}',
+SELECT pg_temp.rid(now() - g * interval '1 ms', 'p' || g), 'dev', 'default', 'parked', '{shell}',
        now(), now() + interval '30 days' + g * interval '1 s', 'sleeping', 'sleep//0', now()
   FROM generate_series(1, %(parked)s) g;
 """

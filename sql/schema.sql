@@ -555,7 +555,8 @@ CREATE TABLE cryo.runs (
     concurrency_group text,
     watched boolean DEFAULT false NOT NULL,
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
-);
+)
+WITH (fillfactor='85');
 
 COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims carry no secrets, and a step that needs one fails.';
 
@@ -2194,7 +2195,12 @@ BEGIN
     END IF;
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, created_at, updated_at)
-    VALUES (p_org || ':' || p_project || ':run-' || left(replace(gen_random_uuid()::text, '-', ''), 16),
+    -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
+    -- on them (runs, journal, history, logs) insert at their right edge instead of at a
+    -- random page of a large index; the random part keeps ids unguessable.
+    VALUES (p_org || ':' || p_project || ':run-'
+            || lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+            || left(replace(gen_random_uuid()::text, '-', ''), 8),
             p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
             p_input_clear, p_idempotency_key, p_required_caps, v_now, v_now)
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

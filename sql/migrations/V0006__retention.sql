@@ -10,5 +10,9 @@ ALTER TABLE cryo.projects ADD COLUMN run_retention interval NOT NULL DEFAULT int
 -- Collection deletes a run's signals, consumed ones included.
 CREATE INDEX signals_run ON cryo.signals (run_id);
 
+-- Claims and finishes update a run in place; room on the page keeps those updates HOT
+-- (no new index entries) also for rows that were inserted into full pages.
+ALTER TABLE cryo.runs SET (fillfactor = 85);
+
 COMMENT ON COLUMN cryo.projects.run_retention IS
     'How long a terminal run (and all it owns) is kept after it finished; tick() collects it then.';

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 
@@ -10,7 +12,10 @@ from tests.sql.conftest import claim, status, submit
 
 def test_submit_creates_a_pending_run_with_a_qualified_id(db: psycopg.Connection) -> None:
     run_id = submit(db)
-    assert run_id.startswith("dev:default:run-") and len(run_id) == len("dev:default:run-") + 16
+    later = submit(db)
+    # run-<12 hex ms><8 random hex>: the time part follows submit order.
+    assert re.fullmatch(r"dev:default:run-[0-9a-f]{20}", run_id), run_id
+    assert run_id[16:28] <= later[16:28] and run_id != later
     assert status(db, run_id) == ("pending", None)
     assert db.execute("SELECT state FROM cryo.queue WHERE run_id = %s",
                       (run_id,)).fetchone() == ("pending",)
