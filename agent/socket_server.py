@@ -251,14 +251,7 @@ class DurableVerbs:
         entry = self._by_path.get(path)
         if entry is not None and entry.get("status") == "done":
             return {"ok": True}
-        # Output written before the sleep belongs to this pass; the claim ends at park.
-        try:
-            await self._job.flush_logs()
-        except StaleClaim:
-            self._job.stale()
-            raise VerbError("engine", "the claim on this run was lost") from None
-        except AgentAPIError:
-            pass  # losing a few log bytes beats failing to park
+        await waits.flush_before_park(self)
         await self._engine(
             self._job.api.park(
                 self._job.run_id,

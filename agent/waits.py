@@ -60,7 +60,7 @@ def _done(verbs: DurableVerbs, path: str) -> dict[str, Any] | None:
     return entry if entry is not None and entry.get("status") == "done" else None
 
 
-async def _flush(verbs: DurableVerbs) -> None:
+async def flush_before_park(verbs: DurableVerbs) -> None:
     """What the script printed so far belongs to this pass; a park ends the claim."""
     try:
         await verbs._job.flush_logs()
@@ -68,7 +68,7 @@ async def _flush(verbs: DurableVerbs) -> None:
         verbs._job.stale()
         raise _error("engine", "the claim on this run was lost") from None
     except AgentAPIError:
-        pass
+        pass  # losing a few log bytes beats failing to park
 
 
 async def _ask(verbs: DurableVerbs, what: str, **fields: Any) -> dict[str, Any]:
@@ -110,7 +110,7 @@ async def _wait(verbs: DurableVerbs, kind: str, req: dict[str, Any]) -> dict[str
     path, ordinal = verbs._reach(kind, name)
     entry = _done(verbs, path)
     if entry is None:
-        await _flush(verbs)
+        await flush_before_park(verbs)
         got = await _ask(verbs, f"waits/{kind}", path=path, name=name, ordinal=ordinal,
                          timeout=timeout)
         if got.get("parked"):
@@ -171,7 +171,7 @@ async def _activity_collect(verbs: DurableVerbs, req: dict[str, Any]) -> dict[st
     path, ordinal = verbs._reach("activity.collect", name)
     entry = _done(verbs, path)
     if entry is None:
-        await _flush(verbs)
+        await flush_before_park(verbs)
         got = await _ask(verbs, "activities/collect", path=path, ordinal=ordinal, name=name)
         if got.get("parked"):
             verbs._job.parked()
@@ -187,7 +187,7 @@ async def _wait_all(verbs: DurableVerbs) -> dict[str, Any] | None:
     path, ordinal = verbs._reach("activity.wait-all", "")
     entry = _done(verbs, path)
     if entry is None:
-        await _flush(verbs)
+        await flush_before_park(verbs)
         got = await _ask(verbs, "activities/wait-all", path=path, ordinal=ordinal)
         if got.get("parked"):
             verbs._job.parked()
@@ -218,7 +218,7 @@ async def _lock(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any] | No
     scoped = bool(req.get("scoped", True))
     path, ordinal = verbs._reach("lock", group)
     if _done(verbs, path) is None:
-        await _flush(verbs)
+        await flush_before_park(verbs)
         job = verbs._job
         try:
             got = await job.api.call(job.run_id, job.claim_token, "locks/acquire", path=path,
