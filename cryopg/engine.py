@@ -204,13 +204,7 @@ async def get_retention(conn: AsyncConnection, org: str, slug: str) -> tuple[Any
 
 async def set_retention(conn: AsyncConnection, org: str, slug: str,
                         runs: dt.timedelta | None, events: dt.timedelta | None) -> None:
-    """Both in one transaction: a bad second value leaves the first unchanged too."""
-    async with conn.transaction():
-        if runs is not None:
-            await conn.execute("SELECT cryo.set_run_retention(%s, %s, %s)", (org, slug, runs))
-        if events is not None:
-            await conn.execute("SELECT cryo.set_event_retention(%s, %s, %s)",
-                               (org, slug, events))
+    await conn.execute("SELECT cryo.set_retention(%s, %s, %s, %s)", (org, slug, runs, events))
 
 
 async def ensure_member(conn: AsyncConnection, org: str, login: str, role: str) -> str:

@@ -1770,22 +1770,6 @@ $$;
 
 COMMENT ON FUNCTION cryo.set_admission_queue_limit(p_org text, p_project text, p_limit integer) IS 'Sets how many runs may queue per concurrency group in a project (default 100). Returns nothing. Raises CR004 for a limit below 1, CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.set_event_retention(p_org text, p_project text, p_retention interval) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF p_retention IS NULL OR p_retention <= interval '0' THEN
-        RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
-    END IF;
-    UPDATE cryo.projects SET event_retention = p_retention WHERE org = p_org AND slug = p_project;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
-    END IF;
-END
-$$;
-
-COMMENT ON FUNCTION cryo.set_event_retention(p_org text, p_project text, p_retention interval) IS 'Sets how long a project keeps bus events (default 30 days). Returns nothing. Raises CR004 for a non-positive interval, CR005 for an unknown project.';
-
 CREATE FUNCTION cryo.set_org_key(p_org text, p_key_id text, p_wrapped bytea) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql
     AS $$
@@ -1816,21 +1800,27 @@ $$;
 
 COMMENT ON FUNCTION cryo.set_output(p_run_id text, p_token uuid, p_key text, p_value bytea) IS 'Sets (or replaces) a sealed output of the claimed run. Returns nothing. Raises CR002 for a stale claim, CR004 for a bad key.';
 
-CREATE FUNCTION cryo.set_run_retention(p_org text, p_project text, p_retention interval) RETURNS void
+CREATE FUNCTION cryo.set_retention(p_org text, p_project text, p_runs interval DEFAULT NULL::interval, p_events interval DEFAULT NULL::interval) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF p_retention IS NULL OR p_retention <= interval '0' THEN
+    IF p_runs IS NULL AND p_events IS NULL THEN
+        RAISE EXCEPTION 'give a retention for runs, events or both' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_runs <= interval '0' OR p_events <= interval '0' THEN
         RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
     END IF;
-    UPDATE cryo.projects SET run_retention = p_retention WHERE org = p_org AND slug = p_project;
+    UPDATE cryo.projects
+       SET run_retention = coalesce(p_runs, run_retention),
+           event_retention = coalesce(p_events, event_retention)
+     WHERE org = p_org AND slug = p_project;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
     END IF;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.set_run_retention(p_org text, p_project text, p_retention interval) IS 'Sets how long a project keeps terminal runs after they finish (default 90 days). Returns nothing. Raises CR004 for a non-positive interval, CR005 for an unknown project.';
+COMMENT ON FUNCTION cryo.set_retention(p_org text, p_project text, p_runs interval, p_events interval) IS 'Sets how long a project keeps terminal runs after they finish (p_runs, default 90 days) and bus events (p_events, default 30 days); NULL leaves one as it is. Returns nothing. Raises CR004 when both are NULL or one is not positive, CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.set_secret(p_org text, p_project text, p_name text, p_value bytea) RETURNS boolean
     LANGUAGE plpgsql

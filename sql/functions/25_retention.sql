@@ -61,21 +61,29 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION cryo.set_run_retention(p_org text, p_project text, p_retention interval)
+-- Both periods in one place: a NULL leaves that period as it is.
+CREATE OR REPLACE FUNCTION cryo.set_retention(
+    p_org text, p_project text, p_runs interval DEFAULT NULL, p_events interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_retention IS NULL OR p_retention <= interval '0' THEN
+    IF p_runs IS NULL AND p_events IS NULL THEN
+        RAISE EXCEPTION 'give a retention for runs, events or both' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_runs <= interval '0' OR p_events <= interval '0' THEN
         RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
     END IF;
-    UPDATE cryo.projects SET run_retention = p_retention WHERE org = p_org AND slug = p_project;
+    UPDATE cryo.projects
+       SET run_retention = coalesce(p_runs, run_retention),
+           event_retention = coalesce(p_events, event_retention)
+     WHERE org = p_org AND slug = p_project;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
     END IF;
 END
 $$;
-COMMENT ON FUNCTION cryo.set_run_retention(text, text, interval) IS
-    'Sets how long a project keeps terminal runs after they finish (default 90 days). Returns nothing. Raises CR004 for a non-positive interval, CR005 for an unknown project.';
+COMMENT ON FUNCTION cryo.set_retention(text, text, interval, interval) IS
+    'Sets how long a project keeps terminal runs after they finish (p_runs, default 90 days) and bus events (p_events, default 30 days); NULL leaves one as it is. Returns nothing. Raises CR004 when both are NULL or one is not positive, CR005 for an unknown project.';
 
 CREATE OR REPLACE FUNCTION cryo.get_retention(p_org text, p_project text)
 RETURNS TABLE (runs interval, events interval)

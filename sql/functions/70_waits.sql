@@ -355,22 +355,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION cryo.set_event_retention(p_org text, p_project text, p_retention interval)
-RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF p_retention IS NULL OR p_retention <= interval '0' THEN
-        RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
-    END IF;
-    UPDATE cryo.projects SET event_retention = p_retention WHERE org = p_org AND slug = p_project;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION cryo.set_event_retention(text, text, interval) IS
-    'Sets how long a project keeps bus events (default 30 days). Returns nothing. Raises CR004 for a non-positive interval, CR005 for an unknown project.';
-
 -- -- children and activities --------------------------------------------------------------
 
 -- Starts a child run from the claimed run; memoized by call order.

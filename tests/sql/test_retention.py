@@ -44,7 +44,7 @@ def test_terminal_runs_past_retention_go_with_all_they_own(db: psycopg.Connectio
     live = submit(db)
     live_id, _ = claim(db)
     assert live_id == live
-    db.execute("SELECT cryo.set_run_retention('dev', 'default', interval '5 days')")
+    db.execute("SELECT cryo.set_retention('dev', 'default', p_runs => interval '5 days')")
 
     _fake_now(db, 10)
     recent = _finished_run_with_everything(db)  # finished "now", 10 days on
@@ -66,7 +66,7 @@ def test_a_collected_parent_leaves_its_live_child_running(db: psycopg.Connection
     child = db.execute("SELECT cryo.spawn_run(%s, %s, 'spawn/c/0', 0, 'c.sh', NULL, "
                        "'\\x00', NULL, '{shell}')", (parent, token)).fetchone()[0]
     db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", (parent, token))
-    db.execute("SELECT cryo.set_run_retention('dev', 'default', interval '1 day')")
+    db.execute("SELECT cryo.set_retention('dev', 'default', p_runs => interval '1 day')")
     _fake_now(db, 2)
     db.execute("SELECT * FROM cryo.tick()")
     assert db.execute("SELECT count(*) FROM cryo.runs WHERE id = %s", (parent,)).fetchone() == (0,)
@@ -76,7 +76,7 @@ def test_a_collected_parent_leaves_its_live_child_running(db: psycopg.Connection
 
 def test_retention_is_per_project_and_must_be_positive(db: psycopg.Connection) -> None:
     db.execute("SELECT cryo.ensure_project('dev', 'keep', 'Keep')")
-    db.execute("SELECT cryo.set_run_retention('dev', 'default', interval '1 day')")
+    db.execute("SELECT cryo.set_retention('dev', 'default', p_runs => interval '1 day')")
     kept = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'keep', 'k.sh', NULL, "
                       "'\\x00', NULL, NULL, '{shell}')").fetchone()[0]
     db.execute("SELECT cryo.cancel_run(%s)", (kept,))
@@ -90,10 +90,10 @@ def test_retention_is_per_project_and_must_be_positive(db: psycopg.Connection) -
         dt.timedelta(days=90), dt.timedelta(days=30))
     for bad, code in (("interval '0'", "CR004"), ("NULL", "CR004")):
         with pytest.raises(psycopg.Error) as exc:
-            db.execute(f"SELECT cryo.set_run_retention('dev', 'keep', {bad})")  # noqa: S608
+            db.execute(f"SELECT cryo.set_retention('dev', 'keep', p_runs => {bad})")  # noqa: S608
         assert exc.value.sqlstate == code
     with pytest.raises(psycopg.Error) as exc:
-        db.execute("SELECT cryo.set_run_retention('dev', 'nope', interval '1 day')")
+        db.execute("SELECT cryo.set_retention('dev', 'nope', p_runs => interval '1 day')")
     assert exc.value.sqlstate == "CR005"
 
 

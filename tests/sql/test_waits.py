@@ -154,10 +154,10 @@ def test_cancel_cascades_to_children(db: psycopg.Connection) -> None:
 
 def test_events_past_retention_are_purged(db: psycopg.Connection) -> None:
     db.execute("SELECT cryo.emit_event('dev', 'default', 'old')")
-    db.execute("SELECT cryo.set_event_retention('dev', 'default', interval '1 day')")
+    db.execute("SELECT cryo.set_retention('dev', 'default', p_events => interval '1 day')")
     db.execute("SELECT set_config('cryo.fake_now', %s, false)", (FAR,))
     db.execute("SELECT * FROM cryo.tick()")
     assert db.execute("SELECT count(*) FROM cryo.events").fetchone() == (0,)
     with pytest.raises(psycopg.Error) as exc:
-        db.execute("SELECT cryo.set_event_retention('dev', 'default', interval '0')")
+        db.execute("SELECT cryo.set_retention('dev', 'default', p_events => interval '0')")
     assert exc.value.sqlstate == "CR004"
