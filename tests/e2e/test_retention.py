@@ -5,14 +5,12 @@ project takes everything in it, Owners only."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from typing import Any
 
 import psycopg
 
+from tests.e2e.conftest import CLI
 from tests.e2e.helpers import http, script, submit, token
-
-CLI = [sys.executable, "-m", "cryopg.cli.entry"]
 
 
 def _follow_ok(stack: Any, run_id: str) -> None:
