@@ -495,10 +495,6 @@ async def state_incr(conn: AsyncConnection, run_id: str, token: uuid.UUID, entit
     return IncrStep(*await cur.fetchone())
 
 
-async def delete_run_state(conn: AsyncConnection, run_id: str) -> int:
-    return await _one(conn, "SELECT cryo.delete_run_state(%s)", (run_id,))
-
-
 # -- signals, events, children, outputs -------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)

@@ -962,20 +962,6 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs, cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.delete_run_state(p_run_id text) RETURNS integer
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_count integer;
-BEGIN
-    DELETE FROM cryo.state_cells c WHERE c.run_id = p_run_id;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
-END
-$$;
-
-COMMENT ON FUNCTION cryo.delete_run_state(p_run_id text) IS 'Deletes every run-scoped cell of a run (deleted markers included); returns how many rows went. Raises nothing.';
-
 CREATE FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) RETURNS boolean
     LANGUAGE sql
     AS $$

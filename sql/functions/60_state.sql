@@ -305,21 +305,6 @@ $$;
 COMMENT ON FUNCTION cryo.state_incr(text, uuid, text, text, bigint, bytea, bytea, text, text, integer) IS
     'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at p_path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity.';
 
--- Removes a run's run-scoped cells. Meant for the collector that ends a run's life.
-CREATE OR REPLACE FUNCTION cryo.delete_run_state(p_run_id text)
-RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_count integer;
-BEGIN
-    DELETE FROM cryo.state_cells c WHERE c.run_id = p_run_id;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
-END
-$$;
-COMMENT ON FUNCTION cryo.delete_run_state(text) IS
-    'Deletes every run-scoped cell of a run (deleted markers included); returns how many rows went. Raises nothing.';
-
 CREATE OR REPLACE VIEW cryo.state_overview AS
 SELECT c.org, c.project, CASE WHEN c.entity IS NULL THEN 'run' ELSE 'entity' END AS scope_kind,
        coalesce(c.entity, c.run_id) AS scope_name, c.key, c.version, c.value IS NULL AS deleted,

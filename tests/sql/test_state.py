@@ -196,5 +196,12 @@ def test_run_cells_go_with_their_run_and_entity_cells_stay(db: psycopg.Connectio
     db.execute("SELECT cryo.state_set(%s, %s, NULL, 'a', '\\x01')", (run, token))
     db.execute("SELECT cryo.state_set(%s, %s, NULL, 'b', '\\x01')", (run, token))
     db.execute("SELECT cryo.state_set(%s, %s, 'keep', 'c', '\\x01')", (run, token))
-    assert db.execute("SELECT cryo.delete_run_state(%s)", (run,)).fetchone() == (2,)
+    run_cells = "SELECT count(*) FROM cryo.state_cells WHERE run_id = %s"
+    assert db.execute(run_cells, (run,)).fetchone() == (2,)
+    # The run ends and outlives its retention: the collector in tick() takes its cells.
+    db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", (run, token))
+    db.execute("SELECT cryo.set_retention('dev', 'default', p_runs => interval '1 second')")
+    db.execute("SELECT set_config('cryo.fake_now', '2100-01-01 00:00:00+00', false)")
+    db.execute("SELECT * FROM cryo.tick()")
+    assert db.execute(run_cells, (run,)).fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM cryo.state_cells").fetchone() == (1,)
