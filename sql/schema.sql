@@ -948,11 +948,9 @@ BEGIN
     SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_ids
       FROM (SELECT id FROM cryo.runs WHERE org = p_org AND project = p_project
              ORDER BY id FOR UPDATE) r;
-    PERFORM cryo._delete_runs(v_ids);
+    PERFORM cryo._delete_runs(v_ids);  -- leases and their queues go with their runs
     DELETE FROM cryo.state_cells WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.events WHERE org = p_org AND project = p_project;
-    DELETE FROM cryo.lease_waiters WHERE org = p_org AND project = p_project;
-    DELETE FROM cryo.leases WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.secrets WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.workflows WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.projects WHERE org = p_org AND slug = p_project;
