@@ -1,34 +1,16 @@
-"""Concurrency admission and script leases through a real stack."""
+"""Concurrency admission and script leases through a real stack: what needs scripts
+running in agents. Submit-time admission (queue limit, policies) is tested in process
+in tests/server/test_runs.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import urllib.request
 from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import lines, script, show, submit, wait_for
-
-
-def _runs(stack: Any) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in json.loads(stack.cli("runs", "--json", "--limit", "200").stdout)}
-
-
-def _post(stack: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    info = stack.info
-    req = urllib.request.Request(
-        f"{info['url']}/api/v1/orgs/dev/projects/default{path}", method="POST",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {info['user_token']}",
-                 "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return {**json.loads(resp.read()), "http": resp.status}
-    except urllib.error.HTTPError as exc:
-        return {**json.loads(exc.read()), "http": exc.code}
+from tests.e2e.helpers import lines, script, submit, wait_for
 
 
 @pytest.mark.agents(3)
@@ -55,38 +37,6 @@ echo "end $n" >> {trace}
         assert stack.cli("logs", run_id, "--follow", timeout=60).returncode == 0
     expected = [f"{w} {i}" for i in range(5) for w in ("start", "end")]
     assert lines(trace) == expected
-
-
-@pytest.mark.agents(2)
-def test_cancel_running_cancel_queued_and_skip(stack: Any) -> None:
-    gate = stack.dir / "gate"
-    slow = script(stack.dir, "slow.sh", f"while [ ! -f {gate} ]; do sleep 0.05; done\necho done\n")
-    holder = submit(stack, slow, "--concurrency", "g")
-    wait_for("the holder to run", lambda: show(stack, holder)["status"] == "running")
-    waiter = submit(stack, slow, "--concurrency", "g")
-    assert show(stack, waiter)["status"] == "queued"
-    skipped = stack.cli("submit", str(slow), "--concurrency", "g", "--policy", "skip")
-    assert skipped.returncode == 3 and skipped.stdout == "" and "skipped" in skipped.stderr
-    assert len(_runs(stack)) == 2  # skip created nothing
-    drainer = submit(stack, slow, "--concurrency", "g", "--policy", "cancel-queued")
-    assert show(stack, waiter)["status"] == "cancelled"
-    assert show(stack, drainer)["status"] == "queued"
-    usurper = submit(stack, slow, "--concurrency", "g", "--policy", "cancel-running")
-    wait_for("the holder to be cancelled", lambda: show(stack, holder)["status"] == "cancelled")
-    gate.touch()
-    assert stack.cli("logs", usurper, "--follow", timeout=30).returncode == 0
-    assert stack.cli("logs", drainer, "--follow", timeout=30).returncode == 0  # admitted after
-
-
-def test_the_101st_queued_submit_is_rejected(stack: Any) -> None:
-    body = {"source": "cryopg sleep 1h\n", "filename": "hold.sh", "concurrency": "busy"}
-    made = [_post(stack, "/runs", body) for _ in range(101)]
-    assert [m["http"] for m in made] == [201] * 101
-    assert made[0]["status"] == "pending" and made[100]["position"] == 100
-    refused = _post(stack, "/runs", body)
-    assert refused["http"] == 409 and refused["error"]["code"] == "queue_full"
-    assert "100" in refused["error"]["message"]
-    assert len(_runs(stack)) == 101
 
 
 def test_five_scripts_increment_under_a_bare_lock_to_the_exact_total(stack: Any) -> None:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -47,36 +44,6 @@ echo finished
     run = _run(split, run_id)
     assert run["status"] == "succeeded" and run["attempt"] == 2
     assert "lease_expired" in [e["kind"] for e in run["history"]]
-
-
-def test_stale_claim_token_is_refused_over_http(split: Split) -> None:
-    req = urllib.request.Request(
-        f"{split.url}/api/v1/agent/runs/dev:default:run-0000000000000000/finish",
-        data=json.dumps({"claim_token": "00000000-0000-0000-0000-000000000000",
-                         "outcome": "succeeded"}).encode(), method="POST",
-        headers={"Authorization": f"Bearer {split.agent_token}",
-                 "Content-Type": "application/json"})
-    with pytest.raises(urllib.error.HTTPError) as exc:
-        urllib.request.urlopen(req, timeout=10)
-    assert exc.value.code == 409
-    assert json.loads(exc.value.read())["error"]["code"] == "stale_claim"
-
-
-def test_user_token_cannot_claim_and_wrong_org_is_404(split: Split) -> None:
-    def call(path: str, token: str, body: Any = None) -> int:
-        req = urllib.request.Request(split.url + path, method="POST" if body is not None else "GET",
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Authorization": f"Bearer {token}"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-
-    assert call("/api/v1/agent/claim", split.user_token, {"agent_id": "x", "wait": 0}) == 401
-    assert call("/api/v1/orgs/other/projects/default/runs", split.user_token) == 404
-    assert call("/api/v1/orgs/dev/projects/default/runs", "bogus") == 401
-    assert call("/api/v1/orgs/dev/projects/default/runs", split.user_token) == 200
 
 
 class _Abort(Exception):
@@ -118,7 +85,6 @@ cryopg annotate "{marker}-note"
               UNION ALL SELECT payload FROM cryo.history UNION ALL SELECT data FROM cryo.logs) x
             WHERE b IS NOT NULL""").fetchone()[0]
     assert dump and marker not in dump
-    assert marker.encode() not in base64.b64decode(base64.b64encode(dump.encode()))
 
 
 def test_server_refuses_to_start_without_a_master_key(dsn: str, tmp_path: Path) -> None:

@@ -45,16 +45,6 @@ echo "second=$(cryopg wait-signal item)"
     assert "first=one" in done.stdout and "second=two" in done.stdout
 
 
-def test_signal_to_a_finished_or_unknown_run_is_an_error(stack: Any) -> None:
-    done = stack.cli("submit", str(script(stack.dir, "x.sh", "true\n")), "--follow")
-    run_id = json.loads(stack.cli("runs", "--json").stdout)[0]["id"]
-    assert done.returncode == 0
-    finished = stack.cli("signal", run_id, "late")
-    assert finished.returncode == 1 and "already finished" in finished.stderr
-    unknown = stack.cli("signal", "run-ffffffffffffffff", "x")
-    assert unknown.returncode == 1 and "no run" in unknown.stderr
-
-
 def test_timeout_branch_is_recorded_and_replayed(stack: Any) -> None:
     calls = stack.dir / "branch.calls"
     wf = script(stack.dir, "t.sh", f"""\
@@ -70,8 +60,6 @@ echo "still=$b"
     assert "still=timeout-124" in done.stdout
     assert done.stdout.count("branch=timeout-124") == 2  # both passes took the same branch
     assert lines(calls) == ["timeout-124"]
-    # A signal after the timeout does not change the recorded branch.
-    assert show(stack, run_id)["status"] == "succeeded"
 
 
 def test_emit_is_not_duplicated_on_replay(stack: Any) -> None:

@@ -85,15 +85,6 @@ test -S "$CRYO_SOCKET" && echo socket-ok
     assert "socket-ok" in out
 
 
-def test_idempotency_key_returns_the_first_run(stack: Any) -> None:
-    wf = script(stack.dir, "once.sh", "echo once\n")
-    first = submit(stack, wf, "--idempotency-key", "order-42")
-    again = submit(stack, wf, "--idempotency-key", "order-42")
-    other = submit(stack, wf, "--idempotency-key", "order-43")
-    assert first == again != other
-    assert len(json.loads(stack.cli("runs", "--json").stdout)) == 2
-
-
 def test_cancel_parked_and_running_runs(stack: Any) -> None:
     parked = submit(stack, script(stack.dir, "long.sh", "cryopg sleep 1h\n"))
     wait_for("park", lambda: show(stack, parked)["status"] == "parked")
