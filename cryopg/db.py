@@ -1,6 +1,6 @@
 """Connections to the engine database and the translation of its errors.
 
-Python only ever calls `cryo` functions (see engine.py); every psycopg error passes
+Python only ever calls `cryo` functions (see engine/); every psycopg error passes
 through `translated()` so callers see the project's exception classes.
 """
 

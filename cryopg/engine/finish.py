@@ -1,0 +1,30 @@
+"""A run's end: finished by its agent (one or a batch) or cancelled by a user."""
+
+from __future__ import annotations
+
+import uuid
+
+from psycopg import AsyncConnection
+
+from cryopg.engine._sql import _one
+
+
+async def finish_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, outcome: str,
+                     exit_code: int | None, error: str | None) -> None:
+    await conn.execute("SELECT cryo.finish_run(%s, %s, %s, %s, %s)",
+                       (run_id, token, outcome, exit_code, error))
+
+
+async def finish_runs(
+        conn: AsyncConnection, runs: list[tuple[str, uuid.UUID, str, int | None, str | None]],
+) -> dict[str, bool]:
+    """Each item is (run_id, token, outcome, exit_code, error); returns run_id -> finished."""
+    cur = await conn.execute(
+        "SELECT * FROM cryo.finish_runs(%s, %s, %s, %s, %s)",
+        ([r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs],
+         [r[3] for r in runs], [r[4] for r in runs]))
+    return dict(await cur.fetchall())
+
+
+async def cancel_run(conn: AsyncConnection, run_id: str) -> str:
+    return await _one(conn, "SELECT cryo.cancel_run(%s)", (run_id,))

@@ -1,0 +1,47 @@
+"""The journal of durable calls, the history and the logs a run leaves."""
+
+from __future__ import annotations
+
+import uuid
+
+from psycopg import AsyncConnection
+from psycopg.rows import class_row
+
+from cryopg.engine._sql import _one
+from cryopg.engine.types import HistoryEvent, LogChunk, Memo
+
+
+async def read_journal(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[Memo]:
+    cur = conn.cursor(row_factory=class_row(Memo))
+    await cur.execute("SELECT * FROM cryo.read_journal(%s, %s)", (run_id, token))
+    return await cur.fetchall()
+
+
+async def record_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
+                      family: str, name: str, ordinal: int, label: str | None,
+                      result: bytes | None, exit_code: int | None) -> int:
+    return await _one(conn, "SELECT cryo.record_step(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, path, family, name, ordinal, label, result, exit_code))
+
+
+async def annotate_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, text: bytes) -> None:
+    await conn.execute("SELECT cryo.annotate_run(%s, %s, %s)", (run_id, token, text))
+
+
+async def read_history(conn: AsyncConnection, run_id: str) -> list[HistoryEvent]:
+    cur = conn.cursor(row_factory=class_row(HistoryEvent))
+    await cur.execute("SELECT * FROM cryo.read_history(%s)", (run_id,))
+    return await cur.fetchall()
+
+
+async def read_logs(conn: AsyncConnection, run_id: str, after: int = 0,
+                    limit: int = 500) -> list[LogChunk]:
+    cur = conn.cursor(row_factory=class_row(LogChunk))
+    await cur.execute("SELECT * FROM cryo.read_logs(%s, %s, %s)", (run_id, after, limit))
+    return await cur.fetchall()
+
+
+async def read_last_attempt_log(conn: AsyncConnection, run_id: str) -> list[LogChunk]:
+    cur = conn.cursor(row_factory=class_row(LogChunk))
+    await cur.execute("SELECT * FROM cryo.read_last_attempt_log(%s)", (run_id,))
+    return await cur.fetchall()

@@ -1,0 +1,65 @@
+"""Durable state cells (60_state.sql): reads of a scope, and a run's writes."""
+
+from __future__ import annotations
+
+import uuid
+
+from psycopg import AsyncConnection
+from psycopg.rows import class_row
+
+from cryopg.engine._sql import _one
+from cryopg.engine.types import Cell, IncrStep, StateAnswer
+
+_SCOPE = "cryo.state_scope(%s, %s, %s, %s)"
+
+
+async def state_get(conn: AsyncConnection, org: str, project: str, run_id: str | None,
+                    entity: str | None, key: str) -> Cell | None:
+    cur = await conn.execute(
+        f"SELECT value, version, created_by_run, updated_at FROM cryo.state_get({_SCOPE}, %s)",
+        (org, project, run_id, entity, key))
+    row = await cur.fetchone()
+    return Cell(key, *row) if row else None
+
+
+async def state_list(conn: AsyncConnection, org: str, project: str, run_id: str | None,
+                     entity: str | None) -> list[Cell]:
+    cur = conn.cursor(row_factory=class_row(Cell))
+    await cur.execute(f"SELECT * FROM cryo.state_list({_SCOPE})", (org, project, run_id, entity))
+    return await cur.fetchall()
+
+
+async def state_set(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
+                    key: str, value: bytes) -> int:
+    return await _one(conn, "SELECT cryo.state_set(%s, %s, %s, %s, %s)",
+                      (run_id, token, entity, key, value))
+
+
+async def state_delete(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
+                       key: str) -> bool:
+    return await _one(conn, "SELECT cryo.state_delete(%s, %s, %s, %s)",
+                      (run_id, token, entity, key))
+
+
+async def state_add(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
+                    key: str, value: bytes, *, path: str, name: str, ordinal: int) -> StateAnswer:
+    cur = await conn.execute("SELECT * FROM cryo.state_add(%s, %s, %s, %s, %s, %s, %s, %s)",
+                             (run_id, token, entity, key, value, path, name, ordinal))
+    return StateAnswer(*await cur.fetchone())
+
+
+async def state_cas(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
+                    key: str, value: bytes, expect: int, *, path: str, name: str,
+                    ordinal: int) -> StateAnswer:
+    cur = await conn.execute("SELECT * FROM cryo.state_cas(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                             (run_id, token, entity, key, value, expect, path, name, ordinal))
+    return StateAnswer(*await cur.fetchone())
+
+
+async def state_incr(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
+                     key: str, expect: int | None, value: bytes | None, result: bytes | None, *,
+                     path: str, name: str, ordinal: int) -> IncrStep:
+    cur = await conn.execute(
+        "SELECT * FROM cryo.state_incr(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (run_id, token, entity, key, expect, value, result, path, name, ordinal))
+    return IncrStep(*await cur.fetchone())

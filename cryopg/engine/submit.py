@@ -1,0 +1,46 @@
+"""A run's birth: a script or workflow submitted, and its input sealed once claimed."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from cryopg.engine._sql import _one
+
+
+async def submit_script(conn: AsyncConnection, org: str, project: str, *, filename: str,
+                        interpreter: str | None, source: bytes, input: bytes | None,
+                        idempotency_key: str | None, required_caps: list[str],
+                        untrusted: bool = False, concurrency: str | None = None,
+                        policy: str | None = None) -> tuple[str | None, bool]:
+    """Returns (run id, created); the id is None when `skip` found the group held."""
+    if untrusted:
+        sql = "SELECT * FROM cryo.submit_untrusted_script(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    else:
+        sql = "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s)"
+    cur = await conn.execute(
+        sql, (org, project, filename, interpreter, source, input, idempotency_key, required_caps,
+              concurrency, policy))
+    run_id, created = await cur.fetchone()
+    return run_id, created
+
+
+async def submit_run(conn: AsyncConnection, org: str, project: str, workflow: str,
+                     input: Any = None, idempotency_key: str | None = None) -> str:
+    return await _one(conn, "SELECT cryo.submit_run(%s, %s, %s, %s, %s)",
+                      (org, project, workflow, None if input is None else Jsonb(input),
+                       idempotency_key))
+
+
+async def put_workflow(conn: AsyncConnection, org: str, project: str, name: str, *,
+                       filename: str, interpreter: str | None, source: bytes) -> None:
+    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s)",
+                       (org, project, name, filename, interpreter, source))
+
+
+async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                         sealed: bytes) -> None:
+    await conn.execute("SELECT cryo.seal_run_input(%s, %s, %s)", (run_id, token, sealed))

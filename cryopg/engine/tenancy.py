@@ -1,0 +1,98 @@
+"""Orgs, their keys and members, projects (retention, deletion) and project secrets."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import class_row
+
+from cryopg.engine._sql import _one
+from cryopg.engine.types import Member, SecretName
+
+
+async def get_org_key(conn: AsyncConnection, org: str) -> tuple[str | None, bytes | None]:
+    cur = await conn.execute("SELECT * FROM cryo.get_org_key(%s)", (org,))
+    key_id, wrapped = await cur.fetchone()
+    return key_id, wrapped
+
+
+async def set_org_key(conn: AsyncConnection, org: str, key_id: str,
+                      wrapped: bytes) -> tuple[str, bytes]:
+    cur = await conn.execute("SELECT * FROM cryo.set_org_key(%s, %s, %s)", (org, key_id, wrapped))
+    key_id, wrapped = await cur.fetchone()
+    return key_id, wrapped
+
+
+async def list_org_keys(conn: AsyncConnection) -> list[tuple[str, str, bytes]]:
+    cur = await conn.execute("SELECT * FROM cryo.list_org_keys()")
+    return [tuple(r) for r in await cur.fetchall()]
+
+
+async def rewrap_org_keys(conn: AsyncConnection, rows: list[tuple[str, bytes, bytes]]) -> int:
+    """Each row is (org, old wrapped key, new wrapped key); all or nothing."""
+    return await _one(conn, "SELECT cryo.rewrap_org_keys(%s, %s, %s)",
+                      ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]))
+
+
+async def ensure_org(conn: AsyncConnection, slug: str, name: str) -> bool:
+    return await _one(conn, "SELECT cryo.ensure_org(%s, %s)", (slug, name))
+
+
+async def ensure_project(conn: AsyncConnection, org: str, slug: str, name: str) -> bool:
+    return await _one(conn, "SELECT cryo.ensure_project(%s, %s, %s)", (org, slug, name))
+
+
+async def rename_project(conn: AsyncConnection, org: str, slug: str, name: str) -> None:
+    await conn.execute("SELECT cryo.rename_project(%s, %s, %s)", (org, slug, name))
+
+
+async def delete_project(conn: AsyncConnection, org: str, slug: str) -> int:
+    return await _one(conn, "SELECT cryo.delete_project(%s, %s)", (org, slug))
+
+
+async def get_retention(conn: AsyncConnection, org: str, slug: str) -> tuple[Any, Any]:
+    cur = await conn.execute("SELECT runs, events FROM cryo.get_retention(%s, %s)", (org, slug))
+    row = await cur.fetchone()
+    assert row is not None  # the function raises for an unknown project
+    return row[0], row[1]
+
+
+async def set_retention(conn: AsyncConnection, org: str, slug: str,
+                        runs: dt.timedelta | None, events: dt.timedelta | None) -> None:
+    await conn.execute("SELECT cryo.set_retention(%s, %s, %s, %s)", (org, slug, runs, events))
+
+
+async def ensure_member(conn: AsyncConnection, org: str, login: str, role: str) -> str:
+    return await _one(conn, "SELECT cryo.ensure_member(%s, %s, %s)", (org, login, role))
+
+
+async def put_member(conn: AsyncConnection, org: str, login: str, role: str,
+                     by: str | None) -> str:
+    return await _one(conn, "SELECT cryo.put_member(%s, %s, %s, %s)", (org, login, role, by))
+
+
+async def remove_member(conn: AsyncConnection, org: str, login: str, by: str | None) -> None:
+    await conn.execute("SELECT cryo.remove_member(%s, %s, %s)", (org, login, by))
+
+
+async def list_members(conn: AsyncConnection, org: str) -> list[Member]:
+    cur = conn.cursor(row_factory=class_row(Member))
+    await cur.execute("SELECT * FROM cryo.list_members(%s)", (org,))
+    return await cur.fetchall()
+
+
+async def set_secret(conn: AsyncConnection, org: str, project: str, name: str,
+                     sealed: bytes) -> bool:
+    return await _one(conn, "SELECT cryo.set_secret(%s, %s, %s, %s)", (org, project, name, sealed))
+
+
+async def delete_secret(conn: AsyncConnection, org: str, project: str, name: str) -> bool:
+    return await _one(conn, "SELECT cryo.delete_secret(%s, %s, %s)", (org, project, name))
+
+
+async def list_secrets(conn: AsyncConnection, org: str, project: str) -> list[SecretName]:
+    cur = conn.cursor(row_factory=class_row(SecretName))
+    await cur.execute("SELECT * FROM cryo.list_secrets(%s, %s)", (org, project))
+    return await cur.fetchall()

@@ -1,0 +1,174 @@
+"""The typed rows the wrappers return: one frozen dataclass per row shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    run_id: str
+    claim_token: uuid.UUID
+    attempt: int
+    filename: str
+    interpreter: str | None
+    source: bytes
+    input: bytes | None
+    input_clear: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Memo:
+    seq: int
+    path: str
+    family: str
+    name: str
+    ordinal: int
+    status: str
+    result: bytes | None
+    exit_code: int | None
+    answer_clear: Any = None
+    ref_run_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    id: str
+    org: str
+    project: str
+    workflow: str | None
+    filename: str
+    status: str
+    substate: str | None
+    attempt: int
+    exit_code: int | None
+    error: str | None
+    idempotency_key: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    wake_at: dt.datetime | None
+    agent_id: str | None
+    concurrency_group: str | None = None
+    queue_position: int | None = None
+
+    TERMINAL = frozenset({"succeeded", "failed", "cancelled", "unreadable"})
+
+    @property
+    def finished(self) -> bool:
+        return self.status in self.TERMINAL
+
+
+@dataclasses.dataclass(frozen=True)
+class LogChunk:
+    id: int
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryEvent:
+    id: int
+    kind: str
+    family: str | None
+    name: str | None
+    ordinal: int | None
+    attempt: int | None
+    payload: bytes | None
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenInfo:
+    token_id: str
+    kind: str
+    org: str
+    capabilities: list[str]
+    member: str | None = None
+    role: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UserAuth:
+    token_id: str
+    member: str
+    role: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenRow:
+    id: str
+    kind: str
+    name: str
+    member: str | None
+    capabilities: list[str]
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    login: str
+    role: str
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretName:
+    name: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimSecret:
+    name: str
+    value: bytes | None
+    withheld: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    key: str
+    value: bytes
+    version: int
+    created_by_run: str
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class StateAnswer:
+    """What state_add / state_cas answered: won (claimed or swapped), the cell's version
+    after the call (None when replayed), and whether the answer came from a memo."""
+
+    won: bool
+    version: int | None
+    replayed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class IncrStep:
+    outcome: str  # 'done', 'moved' or 'recorded'
+    version: int | None
+    sealed: bytes | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitAnswer:
+    parked: bool
+    payload: bytes | None
+    payload_clear: Any
+    timed_out: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    id: int
+    name: str
+    payload: bytes | None
+    payload_clear: Any
+    emitted_by_run: str | None
+    created_at: dt.datetime
