@@ -10,8 +10,9 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection, open_pool
-from cryopg.errors import CryoError, Unreadable
-from cryopg.server import admin_routes, agent_routes, state_routes, user_routes, wait_routes
+from cryopg.errors import CryoError
+from cryopg.server import agent_api, user_api
+from cryopg.server.agent_api.claims import AGENTS_SEEN
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
@@ -25,11 +26,11 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
 
 @web.middleware
 async def errors_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Maps the project's exceptions to status + JSON body, and does nothing else (what a
+    run's state needs on an error is the route's business: see agent_api/in_run.py)."""
     try:
         return await handler(request)
     except CryoError as exc:
-        if isinstance(exc, Unreadable):
-            await agent_routes.unreadable_in_run(request, exc)
         return web.json_response(error_body(exc.code, str(exc)), status=exc.http_status)
     except web.HTTPException as exc:
         if exc.status >= 400:
@@ -87,13 +88,10 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
     app[CONFIG] = config
     app[AGENT_TOKENS] = {}
-    app[agent_routes.AGENTS_SEEN] = {}
+    app[AGENTS_SEEN] = {}
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, _ticker_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
-    user_routes.add_routes(app)
-    agent_routes.add_routes(app)
-    state_routes.add_routes(app)
-    wait_routes.add_routes(app)
-    admin_routes.add_routes(app)
+    user_api.add_routes(app)
+    agent_api.add_routes(app)
     return app

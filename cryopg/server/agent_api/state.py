@@ -1,9 +1,5 @@
-"""Durable state over HTTP.
-
-Agents: `POST /api/v1/agent/runs/{run}/state/{op}` for the in-run operations (get,
-list, set, delete, add, cas, incr); writes carry the claim token. Users:
-`GET …/runs/{run}/state[/{key}]` and `GET …/entities/{entity}/state[/{key}]`, read
-only -- nothing outside a run writes a cell.
+"""Durable state for a running script: `POST /api/v1/agent/runs/{run}/state/{op}` with
+op one of get, list, set, delete, add, cas, incr; writes carry the claim token.
 
 Values are sealed here with the org's key before they reach SQL and opened here after;
 SQL sees keys, scopes and versions only. incr is the one operation that needs the
@@ -24,11 +20,19 @@ from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.engine import Cell
-from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound, RunNotFound
+from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound
 from cryopg.seal import Sealer
-from cryopg.server.auth import MEMBER, VIEWER, agent_run, require_user
-from cryopg.server.bodies import claim_token, json_body, position
+from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.auth import agent_run
+from cryopg.server.bodies import (
+    claim_token,
+    int_field,
+    json_body,
+    optional_str_field,
+    position,
+    str_field,
+)
+from cryopg.server.render import cell_json
 from cryopg.server.state import KEYS, POOL
 
 # An incr that keeps losing its compare-and-set gives up after this many tries (each
@@ -46,46 +50,24 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _cell_json(sealer: Sealer, cell: Cell) -> dict[str, Any]:
-    return {"key": cell.key, "value": sealer.open_json(cell.value), "version": cell.version}
-
-
-# -- agent side ---------------------------------------------------------------------------
-
-def _str_field(body: dict[str, Any], name: str, *, required: bool = True) -> str | None:
-    value = body.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{name} must be a non-empty string")
-    return value
-
-
-def _int_field(body: dict[str, Any], name: str) -> int:
-    value = body.get(name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be an integer")
-    return value
-
-
 async def agent_state(request: web.Request) -> web.Response:
     run_id, org, project = await agent_run(request)
     op = request.match_info["op"]
     body = await json_body(request)
-    entity = _str_field(body, "entity", required=False)
+    entity = optional_str_field(body, "entity")
     sealer = await request.app[KEYS].sealer(org)
     pool = request.app[POOL]
     if op == "list":
         async with connection(pool) as conn:
             cells = await engine.state_list(conn, org, project, run_id, entity)
-        return web.json_response({"cells": [_cell_json(sealer, c) for c in cells]})
-    key = str(_str_field(body, "key"))
+        return web.json_response({"cells": [cell_json(sealer, c) for c in cells]})
+    key = str_field(body, "key")
     if op == "get":
         async with connection(pool) as conn:
             cell = await engine.state_get(conn, org, project, run_id, entity, key)
         if cell is None:
             return web.json_response({"found": False, "value": None, "version": None})
-        return web.json_response({"found": True, **_cell_json(sealer, cell)})
+        return web.json_response({"found": True, **cell_json(sealer, cell)})
     token = claim_token(body)
     if op == "set":
         if "value" not in body:
@@ -98,8 +80,8 @@ async def agent_state(request: web.Request) -> web.Response:
         async with connection(pool) as conn:
             deleted = await engine.state_delete(conn, run_id, token, entity, key)
         return web.json_response({"deleted": deleted})
-    call = {"path": str(_str_field(body, "path")), "name": str(_str_field(body, "name")),
-            "ordinal": _int_field(body, "ordinal")}
+    call = {"path": str_field(body, "path"), "name": str_field(body, "name"),
+            "ordinal": int_field(body, "ordinal")}
     if op == "add":
         value = body.get("value", True)
         async with connection(pool, position(body)) as conn:
@@ -110,7 +92,7 @@ async def agent_state(request: web.Request) -> web.Response:
     if op == "cas":
         if "value" not in body:
             raise InvalidArgument("cas needs a value")
-        expect = _int_field(body, "expect")
+        expect = int_field(body, "expect")
         async with connection(pool, position(body)) as conn:
             got = await engine.state_cas(conn, run_id, token, entity, key,
                                          sealer.seal_json(body["value"]), expect, **call)
@@ -166,46 +148,5 @@ async def incr_cell(pool: AsyncConnectionPool, sealer: Sealer, run_id: str, toke
                     "nothing was written")
 
 
-# -- user side ----------------------------------------------------------------------------
-
-async def _scope_of(request: web.Request) -> tuple[str, str, str | None, str | None]:
-    """(org, project, run_id, entity) of a user read; an absent run is a 404. A run's
-    cells need Viewer, the project's entity cells Member."""
-    await require_user(request, VIEWER if "run" in request.match_info else MEMBER)
-    org, project = request.match_info["org"], request.match_info["project"]
-    run_id = request.match_info.get("run")
-    if run_id is None:
-        return org, project, None, request.match_info["entity"]
-    if not run_id.startswith(f"{org}:{project}:run-"):
-        raise RunNotFound(f"no run {run_id} in {org}/{project}")
-    async with connection(request.app[POOL]) as conn:
-        await engine.get_run(conn, run_id)  # raises RunNotFound (404) for a missing run
-    return org, project, run_id, None
-
-
-async def user_state_list(request: web.Request) -> web.Response:
-    org, project, run_id, entity = await _scope_of(request)
-    sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL]) as conn:
-        cells = await engine.state_list(conn, org, project, run_id, entity)
-    return web.json_response({"cells": [_cell_json(sealer, c) for c in cells]})
-
-
-async def user_state_get(request: web.Request) -> web.Response:
-    org, project, run_id, entity = await _scope_of(request)
-    key = request.match_info["key"]
-    async with connection(request.app[POOL]) as conn:
-        cell = await engine.state_get(conn, org, project, run_id, entity, key)
-    if cell is None:
-        raise NotFound(f"no cell {key!r} in that scope")
-    sealer = await request.app[KEYS].sealer(org)
-    return web.json_response({**_cell_json(sealer, cell), "created_by_run": cell.created_by_run,
-                              "updated_at": cell.updated_at.isoformat()})
-
-
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/agent/runs/{run}/state/{op}", agent_state)
-    base = "/api/v1/orgs/{org}/projects/{project}"
-    for scope in ("runs/{run}", "entities/{entity}"):
-        app.router.add_get(f"{base}/{scope}/state", user_state_list)
-        app.router.add_get(f"{base}/{scope}/state/{{key:.+}}", user_state_get)
+    add_run_route(app, "state/{op}", agent_state)

@@ -1,0 +1,65 @@
+"""What a claim grants the agent: the run's script, input, journal and secrets, opened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from psycopg import AsyncConnection
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.engine import Claim, Memo
+from cryopg.errors import Unreadable
+from cryopg.seal import Sealer
+from cryopg.server.agent_api.in_run import finish_unreadable
+from cryopg.server.render import child_output
+from cryopg.server.state import CONFIG, KEYS, POOL
+
+
+async def grant_entry(conn: AsyncConnection, sealer: Sealer, m: Memo) -> dict[str, Any]:
+    """One journal memo as the agent's grant carries it, opened."""
+    result = sealer.open_json(m.result) if m.result is not None else {}
+    entry: dict[str, Any] = {"seq": m.seq, "path": m.path, "family": m.family, "name": m.name,
+                             "ordinal": m.ordinal, "status": m.status,
+                             "stdout": result.get("stdout", ""), "exit_code": m.exit_code}
+    if "answer" in result:
+        entry["answer"] = result["answer"]
+    elif m.answer_clear is not None:
+        entry["answer"] = m.answer_clear
+    if m.family == "activity.collect" and m.status == "done" and m.ref_run_id:
+        entry["stdout"] = await child_output(conn, sealer, m.ref_run_id)
+    return entry
+
+
+async def grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] | None:
+    """Opens what the claim carries. A payload that will not open (altered bytes, or an
+    org key this server's master key cannot unwrap) ends the run as unreadable rather
+    than letting it run without its recorded answers."""
+    app = request.app
+    try:
+        sealer = await app[KEYS].sealer(org)
+        source = sealer.open_text(claim.source)
+        if claim.input_clear is not None:
+            input_value = claim.input_clear
+            async with connection(app[POOL]) as conn:
+                await engine.seal_run_input(conn, claim.run_id, claim.claim_token,
+                                            sealer.seal_json(input_value))
+        else:
+            input_value = sealer.open_json(claim.input) if claim.input is not None else None
+        async with connection(app[POOL]) as conn:
+            memos = await engine.read_journal(conn, claim.run_id, claim.claim_token)
+            found = await engine.claim_secrets(conn, claim.run_id, claim.claim_token)
+            journal = [await grant_entry(conn, sealer, m) for m in memos]
+        # Plaintext secrets exist only here, in the grant of a trusted run's live claim.
+        secrets = {s.name: sealer.open_text(s.value) for s in found
+                   if not s.withheld and s.value is not None}
+        withheld = [s.name for s in found if s.withheld]
+    except Unreadable as exc:
+        await finish_unreadable(request, claim.run_id, claim.claim_token, exc)
+        return None
+    return {"run_id": claim.run_id, "claim_token": str(claim.claim_token),
+            "attempt": claim.attempt, "filename": claim.filename,
+            "interpreter": claim.interpreter, "source": source, "input": input_value,
+            "lease_seconds": app[CONFIG].lease_seconds, "journal": journal,
+            "secrets": secrets, "withheld": withheld}

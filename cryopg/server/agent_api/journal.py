@@ -1,0 +1,61 @@
+"""The agent's journal reports: a finished step, a sleep that parks the run, a note."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import InvalidArgument
+from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.auth import agent_run
+from cryopg.server.bodies import claim_token, json_body, position
+from cryopg.server.state import KEYS, POOL
+
+
+async def steps(request: web.Request) -> web.Response:
+    run_id, org, _ = await agent_run(request)
+    body = await json_body(request)
+    try:
+        ordinal = int(body["ordinal"])
+        exit_code = None if body.get("exit_code") is None else int(body["exit_code"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument("ordinal and exit_code must be integers") from exc
+    sealer = await request.app[KEYS].sealer(org)
+    result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
+    async with connection(request.app[POOL], position(body)) as conn:
+        seq = await engine.record_step(
+            conn, run_id, claim_token(body), path=str(body.get("path") or ""),
+            family=str(body.get("family") or ""), name=str(body.get("name") or ""),
+            ordinal=ordinal, label=body.get("label"), result=result, exit_code=exit_code)
+    return web.json_response({"seq": seq})
+
+
+async def park(request: web.Request) -> web.Response:
+    run_id, _, _ = await agent_run(request)
+    body = await json_body(request)
+    try:
+        seconds = float(body["seconds"])
+        ordinal = int(body["ordinal"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument("seconds must be a number and ordinal an integer") from exc
+    async with connection(request.app[POOL], position(body)) as conn:
+        wake_at = await engine.park_sleep(conn, run_id, claim_token(body),
+                                          path=str(body.get("path") or ""),
+                                          ordinal=ordinal, seconds=seconds)
+    return web.json_response({"wake_at": wake_at.isoformat()})
+
+
+async def annotate(request: web.Request) -> web.Response:
+    run_id, org, _ = await agent_run(request)
+    body = await json_body(request)
+    sealed = (await request.app[KEYS].sealer(org)).seal_text(str(body.get("text") or ""))
+    async with connection(request.app[POOL]) as conn:
+        await engine.annotate_run(conn, run_id, claim_token(body), sealed)
+    return web.json_response({})
+
+
+def add_routes(app: web.Application) -> None:
+    add_run_route(app, "steps", steps)
+    add_run_route(app, "park", park)
+    add_run_route(app, "annotate", annotate)

@@ -1,0 +1,17 @@
+"""`/api/v1/orgs/{org}/…`: the routes users call, with a user token whose member holds
+the role each route names (auth.require_user).
+
+A run id that is not of the project in the path is a 404, never a 403: a route must
+not confirm that a run exists elsewhere.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cryopg.server.user_api import admin, logs, runs, secrets, signals_events, state
+
+
+def add_routes(app: web.Application) -> None:
+    for module in (runs, logs, signals_events, state, admin, secrets):
+        module.add_routes(app)

@@ -1,0 +1,103 @@
+"""Submit, list, show and cancel runs; store named workflows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import InvalidArgument
+from cryopg.server.auth import MEMBER, require_user
+from cryopg.server.bodies import json_body, query_int, script_fields
+from cryopg.server.caps import required_caps
+from cryopg.server.render import iso, run_json, run_outputs
+from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
+
+
+async def submit(request: web.Request) -> web.Response:
+    await require_user(request, MEMBER)
+    org, project = project_of(request)
+    body = await json_body(request)
+    source, filename, interpreter = script_fields(body)
+    key = body.get("idempotency_key")
+    if key is not None and not isinstance(key, str):
+        raise InvalidArgument("idempotency_key must be a string")
+    untrusted = body.get("untrusted", False)
+    if not isinstance(untrusted, bool):
+        raise InvalidArgument("untrusted must be true or false")
+    group, policy = body.get("concurrency"), body.get("policy")
+    if any(v is not None and not isinstance(v, str) for v in (group, policy)):
+        raise InvalidArgument("concurrency and policy must be strings")
+    sealer = await request.app[KEYS].sealer(org)
+    sealed_input = sealer.seal_json(body["input"]) if body.get("input") is not None else None
+    async with connection(request.app[POOL]) as conn:
+        run_id, created = await engine.submit_script(
+            conn, org, project, filename=filename, interpreter=interpreter,
+            source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
+            required_caps=required_caps(filename, interpreter), untrusted=untrusted,
+            concurrency=group, policy=policy)
+        if run_id is None:  # policy skip, and the group was held
+            return web.json_response({"run_id": None, "created": False, "skipped": True})
+        run = await engine.get_run(conn, run_id)
+    return web.json_response({"run_id": run_id, "created": created, "status": run.status,
+                              "position": run.queue_position},
+                             status=201 if created else 200)
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    await require_user(request)
+    org, project = project_of(request)
+    limit = query_int(request, "limit", 50)
+    async with connection(request.app[POOL]) as conn:
+        runs = await engine.list_runs(conn, org, project, limit)
+    return web.json_response({"runs": [run_json(r) for r in runs]})
+
+
+async def show_run(request: web.Request) -> web.Response:
+    run = await own_run(request)
+    sealer = await request.app[KEYS].sealer(run.org)
+    async with connection(request.app[POOL]) as conn:
+        events = await engine.read_history(conn, run.id)
+        outputs = await run_outputs(conn, sealer, run.id)
+    history = []
+    for ev in events:
+        item: dict[str, Any] = {"kind": ev.kind, "at": iso(ev.created_at)}
+        if ev.family:
+            item.update(family=ev.family, name=ev.name, ordinal=ev.ordinal)
+        if ev.attempt is not None:
+            item["attempt"] = ev.attempt
+        if ev.kind == "annotation" and ev.payload is not None:
+            item["text"] = sealer.open_text(ev.payload)
+        history.append(item)
+    return web.json_response({**run_json(run), "outputs": outputs, "history": history})
+
+
+async def cancel(request: web.Request) -> web.Response:
+    run = await own_run(request, MEMBER)
+    async with connection(request.app[POOL]) as conn:
+        outcome = await engine.cancel_run(conn, run.id)
+        run = await engine.get_run(conn, run.id)
+    return web.json_response({**run_json(run), "cancel": outcome})
+
+
+async def put_workflow(request: web.Request) -> web.Response:
+    await require_user(request, MEMBER)
+    org, project = project_of(request)
+    body = await json_body(request)
+    source, filename, interpreter = script_fields(body)
+    sealer = await request.app[KEYS].sealer(org)
+    async with connection(request.app[POOL]) as conn:
+        await engine.put_workflow(conn, org, project, request.match_info["name"], filename=filename,
+                                  interpreter=interpreter, source=sealer.seal_text(source))
+    return web.json_response({})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post(f"{PROJECT_ROUTE}/runs", submit)
+    app.router.add_get(f"{PROJECT_ROUTE}/runs", list_runs)
+    app.router.add_get(f"{PROJECT_ROUTE}/runs/{{run}}", show_run)
+    app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/cancel", cancel)
+    app.router.add_put(f"{PROJECT_ROUTE}/workflows/{{name}}", put_workflow)

@@ -1,0 +1,55 @@
+"""Durable state, read only: `GET …/runs/{run}/state[/{key}]` and
+`GET …/entities/{entity}/state[/{key}]`. Nothing outside a run writes a cell."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import NotFound, RunNotFound
+from cryopg.server.auth import MEMBER, VIEWER, require_user
+from cryopg.server.render import cell_json
+from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of
+
+
+async def _scope_of(request: web.Request) -> tuple[str, str, str | None, str | None]:
+    """(org, project, run_id, entity) of a user read; an absent run is a 404. A run's
+    cells need Viewer, the project's entity cells Member."""
+    await require_user(request, VIEWER if "run" in request.match_info else MEMBER)
+    org, project = project_of(request)
+    run_id = request.match_info.get("run")
+    if run_id is None:
+        return org, project, None, request.match_info["entity"]
+    if not run_id.startswith(f"{org}:{project}:run-"):
+        raise RunNotFound(f"no run {run_id} in {org}/{project}")
+    async with connection(request.app[POOL]) as conn:
+        await engine.get_run(conn, run_id)  # raises RunNotFound (404) for a missing run
+    return org, project, run_id, None
+
+
+async def user_state_list(request: web.Request) -> web.Response:
+    org, project, run_id, entity = await _scope_of(request)
+    sealer = await request.app[KEYS].sealer(org)
+    async with connection(request.app[POOL]) as conn:
+        cells = await engine.state_list(conn, org, project, run_id, entity)
+    return web.json_response({"cells": [cell_json(sealer, c) for c in cells]})
+
+
+async def user_state_get(request: web.Request) -> web.Response:
+    org, project, run_id, entity = await _scope_of(request)
+    key = request.match_info["key"]
+    async with connection(request.app[POOL]) as conn:
+        cell = await engine.state_get(conn, org, project, run_id, entity, key)
+    if cell is None:
+        raise NotFound(f"no cell {key!r} in that scope")
+    sealer = await request.app[KEYS].sealer(org)
+    return web.json_response({**cell_json(sealer, cell), "created_by_run": cell.created_by_run,
+                              "updated_at": cell.updated_at.isoformat()})
+
+
+def add_routes(app: web.Application) -> None:
+    for scope in ("runs/{run}", "entities/{entity}"):
+        app.router.add_get(f"{PROJECT_ROUTE}/{scope}/state", user_state_list)
+        app.router.add_get(f"{PROJECT_ROUTE}/{scope}/state/{{key:.+}}", user_state_get)
