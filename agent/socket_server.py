@@ -1,8 +1,9 @@
 """The durable verbs, served to the script on `$CRYO_SOCKET` (newline-delimited JSON).
 
-One object per pass: it holds the grant's journal, the positions reached so far and
-the ordinal of every (family, name), so it can answer replayed calls from the journal
-and record new ones through the server.
+One object per pass, a JournalCursor (journal.py): it holds the grant's journal, the
+positions reached so far and the ordinal of every (family, name), so it can answer
+replayed calls from the journal and record new ones through the server. The waits are
+served by waits.py.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import hashlib
 import json
 import math
 import secrets
-from typing import Any, Protocol
+from typing import Any
 
 from agent import waits
-from agent.api import AgentAPI, AgentAPIError, StaleClaim
+from agent.api import AgentAPIError, StaleClaim
+from agent.journal import JobHooks, JournalCursor, VerbError, call_path
 from agent.waits import WAIT_OPS
 
 PROTOCOL_VERSION = 1
@@ -37,51 +39,13 @@ RUN_FAILING = frozenset({"determinism", "secret_withheld", "secret_missing"})
 LINE_LIMIT = 64 << 20
 
 
-class JobHooks(Protocol):
-    """What the verbs need from the job that owns the claim."""
-
-    api: AgentAPI
-    run_id: str
-    claim_token: str
-    secret_names: frozenset[str]
-    withheld: frozenset[str]
-
-    async def flush_logs(self) -> None: ...
-    def parked(self) -> None: ...
-    def stale(self) -> None: ...
-    def diverged(self, message: str) -> None: ...
-    def ending(self) -> bool: ...
-
-
-class VerbError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def encode_name(name: str) -> str:
-    return name.replace("%", "%25").replace("/", "%2F")
-
-
-def call_path(family: str, name: str, ordinal: int) -> str:
-    return f"{family}/{encode_name(name)}/{ordinal}"
-
-
 def idempotency_key(run_id: str, path: str) -> str:
     return hashlib.sha256(f"{run_id}/{path}".encode()).hexdigest()[:32]
 
 
-class DurableVerbs:
+class DurableVerbs(JournalCursor):
     def __init__(self, job: JobHooks, journal: list[dict[str, Any]], *, strict: bool) -> None:
-        self._job = job
-        self._strict = strict
-        self._by_seq: dict[int, dict[str, Any]] = {}
-        self._by_path: dict[str, dict[str, Any]] = {}
-        for entry in journal:
-            self._remember(entry)
-        self._position = 0
-        self._ordinals: dict[tuple[str, str], int] = {}
+        super().__init__(job, journal, strict=strict)
         self._open_steps: dict[str, dict[str, Any]] = {}
         self._adds_reached: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -359,47 +323,6 @@ class DurableVerbs:
         except AgentAPIError as e:
             if e.code in STATE_REFUSALS:
                 raise VerbError(e.code, e.message) from None
-            raise VerbError("engine", f"server refused or unreachable: {e.message}") from None
-
-    # -- helpers ----------------------------------------------------------------------
-
-    def _reach(self, family: str, name: str) -> tuple[str, int]:
-        """Count this call's ordinal and position; in strict mode check it against the journal."""
-        key = (family, name)
-        ordinal = self._ordinals.get(key, 0)
-        self._ordinals[key] = ordinal + 1
-        path = call_path(family, name, ordinal)
-        self._take_position(path)
-        return path, ordinal
-
-    def _take_position(self, path: str) -> None:
-        """The next position is this call's; in strict mode it must be the recorded one."""
-        position = self._position
-        self._position += 1
-        self._job.api.position = position
-        if self._strict:
-            recorded = self._by_seq.get(position)
-            if recorded is not None and recorded.get("path") != path:
-                raise VerbError(
-                    "determinism",
-                    f"determinism error: position {position} was {recorded.get('path')} on "
-                    f"the first pass but this pass reached {path}",
-                )
-
-    def _remember(self, entry: dict[str, Any]) -> None:
-        if entry.get("seq") is not None:
-            self._by_seq[int(entry["seq"])] = entry
-        if entry.get("path"):
-            self._by_path[entry["path"]] = entry
-
-    async def _engine(self, call: Any) -> Any:
-        """Await a server call, turning its failures into `engine` replies."""
-        try:
-            return await call
-        except StaleClaim:
-            self._job.stale()
-            raise VerbError("engine", "the claim on this run was lost") from None
-        except AgentAPIError as e:
             raise VerbError("engine", f"server refused or unreachable: {e.message}") from None
 
 

@@ -10,12 +10,10 @@ answer arrives on a later pass.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.api import AgentAPIError, StaleClaim
-
-if TYPE_CHECKING:
-    from agent.socket_server import DurableVerbs
+from agent.journal import JournalCursor, VerbError
 
 TIMED_OUT = 124  # a bounded wait with nothing by the deadline
 WAIT_OPS = (
@@ -32,9 +30,7 @@ WAIT_OPS = (
 )
 
 
-def _error(code: str, message: str) -> Exception:
-    from agent.socket_server import VerbError
-
+def _error(code: str, message: str) -> VerbError:
     return VerbError(code, message)
 
 
@@ -55,12 +51,12 @@ def _timeout(req: dict[str, Any]) -> float | None:
     return float(timeout)
 
 
-def _done(verbs: DurableVerbs, path: str) -> dict[str, Any] | None:
+def _done(verbs: JournalCursor, path: str) -> dict[str, Any] | None:
     entry = verbs._by_path.get(path)
     return entry if entry is not None and entry.get("status") == "done" else None
 
 
-async def flush_before_park(verbs: DurableVerbs) -> None:
+async def flush_before_park(verbs: JournalCursor) -> None:
     """What the script printed so far belongs to this pass; a park ends the claim."""
     try:
         await verbs._job.flush_logs()
@@ -71,12 +67,12 @@ async def flush_before_park(verbs: DurableVerbs) -> None:
         pass  # losing a few log bytes beats failing to park
 
 
-async def _ask(verbs: DurableVerbs, what: str, **fields: Any) -> dict[str, Any]:
+async def _ask(verbs: JournalCursor, what: str, **fields: Any) -> dict[str, Any]:
     job = verbs._job
     return await verbs._engine(job.api.call(job.run_id, job.claim_token, what, **fields))
 
 
-def _memo(verbs: DurableVerbs, path: str, family: str, name: str, ordinal: int,
+def _memo(verbs: JournalCursor, path: str, family: str, name: str, ordinal: int,
           answer: Any, exit_code: int = 0, stdout: str = "") -> dict[str, Any]:
     entry = {"path": path, "family": family, "name": name, "ordinal": ordinal,
              "status": "done", "stdout": stdout, "exit_code": exit_code, "answer": answer}
@@ -84,7 +80,7 @@ def _memo(verbs: DurableVerbs, path: str, family: str, name: str, ordinal: int,
     return entry
 
 
-async def dispatch(verbs: DurableVerbs, op: str, req: dict[str, Any]) -> dict[str, Any] | None:
+async def dispatch(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dict[str, Any] | None:
     if op in ("wait.signal", "wait.event"):
         return await _wait(verbs, op.removeprefix("wait."), req)
     if op == "emit":
@@ -104,7 +100,7 @@ async def dispatch(verbs: DurableVerbs, op: str, req: dict[str, Any]) -> dict[st
     return await _output(verbs, req)
 
 
-async def _wait(verbs: DurableVerbs, kind: str, req: dict[str, Any]) -> dict[str, Any] | None:
+async def _wait(verbs: JournalCursor, kind: str, req: dict[str, Any]) -> dict[str, Any] | None:
     name = _name(req, f"wait.{kind}")
     timeout = _timeout(req)
     path, ordinal = verbs._reach(kind, name)
@@ -123,7 +119,7 @@ async def _wait(verbs: DurableVerbs, kind: str, req: dict[str, Any]) -> dict[str
     return {"ok": True, "timed_out": timed_out, "payload": payload}
 
 
-async def _emit(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+async def _emit(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     name = _name(req, "emit")
     path, ordinal = verbs._reach("emit", "")
     if _done(verbs, path) is None:
@@ -133,7 +129,7 @@ async def _emit(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-async def _spawn(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+async def _spawn(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     path, ordinal = verbs._reach("spawn", "")
     entry = _done(verbs, path)
     if entry is None:
@@ -147,7 +143,7 @@ async def _spawn(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "run_id": (entry.get("answer") or {}).get("run_id")}
 
 
-async def _activity_submit(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+async def _activity_submit(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     name = _name(req, "activity.submit")
     if verbs._ordinals.get(("activity", name), 0) > 0:
         raise _error("bad_request",
@@ -166,7 +162,7 @@ async def _activity_submit(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str
     return {"ok": True, "run_id": (entry.get("answer") or {}).get("run_id")}
 
 
-async def _activity_collect(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any] | None:
+async def _activity_collect(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any] | None:
     name = _name(req, "activity.collect")
     path, ordinal = verbs._reach("activity.collect", name)
     entry = _done(verbs, path)
@@ -183,7 +179,7 @@ async def _activity_collect(verbs: DurableVerbs, req: dict[str, Any]) -> dict[st
             "exit_code": int(entry.get("exit_code") or 0)}
 
 
-async def _wait_all(verbs: DurableVerbs) -> dict[str, Any] | None:
+async def _wait_all(verbs: JournalCursor) -> dict[str, Any] | None:
     path, ordinal = verbs._reach("activity.wait-all", "")
     entry = _done(verbs, path)
     if entry is None:
@@ -196,7 +192,7 @@ async def _wait_all(verbs: DurableVerbs) -> dict[str, Any] | None:
     return {"ok": True, "failed": int((entry.get("answer") or {}).get("failed") or 0)}
 
 
-async def _output(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+async def _output(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     key = req.get("key")
     if not isinstance(key, str) or not key:
         raise _error("bad_request", "output.set needs a non-empty string 'key'")
@@ -211,7 +207,7 @@ def _group(req: dict[str, Any], what: str) -> str:
     return group
 
 
-async def _lock(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any] | None:
+async def _lock(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any] | None:
     """Take a project lease. Scoped leases are released by lock.release; a bare one is
     held until the run ends, so taking it twice in one run is refused."""
     group = _group(req, "lock.acquire")
@@ -238,7 +234,7 @@ async def _lock(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any] | No
     return {"ok": True}
 
 
-async def _unlock(verbs: DurableVerbs, req: dict[str, Any]) -> dict[str, Any]:
+async def _unlock(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     group = _group(req, "lock.release")
     got = await _ask(verbs, "locks/release", group=group)
     return {"ok": True, "released": bool(got.get("released"))}

@@ -133,7 +133,7 @@ def project_delete(slug: str, yes: bool) -> None:
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
-    from cryopg.cli.inscript import parse_duration
+    from cryopg.cli.inscript_client import parse_duration
 
     try:
         seconds = parse_duration(value)

@@ -1,21 +1,23 @@
 """In-script verbs that wait or start other runs: wait-signal, wait-event, emit, spawn,
 activity-submit/-collect/-wait-all, activity, and output set.
 
-Part of the in-script fast path: cheap imports only, like inscript.py, whose socket
-client it uses. A wait that has to park never returns: the agent kills this process
-with the script, and the run resumes from the top when the wait is over.
+Part of the in-script fast path: cheap imports only, like inscript.py; the socket
+client both use is inscript_client.py. A wait that has to park never returns: the
+agent kills this process with the script, and the run resumes from the top when the
+wait is over.
 """
 
 import os
 
-from cryopg.cli.inscript import (
+from cryopg.cli.inscript_client import (
     UsageError,
-    _call,
-    _socket_path,
-    _write_stdout,
+    agent_socket,
+    call,
     format_value,
     parse_duration,
     parse_value,
+    run_step,
+    write_stdout,
 )
 
 TIMED_OUT = 124
@@ -74,12 +76,12 @@ def _wait(verb: str, args: list[str]) -> int:
         except ValueError as e:
             raise UsageError(str(e)) from None
     op = "wait.signal" if verb == "wait-signal" else "wait.event"
-    reply = _call(_socket_path(verb), {"op": op, "name": positional[0], "timeout": timeout})
+    reply = call(agent_socket(verb), {"op": op, "name": positional[0], "timeout": timeout})
     if reply.get("timed_out"):
         return TIMED_OUT
     payload = reply.get("payload")
     if payload is not None:
-        _write_stdout(format_value(payload) + "\n")
+        write_stdout(format_value(payload) + "\n")
     return 0
 
 
@@ -115,8 +117,8 @@ def _activity_options(verb: str, args: list[str]) -> tuple[str, dict[str, object
 
 
 def _collect(verb: str, name: str) -> int:
-    reply = _call(_socket_path(verb), {"op": "activity.collect", "name": name})
-    _write_stdout(str(reply.get("stdout") or ""))
+    reply = call(agent_socket(verb), {"op": "activity.collect", "name": name})
+    write_stdout(str(reply.get("stdout") or ""))
     return int(reply.get("exit_code") or 0)
 
 
@@ -127,13 +129,13 @@ def main(verb: str, args: list[str]) -> int:
         if len(args) not in (1, 2):
             raise UsageError(USAGE[verb])
         payload = parse_value(args[1]) if len(args) == 2 else None
-        _call(_socket_path(verb), {"op": "emit", "name": args[0], "payload": payload})
+        call(agent_socket(verb), {"op": "emit", "name": args[0], "payload": payload})
         return 0
     if verb == "spawn":
         positional, options = _options(verb, args, {"--input": True, "--interpreter": True})
         if len(positional) != 1:
             raise UsageError(USAGE[verb])
-        socket_path = _socket_path(verb)
+        socket_path = agent_socket(verb)
         child_input = None
         if "--input" in options:
             import json  # for its error messages; rare enough to pay its import
@@ -147,18 +149,18 @@ def main(verb: str, args: list[str]) -> int:
                 source = fh.read()
         except OSError as e:
             raise UsageError(f"cannot read {positional[0]}: {e.strerror or e}") from None
-        reply = _call(socket_path, {"op": "spawn", "filename": os.path.basename(positional[0]),
+        reply = call(socket_path, {"op": "spawn", "filename": os.path.basename(positional[0]),
                                     "source": source, "input": child_input,
                                     "interpreter": options.get("--interpreter")})
-        _write_stdout(f"{reply.get('run_id')}\n")
+        write_stdout(f"{reply.get('run_id')}\n")
         return 0
     if verb in ("activity-submit", "activity"):
         name, policy, command = _activity_options(verb, args)
-        socket_path = _socket_path(verb)
-        reply = _call(socket_path, {"op": "activity.submit", "name": name, "argv": command,
+        socket_path = agent_socket(verb)
+        reply = call(socket_path, {"op": "activity.submit", "name": name, "argv": command,
                                     **policy})
         if verb == "activity-submit":
-            _write_stdout(f"{reply.get('run_id')}\n")
+            write_stdout(f"{reply.get('run_id')}\n")
             return 0
         return _collect(verb, name)
     if verb == "activity-collect":
@@ -168,32 +170,30 @@ def main(verb: str, args: list[str]) -> int:
     if verb == "activity-wait-all":
         if args:
             raise UsageError(USAGE[verb])
-        reply = _call(_socket_path(verb), {"op": "activity.wait-all"})
-        _write_stdout(f"{reply.get('failed')}\n")
+        reply = call(agent_socket(verb), {"op": "activity.wait-all"})
+        write_stdout(f"{reply.get('failed')}\n")
         return 0
     if verb == "lock":
         return _lock(args)
     if len(args) != 3 or args[0] != "set":
         raise UsageError(USAGE["output"])
-    _call(_socket_path(verb), {"op": "output.set", "key": args[1], "value": parse_value(args[2])})
+    call(agent_socket(verb), {"op": "output.set", "key": args[1], "value": parse_value(args[2])})
     return 0
 
 
 def _lock(args: list[str]) -> int:
     """`lock GROUP`: the lease until the run ends. `lock GROUP -- CMD`: CMD runs holding
     it, as a step (recorded, so a replay does not run CMD again), then it is released."""
-    from cryopg.cli.inscript import _step
-
     cut = args.index("--") if "--" in args else len(args)
     head, command = args[:cut], args[cut + 1:]
     if len(head) != 1 or (cut < len(args) and not command):
         raise UsageError(USAGE["lock"])
     group = head[0]
-    socket_path = _socket_path("lock")
-    _call(socket_path, {"op": "lock.acquire", "group": group, "scoped": bool(command)})
+    socket_path = agent_socket("lock")
+    call(socket_path, {"op": "lock.acquire", "group": group, "scoped": bool(command)})
     if not command:
         return 0
     try:
-        return _step(socket_path, f"lock:{group}", None, [], command)
+        return run_step(socket_path, f"lock:{group}", None, [], command)
     finally:
-        _call(socket_path, {"op": "lock.release", "group": group})
+        call(socket_path, {"op": "lock.release", "group": group})

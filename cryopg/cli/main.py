@@ -224,7 +224,7 @@ def cancel(run: str) -> None:
 @click.argument("payload", required=False)
 def signal(run: str, name: str, payload: str | None) -> None:
     """Send signal NAME to RUN; PAYLOAD is JSON, or else taken as a string."""
-    from cryopg.cli.inscript import parse_value
+    from cryopg.cli.inscript_client import parse_value
 
     target = resolve()
     run_id = target.qualify(run)
@@ -292,7 +292,7 @@ def _state_path(run: str | None, entity: str | None) -> tuple[Client, str]:
 
 def _state_get(key: str, run: str | None, entity: str | None, version: bool) -> None:
     from cryopg.cli.client import ApiError
-    from cryopg.cli.inscript import format_value
+    from cryopg.cli.inscript_client import format_value
 
     client, path = _state_path(run, entity)
     try:
@@ -333,7 +333,7 @@ def state_version(key: str, run: str | None, entity: str | None) -> None:
 @_ENTITY
 def state_list(run: str | None, entity: str | None) -> None:
     """Print key<TAB>value<TAB>version for every cell of the scope."""
-    from cryopg.cli.inscript import format_value
+    from cryopg.cli.inscript_client import format_value
 
     client, path = _state_path(run, entity)
     for cell in client.call("GET", path)["cells"]:

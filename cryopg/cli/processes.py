@@ -305,7 +305,7 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
 def _parse_expiry(text: str | None) -> Any:
     import datetime as dt
 
-    from cryopg.cli.inscript import parse_duration
+    from cryopg.cli.inscript_client import parse_duration
 
     if not text:
         return None

@@ -1,0 +1,163 @@
+"""What every in-script verb shares: the agent socket client, running a step, and the
+parsing of durations and values.
+
+A lower module of the fast path (inscript.py and inscript_waits.py both use it, so
+neither imports the other for it). Cheap imports only, like theirs: json, socket and
+subprocess come through lean.py.
+"""
+
+import os
+import sys
+import time
+
+from cryopg.cli import lean
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class UsageError(Exception):
+    pass
+
+
+class AgentError(Exception):
+    pass
+
+
+def parse_duration(text: str) -> float:
+    """'2s', '5m', '1h', '1d', '1.5s', '500ms' or a bare number of seconds -> seconds."""
+    raw = str(text).strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if raw.endswith(u)), "")
+    number = raw[: len(raw) - len(unit)].strip()
+    # Digits and at most one dot only: rejects '', '-1', 'inf', 'nan', '1e3', '1h30m'.
+    if number.replace(".", "", 1).isdigit() and number.isascii():
+        return float(number) * _UNITS.get(unit, 1.0)
+    raise ValueError(
+        f"invalid duration {text!r}: expected a non-negative number with an optional "
+        "unit ms, s, m, h or d (e.g. 30s, 5m, 1.5h, 500ms)"
+    )
+
+
+def parse_value(text: str) -> object:
+    """A VALUE that is JSON is that JSON; anything else is the string itself."""
+    def refuse(constant: str) -> object:
+        raise ValueError(constant)  # NaN / Infinity are not JSON
+
+    try:
+        return lean.loads(text, parse_constant=refuse)
+    except ValueError:
+        return text
+
+
+def format_value(value: object) -> str:
+    """How `state get` prints a value: a string bare, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return lean.dumps(value, compact=True)
+
+
+def agent_socket(verb: str) -> str:
+    path = os.environ.get("CRYO_SOCKET")
+    if not path:
+        raise UsageError("not inside a run (CRYO_SOCKET is not set)")
+    return path
+
+
+def run_step(socket_path: str, name: str, label: str | None, needs: list[str],
+             command: list[str]) -> int:
+    """`cryopg step`: a recorded step prints its recorded stdout; a new one runs COMMAND
+    and records what it printed and its exit code."""
+    request: dict[str, object] = {"op": "step.begin", "name": name, "label": label}
+    if needs:  # the agent fails the run when one was withheld or is not set
+        request["secrets"] = needs
+    reply = call(socket_path, request)
+    if reply.get("hit"):
+        write_stdout(reply.get("stdout") or "")
+        return int(reply.get("exit_code") or 0)
+
+    # The body gets no agent handles (a nested verb must fail loudly), only its key.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRYO_")}
+    env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
+    try:
+        raw, code = lean.run_captured(command, env)
+        if code < 0:
+            code = 128 - code  # killed by signal N -> 128+N, as a shell reports it
+    except FileNotFoundError:
+        print(f"cryopg step: command not found: {command[0]}", file=sys.stderr)
+        raw, code = b"", 127
+    except PermissionError:
+        print(f"cryopg step: permission denied: {command[0]}", file=sys.stderr)
+        raw, code = b"", 126
+    # Recorded as text; replays print the recorded text, so this pass prints it too.
+    stdout = raw.decode("utf-8", errors="replace")
+    call(
+        socket_path,
+        {"op": "step.finish", "call_id": reply.get("call_id"), "stdout": stdout, "exit_code": code},
+    )
+    write_stdout(stdout)
+    return code
+
+
+def write_stdout(text: str) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
+
+
+def call(socket_path: str, request: dict[str, object]) -> dict[str, object]:
+    """Send one request line and read one reply line; raise AgentError on any failure."""
+    sock = _connect(socket_path)
+    try:
+        sock.sendall(lean.dumps(request).encode("utf-8") + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk.endswith(b"\n"):
+                break
+    except OSError as e:
+        raise AgentError(f"lost the agent connection ({e.strerror or e})") from None
+    finally:
+        sock.close()
+    data = b"".join(chunks)
+    if not data.strip():
+        raise AgentError("the agent closed the connection without a reply")
+    try:
+        reply = lean.loads(data)
+    except ValueError:
+        raise AgentError("the agent sent a malformed reply") from None
+    if not isinstance(reply, dict):
+        raise AgentError("the agent sent a malformed reply")
+    if not reply.get("ok"):
+        err = reply.get("error")
+        message = err.get("message") if isinstance(err, dict) else None
+        raise AgentError(str(message or "the agent refused the request"))
+    return reply
+
+
+def _connect(socket_path: str) -> lean.Socket:
+    # Only connecting is retried (an agent may be busy accepting); a sent request never is.
+    attempts = max(1, _int_env("CRYO_CONNECT_ATTEMPTS", 3))
+    backoff = _int_env("CRYO_CONNECT_BACKOFF_MS", 50) / 1000
+    for attempt in range(attempts):
+        sock = lean.unix_socket()
+        try:
+            sock.connect(socket_path)
+            return sock
+        except OSError as e:
+            sock.close()
+            transient = isinstance(e, (ConnectionRefusedError, BlockingIOError))
+            if not transient or attempt + 1 == attempts:
+                raise AgentError(
+                    f"cannot reach the agent at {socket_path} ({e.strerror or e})"
+                ) from None
+            time.sleep(backoff * (2**attempt))
+    raise AssertionError("unreachable")
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return default
