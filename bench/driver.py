@@ -469,7 +469,7 @@ WAKE_QUERY = """SELECT q.run_id, q.park_path FROM cryo.queue q
  WHERE q.state = 'parked' AND q.wake_at <= cryo.now()
  ORDER BY q.wake_at LIMIT 1000 FOR UPDATE SKIP LOCKED"""
 LEASE_QUERY = """SELECT q.run_id FROM cryo.queue q
- WHERE q.state = 'claimed' AND q.lease_expires_at < cryo.now()
+ WHERE q.state = 'claimed' AND q.claim_expires_at < cryo.now()
  LIMIT 1000 FOR UPDATE SKIP LOCKED"""
 
 

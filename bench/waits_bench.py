@@ -64,7 +64,7 @@ def park_backlog(db: psycopg.Connection, n: int) -> None:
           FOR i IN 1..{int(n)} LOOP
             PERFORM cryo.submit_script('dev','default','idle.sh',NULL,'\\x00');
             SELECT * INTO c FROM cryo.claim_job('dev','backlog','{{shell}}',60);
-            PERFORM cryo.wait_event(c.run_id, c.claim_token, 'event/never-' || i || '/0',
+            PERFORM cryo.wait_event(c.run_id, c.claim_token, NULL,
                                     'never-' || i, 0, NULL);
           END LOOP;
         END $$""")
@@ -75,7 +75,7 @@ def park_on_signal(db: psycopg.Connection, n: int) -> list[str]:
     for _ in range(n):
         submit(db)
         run_id, token = claim(db)
-        db.execute("SELECT * FROM cryo.wait_signal(%s,%s,'signal/go/0','go',0,NULL)",
+        db.execute("SELECT * FROM cryo.wait_signal(%s,%s,NULL,'go',0,NULL)",
                    (run_id, token))
         ids.append(run_id)
     return ids
@@ -99,7 +99,7 @@ def signal_latency(dsn: str, samples: int) -> dict[str, float]:
         for _ in listener.notifies(timeout=0):
             pass
         t0 = time.perf_counter()
-        setup.execute("SELECT cryo.send_signal(%s,'go','\\x01')", (run_id,))
+        setup.execute("SELECT cryo.send_signal(%s,'go',p_sealed => '\\x01')", (run_id,))
         got = None
         while got is None:
             got = claim(claimer)
@@ -143,10 +143,10 @@ def event_fan_in(dsn: str, waiters: int) -> dict[str, float]:
         for _ in range(waiters):
             submit(db)
             run_id, token = claim(db)
-            db.execute("SELECT * FROM cryo.wait_event(%s,%s,'event/fan/0','fan',0,NULL)",
+            db.execute("SELECT * FROM cryo.wait_event(%s,%s,NULL,'fan',0,NULL)",
                        (run_id, token))
         t0 = time.perf_counter()
-        db.execute("SELECT cryo.emit_event('dev','default','fan')")
+        db.execute("SELECT cryo.publish_event('dev','default','fan')")
         took = time.perf_counter() - t0
         woken = db.execute("SELECT count(*) FROM cryo.queue WHERE state='pending'").fetchone()[0]
         drain(db)

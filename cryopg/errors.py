@@ -41,6 +41,12 @@ class DuplicateCall(CryoError):
     code, http_status = "duplicate_call", 409
 
 
+class IdentityMismatch(CryoError):
+    """A durable call's path disagrees with its (family, name, ordinal)."""
+
+    code, http_status = "identity_mismatch", 400
+
+
 class Unauthorized(CryoError):
     code, http_status = "unauthorized", 401
 
@@ -80,6 +86,12 @@ class QueueFull(CryoError):
     code, http_status = "queue_full", 409
 
 
+class LeaseHeld(CryoError):
+    """The run already holds the lease on that concurrency group."""
+
+    code, http_status = "lease_held", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -89,8 +101,10 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR006": RunFinished,
     "CR007": DuplicateCall,
     "CR008": Unauthorized,
+    "CR009": IdentityMismatch,
     "CR020": Forbidden,
     "CR030": QueueFull,
+    "CR031": LeaseHeld,
 }
 
 

@@ -1,51 +1,5 @@
 CREATE SCHEMA cryo;
 
-CREATE TABLE cryo.queue (
-    run_id text NOT NULL,
-    org text NOT NULL,
-    project text NOT NULL,
-    state text NOT NULL,
-    required_caps text[] NOT NULL,
-    enqueued_at timestamp with time zone NOT NULL,
-    wake_at timestamp with time zone,
-    park_reason text,
-    park_path text,
-    parked_at timestamp with time zone,
-    claim_token uuid,
-    agent_id text,
-    claimed_at timestamp with time zone,
-    lease_expires_at timestamp with time zone,
-    park_name text,
-    CONSTRAINT queue_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'parked'::text])))
-);
-
-CREATE FUNCTION cryo._add_answer(p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer, p_result bytea, p_answer_clear jsonb, p_exit_code integer, p_ref_run_id text DEFAULT NULL::text) RETURNS void
-    LANGUAGE sql
-    AS $$
-    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
-                              key_ordinal, attempt, status, result, answer_clear, exit_code,
-                              ref_run_id, created_at, completed_at)
-    SELECT p_q.run_id, p_q.org, p_q.project,
-           cryo._next_seq(p_q.run_id),
-           p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'done', p_result, p_answer_clear,
-           p_exit_code, p_ref_run_id, cryo.now(), cryo.now()
-      FROM cryo.runs r WHERE r.id = p_q.run_id
-    ON CONFLICT (run_id, path) DO NOTHING
-$$;
-
-CREATE FUNCTION cryo._add_marker(p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer, p_due timestamp with time zone, p_ref_run_id text DEFAULT NULL::text) RETURNS void
-    LANGUAGE sql
-    AS $$
-    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
-                              key_ordinal, attempt, status, due_at, ref_run_id, created_at)
-    SELECT p_q.run_id, p_q.org, p_q.project,
-           cryo._next_seq(p_q.run_id),
-           p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'pending', p_due, p_ref_run_id,
-           cryo.now()
-      FROM cryo.runs r WHERE r.id = p_q.run_id
-    ON CONFLICT (run_id, path) DO NOTHING
-$$;
-
 CREATE FUNCTION cryo._admit(p_run_id text, p_org text, p_project text, p_group text, p_policy text) RETURNS text
     LANGUAGE plpgsql
     AS $$
@@ -82,7 +36,7 @@ BEGIN
     END IF;
     INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, enqueued_at)
     VALUES (p_org, p_project, p_group, p_run_id, 'admission', cryo.now());
-    UPDATE cryo.runs SET status = 'queued', updated_at = cryo.now() WHERE id = p_run_id;
+    PERFORM cryo._hold_queued(p_run_id);
     PERFORM cryo._history(p_run_id, p_org, p_project, 'queued');
     RETURN 'queued';
 END
@@ -98,6 +52,17 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._check_outcome(p_outcome text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_outcome IS NULL OR NOT cryo.is_terminal(p_outcome) THEN
+        RAISE EXCEPTION 'outcome must be succeeded, failed, cancelled or unreadable, not %', p_outcome
+            USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._check_timeout(p_timeout double precision) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -108,6 +73,58 @@ BEGIN
     END IF;
 END
 $$;
+
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RETURN QUERY
+    WITH picked AS (
+        SELECT c.run_id FROM cryo.queue c
+         WHERE c.org = p_org AND c.state = 'pending'
+           AND c.required_caps <@ p_capabilities
+         ORDER BY c.enqueued_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE cryo.queue q
+           SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_agent_id,
+               claimed_at = cryo.now(),
+               claim_expires_at = cryo.now() + make_interval(secs => p_seconds)
+          FROM picked WHERE q.run_id = picked.run_id
+        RETURNING q.run_id, q.claim_token
+    ), started AS (
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = r.attempt + 1,
+               started_at = coalesce(r.started_at, cryo.now()), updated_at = cryo.now()
+          FROM claimed WHERE r.id = claimed.run_id
+        RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
+                  r.source, r.input, r.input_clear
+    )
+    SELECT * FROM started;
+END
+$$;
+
+CREATE TABLE cryo.queue (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    state text NOT NULL,
+    required_caps text[] NOT NULL,
+    enqueued_at timestamp with time zone NOT NULL,
+    wake_at timestamp with time zone,
+    park_reason text,
+    park_path text,
+    parked_at timestamp with time zone,
+    claim_token uuid,
+    agent_id text,
+    claimed_at timestamp with time zone,
+    claim_expires_at timestamp with time zone,
+    park_name text,
+    CONSTRAINT queue_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'parked'::text])))
+);
+
+COMMENT ON COLUMN cryo.queue.claim_expires_at IS 'When the agent''s claim on this running run expires unless renewed (every log flush renews it); tick() then re-pends the run.';
 
 CREATE FUNCTION cryo._claimed_row(p_run_id text, p_token uuid) RETURNS cryo.queue
     LANGUAGE plpgsql
@@ -139,7 +156,7 @@ BEGIN
                    SELECT r.id FROM cryo.runs r
                     WHERE r.org = p.org AND r.project = p.slug
                       AND r.created_at < cryo.now() - p.run_retention
-                      AND r.status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+                      AND cryo.is_terminal(r.status)
                       AND r.finished_at < cryo.now() - p.run_retention
                     ORDER BY r.created_at
                     LIMIT p_batch) c
@@ -155,6 +172,34 @@ BEGIN
         RETURN 0;
     END IF;
     RETURN cryo._delete_runs(v_ids);
+END
+$$;
+
+CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_id text;
+BEGIN
+    INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
+                           input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
+                           created_at, updated_at)
+    -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
+    -- on them (runs, journal, history, logs) insert at their right edge instead of at a
+    -- random page of a large index; the random part keeps ids unguessable.
+    VALUES (p_org || ':' || p_project || ':run-'
+            || lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+            || left(replace(gen_random_uuid()::text, '-', ''), 8),
+            p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
+            p_input_clear, p_idempotency_key, p_required_caps, coalesce(p_untrusted, false),
+            p_parent_run_id, v_now, v_now)
+    ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NOT NULL THEN
+        PERFORM cryo._history(v_id, p_org, p_project, 'submitted');
+    END IF;
+    RETURN v_id;
 END
 $$;
 
@@ -210,7 +255,28 @@ CREATE FUNCTION cryo._done_memo(p_run_id text, p_path text) RETURNS cryo.journal
     SELECT * FROM cryo.journal WHERE run_id = p_run_id AND path = p_path AND status = 'done'
 $$;
 
-CREATE FUNCTION cryo._finalize_run(p_run_id text, p_status text, p_exit_code integer, p_error text) RETURNS void
+CREATE FUNCTION cryo._enqueue(p_run_id text, p_org text, p_project text, p_required_caps text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
+     WHERE id = p_run_id AND status = 'queued';
+    INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
+    VALUES (p_run_id, p_org, p_project, 'pending', p_required_caps, cryo.now());
+    PERFORM pg_notify('cryo_work', '');
+END
+$$;
+
+CREATE FUNCTION cryo._extend_claim(p_run_id text, p_seconds double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.queue SET claim_expires_at = cryo.now() + make_interval(secs => p_seconds)
+     WHERE run_id = p_run_id;
+END
+$$;
+
+CREATE FUNCTION cryo._finalize(p_run_id text, p_status text, p_exit_code integer, p_error text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -221,17 +287,17 @@ BEGIN
      WHERE id = p_run_id
     RETURNING * INTO v_run;
     DELETE FROM cryo.queue WHERE run_id = p_run_id;
-    -- The history row is written here rather than through cryo._history: this is the
-    -- hottest path, and a plain statement keeps its cached plan where a call to a SQL
-    -- function is planned afresh each time.
+    -- A plain statement rather than cryo._history: this is the hottest path, and a
+    -- plain statement keeps its cached plan where a call to a SQL function is planned
+    -- afresh each time.
     INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
     VALUES (p_run_id, v_run.org, v_run.project, p_status, v_run.attempt, cryo.now());
     IF v_run.watched THEN  -- see cryo._notify_run
         PERFORM pg_notify('cryo_run', p_run_id);
     END IF;
-    PERFORM cryo._release_leases(p_run_id);  -- groups it held go to their next waiter
+    PERFORM cryo._release_leases(p_run_id);
     IF v_run.parent_run_id IS NOT NULL THEN
-        PERFORM cryo._wake_parent(p_run_id);  -- its parent may be waiting to collect it
+        PERFORM cryo._wake_parent(p_run_id);
     END IF;
 END
 $$;
@@ -241,7 +307,7 @@ CREATE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text) RET
     AS $$
     SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
      WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
-       AND r.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+       AND NOT cryo.is_terminal(r.status)
 $$;
 
 CREATE FUNCTION cryo._history(p_run_id text, p_org text, p_project text, p_kind text, p_family text DEFAULT NULL::text, p_name text DEFAULT NULL::text, p_ordinal integer DEFAULT NULL::integer, p_attempt integer DEFAULT NULL::integer, p_payload bytea DEFAULT NULL::bytea) RETURNS void
@@ -252,6 +318,12 @@ CREATE FUNCTION cryo._history(p_run_id text, p_org text, p_project text, p_kind 
     VALUES (p_run_id, p_org, p_project, p_kind,
             CASE WHEN p_family IS NULL THEN NULL ELSE 'run' END,
             p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now())
+$$;
+
+CREATE FUNCTION cryo._hold_queued(p_run_id text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE cryo.runs SET status = 'queued', updated_at = cryo.now() WHERE id = p_run_id
 $$;
 
 CREATE FUNCTION cryo._inherit_untrusted() RETURNS trigger
@@ -268,19 +340,30 @@ $$;
 CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETURNS void
     LANGUAGE sql
     AS $$
-    -- Serialises every acquire, enqueue and hand-over of one group.
     SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
 $$;
 
-CREATE FUNCTION cryo._next_seq(p_run_id text) RETURNS integer
+CREATE FUNCTION cryo._mark(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_due timestamp with time zone, p_ref_run_id text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, attempt, status, due_at, ref_run_id, created_at)
+    SELECT p_q.run_id, p_q.org, p_q.project, cryo._next_seq(p_q.run_id, p_position),
+           p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'pending', p_due,
+           p_ref_run_id, cryo.now()
+      FROM cryo.runs r WHERE r.id = p_q.run_id
+    ON CONFLICT (run_id, path) DO NOTHING;
+END
+$$;
+
+CREATE FUNCTION cryo._next_seq(p_run_id text, p_position integer) RETURNS integer
     LANGUAGE plpgsql STABLE
     AS $$
-DECLARE
-    v_pos integer := nullif(current_setting('cryo.position', true), '')::integer;
 BEGIN
-    IF v_pos IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id AND j.seq = v_pos) THEN
-        RETURN v_pos;
+    IF p_position IS NOT NULL AND p_position >= 0 AND NOT EXISTS (
+            SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id AND j.seq = p_position) THEN
+        RETURN p_position;
     END IF;
     RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
 END
@@ -305,14 +388,14 @@ CREATE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer) RETURNS i
                          ELSE 1 END
 $$;
 
-CREATE FUNCTION cryo._park_claimed(p_run_id text, p_reason text, p_path text, p_name text, p_wake timestamp with time zone) RETURNS void
+CREATE FUNCTION cryo._park(p_run_id text, p_reason text, p_path text, p_name text, p_wake timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
     UPDATE cryo.queue
        SET state = 'parked', wake_at = p_wake, park_reason = p_reason, park_path = p_path,
            park_name = p_name, parked_at = cryo.now(), claim_token = NULL, agent_id = NULL,
-           claimed_at = NULL, lease_expires_at = NULL
+           claimed_at = NULL, claim_expires_at = NULL
      WHERE run_id = p_run_id;
     UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
      WHERE id = p_run_id;
@@ -325,7 +408,7 @@ CREATE FUNCTION cryo._promote(p_org text, p_project text, p_group text) RETURNS 
     AS $$
 DECLARE
     v_w cryo.lease_waiters;
-    v_q cryo.queue;
+    v_run cryo.runs;
 BEGIN
     IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
         RETURN NULL;
@@ -342,29 +425,45 @@ BEGIN
         END IF;
         PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
         IF v_w.kind = 'admission' THEN
-            UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
-             WHERE id = v_w.run_id AND status = 'queued';
+            SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
             IF FOUND THEN
-                INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
-                SELECT r.id, r.org, r.project, 'pending', r.required_caps, cryo.now()
-                  FROM cryo.runs r WHERE r.id = v_w.run_id;
-                PERFORM cryo._history(v_w.run_id, p_org, p_project, 'admitted');
-                PERFORM pg_notify('cryo_work', '');
-                PERFORM cryo._notify_run(v_w.run_id);
-                RETURN v_w.run_id;
+                PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
+                PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
+                PERFORM cryo._notify_run(v_run.id);
+                RETURN v_run.id;
             END IF;
-        ELSE
-            SELECT * INTO v_q FROM cryo.queue
-             WHERE run_id = v_w.run_id AND state = 'parked' AND park_reason = 'awaiting-lease'
-               FOR UPDATE;
-            IF FOUND THEN
-                PERFORM cryo._wake_parked(v_q, NULL, jsonb_build_object('group', p_group), 0,
-                                          'lease_granted');
-                RETURN v_w.run_id;
-            END IF;
+        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
+                         jsonb_build_object('group', p_group), 0) > 0 THEN
+            RETURN v_w.run_id;
         END IF;
         -- That waiter is gone (ended meanwhile): try the next one.
     END LOOP;
+END
+$$;
+
+CREATE FUNCTION cryo._publish_event(p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id bigint;
+    v_waiters text[];
+BEGIN
+    PERFORM cryo._check_name('event', p_name);
+    PERFORM cryo._require_project(p_org, p_project);
+    -- Serialises with wait_event on this name: a waiter parks either before this event
+    -- (and is woken by it) or after it (and waits for the next).
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_org || '/' || p_project || '/' || p_name, 7));
+    INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, created_at)
+    VALUES (p_org, p_project, p_name, p_sealed, p_clear, p_run_id, cryo.now())
+    RETURNING id INTO v_id;
+    SELECT array_agg(j.run_id) INTO v_waiters
+      FROM cryo.journal j JOIN cryo.queue q ON q.run_id = j.run_id AND q.park_path = j.path
+     WHERE j.org = p_org AND j.project = p_project AND j.key_family = 'event'
+       AND j.key_name = p_name AND j.status = 'pending' AND q.state = 'parked';
+    IF v_waiters IS NOT NULL THEN
+        PERFORM cryo._wake(v_waiters, 'event_received', p_sealed, p_clear, 0);
+    END IF;
+    RETURN v_id;
 END
 $$;
 
@@ -392,7 +491,7 @@ DECLARE
 BEGIN
     FOR v_g IN
         SELECT l.org, l.project, l.grp FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
-         WHERE r.status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+         WHERE cryo.is_terminal(r.status)
         UNION
         SELECT DISTINCT w.org, w.project, w.grp FROM cryo.lease_waiters w
          WHERE NOT EXISTS (SELECT 1 FROM cryo.leases l
@@ -404,6 +503,54 @@ BEGIN
             v_n := v_n + 1;
         END IF;
     END LOOP;
+    RETURN v_n;
+END
+$$;
+
+CREATE FUNCTION cryo._record(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL::text, p_label text DEFAULT NULL::text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_seq integer := cryo._next_seq(p_q.run_id, p_position);
+BEGIN
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, label, attempt, status, result, answer_clear,
+                              exit_code, ref_run_id, created_at, completed_at)
+    SELECT p_q.run_id, p_q.org, p_q.project, v_seq, p_path, 'run', p_family, p_name,
+           p_ordinal, p_label, r.attempt, 'done', p_result, p_answer_clear, p_exit_code,
+           p_ref_run_id, cryo.now(), cryo.now()
+      FROM cryo.runs r WHERE r.id = p_q.run_id
+    ON CONFLICT (run_id, path) DO NOTHING;
+    RETURN CASE WHEN FOUND THEN v_seq END;
+END
+$$;
+
+CREATE FUNCTION cryo._release(p_run_ids text[], p_kind text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+    v_watched text[];
+BEGIN
+    WITH requeued AS (
+        UPDATE cryo.queue q
+           SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
+               claim_expires_at = NULL
+         WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
+        RETURNING q.run_id
+    ), runs_back AS (
+        UPDATE cryo.runs r SET status = 'pending', updated_at = cryo.now()
+          FROM requeued WHERE r.id = requeued.run_id
+        RETURNING r.id, r.org, r.project, r.attempt, r.watched
+    ), logged AS (
+        INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+        SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
+    )
+    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
+    IF v_n > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
+    END IF;
     RETURN v_n;
 END
 $$;
@@ -424,6 +571,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._require_project(p_org text, p_project text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, coalesce(p_project, '') USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._retry_if_allowed(p_run_id text, p_exit_code integer) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -435,16 +592,10 @@ BEGIN
        OR (v_run.retry_on IS NOT NULL AND NOT (coalesce(p_exit_code, 1) = ANY (v_run.retry_on))) THEN
         RETURN false;
     END IF;
-    UPDATE cryo.runs SET retries_left = retries_left - 1, status = 'parked', substate = 'retry-backoff',
-                         exit_code = p_exit_code, updated_at = cryo.now()
-     WHERE id = p_run_id;
-    UPDATE cryo.queue
-       SET state = 'parked', wake_at = cryo.now() + make_interval(secs => v_run.retry_backoff),
-           park_reason = 'retry-backoff', park_path = NULL, park_name = NULL, parked_at = cryo.now(),
-           claim_token = NULL, agent_id = NULL, claimed_at = NULL, lease_expires_at = NULL
-     WHERE run_id = p_run_id;
+    UPDATE cryo.runs SET retries_left = retries_left - 1, exit_code = p_exit_code WHERE id = p_run_id;
+    PERFORM cryo._park(p_run_id, 'retry-backoff', NULL, NULL,
+                       cryo.now() + make_interval(secs => v_run.retry_backoff));
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
-    PERFORM cryo._notify_run(p_run_id);
     RETURN true;
 END
 $$;
@@ -493,24 +644,26 @@ CREATE FUNCTION cryo._state_memo(p_run_id text, p_path text) RETURNS cryo.journa
     SELECT * FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path
 $$;
 
-CREATE FUNCTION cryo._state_record(p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer, p_exit_code integer, p_result bytea) RETURNS void
-    LANGUAGE plpgsql
+CREATE FUNCTION cryo._state_path(p_family text, p_name text, p_ordinal integer, p_path text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
     AS $$
-DECLARE
-    v_attempt integer := (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_q.run_id);
 BEGIN
-    IF coalesce(p_path, '') = '' OR coalesce(p_name, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
+    IF coalesce(p_name, '') = '' THEN
         RAISE EXCEPTION 'a durable call needs a path, a name and an ordinal >= 0' USING ERRCODE = 'CR004';
     END IF;
-    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
-                              key_ordinal, attempt, status, result, exit_code, created_at,
-                              completed_at)
-    VALUES (p_q.run_id, p_q.org, p_q.project,
-            cryo._next_seq(p_q.run_id),
-            p_path, 'run', p_family, p_name, p_ordinal, v_attempt, 'done', p_result, p_exit_code,
-            cryo.now(), cryo.now());
+    RETURN cryo.call_path(p_family, p_name, p_ordinal, p_path);
+END
+$$;
+
+CREATE FUNCTION cryo._state_record(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_exit_code integer, p_result bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._record(p_q, p_position, p_path, p_family, p_name, p_ordinal, p_result, NULL,
+                         p_exit_code);
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),
-                          p_family, p_name, p_ordinal, v_attempt);
+                          p_family, p_name, p_ordinal,
+                          (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_q.run_id));
 END
 $$;
 
@@ -570,6 +723,51 @@ CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
                           AND j.status = 'done' AND j.ref_run_id = c.id)
 $$;
 
+CREATE FUNCTION cryo._wake(p_run_ids text[], p_kind text, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+    v_watched text[];
+BEGIN
+    WITH due AS (
+        SELECT q.run_id, q.park_path FROM cryo.queue q
+         WHERE q.run_id = ANY (p_run_ids) AND q.state = 'parked'
+         ORDER BY q.run_id
+           FOR UPDATE
+    ), memo AS (
+        UPDATE cryo.journal j
+           SET status = 'done', result = p_result, answer_clear = p_answer_clear,
+               exit_code = p_exit_code, completed_at = cryo.now()
+          FROM due WHERE j.run_id = due.run_id AND j.path = due.park_path AND j.status = 'pending'
+        RETURNING j.run_id, j.key_family, j.key_name, j.key_ordinal
+    ), requeued AS (
+        UPDATE cryo.queue q
+           SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
+               park_name = NULL, parked_at = NULL, enqueued_at = cryo.now()
+          FROM due WHERE q.run_id = due.run_id
+        RETURNING q.run_id
+    ), runs_back AS (
+        UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = cryo.now()
+          FROM requeued WHERE r.id = requeued.run_id
+        RETURNING r.id, r.org, r.project, r.watched
+    ), logged AS (
+        INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                                  key_ordinal, created_at)
+        SELECT runs_back.id, runs_back.org, runs_back.project, p_kind,
+               CASE WHEN memo.run_id IS NULL THEN NULL ELSE 'run' END, memo.key_family,
+               memo.key_name, memo.key_ordinal, cryo.now()
+          FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
+    )
+    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
+    IF v_n > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
 CREATE FUNCTION cryo._wake_parent(p_child_id text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -591,81 +789,57 @@ BEGIN
     END IF;
     SELECT * INTO v_marker FROM cryo.journal WHERE run_id = v_q.run_id AND path = v_q.park_path;
     IF v_marker.key_family = 'activity.collect' AND v_marker.ref_run_id = p_child_id THEN
-        PERFORM cryo._wake_parked(v_q, NULL, NULL,
-                                  cryo._outcome_code(v_child.status, v_child.exit_code), 'activity_completed');
+        PERFORM cryo._wake(ARRAY[v_q.run_id], 'activity_completed', NULL, NULL,
+                           cryo._outcome_code(v_child.status, v_child.exit_code));
     ELSIF v_marker.key_family = 'activity.wait-all' AND NOT EXISTS (
-            SELECT 1 FROM cryo._uncollected(v_q.run_id) c
-             WHERE c.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')) THEN
+            SELECT 1 FROM cryo._uncollected(v_q.run_id) c WHERE NOT cryo.is_terminal(c.status)) THEN
         SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed
           FROM cryo._uncollected(v_q.run_id) c;
-        PERFORM cryo._wake_parked(v_q, NULL, jsonb_build_object('failed', v_failed), 0,
-                                  'activities_completed');
+        PERFORM cryo._wake(ARRAY[v_q.run_id], 'activities_completed', NULL,
+                           jsonb_build_object('failed', v_failed), 0);
     END IF;
 END
 $$;
 
-CREATE FUNCTION cryo._wake_parked(p_q cryo.queue, p_result bytea, p_answer_clear jsonb, p_exit_code integer, p_kind text) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_marker cryo.journal;
-BEGIN
-    UPDATE cryo.journal SET status = 'done', result = p_result, answer_clear = p_answer_clear,
-                            exit_code = p_exit_code, completed_at = cryo.now()
-     WHERE run_id = p_q.run_id AND path = p_q.park_path
-    RETURNING * INTO v_marker;
-    UPDATE cryo.queue
-       SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
-           park_name = NULL, parked_at = NULL, enqueued_at = cryo.now()
-     WHERE run_id = p_q.run_id;
-    UPDATE cryo.runs SET status = 'pending', substate = NULL, updated_at = cryo.now()
-     WHERE id = p_q.run_id;
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, p_kind, v_marker.key_family,
-                          v_marker.key_name, v_marker.key_ordinal);
-    PERFORM pg_notify('cryo_work', '');
-    PERFORM cryo._notify_run(p_q.run_id);
-END
-$$;
-
-CREATE FUNCTION cryo.acquire_lock(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_group text, p_scoped boolean) RETURNS boolean
+CREATE FUNCTION cryo.acquire_lease(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_group text, p_scoped boolean, p_path text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue;
-    v_memo cryo.journal;
+    v_path text;
     v_holder text;
 BEGIN
-    PERFORM cryo._check_name('lock group', p_group);
+    PERFORM cryo._check_name('lease group', p_group);
+    v_path := cryo.call_path('lock', p_group, p_ordinal, p_path);
     SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id;
     IF FOUND THEN
         -- The group lock comes before the row lock, the order every hand-over takes.
         PERFORM cryo._lock_group(v_q.org, v_q.project, p_group);
     END IF;
     v_q := cryo._claimed_row(p_run_id, p_token);
-    v_memo := cryo._done_memo(p_run_id, p_path);
-    IF v_memo.path IS NOT NULL THEN
+    IF (cryo._done_memo(p_run_id, v_path)).path IS NOT NULL THEN
         RETURN true;
     END IF;
     v_holder := cryo._group_holder(v_q.org, v_q.project, p_group);
     IF v_holder = p_run_id THEN
-        RAISE EXCEPTION 'run % already holds the lease on %', p_run_id, p_group USING ERRCODE = 'CR007';
+        RAISE EXCEPTION 'run % already holds the lease on %', p_run_id, p_group USING ERRCODE = 'CR031';
     END IF;
     IF v_holder IS NULL THEN
-        PERFORM cryo._take_lease(v_q.org, v_q.project, p_group, p_run_id, 'script', p_path, p_scoped);
-        PERFORM cryo._add_answer(v_q, p_path, 'lock', p_group, p_ordinal, NULL,
-                                 jsonb_build_object('group', p_group), 0);
+        PERFORM cryo._take_lease(v_q.org, v_q.project, p_group, p_run_id, 'script', v_path, p_scoped);
+        PERFORM cryo._record(v_q, p_position, v_path, 'lock', p_group, p_ordinal, NULL,
+                             jsonb_build_object('group', p_group), 0);
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'lease_granted', 'lock', p_group, p_ordinal);
         RETURN true;
     END IF;
     INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
-    VALUES (v_q.org, v_q.project, p_group, p_run_id, 'script', p_scoped, p_path, cryo.now());
-    PERFORM cryo._add_marker(v_q, p_path, 'lock', p_group, p_ordinal, NULL);
-    PERFORM cryo._park_claimed(p_run_id, 'awaiting-lease', p_path, p_group, NULL);
+    VALUES (v_q.org, v_q.project, p_group, p_run_id, 'script', p_scoped, v_path, cryo.now());
+    PERFORM cryo._mark(v_q, p_position, v_path, 'lock', p_group, p_ordinal, NULL);
+    PERFORM cryo._park(p_run_id, 'awaiting-lease', v_path, p_group, NULL);
     RETURN false;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.acquire_lock(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_group text, p_scoped boolean) IS 'Takes the project lease on a group for the claimed run: true when granted (or already recorded at this path), false when the run parked in the group''s FIFO. Raises CR002 for a stale claim, CR007 when the run already holds the group, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.acquire_lease(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_group text, p_scoped boolean, p_path text) IS 'Takes the project lease on a concurrency group for the claimed run: true when granted (or already recorded at this path), false when the run parked in the group''s FIFO. Raises CR002 for a stale claim, CR031 when the run already holds the group, CR004 for a bad name or identity, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.annotate_run(p_run_id text, p_token uuid, p_text bytea) RETURNS void
     LANGUAGE plpgsql
@@ -679,11 +853,11 @@ $$;
 
 COMMENT ON FUNCTION cryo.annotate_run(p_run_id text, p_token uuid, p_text bytea) IS 'Appends a sealed annotation to the claimed run''s history. Returns nothing. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_lease_seconds double precision) RETURNS boolean
+CREATE FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_claim_seconds double precision) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_cancel boolean := cryo.renew_lease(p_run_id, p_token, p_lease_seconds);
+    v_cancel boolean := cryo.renew_claim(p_run_id, p_token, p_claim_seconds);
 BEGIN
     IF p_data IS NOT NULL AND length(p_data) > 0 THEN
         INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
@@ -695,7 +869,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_lease_seconds double precision) IS 'Appends a sealed log chunk (none when empty) and renews the lease; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+COMMENT ON FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk (none when empty) and renews the claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
 
 CREATE FUNCTION cryo.authenticate_token(p_secret_hash bytea) RETURNS TABLE(token_id text, kind text, org text, capabilities text[], member text, role text)
     LANGUAGE plpgsql STABLE
@@ -742,6 +916,27 @@ $$;
 
 COMMENT ON FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) IS 'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
 
+CREATE FUNCTION cryo.call_path(p_family text, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    v_path text;
+BEGIN
+    IF coalesce(p_family, '') = '' OR p_name IS NULL OR p_ordinal IS NULL OR p_ordinal < 0 THEN
+        RAISE EXCEPTION 'a durable call needs a family, a name and an ordinal >= 0'
+            USING ERRCODE = 'CR004';
+    END IF;
+    v_path := p_family || '/' || replace(replace(p_name, '%', '%25'), '/', '%2F') || '/' || p_ordinal;
+    IF p_path IS NOT NULL AND p_path <> v_path THEN
+        RAISE EXCEPTION 'path % is not the path of %/%/% (%)', p_path, p_family, p_name, p_ordinal, v_path
+            USING ERRCODE = 'CR009';
+    END IF;
+    RETURN v_path;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.call_path(p_family text, p_name text, p_ordinal integer, p_path text) IS 'Returns the journal path of a durable call (family/name/ordinal, name escaped), checking p_path against it when given. Raises CR004 for a missing family or name or a negative ordinal, CR009 when p_path disagrees.';
+
 CREATE FUNCTION cryo.cancel_run(p_run_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
@@ -754,14 +949,13 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
     END IF;
-    IF v_run.status IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
+    IF cryo.is_terminal(v_run.status) THEN
         RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
     END IF;
     -- Children go first, so a parent collecting them is not woken only to be cancelled.
     FOR v_child IN
         SELECT c.id FROM cryo.runs c
-         WHERE c.parent_run_id = p_run_id
-           AND c.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+         WHERE c.parent_run_id = p_run_id AND NOT cryo.is_terminal(c.status)
     LOOP
         PERFORM cryo.cancel_run(v_child.id);
     END LOOP;
@@ -771,83 +965,36 @@ BEGIN
         PERFORM cryo._notify_run(p_run_id);
         RETURN 'cancelling';
     END IF;
-    PERFORM cryo._finalize_run(p_run_id, 'cancelled', NULL, 'cancelled');
+    PERFORM cryo._finalize(p_run_id, 'cancelled', NULL, 'cancelled');
     RETURN 'cancelled';
 END
 $$;
 
 COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
-CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_now timestamptz := cryo.now();
-    v_token uuid := gen_random_uuid();
-    v_run text;
 BEGIN
-    UPDATE cryo.queue q
-       SET state = 'claimed', claim_token = v_token, agent_id = p_agent_id,
-           claimed_at = v_now, lease_expires_at = v_now + make_interval(secs => p_lease_seconds)
-     WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
-                        WHERE c.org = p_org AND c.state = 'pending'
-                          AND c.required_caps <@ p_capabilities
-                        ORDER BY c.enqueued_at
-                        LIMIT 1 FOR UPDATE SKIP LOCKED)
-    RETURNING q.run_id INTO v_run;
-    IF v_run IS NULL THEN
-        RETURN;
-    END IF;
-    RETURN QUERY
-        UPDATE cryo.runs r
-           SET status = 'running', substate = NULL, attempt = r.attempt + 1,
-               started_at = coalesce(r.started_at, v_now), updated_at = v_now
-         WHERE r.id = v_run
-        RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source, r.input,
-                  r.input_clear;
+    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision) IS 'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token and the pinned source, or no row when nothing is pending. Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) IS 'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token and the pinned source, or no row when nothing is pending. Raises nothing of its own.';
 
-CREATE FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_now timestamptz := cryo.now();
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'a batch claim takes between 1 and 1000 jobs, not %', p_limit
             USING ERRCODE = 'CR004';
     END IF;
-    RETURN QUERY
-        WITH picked AS (
-            SELECT c.run_id FROM cryo.queue c
-             WHERE c.org = p_org AND c.state = 'pending'
-               AND c.required_caps <@ p_capabilities
-             ORDER BY c.enqueued_at
-             LIMIT p_limit
-               FOR UPDATE SKIP LOCKED
-        ), claimed AS (
-            UPDATE cryo.queue q
-               SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_agent_id,
-                   claimed_at = v_now,
-                   lease_expires_at = v_now + make_interval(secs => p_lease_seconds)
-              FROM picked WHERE q.run_id = picked.run_id
-            RETURNING q.run_id, q.claim_token
-        ), started AS (
-            UPDATE cryo.runs r
-               SET status = 'running', substate = NULL, attempt = r.attempt + 1,
-                   started_at = coalesce(r.started_at, v_now), updated_at = v_now
-              FROM claimed WHERE r.id = claimed.run_id
-            RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                      r.source, r.input, r.input_clear
-        )
-        SELECT * FROM started;
+    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_lease_seconds double precision, p_limit integer) IS 'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
+COMMENT ON FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) IS 'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
 
 CREATE FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid) RETURNS TABLE(name text, value bytea, withheld boolean)
     LANGUAGE plpgsql
@@ -865,12 +1012,13 @@ $$;
 
 COMMENT ON FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid) IS 'Returns the secrets the claimed run may see: sealed values of its project, or names only (withheld) for an untrusted run. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text) RETURNS TABLE(parked boolean, child_run_id text, exit_code integer)
+CREATE FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, child_run_id text, exit_code integer)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_path text := cryo.call_path('activity.collect', p_name, p_ordinal, p_path);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
     v_child cryo.runs;
 BEGIN
     IF v_memo.path IS NOT NULL THEN
@@ -881,19 +1029,19 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no activity % was submitted in run %', p_name, p_run_id USING ERRCODE = 'CR005';
     END IF;
-    IF v_child.status IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
-        PERFORM cryo._add_answer(v_q, p_path, 'activity.collect', p_name, p_ordinal, NULL, NULL,
-                                 cryo._outcome_code(v_child.status, v_child.exit_code), v_child.id);
+    IF cryo.is_terminal(v_child.status) THEN
+        PERFORM cryo._record(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal, NULL, NULL,
+                             cryo._outcome_code(v_child.status, v_child.exit_code), v_child.id);
         RETURN QUERY SELECT false, v_child.id, cryo._outcome_code(v_child.status, v_child.exit_code);
         RETURN;
     END IF;
-    PERFORM cryo._add_marker(v_q, p_path, 'activity.collect', p_name, p_ordinal, NULL, v_child.id);
-    PERFORM cryo._park_claimed(p_run_id, 'awaiting-children', p_path, p_name, NULL);
+    PERFORM cryo._mark(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal, NULL, v_child.id);
+    PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, p_name, NULL);
     RETURN QUERY SELECT true, v_child.id, NULL::integer;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text) IS 'Returns (parked false, child, exit code) for a finished activity of the claimed run, or parks the run until it finishes (parked true). Raises CR002 for a stale claim, CR005 when no activity has the name.';
+COMMENT ON FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_path text) IS 'Returns (parked false, child, exit code) for a finished activity of the claimed run, or parks the run until it finishes (parked true). Raises CR002 for a stale claim, CR005 when no activity has the name, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.create_token(p_kind text, p_org text, p_name text, p_secret_hash bytea, p_capabilities text[] DEFAULT '{}'::text[], p_expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_member text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
@@ -970,35 +1118,27 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) IS 'Deletes a secret; returns false when there was none. Raises nothing.';
 
-CREATE FUNCTION cryo.emit_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb) RETURNS bigint
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
-    AS $$
-    SELECT cryo.publish_event(p_org, p_project, p_name, NULL, coalesce(p_payload, 'null'::jsonb))
-$$;
-
-COMMENT ON FUNCTION cryo.emit_event(p_org text, p_project text, p_name text, p_payload jsonb) IS 'For applications: publishes an event with a jsonb payload (stored as sent, not sealed); returns the event id. Raises as cryo.publish_event.';
-
-CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text, p_payload bytea) RETURNS bigint
+CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_path text := cryo.call_path('emit', '', p_ordinal, p_path);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
     v_id bigint;
 BEGIN
     IF v_memo.path IS NOT NULL THEN
         RETURN (v_memo.answer_clear ->> 'event_id')::bigint;
     END IF;
-    v_id := cryo.publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id);
-    PERFORM cryo._add_answer(v_q, p_path, 'emit', '', p_ordinal, NULL,
-                             jsonb_build_object('event_id', v_id, 'name', p_name), 0);
+    v_id := cryo._publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id);
+    PERFORM cryo._record(v_q, p_position, v_path, 'emit', '', p_ordinal, NULL,
+                         jsonb_build_object('event_id', v_id, 'name', p_name), 0);
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'event_emitted', 'emit', '', p_ordinal);
     RETURN v_id;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_name text, p_payload bytea) IS 'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. Raises CR002 for a stale claim, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text) IS 'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. Raises CR002 for a stale claim, CR004 for a bad name or identity, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.ensure_member(p_org text, p_login text, p_role text) RETURNS text
     LANGUAGE plpgsql
@@ -1061,12 +1201,14 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR002', 'stale_claim', 'the claim token is not the live claim of that run'),
         ('CR003', 'run_not_found', 'no run with that id'),
         ('CR004', 'invalid_argument', 'an argument is malformed or out of range'),
-        ('CR005', 'not_found', 'the named org, project or workflow does not exist'),
+        ('CR005', 'not_found', 'the named org, project, workflow, member, token or activity does not exist'),
         ('CR006', 'run_finished', 'the run already reached a terminal status'),
-        ('CR007', 'duplicate_call', 'that durable call is already recorded for the run'),
+        ('CR007', 'duplicate_call', 'that durable call (or activity name) is already recorded for the run'),
         ('CR008', 'unauthorized', 'the token is unknown, revoked or expired'),
+        ('CR009', 'identity_mismatch', 'a durable call''s path disagrees with its family, name and ordinal'),
         ('CR020', 'forbidden', 'the member''s role does not allow this'),
-        ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs')
+        ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
+        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -1076,14 +1218,11 @@ CREATE FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_e
     AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
-    IF p_outcome NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
-        RAISE EXCEPTION 'outcome must be succeeded, failed, cancelled or unreadable, not %', p_outcome
-            USING ERRCODE = 'CR004';
-    END IF;
+    PERFORM cryo._check_outcome(p_outcome);
     IF p_outcome = 'failed' AND cryo._retry_if_allowed(p_run_id, p_exit_code) THEN
-        RETURN;  -- an activity with retries left waits out its backoff instead
+        RETURN;
     END IF;
-    PERFORM cryo._finalize_run(p_run_id, p_outcome, p_exit_code, p_error);
+    PERFORM cryo._finalize(p_run_id, p_outcome, p_exit_code, p_error);
 END
 $$;
 
@@ -1102,8 +1241,7 @@ BEGIN
         RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
             USING ERRCODE = 'CR004';
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o
-                WHERE o IS NULL OR o NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')) THEN
+    IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o IS NULL OR NOT cryo.is_terminal(o)) THEN
         RAISE EXCEPTION 'every outcome must be succeeded, failed, cancelled or unreadable'
             USING ERRCODE = 'CR004';
     END IF;
@@ -1124,7 +1262,7 @@ BEGIN
          ORDER BY i.run_id
     LOOP
         IF v_row.live THEN
-            PERFORM cryo._finalize_run(v_row.run_id, v_row.outcome, v_row.exit_code, v_row.error);
+            PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code, v_row.error);
         END IF;
         run_id := v_row.run_id;
         finished := v_row.live;
@@ -1162,7 +1300,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_retention(p_org text, p_project text) IS 'Returns how long a project keeps terminal runs and bus events. Raises CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer)
+CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -1171,7 +1309,8 @@ BEGIN
         SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END
+               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+               cryo.is_terminal(r.status)
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -1180,7 +1319,16 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent). Raises CR003 for an unknown run.';
+COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent) and whether it finished. Raises CR003 for an unknown run.';
+
+CREATE FUNCTION cryo.is_terminal(p_status text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    SELECT p_status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+$$;
+
+COMMENT ON FUNCTION cryo.is_terminal(p_status text) IS 'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
 
 CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -1219,14 +1367,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_projects(p_org text) IS 'Returns the projects of an org by slug. Raises nothing.';
 
-CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer)
+CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END
+           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           cryo.is_terminal(r.status)
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
      ORDER BY r.created_at DESC, r.id
@@ -1262,93 +1411,40 @@ $$;
 
 COMMENT ON FUNCTION cryo.now() IS 'Returns the engine time: the session setting cryo.fake_now when set, else now(). Raises nothing.';
 
-CREATE FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_seconds double precision) RETURNS timestamp with time zone
+CREATE FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_seconds double precision, p_path text DEFAULT NULL::text) RETURNS timestamp with time zone
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_now timestamptz := cryo.now();
+    v_path text := cryo.call_path('sleep', '', p_ordinal, p_path);
     v_wake timestamptz;
 BEGIN
     IF p_seconds IS NULL OR p_seconds < 0 OR p_seconds = 'infinity'::float8 OR p_seconds = 'NaN'::float8 THEN
         RAISE EXCEPTION 'sleep needs a finite duration of zero or more seconds, not %', p_seconds
             USING ERRCODE = 'CR004';
     END IF;
-    v_wake := v_now + make_interval(secs => p_seconds);
-    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
-                              key_ordinal, attempt, status, due_at, created_at)
-    VALUES (p_run_id, v_q.org, v_q.project,
-            cryo._next_seq(p_run_id),
-            p_path, 'run', 'sleep', '', p_ordinal,
-            (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id), 'pending', v_wake, v_now)
-    ON CONFLICT (run_id, path) DO NOTHING;
+    PERFORM cryo._mark(v_q, p_position, v_path, 'sleep', '', p_ordinal,
+                       cryo.now() + make_interval(secs => p_seconds));
     -- A deadline pinned by an earlier pass stands.
-    SELECT j.due_at INTO v_wake FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path;
-    UPDATE cryo.queue
-       SET state = 'parked', wake_at = v_wake, park_reason = 'sleeping', park_path = p_path,
-           parked_at = v_now, claim_token = NULL, agent_id = NULL, claimed_at = NULL,
-           lease_expires_at = NULL
-     WHERE run_id = p_run_id;
-    UPDATE cryo.runs SET status = 'parked', substate = 'sleeping', updated_at = v_now
-     WHERE id = p_run_id;
+    SELECT j.due_at INTO v_wake FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
+    PERFORM cryo._park(p_run_id, 'sleeping', v_path, NULL, v_wake);
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'timer_scheduled', 'sleep', '', p_ordinal);
-    PERFORM cryo._notify_run(p_run_id);
     RETURN v_wake;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_seconds double precision) IS 'Parks the claimed run until now + p_seconds (or the deadline an earlier pass pinned) and ends the claim; returns the wake time. Raises CR002 for a stale claim token, CR004 for a bad duration.';
+COMMENT ON FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_seconds double precision, p_path text) IS 'Parks the claimed run until now + p_seconds (or the deadline an earlier pass pinned) and ends the claim; returns the wake time. Raises CR002 for a stale claim token, CR004 for a bad duration or identity, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload bytea DEFAULT NULL::bytea, p_payload_clear jsonb DEFAULT NULL::jsonb, p_run_id text DEFAULT NULL::text) RETURNS bigint
-    LANGUAGE plpgsql
+CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
-DECLARE
-    v_id bigint;
-    v_now timestamptz := cryo.now();
-    v_woken integer;
-BEGIN
-    PERFORM cryo._check_name('event', p_name);
-    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
-        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
-    END IF;
-    -- Serialises with wait_event on this name: a waiter parks either before this event
-    -- (and is woken by it) or after it (and waits for the next).
-    PERFORM pg_advisory_xact_lock(hashtextextended(p_org || '/' || p_project || '/' || p_name, 7));
-    INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, created_at)
-    VALUES (p_org, p_project, p_name, p_payload, p_payload_clear, p_run_id, v_now)
-    RETURNING id INTO v_id;
-    WITH woken AS (
-        UPDATE cryo.journal j
-           SET status = 'done', result = p_payload, answer_clear = p_payload_clear, exit_code = 0,
-               completed_at = v_now
-         WHERE j.org = p_org AND j.project = p_project AND j.key_family = 'event'
-           AND j.key_name = p_name AND j.status = 'pending'
-        RETURNING j.run_id, j.path, j.key_ordinal
-    ), requeued AS (
-        UPDATE cryo.queue q
-           SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
-               park_name = NULL, parked_at = NULL, enqueued_at = v_now
-          FROM woken WHERE q.run_id = woken.run_id AND q.park_path = woken.path
-        RETURNING q.run_id
-    ), runs_back AS (
-        UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = v_now
-          FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id
-    )
-    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                              key_ordinal, created_at)
-    SELECT woken.run_id, p_org, p_project, 'event_received', 'run', 'event', p_name,
-           woken.key_ordinal, v_now
-      FROM woken JOIN runs_back ON runs_back.id = woken.run_id;
-    GET DIAGNOSTICS v_woken = ROW_COUNT;
-    IF v_woken > 0 THEN
-        PERFORM pg_notify('cryo_work', '');
-    END IF;
-    RETURN v_id;
-END
+    SELECT cryo._publish_event(p_org, p_project, p_name, p_sealed,
+                               CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END,
+                               NULL)
 $$;
 
-COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload bytea, p_payload_clear jsonb, p_run_id text) IS 'Appends an event (sealed payload, or a clear jsonb one) to the project bus and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name.';
 
 CREATE FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
@@ -1399,9 +1495,7 @@ CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_fil
     LANGUAGE plpgsql
     AS $_$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
-        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
-    END IF;
+    PERFORM cryo._require_project(p_org, p_project);
     IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
@@ -1479,31 +1573,24 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs (values sealed) by key. Raises nothing.';
 
-CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_path text, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer) RETURNS integer
+CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_attempt integer := (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id);
+    v_path text := cryo.call_path(p_family, coalesce(p_name, ''), p_ordinal, p_path);
     v_seq integer;
     v_prior cryo.journal;
 BEGIN
-    IF coalesce(p_path, '') = '' OR coalesce(p_family, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
-        RAISE EXCEPTION 'a durable call needs a path, a family and an ordinal >= 0' USING ERRCODE = 'CR004';
-    END IF;
-    v_seq := cryo._next_seq(p_run_id);
-    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
-                              key_ordinal, label, attempt, status, result, exit_code, created_at,
-                              completed_at)
-    VALUES (p_run_id, v_q.org, v_q.project, v_seq, p_path, 'run', p_family, coalesce(p_name, ''),
-            p_ordinal, p_label, v_attempt, 'done', p_result, p_exit_code, cryo.now(), cryo.now())
-    ON CONFLICT (run_id, path) DO NOTHING;
-    IF NOT FOUND THEN
-        SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path;
-        IF v_prior.attempt = v_attempt AND v_prior.status = 'done' THEN
+    v_seq := cryo._record(v_q, p_position, v_path, p_family, coalesce(p_name, ''), p_ordinal,
+                          p_result, NULL, p_exit_code, NULL, p_label);
+    IF v_seq IS NULL THEN
+        SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
+        IF v_prior.attempt = (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id)
+           AND v_prior.status = 'done' THEN
             RETURN v_prior.seq;
         END IF;
-        RAISE EXCEPTION 'run % already recorded %', p_run_id, p_path USING ERRCODE = 'CR007';
+        RAISE EXCEPTION 'run % already recorded %', p_run_id, v_path USING ERRCODE = 'CR007';
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
                           coalesce(p_name, ''), p_ordinal);
@@ -1511,7 +1598,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_path text, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer) IS 'Records a durable call''s sealed result for the claimed run; returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR007 when an earlier attempt recorded the path.';
+COMMENT ON FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text) IS 'Records a durable call''s sealed result at the agent''s position p_position for the claimed run; the path is derived from (family, name, ordinal) and p_path, when given, must agree. Returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path, CR007 when an earlier attempt recorded the path.';
 
 CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) RETURNS void
     LANGUAGE sql
@@ -1528,30 +1615,19 @@ COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilit
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_run cryo.runs;
 BEGIN
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
-    IF v_run.cancel_requested THEN
-        PERFORM cryo._finalize_run(p_run_id, 'cancelled', NULL, 'cancelled');
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    IF (SELECT cancel_requested FROM cryo.runs WHERE id = p_run_id) THEN
+        PERFORM cryo._finalize(p_run_id, 'cancelled', NULL, 'cancelled');
         RETURN;
     END IF;
-    UPDATE cryo.queue
-       SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
-           lease_expires_at = NULL
-     WHERE run_id = p_run_id;
-    UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now() WHERE id = p_run_id;
-    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
-    VALUES (p_run_id, v_q.org, v_q.project, 'released', v_run.attempt, cryo.now());
-    PERFORM cryo._notify_run(p_run_id);
-    PERFORM pg_notify('cryo_work', '');
+    PERFORM cryo._release(ARRAY[p_run_id], 'released');
 END
 $$;
 
 COMMENT ON FUNCTION cryo.release_claim(p_run_id text, p_token uuid) IS 'Gives a claimed run back to the queue now (or ends it cancelled if a cancel was asked). Returns nothing. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.release_lock(p_run_id text, p_token uuid, p_group text) RETURNS boolean
+CREATE FUNCTION cryo.release_lease(p_run_id text, p_token uuid, p_group text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1573,7 +1649,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.release_lock(p_run_id text, p_token uuid, p_group text) IS 'Releases the claimed run''s lease on a group and hands it to the oldest waiter; returns false when the run did not hold it. Raises CR002 for a stale claim.';
+COMMENT ON FUNCTION cryo.release_lease(p_run_id text, p_token uuid, p_group text) IS 'Gives back the claimed run''s lease on a concurrency group and hands it to the oldest waiter; returns false when the run did not hold it. Raises CR002 for a stale claim.';
 
 CREATE FUNCTION cryo.remove_member(p_org text, p_login text, p_by text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -1637,18 +1713,17 @@ $$;
 
 COMMENT ON FUNCTION cryo.rename_project(p_org text, p_slug text, p_name text) IS 'Changes a project''s display name (the slug never changes). Returns nothing. Raises CR004 for an empty name, CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.renew_lease(p_run_id text, p_token uuid, p_lease_seconds double precision) RETURNS boolean
+CREATE FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
-    UPDATE cryo.queue SET lease_expires_at = cryo.now() + make_interval(secs => p_lease_seconds)
-     WHERE run_id = p_run_id;
+    PERFORM cryo._extend_claim(p_run_id, p_claim_seconds);
     RETURN (SELECT cancel_requested FROM cryo.runs WHERE id = p_run_id);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.renew_lease(p_run_id text, p_token uuid, p_lease_seconds double precision) IS 'Extends the claim''s lease; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+COMMENT ON FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision) IS 'Pushes back the expiry of a live claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
 
 CREATE FUNCTION cryo.revoke_token(p_org text, p_token_id text) RETURNS boolean
     LANGUAGE plpgsql
@@ -1704,13 +1779,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) IS 'Replaces a run''s clear input with its sealed form. Returns nothing. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload bytea DEFAULT NULL::bytea, p_payload_clear jsonb DEFAULT NULL::jsonb) RETURNS bigint
+CREATE FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
 DECLARE
     v_run cryo.runs;
     v_q cryo.queue;
+    v_clear jsonb := CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END;
     v_id bigint;
 BEGIN
     PERFORM cryo._check_name('signal', p_name);
@@ -1719,24 +1795,24 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
     END IF;
-    IF v_run.status IN ('succeeded', 'failed', 'cancelled', 'unreadable') THEN
+    IF cryo.is_terminal(v_run.status) THEN
         RAISE EXCEPTION 'run % already finished (%); it takes no signals', p_run_id, v_run.status
             USING ERRCODE = 'CR006';
     END IF;
     INSERT INTO cryo.signals (run_id, org, project, name, payload, payload_clear, sent_at)
-    VALUES (p_run_id, v_run.org, v_run.project, p_name, p_payload, p_payload_clear, cryo.now())
+    VALUES (p_run_id, v_run.org, v_run.project, p_name, p_sealed, v_clear, cryo.now())
     RETURNING id INTO v_id;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'signal_sent', 'signal', p_name);
     IF v_q.state = 'parked' AND v_q.park_reason = 'awaiting-signal' AND v_q.park_name = p_name THEN
         -- The waiter takes the oldest unconsumed signal of the name: this one.
         UPDATE cryo.signals SET consumed_at = cryo.now(), consumed_path = v_q.park_path WHERE id = v_id;
-        PERFORM cryo._wake_parked(v_q, p_payload, p_payload_clear, 0, 'signal_received');
+        PERFORM cryo._wake(ARRAY[p_run_id], 'signal_received', p_sealed, v_clear, 0);
     END IF;
     RETURN v_id;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload bytea, p_payload_clear jsonb) IS 'Sends a named signal (sealed payload, or a clear jsonb one) to a live run, waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Sends a named signal to a live run -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name.';
 
 CREATE FUNCTION cryo.set_admission_queue_limit(p_org text, p_project text, p_limit integer) RETURNS void
     LANGUAGE plpgsql
@@ -1833,21 +1909,13 @@ $$;
 
 COMMENT ON FUNCTION cryo.set_secret(p_org text, p_project text, p_name text, p_value bytea) IS 'Stores a sealed secret under a name in a project, replacing any earlier value; returns true when it was new. Raises CR004 for a bad or reserved name or a NULL value, CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.signal_run(p_run_id text, p_name text, p_payload jsonb DEFAULT NULL::jsonb) RETURNS bigint
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
-    AS $$
-    SELECT cryo.send_signal(p_run_id, p_name, NULL, coalesce(p_payload, 'null'::jsonb))
-$$;
-
-COMMENT ON FUNCTION cryo.signal_run(p_run_id text, p_name text, p_payload jsonb) IS 'For applications: sends a signal with a jsonb payload (stored as sent, not sealed); returns the signal id. Raises as cryo.send_signal.';
-
-CREATE FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[]) RETURNS text
+CREATE FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_path text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_path text := cryo.call_path('spawn', '', p_ordinal, p_path);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
     v_child text;
 BEGIN
     IF v_memo.path IS NOT NULL THEN
@@ -1855,28 +1923,31 @@ BEGIN
     END IF;
     SELECT s.run_id INTO v_child FROM cryo.submit_script(
         v_q.org, v_q.project, p_filename, p_interpreter, p_source, p_input, NULL,
-        p_required_caps) s;
-    UPDATE cryo.runs SET parent_run_id = p_run_id WHERE id = v_child;
-    PERFORM cryo._add_answer(v_q, p_path, 'spawn', '', p_ordinal, NULL,
-                             jsonb_build_object('run_id', v_child), 0, v_child);
+        p_required_caps, p_parent_run_id => p_run_id) s;
+    PERFORM cryo._record(v_q, p_position, v_path, 'spawn', '', p_ordinal, NULL,
+                         jsonb_build_object('run_id', v_child), 0, v_child);
     RETURN v_child;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_path text, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[]) IS 'Submits a child run of the claimed run and records it; a repeat at the same path returns the same child id. Raises CR002 for a stale claim, CR004 for a missing source.';
+COMMENT ON FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_path text) IS 'Submits a child run of the claimed run and records it; a repeat at the same path returns the same child id. Raises CR002 for a stale claim, CR004 for a missing source or bad identity, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_path text, p_name text, p_ordinal integer) RETURNS TABLE(claimed boolean, version bigint, replayed boolean)
+CREATE FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(claimed boolean, version bigint, replayed boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    v_family text := 'state.add';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
     v_now timestamptz := cryo.now();
-    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_version bigint;
     v_creator text;
 BEGIN
     PERFORM cryo._state_key(p_key, true);
+    v_path := cryo._state_path(v_family, p_name, p_ordinal, p_path);
+    v_memo := cryo._state_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT v_memo.exit_code = 0, NULL::bigint, true;
         RETURN;
@@ -1902,24 +1973,28 @@ BEGIN
     ELSE
         v_creator := p_run_id;
     END IF;
-    PERFORM cryo._state_record(v_q, p_path, 'state.add', p_name, p_ordinal,
+    PERFORM cryo._state_record(v_q, p_position, v_path, 'state.add', p_name, p_ordinal,
                                CASE WHEN v_creator = p_run_id THEN 0 ELSE 3 END, NULL);
     RETURN QUERY SELECT v_creator = p_run_id, v_version, false;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_path text, p_name text, p_ordinal integer) IS 'Claims a cell for the claimed run: writes it only when no live cell holds the key, and records the answer as the run''s memo at p_path in the same transaction. Returns (claimed, version, replayed); claimed is true when this run created the cell, now or earlier; replayed is true when the answer came from an existing memo (version NULL then). Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity.';
+COMMENT ON FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'Claims a cell for the claimed run: writes it only when no live cell holds the key, and records the answer as the run''s memo at its position in the same transaction. Returns (claimed, version, replayed); claimed is true when this run created the cell, now or earlier; replayed is true when the answer came from an existing memo (version NULL then). Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
 
-CREATE FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_path text, p_name text, p_ordinal integer) RETURNS TABLE(swapped boolean, version bigint, replayed boolean)
+CREATE FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(swapped boolean, version bigint, replayed boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    v_family text := 'state.cas';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
-    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_version bigint;
 BEGIN
     PERFORM cryo._state_key(p_key, true);
+    v_path := cryo._state_path(v_family, p_name, p_ordinal, p_path);
+    v_memo := cryo._state_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT v_memo.exit_code = 0, NULL::bigint, true;
         RETURN;
@@ -1931,13 +2006,13 @@ BEGIN
        SET value = p_value, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
      WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL AND c.version = p_expect
     RETURNING c.version INTO v_version;
-    PERFORM cryo._state_record(v_q, p_path, 'state.cas', p_name, p_ordinal,
+    PERFORM cryo._state_record(v_q, p_position, v_path, 'state.cas', p_name, p_ordinal,
                                CASE WHEN v_version IS NULL THEN 3 ELSE 0 END, NULL);
     RETURN QUERY SELECT v_version IS NOT NULL, v_version, false;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_path text, p_name text, p_ordinal integer) IS 'Replaces a live cell''s value when its version equals p_expect, and records the answer (swapped or not) as the claimed run''s memo at p_path in the same transaction. Returns (swapped, version, replayed): version is the new one after a swap; replayed is true when the answer came from an existing memo. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity, expected version or call identity.';
+COMMENT ON FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'Replaces a live cell''s value when its version equals p_expect, and records the answer (swapped or not) as the claimed run''s memo at its position in the same transaction. Returns (swapped, version, replayed): version is the new one after a swap; replayed is true when the answer came from an existing memo. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity, expected version or call identity, CR009 for a path that disagrees with the identity.';
 
 CREATE FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) RETURNS boolean
     LANGUAGE plpgsql
@@ -1965,18 +2040,22 @@ $$;
 
 COMMENT ON FUNCTION cryo.state_get(p_scope text, p_key text) IS 'Returns the sealed value, version, creating run and last write time of a live cell, or no row when the cell is unset or deleted. Raises nothing.';
 
-CREATE FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_path text, p_name text, p_ordinal integer) RETURNS TABLE(outcome text, version bigint, sealed bytea)
+CREATE FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(outcome text, version bigint, sealed bytea)
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    v_family text := 'state.incr';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
     v_now timestamptz := cryo.now();
-    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_cell cryo.state_cells;
     v_version bigint;
 BEGIN
     PERFORM cryo._state_key(p_key, true);
+    v_path := cryo._state_path(v_family, p_name, p_ordinal, p_path);
+    v_memo := cryo._state_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT 'recorded'::text, NULL::bigint, v_memo.result;
         RETURN;
@@ -2007,12 +2086,12 @@ BEGIN
          WHERE c.scope = v_scope AND c.key = p_key
         RETURNING c.version INTO v_version;
     END IF;
-    PERFORM cryo._state_record(v_q, p_path, 'state.incr', p_name, p_ordinal, 0, p_result);
+    PERFORM cryo._state_record(v_q, p_position, v_path, 'state.incr', p_name, p_ordinal, 0, p_result);
     RETURN QUERY SELECT 'done'::text, v_version, NULL::bytea;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_path text, p_name text, p_ordinal integer) IS 'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at p_path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity.';
+COMMENT ON FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at its path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
 
 CREATE FUNCTION cryo.state_list(p_scope text) RETURNS TABLE(key text, value bytea, version bigint, created_by_run text, updated_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -2075,39 +2154,43 @@ $$;
 
 COMMENT ON FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) IS 'Writes a sealed value into a cell of the claimed run (run scope when p_entity is NULL); returns the cell''s new version. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or a NULL value.';
 
-CREATE FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_path text, p_name text, p_source bytea, p_required_caps text[], p_retries integer DEFAULT 0, p_retry_backoff double precision DEFAULT 0, p_retry_on integer[] DEFAULT NULL::integer[]) RETURNS text
+CREATE FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position integer, p_name text, p_source bytea, p_required_caps text[], p_retries integer DEFAULT 0, p_retry_backoff double precision DEFAULT 0, p_retry_on integer[] DEFAULT NULL::integer[], p_path text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_child text;
 BEGIN
     PERFORM cryo._check_name('activity', p_name);
-    IF v_memo.path IS NOT NULL THEN
+    v_path := cryo.call_path('activity', p_name, 0);
+    v_memo := cryo._done_memo(p_run_id, v_path);
+    IF v_memo.path IS NOT NULL AND coalesce(p_path, v_path) = v_path THEN
         RETURN v_memo.ref_run_id;
-    END IF;
-    IF coalesce(p_retries, 0) < 0 OR coalesce(p_retry_backoff, 0) < 0 THEN
-        RAISE EXCEPTION 'retries and retry backoff must be >= 0' USING ERRCODE = 'CR004';
     END IF;
     IF EXISTS (SELECT 1 FROM cryo.runs WHERE parent_run_id = p_run_id AND activity_name = p_name) THEN
         RAISE EXCEPTION 'activity % was already submitted in run %', p_name, p_run_id
             USING ERRCODE = 'CR007';
     END IF;
+    PERFORM cryo.call_path('activity', p_name, 0, p_path);
+    IF coalesce(p_retries, 0) < 0 OR coalesce(p_retry_backoff, 0) < 0 THEN
+        RAISE EXCEPTION 'retries and retry backoff must be >= 0' USING ERRCODE = 'CR004';
+    END IF;
     SELECT s.run_id INTO v_child FROM cryo.submit_script(
-        v_q.org, v_q.project, 'activity.sh', NULL, p_source, NULL, NULL, p_required_caps) s;
-    UPDATE cryo.runs SET parent_run_id = p_run_id, activity_name = p_name,
-                         retries_left = coalesce(p_retries, 0),
+        v_q.org, v_q.project, 'activity.sh', NULL, p_source, NULL, NULL, p_required_caps,
+        p_parent_run_id => p_run_id) s;
+    UPDATE cryo.runs SET activity_name = p_name, retries_left = coalesce(p_retries, 0),
                          retry_backoff = coalesce(p_retry_backoff, 0), retry_on = p_retry_on
      WHERE id = v_child;
-    PERFORM cryo._add_answer(v_q, p_path, 'activity', p_name, 0, NULL,
-                             jsonb_build_object('run_id', v_child), 0, v_child);
+    PERFORM cryo._record(v_q, p_position, v_path, 'activity', p_name, 0, NULL,
+                         jsonb_build_object('run_id', v_child), 0, v_child);
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activity_scheduled', 'activity', p_name, 0);
     RETURN v_child;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_path text, p_name text, p_source bytea, p_required_caps text[], p_retries integer, p_retry_backoff double precision, p_retry_on integer[]) IS 'Submits a named child job of the claimed run (a name is unique per run) with a retry policy; returns its run id, the same one for a repeat at the same path. Raises CR002 for a stale claim, CR007 for a name already used, CR004 for a bad policy.';
+COMMENT ON FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position integer, p_name text, p_source bytea, p_required_caps text[], p_retries integer, p_retry_backoff double precision, p_retry_on integer[], p_path text) IS 'Submits a named child job of the claimed run (a name is unique per run) with a retry policy; returns its run id, the same one for a repeat at the same path. Raises CR002 for a stale claim, CR007 for a name already used, CR004 for a bad policy or name, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL::jsonb, p_idempotency_key text DEFAULT NULL::text, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2134,17 +2217,14 @@ $_$;
 
 COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
 
-CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
+CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_id text;
-    v_now timestamptz := cryo.now();
     v_policy text := coalesce(p_policy, 'queue');
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
-        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
-    END IF;
+    PERFORM cryo._require_project(p_org, p_project);
     IF coalesce(p_filename, '') = '' OR p_source IS NULL THEN
         RAISE EXCEPTION 'a run needs a filename and a source' USING ERRCODE = 'CR004';
     END IF;
@@ -2161,213 +2241,153 @@ BEGIN
         IF p_idempotency_key IS NOT NULL AND EXISTS (
                 SELECT 1 FROM cryo.runs r WHERE r.org = p_org AND r.project = p_project
                    AND r.idempotency_key = p_idempotency_key) THEN
-            NULL;  -- the insert below finds the first run and returns it
+            NULL;  -- _create_run below finds the first run and returns it
         ELSIF v_policy = 'skip' AND cryo._group_holder(p_org, p_project, p_concurrency) IS NOT NULL THEN
             RETURN QUERY SELECT NULL::text, false;  -- skip: no run at all
             RETURN;
         END IF;
     END IF;
-    INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
-                           input_clear, idempotency_key, required_caps, created_at, updated_at)
-    -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
-    -- on them (runs, journal, history, logs) insert at their right edge instead of at a
-    -- random page of a large index; the random part keeps ids unguessable.
-    VALUES (p_org || ':' || p_project || ':run-'
-            || lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-            || left(replace(gen_random_uuid()::text, '-', ''), 8),
-            p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
-            p_input_clear, p_idempotency_key, p_required_caps, v_now, v_now)
-    ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id INTO v_id;
+    v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
+                             p_input, p_input_clear, p_idempotency_key, p_required_caps,
+                             p_untrusted, p_parent_run_id);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
         RETURN;
     END IF;
-    PERFORM cryo._history(v_id, p_org, p_project, 'submitted');
     IF p_concurrency IS NULL OR cryo._admit(v_id, p_org, p_project, p_concurrency, v_policy) = 'pending' THEN
-        INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
-        VALUES (v_id, p_org, p_project, 'pending', p_required_caps, v_now);
-        PERFORM pg_notify('cryo_work', '');
+        PERFORM cryo._enqueue(v_id, p_org, p_project, p_required_caps);
     END IF;
     RETURN QUERY SELECT v_id, true;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text) IS 'Creates a run from a sealed source and input, pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); returns (run_id, created), created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key or unknown policy, CR030 when the group''s queue is full.';
-
-CREATE FUNCTION cryo.submit_untrusted_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_id text;
-    v_created boolean;
-BEGIN
-    SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
-        p_org, p_project, p_filename, p_interpreter, p_source, p_input, p_idempotency_key,
-        p_required_caps, NULL, NULL, p_concurrency, p_policy) s;
-    IF v_created THEN
-        UPDATE cryo.runs r SET untrusted = true WHERE r.id = v_id;
-    END IF;
-    RETURN QUERY SELECT v_id, v_created;
-END
-$$;
-
-COMMENT ON FUNCTION cryo.submit_untrusted_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_concurrency text, p_policy text) IS 'Like submit_script, but the new run is untrusted: its claims carry no secret values. Returns (run_id, created). Raises what submit_script raises.';
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text) IS 'Creates a run from a sealed source and input (or a clear jsonb input), pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
 
 CREATE FUNCTION cryo.tick(p_batch integer DEFAULT 1000) RETURNS TABLE(expired integer, woken integer)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_now timestamptz := cryo.now();
-    v_expired integer;
-    v_woken integer;
     v_cancel record;
+    v_ids text[];
+    v_sleeps text[];
+    v_waits text[];
+    v_retries text[];
 BEGIN
-    -- Lapsed leases whose run was asked to cancel simply end.
+    -- Expired claims of runs asked to cancel simply end.
     FOR v_cancel IN
         SELECT q.run_id FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
-         WHERE q.state = 'claimed' AND q.lease_expires_at < v_now AND r.cancel_requested
+         WHERE q.state = 'claimed' AND q.claim_expires_at < v_now AND r.cancel_requested
          LIMIT p_batch
            FOR UPDATE OF q SKIP LOCKED
     LOOP
-        PERFORM cryo._finalize_run(v_cancel.run_id, 'cancelled', NULL, 'cancelled');
+        PERFORM cryo._finalize(v_cancel.run_id, 'cancelled', NULL, 'cancelled');
     END LOOP;
 
-    WITH lapsed AS (
+    SELECT array_agg(x.run_id) INTO v_ids FROM (
         SELECT q.run_id FROM cryo.queue q
-         WHERE q.state = 'claimed' AND q.lease_expires_at < v_now
+         WHERE q.state = 'claimed' AND q.claim_expires_at < v_now
          LIMIT p_batch
-           FOR UPDATE SKIP LOCKED
-    ), requeued AS (
-        UPDATE cryo.queue q
-           SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
-               lease_expires_at = NULL
-          FROM lapsed WHERE q.run_id = lapsed.run_id
-        RETURNING q.run_id, q.org, q.project
-    ), runs_back AS (
-        UPDATE cryo.runs r SET status = 'pending', updated_at = v_now
-          FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project, r.attempt
-    )
-    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
-    SELECT id, org, project, 'lease_expired', attempt, v_now FROM runs_back;
-    GET DIAGNOSTICS v_expired = ROW_COUNT;
+           FOR UPDATE SKIP LOCKED) x;
+    expired := coalesce(cryo._release(v_ids, 'claim_expired'), 0);
 
     -- Due parked rows: a sleep is over, a bounded wait timed out (its memo records exit
     -- code 124, so replay takes the same branch), or a retry's backoff has passed.
-    WITH due AS (
-        SELECT q.run_id, q.park_path FROM cryo.queue q
-         WHERE q.state = 'parked' AND q.wake_at <= v_now
-         ORDER BY q.wake_at
-         LIMIT p_batch
-           FOR UPDATE SKIP LOCKED
-    ), memo AS (
-        UPDATE cryo.journal j
-           SET status = 'done', completed_at = v_now,
-               exit_code = CASE WHEN j.key_family = 'sleep' THEN 0 ELSE 124 END
-          FROM due WHERE j.run_id = due.run_id AND j.path = due.park_path
-        RETURNING j.run_id, j.key_family, j.key_name, j.key_ordinal
-    ), requeued AS (
-        UPDATE cryo.queue q
-           SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
-               park_name = NULL, parked_at = NULL, enqueued_at = v_now
-          FROM due WHERE q.run_id = due.run_id
-        RETURNING q.run_id
-    ), runs_back AS (
-        UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = v_now
-          FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project
-    )
-    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                              key_ordinal, created_at)
-    SELECT runs_back.id, runs_back.org, runs_back.project,
-           CASE WHEN memo.run_id IS NULL THEN 'retry_due'
-                WHEN memo.key_family = 'sleep' THEN 'timer_fired' ELSE 'wait_timed_out' END,
-           CASE WHEN memo.run_id IS NULL THEN NULL ELSE 'run' END, memo.key_family,
-           memo.key_name, memo.key_ordinal, v_now
-      FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id;
-    GET DIAGNOSTICS v_woken = ROW_COUNT;
+    SELECT array_agg(d.run_id) FILTER (WHERE d.park_reason = 'sleeping'),
+           array_agg(d.run_id) FILTER (WHERE d.park_reason = 'retry-backoff'),
+           array_agg(d.run_id) FILTER (WHERE d.park_reason NOT IN ('sleeping', 'retry-backoff'))
+      INTO v_sleeps, v_retries, v_waits
+      FROM (SELECT q.run_id, q.park_reason FROM cryo.queue q
+             WHERE q.state = 'parked' AND q.wake_at <= v_now
+             ORDER BY q.wake_at
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) d;
+    woken := coalesce(cryo._wake(v_sleeps, 'timer_fired', NULL, NULL, 0), 0)
+           + coalesce(cryo._wake(v_retries, 'retry_due'), 0)
+           + coalesce(cryo._wake(v_waits, 'wait_timed_out', NULL, NULL, 124), 0);
 
     PERFORM cryo._purge_events(p_batch);
     PERFORM cryo._collect_runs(p_batch);
     PERFORM cryo._reconcile_admission(p_batch);
-
-    IF v_expired + v_woken > 0 THEN
-        PERFORM pg_notify('cryo_work', '');
-    END IF;
-    RETURN QUERY SELECT v_expired, v_woken;
+    RETURN NEXT;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose lease lapsed, ends lapsed runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
-CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_path text, p_ordinal integer) RETURNS TABLE(parked boolean, failed integer)
+CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, failed integer)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_path text := cryo.call_path('activity.wait-all', '', p_ordinal, p_path);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
     v_failed integer;
 BEGIN
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT false, (v_memo.answer_clear ->> 'failed')::integer;
         RETURN;
     END IF;
-    IF EXISTS (SELECT 1 FROM cryo._uncollected(p_run_id) c
-                WHERE c.status NOT IN ('succeeded', 'failed', 'cancelled', 'unreadable')) THEN
-        PERFORM cryo._add_marker(v_q, p_path, 'activity.wait-all', '', p_ordinal, NULL);
-        PERFORM cryo._park_claimed(p_run_id, 'awaiting-children', p_path, NULL, NULL);
+    IF EXISTS (SELECT 1 FROM cryo._uncollected(p_run_id) c WHERE NOT cryo.is_terminal(c.status)) THEN
+        PERFORM cryo._mark(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal, NULL);
+        PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, NULL, NULL);
         RETURN QUERY SELECT true, NULL::integer;
         RETURN;
     END IF;
     SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed FROM cryo._uncollected(p_run_id) c;
-    PERFORM cryo._add_answer(v_q, p_path, 'activity.wait-all', '', p_ordinal, NULL,
-                             jsonb_build_object('failed', v_failed), 0);
+    PERFORM cryo._record(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal, NULL,
+                         jsonb_build_object('failed', v_failed), 0);
     RETURN QUERY SELECT false, v_failed;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_path text, p_ordinal integer) IS 'Returns (parked false, failed count) when every uncollected activity of the claimed run has finished, else parks the run until they have. Raises CR002 for a stale claim.';
+COMMENT ON FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_path text) IS 'Returns (parked false, failed count) when every uncollected activity of the claimed run has finished, else parks the run until they have. Raises CR002 for a stale claim, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
+CREATE FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_due timestamptz;
 BEGIN
     PERFORM cryo._check_name('event', p_name);
+    v_path := cryo.call_path('event', p_name, p_ordinal, p_path);
+    v_memo := cryo._done_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
     PERFORM cryo._check_timeout(p_timeout);
     IF p_timeout = 0 THEN
-        PERFORM cryo._add_answer(v_q, p_path, 'event', p_name, p_ordinal, NULL, NULL, 124);
+        PERFORM cryo._record(v_q, p_position, v_path, 'event', p_name, p_ordinal, NULL, NULL, 124);
         RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
         RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
     v_due := cryo.now() + make_interval(secs => p_timeout);
-    PERFORM cryo._add_marker(v_q, p_path, 'event', p_name, p_ordinal, v_due);
-    PERFORM cryo._park_claimed(p_run_id, 'awaiting-event', p_path, p_name, v_due);
+    PERFORM cryo._mark(v_q, p_position, v_path, 'event', p_name, p_ordinal, v_due);
+    PERFORM cryo._park(p_run_id, 'awaiting-event', v_path, p_name, v_due);
     RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision) IS 'Parks the claimed run until an event of the name is published (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name or timeout.';
+COMMENT ON FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision, p_path text) IS 'Parks the claimed run until an event of the name is published (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
+CREATE FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_sig cryo.signals;
 BEGIN
     PERFORM cryo._check_name('signal', p_name);
+    v_path := cryo.call_path('signal', p_name, p_ordinal, p_path);
+    v_memo := cryo._done_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
@@ -2377,27 +2397,27 @@ BEGIN
      WHERE s.run_id = p_run_id AND s.name = p_name AND s.consumed_at IS NULL
      ORDER BY s.id LIMIT 1 FOR UPDATE;
     IF FOUND THEN
-        UPDATE cryo.signals SET consumed_at = cryo.now(), consumed_path = p_path WHERE id = v_sig.id;
-        PERFORM cryo._add_answer(v_q, p_path, 'signal', p_name, p_ordinal, v_sig.payload,
-                                 v_sig.payload_clear, 0);
+        UPDATE cryo.signals SET consumed_at = cryo.now(), consumed_path = v_path WHERE id = v_sig.id;
+        PERFORM cryo._record(v_q, p_position, v_path, 'signal', p_name, p_ordinal, v_sig.payload,
+                             v_sig.payload_clear, 0);
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'signal_received', 'signal', p_name, p_ordinal);
         RETURN QUERY SELECT false, v_sig.payload, v_sig.payload_clear, false;
         RETURN;
     END IF;
     IF p_timeout = 0 THEN
-        PERFORM cryo._add_answer(v_q, p_path, 'signal', p_name, p_ordinal, NULL, NULL, 124);
+        PERFORM cryo._record(v_q, p_position, v_path, 'signal', p_name, p_ordinal, NULL, NULL, 124);
         RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
         RETURN;
     END IF;
-    PERFORM cryo._add_marker(v_q, p_path, 'signal', p_name, p_ordinal,
-                             cryo.now() + make_interval(secs => p_timeout));
-    PERFORM cryo._park_claimed(p_run_id, 'awaiting-signal', p_path, p_name,
-                               cryo.now() + make_interval(secs => p_timeout));
+    PERFORM cryo._mark(v_q, p_position, v_path, 'signal', p_name, p_ordinal,
+                       cryo.now() + make_interval(secs => p_timeout));
+    PERFORM cryo._park(p_run_id, 'awaiting-signal', v_path, p_name,
+                       cryo.now() + make_interval(secs => p_timeout));
     RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_path text, p_name text, p_ordinal integer, p_timeout double precision) IS 'Takes the oldest queued signal of the name for the claimed run, or parks it until one arrives (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out). Raises CR002 for a stale claim, CR004 for a bad name or timeout.';
+COMMENT ON FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision, p_path text) IS 'Takes the oldest queued signal of the name for the claimed run, or parks it until one arrives (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out). Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.watch_run(p_run_id text) RETURNS void
     LANGUAGE plpgsql
@@ -2502,7 +2522,7 @@ CREATE VIEW cryo.lease_holders AS
    FROM (cryo.leases l
      JOIN cryo.runs r ON ((r.id = l.holder_run_id)));
 
-COMMENT ON VIEW cryo.lease_holders IS 'One row per held concurrency group or lock: the holding run, since when, and how many wait.';
+COMMENT ON VIEW cryo.lease_holders IS 'One row per held concurrency group lease (a submit''s group or a script''s lock): the holding run, since when, and how many wait.';
 
 CREATE VIEW cryo.lease_queues AS
  SELECT w.org,
@@ -2515,7 +2535,7 @@ CREATE VIEW cryo.lease_queues AS
     (cryo.now() - w.enqueued_at) AS waiting_for
    FROM cryo.lease_waiters w;
 
-COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group or lock, with their FIFO position (1 is next).';
+COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group''s lease, with their FIFO position (1 is next).';
 
 CREATE SEQUENCE cryo.lease_waiters_id_seq
     START WITH 1
@@ -2526,20 +2546,20 @@ CREATE SEQUENCE cryo.lease_waiters_id_seq
 
 ALTER SEQUENCE cryo.lease_waiters_id_seq OWNED BY cryo.lease_waiters.id;
 
-CREATE VIEW cryo.live_leases AS
+CREATE VIEW cryo.live_claims AS
  SELECT q.run_id,
     q.org,
     q.project,
     q.agent_id,
     q.claimed_at,
-    q.lease_expires_at,
-    (q.lease_expires_at - cryo.now()) AS expires_in,
+    q.claim_expires_at,
+    (q.claim_expires_at - cryo.now()) AS expires_in,
     r.attempt
    FROM (cryo.queue q
      JOIN cryo.runs r ON ((r.id = q.run_id)))
   WHERE (q.state = 'claimed'::text);
 
-COMMENT ON VIEW cryo.live_leases IS 'Claims held right now: which agent, since when, and when the lease lapses.';
+COMMENT ON VIEW cryo.live_claims IS 'Claims held right now: which agent, since when, and when the claim expires unless renewed.';
 
 CREATE TABLE cryo.logs (
     id bigint NOT NULL,
@@ -2849,7 +2869,7 @@ CREATE INDEX leases_holder ON cryo.leases USING btree (holder_run_id);
 
 CREATE INDEX logs_run ON cryo.logs USING btree (run_id, id);
 
-CREATE INDEX queue_claimed_lease ON cryo.queue USING btree (lease_expires_at) WHERE (state = 'claimed'::text);
+CREATE INDEX queue_claimed_expiry ON cryo.queue USING btree (claim_expires_at) WHERE (state = 'claimed'::text);
 
 CREATE INDEX queue_parked_wake ON cryo.queue USING btree (wake_at) WHERE (state = 'parked'::text);
 

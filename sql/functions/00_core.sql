@@ -1,5 +1,40 @@
--- Shared helpers: the clock, the error catalogue, and the claim-token check that
--- every agent-facing transition starts with.
+-- cryopg's engine, in the order a run lives. Read the files by name:
+--
+--   00 core         the clock, the error catalogue, what "terminal" means, call identity
+--   10 transitions  the only writers of a run's status, its queue row and its journal
+--   20 submit       creating runs, and admission to a concurrency group
+--   30 claim        agents taking runs, keeping and handing back their claims, logs
+--   40 journal      durable calls: recording memos, reading them back, history
+--   50 waits        parking and waking: sleep, signals, events, leases, children
+--   60 finish       a run's end: outcome, retry, cancel, and what an end sets off
+--   70 state        cells of run and entity scope, add / cas / incr
+--   80 sweeps       tick (the poll behind every push), retention, project removal
+--   90 tenancy      orgs, keys, tokens, members, secrets
+--   95 reads        what the server and DBAs read: runs, logs, events, views
+--   99 roles        grants for applications and DBAs
+--
+-- A run is one row of cryo.runs. Its status moves
+--
+--   queued --> pending --> running --> succeeded | failed | cancelled | unreadable
+--                ^            |
+--                +-- parked <-+   (sleep, a wait, a lease, a retry backoff)
+--                ^            |
+--                +------------+   (claim released, or its expiry passed)
+--
+-- queued: waiting behind the holder of its concurrency group (no queue row yet).
+-- pending / running / parked: the run has one cryo.queue row, whose state is pending,
+-- claimed or parked. The row goes when the run ends, so every queue index is small.
+-- A claim is an agent's hold on a running run: a single-use token and an expiry the
+-- agent keeps pushing back. A lease is something else: a run's hold on a concurrency
+-- group (cryo.leases), granted in FIFO order (cryo.lease_waiters).
+--
+-- The journal holds one row per durable call of a run, at a position (seq) the agent
+-- reports: 'done' rows are memos that a replay answers from; a 'pending' row is a
+-- marker for the call the run is parked on. history is the append-only account of
+-- what happened, for people.
+--
+-- Lock order, everywhere: a concurrency group's advisory lock, then the queue row of a
+-- run (FOR UPDATE), then its runs row. Set-based sweeps take rows with SKIP LOCKED.
 
 -- The engine's clock. Tests move time by setting cryo.fake_now in their session, so
 -- every due-time comparison goes through here rather than now().
@@ -20,34 +55,92 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR002', 'stale_claim', 'the claim token is not the live claim of that run'),
         ('CR003', 'run_not_found', 'no run with that id'),
         ('CR004', 'invalid_argument', 'an argument is malformed or out of range'),
-        ('CR005', 'not_found', 'the named org, project or workflow does not exist'),
+        ('CR005', 'not_found', 'the named org, project, workflow, member, token or activity does not exist'),
         ('CR006', 'run_finished', 'the run already reached a terminal status'),
-        ('CR007', 'duplicate_call', 'that durable call is already recorded for the run'),
+        ('CR007', 'duplicate_call', 'that durable call (or activity name) is already recorded for the run'),
         ('CR008', 'unauthorized', 'the token is unknown, revoked or expired'),
+        ('CR009', 'identity_mismatch', 'a durable call''s path disagrees with its family, name and ordinal'),
         ('CR020', 'forbidden', 'the member''s role does not allow this'),
-        ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs')
+        ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
+        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
 
--- Locks and returns the queue row held by this claim token, or refuses the call.
--- Every agent-side transition goes through here, so a stale agent can never write.
-CREATE OR REPLACE FUNCTION cryo._claimed_row(p_run_id text, p_token uuid)
-RETURNS cryo.queue
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_row cryo.queue;
+-- The one definition of a finished run. Inlined by the planner (SQL, immutable).
+CREATE OR REPLACE FUNCTION cryo.is_terminal(p_status text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+$$;
+COMMENT ON FUNCTION cryo.is_terminal(text) IS
+    'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
+
+-- The exit code a finished run reports to whoever collects it.
+CREATE OR REPLACE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer)
+RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_status WHEN 'succeeded' THEN 0
+                         WHEN 'cancelled' THEN 130
+                         WHEN 'failed' THEN coalesce(nullif(p_exit_code, 0), 1)
+                         ELSE 1 END
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._check_name(p_what text, p_name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    SELECT * INTO v_row FROM cryo.queue
-     WHERE run_id = p_run_id AND state = 'claimed' AND claim_token = p_token
-       FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
-            USING ERRCODE = 'CR002';
+    IF p_name IS NULL OR p_name = '' OR length(p_name) > 200 OR p_name ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION '% name must be 1 to 200 printable characters', p_what USING ERRCODE = 'CR004';
     END IF;
-    RETURN v_row;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION cryo._check_timeout(p_timeout double precision)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'infinity'::float8
+                                  OR p_timeout = 'NaN'::float8) THEN
+        RAISE EXCEPTION 'a timeout must be a finite number of seconds >= 0' USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._require_project(p_org text, p_project text)
+RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, coalesce(p_project, '') USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+-- A durable call's identity is (scope, family, name, ordinal); its path is that
+-- identity written as one key, family/name/ordinal with '%' and '/' of the name escaped.
+-- The path is derived here; one sent by a caller must agree with it.
+CREATE OR REPLACE FUNCTION cryo.call_path(
+    p_family text, p_name text, p_ordinal integer, p_path text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_path text;
+BEGIN
+    IF coalesce(p_family, '') = '' OR p_name IS NULL OR p_ordinal IS NULL OR p_ordinal < 0 THEN
+        RAISE EXCEPTION 'a durable call needs a family, a name and an ordinal >= 0'
+            USING ERRCODE = 'CR004';
+    END IF;
+    v_path := p_family || '/' || replace(replace(p_name, '%', '%25'), '/', '%2F') || '/' || p_ordinal;
+    IF p_path IS NOT NULL AND p_path <> v_path THEN
+        RAISE EXCEPTION 'path % is not the path of %/%/% (%)', p_path, p_family, p_name, p_ordinal, v_path
+            USING ERRCODE = 'CR009';
+    END IF;
+    RETURN v_path;
+END
+$$;
+COMMENT ON FUNCTION cryo.call_path(text, text, integer, text) IS
+    'Returns the journal path of a durable call (family/name/ordinal, name escaped), checking p_path against it when given. Raises CR004 for a missing family or name or a negative ordinal, CR009 when p_path disagrees.';
 
 -- Appends one history event. Identity columns stay in the clear; payload is sealed.
 CREATE OR REPLACE FUNCTION cryo._history(
@@ -61,25 +154,6 @@ LANGUAGE sql AS $$
     VALUES (p_run_id, p_org, p_project, p_kind,
             CASE WHEN p_family IS NULL THEN NULL ELSE 'run' END,
             p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now())
-$$;
-
--- The position a new journal entry takes. The agent sends the position its pass reached
--- (the session setting cryo.position), so a call that recorded nothing -- a step_fn
--- that raised and was caught -- leaves a gap rather than shifting every later call,
--- and a strict replay still lines up. Without one, or when taken (lenient replay), the
--- next free number.
-CREATE OR REPLACE FUNCTION cryo._next_seq(p_run_id text)
-RETURNS integer
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_pos integer := nullif(current_setting('cryo.position', true), '')::integer;
-BEGIN
-    IF v_pos IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id AND j.seq = v_pos) THEN
-        RETURN v_pos;
-    END IF;
-    RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
-END
 $$;
 
 -- Tells followers of a run (log tails, `--follow`) that it changed. A NOTIFY holds a

@@ -99,9 +99,9 @@ def test_reconcile_promotes_past_a_dead_holder(db: psycopg.Connection) -> None:
 
 def _lock(db: psycopg.Connection, run_id: str, token: object, group: str = "tally",
           scoped: bool = True, ordinal: int = 0) -> bool:
-    return db.execute("SELECT cryo.acquire_lock(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, f"lock/{group}/{ordinal}", ordinal, group,
-                       scoped)).fetchone()[0]
+    return db.execute("SELECT cryo.acquire_lease(%s, %s, NULL, %s, %s, %s, %s)",
+                      (run_id, token, ordinal, group, scoped,
+                       f"lock/{group}/{ordinal}")).fetchone()[0]
 
 
 def test_script_locks_are_fifo_and_contend_with_admission(db: psycopg.Connection) -> None:
@@ -119,9 +119,9 @@ def test_script_locks_are_fifo_and_contend_with_admission(db: psycopg.Connection
     assert _lock(db, a, token) is True  # replay: recorded
     with pytest.raises(psycopg.Error) as exc:
         _lock(db, a, token, ordinal=1)
-    assert exc.value.sqlstate == "CR007"  # it already holds the group
-    assert db.execute("SELECT cryo.release_lock(%s, %s, 'tally')", (a, token)).fetchone() == (True,)
-    assert db.execute("SELECT cryo.release_lock(%s, %s, 'tally')",
+    assert exc.value.sqlstate == "CR031"  # it already holds the group
+    assert db.execute("SELECT cryo.release_lease(%s, %s, 'tally')", (a, token)).fetchone() == (True,)
+    assert db.execute("SELECT cryo.release_lease(%s, %s, 'tally')",
                       (a, token)).fetchone() == (False,)
 
 

@@ -15,20 +15,21 @@ from tests.sql.conftest import claim, submit
 def test_record_step_assigns_positions_and_refuses_a_second_write(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)
-    seqs = [db.execute("SELECT cryo.record_step(%s,%s,%s,'step',%s,%s,NULL,'\\x01',%s)",
-                       (run_id, token, path, name, ordinal, code)).fetchone()[0]
-            for path, name, ordinal, code in [("step/a/0", "a", 0, 0), ("step/a/1", "a", 1, 2)]]
+    seqs = [db.execute("SELECT cryo.record_step(%s,%s,%s,'step',%s,%s,NULL,'\\x01',%s,%s)",
+                       (run_id, token, pos, name, ordinal, code, path)).fetchone()[0]
+            for pos, path, name, ordinal, code in [(0, "step/a/0", "a", 0, 0),
+                                                   (1, "step/a/1", "a", 1, 2)]]
     assert seqs == [0, 1]
     # The same claim retrying a lost answer gets the first position back...
-    again = db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x02',0)",
+    again = db.execute("SELECT cryo.record_step(%s,%s,0,'step','a',0,NULL,'\\x02',0)",
                        (run_id, token)).fetchone()[0]
     assert again == 0
     # ...but a later attempt reaching a recorded path should have replayed it.
-    db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 0)", (run_id, token))
+    db.execute("SELECT cryo.park_sleep(%s, %s, 2, 0, 0)", (run_id, token))
     db.execute("SELECT * FROM cryo.tick()")
     _, token2 = claim(db)
     with pytest.raises(psycopg.Error) as exc:
-        db.execute("SELECT cryo.record_step(%s,%s,'step/a/0','step','a',0,NULL,'\\x01',0)",
+        db.execute("SELECT cryo.record_step(%s,%s,0,'step','a',0,NULL,'\\x01',0)",
                    (run_id, token2))
     assert exc.value.sqlstate == "CR007"
     rows = db.execute("SELECT key_scope, key_family, key_name, key_ordinal, exit_code "
@@ -63,7 +64,7 @@ def test_annotation_lands_in_history_only(db: psycopg.Connection) -> None:
 def test_views_show_runs_leases_and_pending(db: psycopg.Connection) -> None:
     a, b = submit(db), submit(db)
     claim(db, agent="agent-7")
-    assert db.execute("SELECT run_id, agent_id FROM cryo.live_leases").fetchall() == [
+    assert db.execute("SELECT run_id, agent_id FROM cryo.live_claims").fetchall() == [
         (a, "agent-7")]
     assert [r[0] for r in db.execute("SELECT run_id FROM cryo.pending_runs")] == [b]
     overview = dict(db.execute("SELECT id, status FROM cryo.run_overview").fetchall())

@@ -62,9 +62,9 @@ def test_concurrent_claimers_never_share_a_run(session) -> None:  # type: ignore
 def test_stale_token_is_refused_with_cr002(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db, lease=5)
-    for sql in ("SELECT cryo.renew_lease(%s, %s, 30)",
+    for sql in ("SELECT cryo.renew_claim(%s, %s, 30)",
                 "SELECT cryo.finish_run(%s, %s, 'succeeded')",
-                "SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 5)"):
+                "SELECT cryo.park_sleep(%s, %s, NULL, 0, 5)"):
         with pytest.raises(psycopg.Error) as exc:
             db.execute(sql, (run_id, uuid.uuid4()))
         assert exc.value.sqlstate == "CR002"
@@ -90,7 +90,7 @@ def test_renew_extends_the_lease_so_tick_leaves_it(db: psycopg.Connection) -> No
     run_id = submit(db)
     _, token = claim(db, lease=5)
     db.execute("SELECT set_config('cryo.fake_now', %s, false)", ("2099-12-31 23:59:58+00",))
-    db.execute("SELECT cryo.renew_lease(%s, %s, 30)", (run_id, token))
+    db.execute("SELECT cryo.renew_claim(%s, %s, 30)", (run_id, token))
     db.execute("SELECT set_config('cryo.fake_now', %s, false)", ("2100-01-01 00:00:00+00",))
     assert db.execute("SELECT * FROM cryo.tick()").fetchone() == (0, 0)
     assert status(db, run_id) == ("running", None)
@@ -118,9 +118,9 @@ def test_release_hands_the_run_back_now_and_voids_the_token(db: psycopg.Connecti
 def test_sleep_parks_frees_the_claim_and_tick_wakes_it_when_due(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)
-    db.execute("SELECT cryo.record_step(%s,%s,'step/count/0','step','count',0,NULL,'\\x01',0)",
+    db.execute("SELECT cryo.record_step(%s,%s,0,'step','count',0,NULL,'\\x01',0)",
                (run_id, token))
-    wake = db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 60)",
+    wake = db.execute("SELECT cryo.park_sleep(%s, %s, NULL, 0, 60)",
                       (run_id, token)).fetchone()[0]
     assert status(db, run_id) == ("parked", "sleeping")
     parked = db.execute("SELECT reason, waiting_on, wake_at FROM cryo.parked_runs").fetchall()
@@ -139,7 +139,7 @@ def test_sleep_parks_frees_the_claim_and_tick_wakes_it_when_due(db: psycopg.Conn
 def test_a_pinned_sleep_deadline_survives_a_second_park(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)
-    first = db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, 60)",
+    first = db.execute("SELECT cryo.park_sleep(%s, %s, NULL, 0, 60)",
                        (run_id, token)).fetchone()[0]
     # Simulate a lapsed-then-reclaimed pass asking again before the wake.
     db.execute("SELECT cryo.cancel_run(%s)", (run_id,))
@@ -152,7 +152,7 @@ def test_bad_sleep_duration_is_cr004_and_changes_nothing(db: psycopg.Connection)
     run_id = submit(db)
     _, token = claim(db)
     with pytest.raises(psycopg.Error) as exc:
-        db.execute("SELECT cryo.park_sleep(%s, %s, 'sleep//0', 0, -1)", (run_id, token))
+        db.execute("SELECT cryo.park_sleep(%s, %s, NULL, 0, -1)", (run_id, token))
     assert exc.value.sqlstate == "CR004"
     assert status(db, run_id) == ("running", None)
     assert db.execute("SELECT count(*) FROM cryo.journal").fetchone() == (0,)

@@ -17,13 +17,13 @@ def _finished_run_with_everything(db: psycopg.Connection) -> str:
     and got a signal, then succeeded."""
     run_id = submit(db)
     _, token = claim(db)
-    db.execute("SELECT cryo.record_step(%s, %s, 'step/s/0', 'step', 's', 0, NULL, '\\x01', 0)",
+    db.execute("SELECT cryo.record_step(%s, %s, 0, 'step', 's', 0, NULL, '\\x01', 0)",
                (run_id, token))
     db.execute("SELECT cryo.append_log(%s, %s, '\\x02', 30)", (run_id, token))
     db.execute("SELECT cryo.set_output(%s, %s, 'url', '\\x03')", (run_id, token))
     db.execute("SELECT cryo.state_set(%s, %s, NULL, 'mine', '\\x04')", (run_id, token))
     db.execute("SELECT cryo.state_set(%s, %s, 'crawler', 'cursor', '\\x05')", (run_id, token))
-    db.execute("SELECT cryo.send_signal(%s, 'late', '\\x06')", (run_id,))
+    db.execute("SELECT cryo.send_signal(%s, 'late', p_sealed => '\\x06')", (run_id,))
     db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", (run_id, token))
     return run_id
 
@@ -63,7 +63,7 @@ def test_terminal_runs_past_retention_go_with_all_they_own(db: psycopg.Connectio
 def test_a_collected_parent_leaves_its_live_child_running(db: psycopg.Connection) -> None:
     parent = submit(db)
     _, token = claim(db)
-    child = db.execute("SELECT cryo.spawn_run(%s, %s, 'spawn/c/0', 0, 'c.sh', NULL, "
+    child = db.execute("SELECT cryo.spawn_run(%s, %s, NULL, 0, 'c.sh', NULL, "
                        "'\\x00', NULL, '{shell}')", (parent, token)).fetchone()[0]
     db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", (parent, token))
     db.execute("SELECT cryo.set_retention('dev', 'default', p_runs => interval '1 day')")
@@ -105,8 +105,8 @@ def test_deleting_a_project_removes_everything_in_it_and_nothing_else(
     _, token = claim(db)
     db.execute("SELECT cryo.state_set(%s, %s, NULL, 'k', '\\x01')", (doomed, token))
     db.execute("SELECT cryo.state_set(%s, %s, 'e', 'k', '\\x01')", (doomed, token))
-    db.execute("SELECT cryo.emit_event('dev', 'doomed', 'ev')")
-    db.execute("SELECT cryo.acquire_lock(%s, %s, 'lock/grp/0', 0, 'grp', false)", (doomed, token))
+    db.execute("SELECT cryo.publish_event('dev', 'doomed', 'ev')")
+    db.execute("SELECT cryo.acquire_lease(%s, %s, NULL, 0, 'grp', false)", (doomed, token))
     db.execute("SELECT cryo.set_secret('dev', 'doomed', 'TOKEN', '\\x07')")
     survivor = _finished_run_with_everything(db)
 

@@ -57,10 +57,10 @@ def test_cancel_pending_ends_at_once_and_finished_is_refused(db: psycopg.Connect
 def test_cancel_running_flags_it_and_the_agent_learns_on_renew(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)
-    assert db.execute("SELECT cryo.renew_lease(%s, %s, 30)", (run_id, token)).fetchone() == (False,)
+    assert db.execute("SELECT cryo.renew_claim(%s, %s, 30)", (run_id, token)).fetchone() == (False,)
     assert db.execute("SELECT cryo.cancel_run(%s)", (run_id,)).fetchone() == ("cancelling",)
     assert status(db, run_id) == ("running", None)
-    assert db.execute("SELECT cryo.renew_lease(%s, %s, 30)", (run_id, token)).fetchone() == (True,)
+    assert db.execute("SELECT cryo.renew_claim(%s, %s, 30)", (run_id, token)).fetchone() == (True,)
     db.execute("SELECT cryo.finish_run(%s, %s, 'cancelled', NULL, 'cancelled')", (run_id, token))
     assert status(db, run_id) == ("cancelled", None)
 

@@ -24,8 +24,8 @@ def _claimed(db: psycopg.Connection) -> tuple[str, object]:
 def _add(db: psycopg.Connection, run: str, token: object, key: str, entity: str | None = "ledger",
          value: bytes = b"v") -> tuple[bool, int | None, bool]:
     path = f"state.add/{key}/0"
-    return db.execute("SELECT * FROM cryo.state_add(%s,%s,%s,%s,%s,%s,%s,0)",
-                      (run, token, entity, key, value, path, key)).fetchone()
+    return db.execute("SELECT * FROM cryo.state_add(%s,%s,%s,%s,%s,NULL,%s,0,%s)",
+                      (run, token, entity, key, value, key, path)).fetchone()
 
 
 def _get(db: psycopg.Connection, scope: str, key: str) -> tuple[bytes, int] | None:
@@ -76,11 +76,11 @@ def test_reserved_keys_refuse_writes_but_read(db: psycopg.Connection, op: str) -
     sql, params = {
         "set": ("SELECT cryo.state_set(%s,%s,NULL,%s,'\\x01')", (run, token, "_cryo/x")),
         "delete": ("SELECT cryo.state_delete(%s,%s,NULL,%s)", (run, token, "_cryo/x")),
-        "add": ("SELECT * FROM cryo.state_add(%s,%s,NULL,%s,'\\x01','p','n',0)",
+        "add": ("SELECT * FROM cryo.state_add(%s,%s,NULL,%s,'\\x01',NULL,'n',0)",
                 (run, token, "_cryo/x")),
-        "cas": ("SELECT * FROM cryo.state_cas(%s,%s,NULL,%s,'\\x01',1,'p','n',0)",
+        "cas": ("SELECT * FROM cryo.state_cas(%s,%s,NULL,%s,'\\x01',1,NULL,'n',0)",
                 (run, token, "_cryo/x")),
-        "incr": ("SELECT * FROM cryo.state_incr(%s,%s,NULL,%s,NULL,NULL,NULL,'p','n',0)",
+        "incr": ("SELECT * FROM cryo.state_incr(%s,%s,NULL,%s,NULL,NULL,NULL,NULL,'n',0)",
                  (run, token, "_cryo/x")),
     }[op]
     assert _sqlstate(db, sql, params) == "CR001"
@@ -128,9 +128,9 @@ def test_a_claim_without_its_memo_is_still_held_by_its_creator(db: psycopg.Conne
 def test_cas_swaps_on_the_version_and_records_a_loss(db: psycopg.Connection) -> None:
     run, token = _claimed(db)
     db.execute("SELECT cryo.state_set(%s, %s, 'settings', 'cfg', '\\x01')", (run, token))
-    cas = "SELECT * FROM cryo.state_cas(%s,%s,'settings','cfg',%s,%s,%s,%s,0)"
+    cas = "SELECT * FROM cryo.state_cas(%s,%s,'settings','cfg',%s,%s,NULL,%s,0,%s)"
     def go(value: bytes, expect: int, name: str) -> tuple[bool, int | None, bool]:
-        return db.execute(cas, (run, token, value, expect, f"state.cas/{name}/0", name)).fetchone()
+        return db.execute(cas, (run, token, value, expect, name, f"state.cas/{name}/0")).fetchone()
 
     assert go(b"\x02", 1, "a") == (True, 2, False)
     assert go(b"\x03", 1, "b") == (False, None, False)
@@ -138,14 +138,14 @@ def test_cas_swaps_on_the_version_and_records_a_loss(db: psycopg.Connection) -> 
     assert _get(db, "dev:default:entity:settings", "cfg") == (b"\x02", 2)
     assert db.execute("SELECT key_name, exit_code FROM cryo.journal ORDER BY seq").fetchall() == [
         ("a", 0), ("b", 3)]
-    assert _sqlstate(db, cas, (run, token, b"\x05", 0, "state.cas/c/0", "c")) == "CR004"
+    assert _sqlstate(db, cas, (run, token, b"\x05", 0, "c", "state.cas/c/0")) == "CR004"
 
 
 def _incr_step(db: psycopg.Connection, run: str, token: object, expect: int | None,
                value: bytes | None, name: str = "tick") -> tuple[str, int | None, bytes | None]:
-    return db.execute("SELECT * FROM cryo.state_incr(%s,%s,'counters','n',%s,%s,%s,%s,%s,0)",
-                      (run, token, expect, value, b"memo:" + (value or b""),
-                       f"state.incr/{name}/0", name)).fetchone()
+    return db.execute("SELECT * FROM cryo.state_incr(%s,%s,'counters','n',%s,%s,%s,NULL,%s,0,%s)",
+                      (run, token, expect, value, b"memo:" + (value or b""), name,
+                       f"state.incr/{name}/0")).fetchone()
 
 
 def test_incr_is_a_compare_and_set_loop_with_its_memo(db: psycopg.Connection) -> None:
@@ -168,7 +168,7 @@ def test_the_cell_and_its_memo_commit_together(db: psycopg.Connection) -> None:
     db.execute("ALTER TABLE cryo.journal ADD CONSTRAINT test_no_memo "
                "CHECK (key_family <> 'state.incr')")
     assert _sqlstate(db, "SELECT * FROM cryo.state_incr(%s,%s,'counters','n',0,'\\x01','\\x01',"
-                     "'state.incr/x/0','x',0)", (run, token)) == "23514"
+                     "NULL,'x',0)", (run, token)) == "23514"
     assert _get(db, "dev:default:entity:counters", "n") is None
 
 

@@ -122,14 +122,14 @@ def test_secrets_reach_only_a_trusted_live_claim(db: psycopg.Connection) -> None
     assert db.execute("SELECT name, value, withheld FROM cryo.claim_secrets(%s, %s)",
                       (run_id, token)).fetchall() == [("API_KEY", b"sealed-2", False)]
     untrusted = db.execute(
-        "SELECT run_id FROM cryo.submit_untrusted_script('dev', 'default', 'u.sh', NULL, 's')"
+        "SELECT run_id FROM cryo.submit_script('dev', 'default', 'u.sh', NULL, 's', p_untrusted => true)"
     ).fetchone()[0]
     run_id, token = claim(db)
     assert run_id == untrusted
     assert db.execute("SELECT name, value, withheld FROM cryo.claim_secrets(%s, %s)",
                       (run_id, token)).fetchall() == [("API_KEY", None, True)]
     # A child it spawns is untrusted too.
-    child = db.execute("SELECT cryo.spawn_run(%s, %s, 'spawn//0', 0, 'c.sh', NULL, 's', NULL, "
+    child = db.execute("SELECT cryo.spawn_run(%s, %s, NULL, 0, 'c.sh', NULL, 's', NULL, "
                        "'{shell}')", (run_id, token)).fetchone()[0]
     assert db.execute("SELECT untrusted FROM cryo.runs WHERE id = %s", (child,)).fetchone()[0]
     # Nothing of a secret is in the queue, and a stale token reads nothing.
@@ -202,8 +202,8 @@ def test_sql_injection_through_names_keys_groups_and_signals(db: psycopg.Connect
     # stored as given and found again by exactly that text.
     as_data = [
         ("SELECT cryo.state_set(%s, %s, NULL, %s, 'v')", (run_id, token, bad)),
-        ("SELECT cryo.signal_run(%s, %s)", (run_id, bad)),
-        ("SELECT cryo.emit_event('dev', 'default', %s)", (bad,)),
+        ("SELECT cryo.send_signal(%s, %s)", (run_id, bad)),
+        ("SELECT cryo.publish_event('dev', 'default', %s)", (bad,)),
     ]
     for sql, params in as_data:
         assert _sqlstate(db, sql, params) == ("CR004" if "\n" in bad else None), sql

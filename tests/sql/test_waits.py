@@ -12,16 +12,16 @@ FAR = "2100-01-01 00:00:00+00"
 
 def _wait_signal(db: psycopg.Connection, run_id: str, token: object, name: str = "go",
                  ordinal: int = 0, timeout: float | None = None) -> tuple:
-    return db.execute("SELECT * FROM cryo.wait_signal(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, f"signal/{name}/{ordinal}", name, ordinal,
-                       timeout)).fetchone()
+    return db.execute("SELECT * FROM cryo.wait_signal(%s, %s, NULL, %s, %s, %s, %s)",
+                      (run_id, token, name, ordinal, timeout,
+                       f"signal/{name}/{ordinal}")).fetchone()
 
 
 def test_signal_queued_before_the_wait_is_taken_without_parking(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)
-    db.execute("SELECT cryo.send_signal(%s, 'go', '\\x01')", (run_id,))
-    db.execute("SELECT cryo.send_signal(%s, 'go', '\\x02')", (run_id,))
+    db.execute("SELECT cryo.send_signal(%s, 'go', p_sealed => '\\x01')", (run_id,))
+    db.execute("SELECT cryo.send_signal(%s, 'go', p_sealed => '\\x02')", (run_id,))
     assert _wait_signal(db, run_id, token)[:2] == (False, b"\x01")
     assert _wait_signal(db, run_id, token, ordinal=1)[:2] == (False, b"\x02")
     # A retried request at the same path gets the same answer, not a third signal.
@@ -34,9 +34,9 @@ def test_signal_wakes_a_parked_waiter_once(db: psycopg.Connection) -> None:
     _, token = claim(db)
     assert _wait_signal(db, run_id, token)[0] is True
     assert status(db, run_id) == ("parked", "awaiting-signal")
-    db.execute("SELECT cryo.send_signal(%s, 'other', '\\x09')", (run_id,))
+    db.execute("SELECT cryo.send_signal(%s, 'other', p_sealed => '\\x09')", (run_id,))
     assert status(db, run_id) == ("parked", "awaiting-signal")
-    db.execute("SELECT cryo.send_signal(%s, 'go', '\\x05')", (run_id,))
+    db.execute("SELECT cryo.send_signal(%s, 'go', p_sealed => '\\x05')", (run_id,))
     assert status(db, run_id) == ("pending", None)
     _, token2 = claim(db)
     memo = db.execute("SELECT path, status, result, exit_code FROM cryo.read_journal(%s, %s)",
@@ -49,10 +49,10 @@ def test_signals_to_finished_or_unknown_runs_are_refused(db: psycopg.Connection)
     db.execute("SELECT cryo.cancel_run(%s)", (run_id,))
     for target, code in ((run_id, "CR006"), ("dev:default:run-nope", "CR003")):
         with pytest.raises(psycopg.Error) as exc:
-            db.execute("SELECT cryo.signal_run(%s, 'go')", (target,))
+            db.execute("SELECT cryo.send_signal(%s, 'go')", (target,))
         assert exc.value.sqlstate == code
     with pytest.raises(psycopg.Error) as exc:
-        db.execute("SELECT cryo.signal_run(%s, '')", (submit(db),))
+        db.execute("SELECT cryo.send_signal(%s, '')", (submit(db),))
     assert exc.value.sqlstate == "CR004"
 
 
@@ -66,7 +66,7 @@ def test_a_timed_out_wait_records_124(db: psycopg.Connection) -> None:
     assert db.execute("SELECT exit_code FROM cryo.read_journal(%s, %s)",
                       (run_id, token2)).fetchall() == [(124,)]
     # The late signal stays queued; the recorded branch does not change.
-    db.execute("SELECT cryo.send_signal(%s, 'go', '\\x01')", (run_id,))
+    db.execute("SELECT cryo.send_signal(%s, 'go', p_sealed => '\\x01')", (run_id,))
     assert _wait_signal(db, run_id, token2)[3] is True
 
 
@@ -77,20 +77,20 @@ def test_one_event_wakes_a_thousand_parked_runs_exactly_once(db: psycopg.Connect
     parked = 0
     while (got := claim(db)) is not None:
         run_id, token = got
-        row = db.execute("SELECT * FROM cryo.wait_event(%s, %s, 'event/go/0', 'go', 0, NULL)",
+        row = db.execute("SELECT * FROM cryo.wait_event(%s, %s, NULL, 'go', 0, NULL, 'event/go/0')",
                          (run_id, token)).fetchone()
         parked += row[0]
     assert parked == 1000
     assert db.execute("SELECT count(*) FROM cryo.parked_runs "
                       "WHERE reason='awaiting-event'").fetchone() == (1000,)
-    db.execute("SELECT cryo.emit_event('dev', 'default', 'go', '{\"n\": 1}')")
+    db.execute("SELECT cryo.publish_event('dev', 'default', 'go', '{\"n\": 1}')")
     assert db.execute("SELECT count(*) FROM cryo.queue "
                       "WHERE state = 'pending'").fetchone() == (1000,)
     assert db.execute("SELECT count(*) FROM cryo.history "
                       "WHERE kind = 'event_received'").fetchone() == (1000,)
     assert db.execute("SELECT count(*) FROM cryo.journal "
                       "WHERE status='done' AND answer_clear = '{\"n\": 1}'").fetchone() == (1000,)
-    db.execute("SELECT cryo.emit_event('dev', 'default', 'go')")  # nobody waits any more
+    db.execute("SELECT cryo.publish_event('dev', 'default', 'go')")  # nobody waits any more
     assert db.execute("SELECT count(*) FROM cryo.history "
                       "WHERE kind = 'event_received'").fetchone() == (1000,)
 
@@ -106,8 +106,8 @@ def test_event_wake_uses_the_waiters_index(db: psycopg.Connection) -> None:
 def _activity(db: psycopg.Connection, run_id: str, token: object, name: str, retries: int = 0,
               retry_on: list[int] | None = None) -> str:
     return db.execute(
-        "SELECT cryo.submit_activity(%s, %s, %s, %s, '\\x00', '{shell}', %s, 0, %s)",
-        (run_id, token, f"activity/{name}/0", name, retries, retry_on)).fetchone()[0]
+        "SELECT cryo.submit_activity(%s, %s, NULL, %s, '\\x00', '{shell}', %s, 0, %s, %s)",
+        (run_id, token, name, retries, retry_on, f"activity/{name}/0")).fetchone()[0]
 
 
 def test_activity_retry_then_collect_wakes_the_parent(db: psycopg.Connection) -> None:
@@ -116,11 +116,11 @@ def test_activity_retry_then_collect_wakes_the_parent(db: psycopg.Connection) ->
     child = _activity(db, parent, ptoken, "build", retries=1, retry_on=[75])
     with pytest.raises(psycopg.Error) as exc:
         _activity(db, parent, ptoken, "build2")  # fine: another name
-        db.execute("SELECT cryo.submit_activity(%s, %s, 'activity/build/1', 'build', "
-                   "'\\x00', '{shell}')", (parent, ptoken))
+        db.execute("SELECT cryo.submit_activity(%s, %s, NULL, 'build', "
+                   "'\\x00', '{shell}', p_path => 'activity/build/1')", (parent, ptoken))
     assert exc.value.sqlstate == "CR007"
     parked = db.execute("SELECT * FROM cryo.collect_activity(%s, %s, "
-                        "'activity.collect/build/0', 0, 'build')", (parent, ptoken)).fetchone()
+                        "NULL, 0, 'build', 'activity.collect/build/0')", (parent, ptoken)).fetchone()
     assert parked == (True, child, None)
     # The child fails with a retryable code: it backs off instead of ending.
     got = claim(db)
@@ -145,7 +145,7 @@ def test_cancel_cascades_to_children(db: psycopg.Connection) -> None:
     parent = submit(db)
     _, ptoken = claim(db)
     child = _activity(db, parent, ptoken, "c")
-    db.execute("SELECT * FROM cryo.wait_all_activities(%s, %s, 'activity.wait-all//0', 0)",
+    db.execute("SELECT * FROM cryo.wait_all_activities(%s, %s, NULL, 0)",
                (parent, ptoken))
     assert status(db, parent) == ("parked", "awaiting-children")
     assert db.execute("SELECT cryo.cancel_run(%s)", (parent,)).fetchone() == ("cancelled",)
@@ -153,7 +153,7 @@ def test_cancel_cascades_to_children(db: psycopg.Connection) -> None:
 
 
 def test_events_past_retention_are_purged(db: psycopg.Connection) -> None:
-    db.execute("SELECT cryo.emit_event('dev', 'default', 'old')")
+    db.execute("SELECT cryo.publish_event('dev', 'default', 'old')")
     db.execute("SELECT cryo.set_retention('dev', 'default', p_events => interval '1 day')")
     db.execute("SELECT set_config('cryo.fake_now', %s, false)", (FAR,))
     db.execute("SELECT * FROM cryo.tick()")

@@ -63,29 +63,33 @@ LANGUAGE sql STABLE AS $$
     SELECT * FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = p_path
 $$;
 
--- Appends the memo of a state operation at the run's next position, with its history
--- event. exit_code carries the answer of add and cas (0 won, 3 lost); incr's answer
--- (the total) is a value, so it arrives sealed in p_result.
+-- Records the answer of a state operation as the run's memo at its position, with its
+-- history event. exit_code carries the answer of add and cas (0 won, 3 lost); incr's
+-- answer (the total) is a value, so it arrives sealed in p_result.
 CREATE OR REPLACE FUNCTION cryo._state_record(
-    p_q cryo.queue, p_path text, p_family text, p_name text, p_ordinal integer,
-    p_exit_code integer, p_result bytea)
+    p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
+    p_ordinal integer, p_exit_code integer, p_result bytea)
 RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_attempt integer := (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_q.run_id);
 BEGIN
-    IF coalesce(p_path, '') = '' OR coalesce(p_name, '') = '' OR p_ordinal IS NULL OR p_ordinal < 0 THEN
+    PERFORM cryo._record(p_q, p_position, p_path, p_family, p_name, p_ordinal, p_result, NULL,
+                         p_exit_code);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),
+                          p_family, p_name, p_ordinal,
+                          (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_q.run_id));
+END
+$$;
+
+-- The path of a state operation's memo; its name (the --as label) may not be empty.
+CREATE OR REPLACE FUNCTION cryo._state_path(
+    p_family text, p_name text, p_ordinal integer, p_path text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF coalesce(p_name, '') = '' THEN
         RAISE EXCEPTION 'a durable call needs a path, a name and an ordinal >= 0' USING ERRCODE = 'CR004';
     END IF;
-    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
-                              key_ordinal, attempt, status, result, exit_code, created_at,
-                              completed_at)
-    VALUES (p_q.run_id, p_q.org, p_q.project,
-            cryo._next_seq(p_q.run_id),
-            p_path, 'run', p_family, p_name, p_ordinal, v_attempt, 'done', p_result, p_exit_code,
-            cryo.now(), cryo.now());
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),
-                          p_family, p_name, p_ordinal, v_attempt);
+    RETURN cryo.call_path(p_family, p_name, p_ordinal, p_path);
 END
 $$;
 
@@ -164,18 +168,22 @@ COMMENT ON FUNCTION cryo.state_delete(text, uuid, text, text) IS
 -- that asks again after losing its memo still holds what it claimed.
 CREATE OR REPLACE FUNCTION cryo.state_add(
     p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea,
-    p_path text, p_name text, p_ordinal integer)
+    p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL)
 RETURNS TABLE (claimed boolean, version bigint, replayed boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_family text := 'state.add';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
     v_now timestamptz := cryo.now();
-    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_version bigint;
     v_creator text;
 BEGIN
     PERFORM cryo._state_key(p_key, true);
+    v_path := cryo._state_path(v_family, p_name, p_ordinal, p_path);
+    v_memo := cryo._state_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT v_memo.exit_code = 0, NULL::bigint, true;
         RETURN;
@@ -201,28 +209,32 @@ BEGIN
     ELSE
         v_creator := p_run_id;
     END IF;
-    PERFORM cryo._state_record(v_q, p_path, 'state.add', p_name, p_ordinal,
+    PERFORM cryo._state_record(v_q, p_position, v_path, 'state.add', p_name, p_ordinal,
                                CASE WHEN v_creator = p_run_id THEN 0 ELSE 3 END, NULL);
     RETURN QUERY SELECT v_creator = p_run_id, v_version, false;
 END
 $$;
-COMMENT ON FUNCTION cryo.state_add(text, uuid, text, text, bytea, text, text, integer) IS
-    'Claims a cell for the claimed run: writes it only when no live cell holds the key, and records the answer as the run''s memo at p_path in the same transaction. Returns (claimed, version, replayed); claimed is true when this run created the cell, now or earlier; replayed is true when the answer came from an existing memo (version NULL then). Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity.';
+COMMENT ON FUNCTION cryo.state_add(text, uuid, text, text, bytea, integer, text, integer, text) IS
+    'Claims a cell for the claimed run: writes it only when no live cell holds the key, and records the answer as the run''s memo at its position in the same transaction. Returns (claimed, version, replayed); claimed is true when this run created the cell, now or earlier; replayed is true when the answer came from an existing memo (version NULL then). Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
 
 -- cas: swap the value only if the live cell is still at p_expect. Memoized by --as
--- (the agent passes the path); a lost swap is recorded too, because the run acts on it.
+-- (the agent passes its position and identity); a lost swap is recorded too, because the run acts on it.
 CREATE OR REPLACE FUNCTION cryo.state_cas(
     p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint,
-    p_path text, p_name text, p_ordinal integer)
+    p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL)
 RETURNS TABLE (swapped boolean, version bigint, replayed boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_family text := 'state.cas';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
-    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_version bigint;
 BEGIN
     PERFORM cryo._state_key(p_key, true);
+    v_path := cryo._state_path(v_family, p_name, p_ordinal, p_path);
+    v_memo := cryo._state_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT v_memo.exit_code = 0, NULL::bigint, true;
         RETURN;
@@ -234,13 +246,13 @@ BEGIN
        SET value = p_value, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
      WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL AND c.version = p_expect
     RETURNING c.version INTO v_version;
-    PERFORM cryo._state_record(v_q, p_path, 'state.cas', p_name, p_ordinal,
+    PERFORM cryo._state_record(v_q, p_position, v_path, 'state.cas', p_name, p_ordinal,
                                CASE WHEN v_version IS NULL THEN 3 ELSE 0 END, NULL);
     RETURN QUERY SELECT v_version IS NOT NULL, v_version, false;
 END
 $$;
-COMMENT ON FUNCTION cryo.state_cas(text, uuid, text, text, bytea, bigint, text, text, integer) IS
-    'Replaces a live cell''s value when its version equals p_expect, and records the answer (swapped or not) as the claimed run''s memo at p_path in the same transaction. Returns (swapped, version, replayed): version is the new one after a swap; replayed is true when the answer came from an existing memo. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity, expected version or call identity.';
+COMMENT ON FUNCTION cryo.state_cas(text, uuid, text, text, bytea, bigint, integer, text, integer, text) IS
+    'Replaces a live cell''s value when its version equals p_expect, and records the answer (swapped or not) as the claimed run''s memo at its position in the same transaction. Returns (swapped, version, replayed): version is the new one after a swap; replayed is true when the answer came from an existing memo. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity, expected version or call identity, CR009 for a path that disagrees with the identity.';
 
 -- incr: count. SQL cannot add sealed numbers, so the server does the arithmetic and
 -- this function is the compare-and-set step of its loop:
@@ -256,18 +268,22 @@ COMMENT ON FUNCTION cryo.state_cas(text, uuid, text, text, bytea, bigint, text, 
 -- which the sealing promise rules out.
 CREATE OR REPLACE FUNCTION cryo.state_incr(
     p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea,
-    p_result bytea, p_path text, p_name text, p_ordinal integer)
+    p_result bytea, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL)
 RETURNS TABLE (outcome text, version bigint, sealed bytea)
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_family text := 'state.incr';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
     v_now timestamptz := cryo.now();
-    v_memo cryo.journal := cryo._state_memo(p_run_id, p_path);
+    v_path text;
+    v_memo cryo.journal;
     v_cell cryo.state_cells;
     v_version bigint;
 BEGIN
     PERFORM cryo._state_key(p_key, true);
+    v_path := cryo._state_path(v_family, p_name, p_ordinal, p_path);
+    v_memo := cryo._state_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT 'recorded'::text, NULL::bigint, v_memo.result;
         RETURN;
@@ -298,12 +314,12 @@ BEGIN
          WHERE c.scope = v_scope AND c.key = p_key
         RETURNING c.version INTO v_version;
     END IF;
-    PERFORM cryo._state_record(v_q, p_path, 'state.incr', p_name, p_ordinal, 0, p_result);
+    PERFORM cryo._state_record(v_q, p_position, v_path, 'state.incr', p_name, p_ordinal, 0, p_result);
     RETURN QUERY SELECT 'done'::text, v_version, NULL::bytea;
 END
 $$;
-COMMENT ON FUNCTION cryo.state_incr(text, uuid, text, text, bigint, bytea, bytea, text, text, integer) IS
-    'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at p_path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity.';
+COMMENT ON FUNCTION cryo.state_incr(text, uuid, text, text, bigint, bytea, bytea, integer, text, integer, text) IS
+    'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at its path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
 
 CREATE OR REPLACE VIEW cryo.state_overview AS
 SELECT c.org, c.project, CASE WHEN c.entity IS NULL THEN 'run' ELSE 'entity' END AS scope_kind,

@@ -1,5 +1,104 @@
--- Retention and project removal: both delete whole runs through cryo._delete_runs, so a
--- run is either entirely present or entirely gone.
+-- Sweeps: the poll behind every push, retention, and removing a project. All are safe
+-- to run from every server replica at once (SKIP LOCKED, or locks in id order).
+
+-- The poll backstop behind every push: re-pends runs whose claim expired (or ends them,
+-- when a cancel was asked for), wakes parked runs that are due, purges old bus events,
+-- collects runs past retention and hands on concurrency groups a hook missed.
+CREATE OR REPLACE FUNCTION cryo.tick(p_batch integer DEFAULT 1000)
+RETURNS TABLE (expired integer, woken integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_cancel record;
+    v_ids text[];
+    v_sleeps text[];
+    v_waits text[];
+    v_retries text[];
+BEGIN
+    -- Expired claims of runs asked to cancel simply end.
+    FOR v_cancel IN
+        SELECT q.run_id FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
+         WHERE q.state = 'claimed' AND q.claim_expires_at < v_now AND r.cancel_requested
+         LIMIT p_batch
+           FOR UPDATE OF q SKIP LOCKED
+    LOOP
+        PERFORM cryo._finalize(v_cancel.run_id, 'cancelled', NULL, 'cancelled');
+    END LOOP;
+
+    SELECT array_agg(x.run_id) INTO v_ids FROM (
+        SELECT q.run_id FROM cryo.queue q
+         WHERE q.state = 'claimed' AND q.claim_expires_at < v_now
+         LIMIT p_batch
+           FOR UPDATE SKIP LOCKED) x;
+    expired := coalesce(cryo._release(v_ids, 'claim_expired'), 0);
+
+    -- Due parked rows: a sleep is over, a bounded wait timed out (its memo records exit
+    -- code 124, so replay takes the same branch), or a retry's backoff has passed.
+    SELECT array_agg(d.run_id) FILTER (WHERE d.park_reason = 'sleeping'),
+           array_agg(d.run_id) FILTER (WHERE d.park_reason = 'retry-backoff'),
+           array_agg(d.run_id) FILTER (WHERE d.park_reason NOT IN ('sleeping', 'retry-backoff'))
+      INTO v_sleeps, v_retries, v_waits
+      FROM (SELECT q.run_id, q.park_reason FROM cryo.queue q
+             WHERE q.state = 'parked' AND q.wake_at <= v_now
+             ORDER BY q.wake_at
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) d;
+    woken := coalesce(cryo._wake(v_sleeps, 'timer_fired', NULL, NULL, 0), 0)
+           + coalesce(cryo._wake(v_retries, 'retry_due'), 0)
+           + coalesce(cryo._wake(v_waits, 'wait_timed_out', NULL, NULL, 124), 0);
+
+    PERFORM cryo._purge_events(p_batch);
+    PERFORM cryo._collect_runs(p_batch);
+    PERFORM cryo._reconcile_admission(p_batch);
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION cryo.tick(integer) IS
+    'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+
+-- Deletes bus events older than their project's retention, a batch at a time.
+CREATE OR REPLACE FUNCTION cryo._purge_events(p_batch integer)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.events e WHERE e.id IN (
+        SELECT e2.id FROM cryo.events e2 JOIN cryo.projects p ON p.org = e2.org AND p.slug = e2.project
+         WHERE e2.created_at < cryo.now() - p.event_retention
+         ORDER BY e2.created_at LIMIT p_batch);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- The reconcile sweep: groups held by a run that already ended, and queues with no
+-- holder, are handed on. Safe to race with the terminal hook: both take the group lock.
+CREATE OR REPLACE FUNCTION cryo._reconcile_admission(p_batch integer)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_g record;
+    v_n integer := 0;
+BEGIN
+    FOR v_g IN
+        SELECT l.org, l.project, l.grp FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+         WHERE cryo.is_terminal(r.status)
+        UNION
+        SELECT DISTINCT w.org, w.project, w.grp FROM cryo.lease_waiters w
+         WHERE NOT EXISTS (SELECT 1 FROM cryo.leases l
+                            WHERE l.org = w.org AND l.project = w.project AND l.grp = w.grp)
+        LIMIT p_batch
+    LOOP
+        PERFORM cryo._lock_group(v_g.org, v_g.project, v_g.grp);
+        IF cryo._promote(v_g.org, v_g.project, v_g.grp) IS NOT NULL THEN
+            v_n := v_n + 1;
+        END IF;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+
 
 -- Deletes the runs and everything keyed by their ids. Children outside the set keep
 -- running as top-level runs.
@@ -42,7 +141,7 @@ BEGIN
                    SELECT r.id FROM cryo.runs r
                     WHERE r.org = p.org AND r.project = p.slug
                       AND r.created_at < cryo.now() - p.run_retention
-                      AND r.status IN ('succeeded', 'failed', 'cancelled', 'unreadable')
+                      AND cryo.is_terminal(r.status)
                       AND r.finished_at < cryo.now() - p.run_retention
                     ORDER BY r.created_at
                     LIMIT p_batch) c

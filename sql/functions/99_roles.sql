@@ -1,9 +1,8 @@
 -- Database roles, applied after every other function file (so after each rebuild).
 --
 -- cryo_app: what an application's own login role is granted. It may call the public
--- functions an application needs (submit, cancel, read runs, and signal/emit where they
--- exist) and read the views, and nothing else: no table privilege at all. Those
--- functions run as SECURITY DEFINER with a fixed search_path, so they reach the tables
+-- functions an application needs (submit, cancel, read runs, signal, publish) and read
+-- the views, and nothing else: no table privilege at all. Those functions run as SECURITY DEFINER with a fixed search_path, so they reach the tables
 -- as the schema owner while the caller cannot. pg_catalog comes first in that path:
 -- cryo.now() calls the built-in now() unqualified, and no object of the caller's (or of
 -- cryo) may stand in for a built-in.
@@ -44,8 +43,8 @@ BEGIN
         SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'cryo'
            AND p.proname IN ('submit_run', 'cancel_run', 'get_run', 'list_runs', 'read_history',
-                             'signal_run', 'send_signal', 'emit_event', 'error_codes',
-                             'queue_position')
+                             'send_signal', 'publish_event', 'error_codes', 'queue_position',
+                             'is_terminal')
     LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, cryo, pg_temp', v_fn);
         IF v_app THEN

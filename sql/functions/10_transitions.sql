@@ -1,0 +1,324 @@
+-- The transitions layer. These functions, and no others, change a run's status, write
+-- a queue row's state or claim columns, or add and complete journal rows. Every public
+-- function (submit, claim, the durable calls, finish, cancel, tick, publish, ...) goes
+-- through them, so each change of state is written out once.
+--
+--   _create_run    (nothing)          -> pending, without a queue row yet
+--   _enqueue       pending | queued   -> pending, with a pending queue row
+--   _hold_queued   pending            -> queued (behind its concurrency group)
+--   _claim         pending            -> running, queue row claimed, fresh token
+--   _extend_claim  running            -> running, claim expiry pushed back
+--   _release       running            -> pending (handed back, or its claim expired)
+--   _park          running            -> parked, claim ended
+--   _wake          parked             -> pending, the marker it waited on completed
+--   _finalize      any live status    -> terminal, queue row gone
+--   _record        a done memo at a position       (journal)
+--   _mark          a pending marker at a position  (journal)
+-- Callers hold the locks: the queue row (FOR UPDATE, or SKIP LOCKED in sweeps) before
+-- the runs row, as the lock order in 00_core.sql says.
+
+-- Locks and returns the queue row held by this claim token, or refuses the call.
+-- Every agent-side transition starts here, so a stale agent can never write.
+CREATE OR REPLACE FUNCTION cryo._claimed_row(p_run_id text, p_token uuid)
+RETURNS cryo.queue
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row cryo.queue;
+BEGIN
+    SELECT * INTO v_row FROM cryo.queue
+     WHERE run_id = p_run_id AND state = 'claimed' AND claim_token = p_token
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
+            USING ERRCODE = 'CR002';
+    END IF;
+    RETURN v_row;
+END
+$$;
+
+-- Inserts a run as pending, or returns NULL when its idempotency key already names a
+-- run of the project. The caller then enqueues it or holds it for admission.
+CREATE OR REPLACE FUNCTION cryo._create_run(
+    p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text,
+    p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text,
+    p_required_caps text[], p_untrusted boolean, p_parent_run_id text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_id text;
+BEGIN
+    INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
+                           input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
+                           created_at, updated_at)
+    -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
+    -- on them (runs, journal, history, logs) insert at their right edge instead of at a
+    -- random page of a large index; the random part keeps ids unguessable.
+    VALUES (p_org || ':' || p_project || ':run-'
+            || lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+            || left(replace(gen_random_uuid()::text, '-', ''), 8),
+            p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
+            p_input_clear, p_idempotency_key, p_required_caps, coalesce(p_untrusted, false),
+            p_parent_run_id, v_now, v_now)
+    ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NOT NULL THEN
+        PERFORM cryo._history(v_id, p_org, p_project, 'submitted');
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- Makes a run claimable: a fresh run, or a queued one its group has just admitted.
+CREATE OR REPLACE FUNCTION cryo._enqueue(
+    p_run_id text, p_org text, p_project text, p_required_caps text[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
+     WHERE id = p_run_id AND status = 'queued';
+    INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
+    VALUES (p_run_id, p_org, p_project, 'pending', p_required_caps, cryo.now());
+    PERFORM pg_notify('cryo_work', '');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._hold_queued(p_run_id text)
+RETURNS void
+LANGUAGE sql AS $$
+    UPDATE cryo.runs SET status = 'queued', updated_at = cryo.now() WHERE id = p_run_id
+$$;
+
+-- Hands up to p_limit of the org's oldest pending runs this agent can serve to it, each
+-- with its own single-use token and a claim that expires after p_seconds. One
+-- statement with SKIP LOCKED, so concurrent claimers never wait on each other and never
+-- win the same row.
+CREATE OR REPLACE FUNCTION cryo._claim(
+    p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision,
+    p_limit integer)
+RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
+               interpreter text, source bytea, input bytea, input_clear jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    WITH picked AS (
+        SELECT c.run_id FROM cryo.queue c
+         WHERE c.org = p_org AND c.state = 'pending'
+           AND c.required_caps <@ p_capabilities
+         ORDER BY c.enqueued_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE cryo.queue q
+           SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_agent_id,
+               claimed_at = cryo.now(),
+               claim_expires_at = cryo.now() + make_interval(secs => p_seconds)
+          FROM picked WHERE q.run_id = picked.run_id
+        RETURNING q.run_id, q.claim_token
+    ), started AS (
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = r.attempt + 1,
+               started_at = coalesce(r.started_at, cryo.now()), updated_at = cryo.now()
+          FROM claimed WHERE r.id = claimed.run_id
+        RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
+                  r.source, r.input, r.input_clear
+    )
+    SELECT * FROM started;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._extend_claim(p_run_id text, p_seconds double precision)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.queue SET claim_expires_at = cryo.now() + make_interval(secs => p_seconds)
+     WHERE run_id = p_run_id;
+END
+$$;
+
+-- Puts claimed runs back to pending, keeping their journal, leases and attempt count, so
+-- the next claim replays. p_kind names why in history: released, claim_expired.
+CREATE OR REPLACE FUNCTION cryo._release(p_run_ids text[], p_kind text)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+    v_watched text[];
+BEGIN
+    WITH requeued AS (
+        UPDATE cryo.queue q
+           SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
+               claim_expires_at = NULL
+         WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
+        RETURNING q.run_id
+    ), runs_back AS (
+        UPDATE cryo.runs r SET status = 'pending', updated_at = cryo.now()
+          FROM requeued WHERE r.id = requeued.run_id
+        RETURNING r.id, r.org, r.project, r.attempt, r.watched
+    ), logged AS (
+        INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+        SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
+    )
+    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
+    IF v_n > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+-- Suspends a claimed run and ends its claim. p_path is the journal marker it waits on
+-- (NULL for a retry backoff); p_wake the time tick() wakes it, if any.
+CREATE OR REPLACE FUNCTION cryo._park(
+    p_run_id text, p_reason text, p_path text, p_name text, p_wake timestamptz)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.queue
+       SET state = 'parked', wake_at = p_wake, park_reason = p_reason, park_path = p_path,
+           park_name = p_name, parked_at = cryo.now(), claim_token = NULL, agent_id = NULL,
+           claimed_at = NULL, claim_expires_at = NULL
+     WHERE run_id = p_run_id;
+    UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
+     WHERE id = p_run_id;
+    PERFORM cryo._notify_run(p_run_id);
+END
+$$;
+
+-- Wakes parked runs: completes the marker each waits on with the answer given (the
+-- same for all), makes them claimable again and says so in history as p_kind. Rows no
+-- longer parked (woken meanwhile by another path) are left alone. Returns how many woke.
+CREATE OR REPLACE FUNCTION cryo._wake(
+    p_run_ids text[], p_kind text, p_result bytea DEFAULT NULL,
+    p_answer_clear jsonb DEFAULT NULL, p_exit_code integer DEFAULT 0)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+    v_watched text[];
+BEGIN
+    WITH due AS (
+        SELECT q.run_id, q.park_path FROM cryo.queue q
+         WHERE q.run_id = ANY (p_run_ids) AND q.state = 'parked'
+         ORDER BY q.run_id
+           FOR UPDATE
+    ), memo AS (
+        UPDATE cryo.journal j
+           SET status = 'done', result = p_result, answer_clear = p_answer_clear,
+               exit_code = p_exit_code, completed_at = cryo.now()
+          FROM due WHERE j.run_id = due.run_id AND j.path = due.park_path AND j.status = 'pending'
+        RETURNING j.run_id, j.key_family, j.key_name, j.key_ordinal
+    ), requeued AS (
+        UPDATE cryo.queue q
+           SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
+               park_name = NULL, parked_at = NULL, enqueued_at = cryo.now()
+          FROM due WHERE q.run_id = due.run_id
+        RETURNING q.run_id
+    ), runs_back AS (
+        UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = cryo.now()
+          FROM requeued WHERE r.id = requeued.run_id
+        RETURNING r.id, r.org, r.project, r.watched
+    ), logged AS (
+        INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                                  key_ordinal, created_at)
+        SELECT runs_back.id, runs_back.org, runs_back.project, p_kind,
+               CASE WHEN memo.run_id IS NULL THEN NULL ELSE 'run' END, memo.key_family,
+               memo.key_name, memo.key_ordinal, cryo.now()
+          FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
+    )
+    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
+    IF v_n > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+-- Ends a run: terminal status, queue row gone, and what an ending sets off (its
+-- leases go to their next waiters, its parent may be waiting to collect it; both in
+-- 60_finish.sql). Every way a run ends comes through here, so that happens once.
+CREATE OR REPLACE FUNCTION cryo._finalize(
+    p_run_id text, p_status text, p_exit_code integer, p_error text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    UPDATE cryo.runs SET status = p_status, substate = NULL, exit_code = p_exit_code,
+                         error = p_error, finished_at = cryo.now(), updated_at = cryo.now()
+     WHERE id = p_run_id
+    RETURNING * INTO v_run;
+    DELETE FROM cryo.queue WHERE run_id = p_run_id;
+    -- A plain statement rather than cryo._history: this is the hottest path, and a
+    -- plain statement keeps its cached plan where a call to a SQL function is planned
+    -- afresh each time.
+    INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
+    VALUES (p_run_id, v_run.org, v_run.project, p_status, v_run.attempt, cryo.now());
+    IF v_run.watched THEN  -- see cryo._notify_run
+        PERFORM pg_notify('cryo_run', p_run_id);
+    END IF;
+    PERFORM cryo._release_leases(p_run_id);
+    IF v_run.parent_run_id IS NOT NULL THEN
+        PERFORM cryo._wake_parent(p_run_id);
+    END IF;
+END
+$$;
+
+-- The position a new journal entry takes: the one the agent's pass reached, so a call
+-- that recorded nothing (a step that raised and was caught) leaves a gap rather than
+-- shifting every later call, and a strict replay still lines up. Without one, or when
+-- that position is taken (a lenient replay), the next free number.
+CREATE OR REPLACE FUNCTION cryo._next_seq(p_run_id text, p_position integer)
+RETURNS integer
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_position IS NOT NULL AND p_position >= 0 AND NOT EXISTS (
+            SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id AND j.seq = p_position) THEN
+        RETURN p_position;
+    END IF;
+    RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
+END
+$$;
+
+-- Records a durable call's answer (a memo) for the claimed run. Returns its position,
+-- or NULL when the path already holds an entry (the caller decides what that means).
+CREATE OR REPLACE FUNCTION cryo._record(
+    p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
+    p_ordinal integer, p_result bytea DEFAULT NULL, p_answer_clear jsonb DEFAULT NULL,
+    p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL, p_label text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq integer := cryo._next_seq(p_q.run_id, p_position);
+BEGIN
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, label, attempt, status, result, answer_clear,
+                              exit_code, ref_run_id, created_at, completed_at)
+    SELECT p_q.run_id, p_q.org, p_q.project, v_seq, p_path, 'run', p_family, p_name,
+           p_ordinal, p_label, r.attempt, 'done', p_result, p_answer_clear, p_exit_code,
+           p_ref_run_id, cryo.now(), cryo.now()
+      FROM cryo.runs r WHERE r.id = p_q.run_id
+    ON CONFLICT (run_id, path) DO NOTHING;
+    RETURN CASE WHEN FOUND THEN v_seq END;
+END
+$$;
+
+-- A pending marker: the call the run is about to park on. A marker an earlier pass
+-- left at the same path stands (with its due time).
+CREATE OR REPLACE FUNCTION cryo._mark(
+    p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
+    p_ordinal integer, p_due timestamptz, p_ref_run_id text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
+                              key_ordinal, attempt, status, due_at, ref_run_id, created_at)
+    SELECT p_q.run_id, p_q.org, p_q.project, cryo._next_seq(p_q.run_id, p_position),
+           p_path, 'run', p_family, p_name, p_ordinal, r.attempt, 'pending', p_due,
+           p_ref_run_id, cryo.now()
+      FROM cryo.runs r WHERE r.id = p_q.run_id
+    ON CONFLICT (run_id, path) DO NOTHING;
+END
+$$;

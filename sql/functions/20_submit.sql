@@ -1,0 +1,275 @@
+-- Submit and admission: how runs come to exist, and how a concurrency group lets them
+-- through one at a time.
+--
+-- A group (one per name per project) has at most one holder -- a run, never an agent --
+-- and a FIFO of waiters. Submits with a group and scripts' `cryopg lock` share it.
+-- Whatever ends a holder's lease (release_lease, or the run ending in any way) hands
+-- the group to the oldest waiter in the same transaction; tick() reconciles groups such
+-- a hook could have missed.
+
+-- Serialises every acquire, enqueue and hand-over of one group.
+CREATE OR REPLACE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text)
+RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
+$$;
+
+-- The live holder of a group, or NULL. A holder that already ended counts as none.
+CREATE OR REPLACE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+     WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+       AND NOT cryo.is_terminal(r.status)
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._take_lease(
+    p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text,
+    p_scoped boolean)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO cryo.leases (org, project, grp, holder_run_id, kind, scoped, path, acquired_at)
+    VALUES (p_org, p_project, p_group, p_run_id, p_kind, p_scoped, p_path, cryo.now())
+    ON CONFLICT (org, project, grp) DO UPDATE
+       SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
+           path = excluded.path, acquired_at = excluded.acquired_at
+$$;
+
+-- Hands a free group to its oldest waiter: a queued submit is enqueued, a script
+-- parked on `lock` wakes holding the lease. Returns the run that got it, if any.
+CREATE OR REPLACE FUNCTION cryo._promote(p_org text, p_project text, p_group text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_w cryo.lease_waiters;
+    v_run cryo.runs;
+BEGIN
+    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    LOOP
+        DELETE FROM cryo.lease_waiters WHERE id = (
+            SELECT w.id FROM cryo.lease_waiters w
+             WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+             ORDER BY w.id LIMIT 1)
+        RETURNING * INTO v_w;
+        IF NOT FOUND THEN
+            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
+            RETURN NULL;
+        END IF;
+        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
+        IF v_w.kind = 'admission' THEN
+            SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
+            IF FOUND THEN
+                PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
+                PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
+                PERFORM cryo._notify_run(v_run.id);
+                RETURN v_run.id;
+            END IF;
+        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
+                         jsonb_build_object('group', p_group), 0) > 0 THEN
+            RETURN v_w.run_id;
+        END IF;
+        -- That waiter is gone (ended meanwhile): try the next one.
+    END LOOP;
+END
+$$;
+
+-- Submit-time admission, with the group already locked and the new run inserted.
+-- Returns what the run does next: 'pending' (it holds the group) or 'queued'.
+CREATE OR REPLACE FUNCTION cryo._admit(
+    p_run_id text, p_org text, p_project text, p_group text, p_policy text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_holder text := cryo._group_holder(p_org, p_project, p_group);
+    v_waiter record;
+    v_limit integer;
+BEGIN
+    UPDATE cryo.runs SET concurrency_group = p_group WHERE id = p_run_id;
+    IF v_holder IS NULL THEN
+        PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
+        RETURN 'pending';
+    END IF;
+    IF p_policy = 'cancel-running' THEN
+        -- Take the hold first, so the incumbent's ending hands nothing to its waiters.
+        PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
+        PERFORM cryo.cancel_run(v_holder);
+        RETURN 'pending';
+    END IF;
+    IF p_policy = 'cancel-queued' THEN
+        FOR v_waiter IN SELECT w.run_id FROM cryo.lease_waiters w
+                         WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+                         ORDER BY w.id LOOP
+            PERFORM cryo.cancel_run(v_waiter.run_id);
+        END LOOP;
+    END IF;
+    SELECT p.admission_queue_limit INTO v_limit FROM cryo.projects p
+     WHERE p.org = p_org AND p.slug = p_project;
+    IF (SELECT count(*) FROM cryo.lease_waiters w
+         WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+           AND w.kind = 'admission') >= v_limit THEN
+        RAISE EXCEPTION 'concurrency group % already has % queued runs (the limit); try later', p_group, v_limit
+            USING ERRCODE = 'CR030';
+    END IF;
+    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, enqueued_at)
+    VALUES (p_org, p_project, p_group, p_run_id, 'admission', cryo.now());
+    PERFORM cryo._hold_queued(p_run_id);
+    PERFORM cryo._history(p_run_id, p_org, p_project, 'queued');
+    RETURN 'queued';
+END
+$$;
+
+-- The one submit. Source and input arrive sealed from the server, or the input in the
+-- clear from SQL (see submit_run). With an idempotency key, a repeated submit returns
+-- the first run and creates nothing. An untrusted run's claims carry no secrets.
+CREATE OR REPLACE FUNCTION cryo.submit_script(
+    p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea,
+    p_input bytea DEFAULT NULL, p_idempotency_key text DEFAULT NULL,
+    p_required_caps text[] DEFAULT '{shell}', p_workflow text DEFAULT NULL,
+    p_input_clear jsonb DEFAULT NULL, p_concurrency text DEFAULT NULL,
+    p_policy text DEFAULT NULL, p_untrusted boolean DEFAULT false,
+    p_parent_run_id text DEFAULT NULL)
+RETURNS TABLE (run_id text, created boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id text;
+    v_policy text := coalesce(p_policy, 'queue');
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    IF coalesce(p_filename, '') = '' OR p_source IS NULL THEN
+        RAISE EXCEPTION 'a run needs a filename and a source' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_idempotency_key = '' THEN
+        RAISE EXCEPTION 'an idempotency key cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_concurrency IS NOT NULL THEN
+        PERFORM cryo._check_name('concurrency group', p_concurrency);
+        IF v_policy NOT IN ('queue', 'cancel-running', 'cancel-queued', 'skip') THEN
+            RAISE EXCEPTION 'policy must be queue, cancel-running, cancel-queued or skip, not %', v_policy
+                USING ERRCODE = 'CR004';
+        END IF;
+        PERFORM cryo._lock_group(p_org, p_project, p_concurrency);
+        IF p_idempotency_key IS NOT NULL AND EXISTS (
+                SELECT 1 FROM cryo.runs r WHERE r.org = p_org AND r.project = p_project
+                   AND r.idempotency_key = p_idempotency_key) THEN
+            NULL;  -- _create_run below finds the first run and returns it
+        ELSIF v_policy = 'skip' AND cryo._group_holder(p_org, p_project, p_concurrency) IS NOT NULL THEN
+            RETURN QUERY SELECT NULL::text, false;  -- skip: no run at all
+            RETURN;
+        END IF;
+    END IF;
+    v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
+                             p_input, p_input_clear, p_idempotency_key, p_required_caps,
+                             p_untrusted, p_parent_run_id);
+    IF v_id IS NULL THEN
+        RETURN QUERY SELECT r.id, false FROM cryo.runs r
+         WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
+        RETURN;
+    END IF;
+    IF p_concurrency IS NULL OR cryo._admit(v_id, p_org, p_project, p_concurrency, v_policy) = 'pending' THEN
+        PERFORM cryo._enqueue(v_id, p_org, p_project, p_required_caps);
+    END IF;
+    RETURN QUERY SELECT v_id, true;
+END
+$$;
+COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text) IS
+    'Creates a run from a sealed source and input (or a clear jsonb input), pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
+
+-- Stores (or replaces) a named script so applications can submit it from SQL.
+CREATE OR REPLACE FUNCTION cryo.put_workflow(
+    p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
+        RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
+            USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, updated_at)
+    VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source, cryo.now())
+    ON CONFLICT (org, project, name) DO UPDATE
+       SET filename = excluded.filename, interpreter = excluded.interpreter,
+           source = excluded.source, updated_at = excluded.updated_at;
+END
+$$;
+COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea) IS
+    'Stores a sealed script under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+
+-- The application's submit: call it inside your own transaction and the run exists
+-- only if that transaction commits. The input arrives in the clear (the application
+-- already holds it); it is kept in runs.input_clear until the first claim, when the
+-- server seals it and clears the column.
+CREATE OR REPLACE FUNCTION cryo.submit_run(
+    p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL,
+    p_idempotency_key text DEFAULT NULL, p_concurrency text DEFAULT NULL,
+    p_policy text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_wf cryo.workflows;
+    v_id text;
+BEGIN
+    SELECT * INTO v_wf FROM cryo.workflows
+     WHERE org = p_org AND project = p_project AND name = p_workflow;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_workflow, p_org, p_project
+            USING ERRCODE = 'CR005';
+    END IF;
+    SELECT s.run_id INTO v_id FROM cryo.submit_script(
+        p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
+        CASE WHEN v_wf.filename ~ '\.(sh|bash)$' OR v_wf.filename !~ '\.' THEN '{shell}'::text[]
+             ELSE '{polyglot}'::text[] END,
+        p_workflow, p_input, p_concurrency, p_policy) s;
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION cryo.submit_run(text, text, text, jsonb, text, text, text) IS
+    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
+
+-- A child run or activity of an untrusted run is untrusted too, however it was started:
+-- this trigger carries the mark across parent_run_id, so no path through a child can
+-- reach the project's secrets.
+CREATE OR REPLACE FUNCTION cryo._inherit_untrusted()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.parent_run_id IS NOT NULL AND NOT NEW.untrusted THEN
+        NEW.untrusted := coalesce((SELECT r.untrusted FROM cryo.runs r WHERE r.id = NEW.parent_run_id), false);
+    END IF;
+    RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS runs_inherit_untrusted ON cryo.runs;
+CREATE TRIGGER runs_inherit_untrusted
+    BEFORE INSERT OR UPDATE OF parent_run_id ON cryo.runs
+    FOR EACH ROW EXECUTE FUNCTION cryo._inherit_untrusted();
+
+CREATE OR REPLACE FUNCTION cryo.set_admission_queue_limit(p_org text, p_project text, p_limit integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'the queue limit must be at least 1' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.projects SET admission_queue_limit = p_limit WHERE org = p_org AND slug = p_project;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.set_admission_queue_limit(text, text, integer) IS
+    'Sets how many runs may queue per concurrency group in a project (default 100). Returns nothing. Raises CR004 for a limit below 1, CR005 for an unknown project.';
+
+-- A queued run's place in its concurrency group's FIFO.
+CREATE OR REPLACE FUNCTION cryo.queue_position(p_run_id text)
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT count(*) FROM cryo.lease_waiters o
+             WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
+      FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
+     ORDER BY w.id LIMIT 1
+$$;
+COMMENT ON FUNCTION cryo.queue_position(text) IS
+    'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';

@@ -1,0 +1,119 @@
+-- Claims: an agent takes a pending run, holds it with a single-use token whose expiry
+-- it keeps pushing back (every log flush does), and hands it back when it stops.
+-- A claim that is not pushed back expires, and tick() re-pends its run.
+
+CREATE OR REPLACE FUNCTION cryo.claim_job(
+    p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision)
+RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
+               interpreter text, source bytea, input bytea, input_clear jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1);
+END
+$$;
+COMMENT ON FUNCTION cryo.claim_job(text, text, text[], double precision) IS
+    'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token and the pinned source, or no row when nothing is pending. Raises nothing of its own.';
+
+-- The batched claim, for claimers that keep several jobs in hand: each commit costs a
+-- WAL flush, and one that notifies also holds the cluster-wide notify lock until it is
+-- flushed, so k claims per transaction divide both costs by k. Every claimed row still
+-- gets its own token.
+CREATE OR REPLACE FUNCTION cryo.claim_jobs(
+    p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision,
+    p_limit integer)
+RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
+               interpreter text, source bytea, input bytea, input_clear jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'a batch claim takes between 1 and 1000 jobs, not %', p_limit
+            USING ERRCODE = 'CR004';
+    END IF;
+    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit);
+END
+$$;
+COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, integer) IS
+    'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
+
+-- Pushes back the claim's expiry; the answer tells the agent to stop the script.
+CREATE OR REPLACE FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    PERFORM cryo._extend_claim(p_run_id, p_claim_seconds);
+    RETURN (SELECT cancel_requested FROM cryo.runs WHERE id = p_run_id);
+END
+$$;
+COMMENT ON FUNCTION cryo.renew_claim(text, uuid, double precision) IS
+    'Pushes back the expiry of a live claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+-- Appends a log chunk; as a sign of life it also renews the claim, so a chatty script
+-- never expires.
+CREATE OR REPLACE FUNCTION cryo.append_log(
+    p_run_id text, p_token uuid, p_data bytea, p_claim_seconds double precision)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_cancel boolean := cryo.renew_claim(p_run_id, p_token, p_claim_seconds);
+BEGIN
+    IF p_data IS NOT NULL AND length(p_data) > 0 THEN
+        INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
+        SELECT r.id, r.org, r.project, r.attempt, p_data, cryo.now()
+          FROM cryo.runs r WHERE r.id = p_run_id;
+        PERFORM cryo._notify_run(p_run_id);
+    END IF;
+    RETURN v_cancel;
+END
+$$;
+COMMENT ON FUNCTION cryo.append_log(text, uuid, bytea, double precision) IS
+    'Appends a sealed log chunk (none when empty) and renews the claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+-- Hands a claimed run back at once (its agent is shutting down): the run goes back to
+-- pending as after an expired claim, without waiting out the expiry. A run asked to
+-- cancel ends instead.
+CREATE OR REPLACE FUNCTION cryo.release_claim(p_run_id text, p_token uuid)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    IF (SELECT cancel_requested FROM cryo.runs WHERE id = p_run_id) THEN
+        PERFORM cryo._finalize(p_run_id, 'cancelled', NULL, 'cancelled');
+        RETURN;
+    END IF;
+    PERFORM cryo._release(ARRAY[p_run_id], 'released');
+END
+$$;
+COMMENT ON FUNCTION cryo.release_claim(text, uuid) IS
+    'Gives a claimed run back to the queue now (or ends it cancelled if a cancel was asked). Returns nothing. Raises CR002 for a stale claim token.';
+
+-- The server seals a clear input it found at claim time, then drops the clear copy.
+CREATE OR REPLACE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    UPDATE cryo.runs SET input = p_input, input_clear = NULL
+     WHERE id = p_run_id AND input_clear IS NOT NULL;
+END
+$$;
+COMMENT ON FUNCTION cryo.seal_run_input(text, uuid, bytea) IS
+    'Replaces a run''s clear input with its sealed form. Returns nothing. Raises CR002 for a stale claim token.';
+
+-- What a live claim may see: every secret of the run's project, sealed, or for an
+-- untrusted run the names alone (value NULL, withheld true).
+CREATE OR REPLACE FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid)
+RETURNS TABLE (name text, value bytea, withheld boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
+BEGIN
+    RETURN QUERY
+        SELECT s.name, CASE WHEN v_untrusted THEN NULL ELSE s.value END, v_untrusted
+          FROM cryo.secrets s
+         WHERE s.org = v_q.org AND s.project = v_q.project ORDER BY s.name;
+END
+$$;
+COMMENT ON FUNCTION cryo.claim_secrets(text, uuid) IS
+    'Returns the secrets the claimed run may see: sealed values of its project, or names only (withheld) for an untrusted run. Raises CR002 for a stale claim token.';

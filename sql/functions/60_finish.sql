@@ -1,0 +1,194 @@
+-- A run's end: the agent's report of an outcome, a retry instead of a failure, a
+-- cancel, and the two things an ending sets off (cryo._finalize calls both): the leases
+-- the run held go to their next waiters, and a parent collecting it wakes.
+
+-- A failed activity with retries left is parked until its backoff passes instead of
+-- ending; returns whether it was.
+CREATE OR REPLACE FUNCTION cryo._retry_if_allowed(p_run_id text, p_exit_code integer)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF v_run.retries_left <= 0 OR v_run.cancel_requested
+       OR (v_run.retry_on IS NOT NULL AND NOT (coalesce(p_exit_code, 1) = ANY (v_run.retry_on))) THEN
+        RETURN false;
+    END IF;
+    UPDATE cryo.runs SET retries_left = retries_left - 1, exit_code = p_exit_code WHERE id = p_run_id;
+    PERFORM cryo._park(p_run_id, 'retry-backoff', NULL, NULL,
+                       cryo.now() + make_interval(secs => v_run.retry_backoff));
+    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._check_outcome(p_outcome text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_outcome IS NULL OR NOT cryo.is_terminal(p_outcome) THEN
+        RAISE EXCEPTION 'outcome must be succeeded, failed, cancelled or unreadable, not %', p_outcome
+            USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+-- The agent's report that the script ended.
+CREATE OR REPLACE FUNCTION cryo.finish_run(
+    p_run_id text, p_token uuid, p_outcome text, p_exit_code integer DEFAULT NULL,
+    p_error text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    PERFORM cryo._check_outcome(p_outcome);
+    IF p_outcome = 'failed' AND cryo._retry_if_allowed(p_run_id, p_exit_code) THEN
+        RETURN;
+    END IF;
+    PERFORM cryo._finalize(p_run_id, p_outcome, p_exit_code, p_error);
+END
+$$;
+COMMENT ON FUNCTION cryo.finish_run(text, uuid, text, integer, text) IS
+    'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
+
+-- The batched finish_run, for claimers that keep several jobs in hand (see claim_jobs):
+-- ends every listed run whose token is still its live claim, in one transaction. A
+-- stale token is not an error here (a claim can expire while its batch-mates finish);
+-- its row comes back with finished = false.
+CREATE OR REPLACE FUNCTION cryo.finish_runs(
+    p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[],
+    p_errors text[])
+RETURNS TABLE (run_id text, finished boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_run_ids), 0);
+    v_row record;
+BEGIN
+    IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
+       OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
+       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n) THEN
+        RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o IS NULL OR NOT cryo.is_terminal(o)) THEN
+        RAISE EXCEPTION 'every outcome must be succeeded, failed, cancelled or unreadable'
+            USING ERRCODE = 'CR004';
+    END IF;
+    -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
+    -- a run listed twice is finished once.
+    FOR v_row IN
+        SELECT i.run_id, i.outcome, i.exit_code, i.error, (q.run_id IS NOT NULL) AS live
+          FROM (SELECT DISTINCT ON (u.run_id) u.*
+                  FROM unnest(p_run_ids, p_tokens, p_outcomes,
+                              coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
+                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error)
+                 ORDER BY u.run_id) i
+          LEFT JOIN LATERAL (
+               SELECT c.run_id FROM cryo.queue c
+                WHERE c.run_id = i.run_id AND c.state = 'claimed' AND c.claim_token = i.token
+                  FOR UPDATE) q ON true
+         ORDER BY i.run_id
+    LOOP
+        IF v_row.live THEN
+            PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code, v_row.error);
+        END IF;
+        run_id := v_row.run_id;
+        finished := v_row.live;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION cryo.finish_runs(text[], uuid[], text[], integer[], text[]) IS
+    'Ends each listed run whose claim token is its live claim with the matching outcome (exit codes and errors may be NULL arrays); returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
+
+-- Cancels a run: a queued, pending or parked run ends at once; a running one is
+-- flagged and its agent stops the script on its next log flush (or it ends when its
+-- claim expires).
+CREATE OR REPLACE FUNCTION cryo.cancel_run(p_run_id text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run cryo.runs;
+    v_child record;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF cryo.is_terminal(v_run.status) THEN
+        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
+    END IF;
+    -- Children go first, so a parent collecting them is not woken only to be cancelled.
+    FOR v_child IN
+        SELECT c.id FROM cryo.runs c
+         WHERE c.parent_run_id = p_run_id AND NOT cryo.is_terminal(c.status)
+    LOOP
+        PERFORM cryo.cancel_run(v_child.id);
+    END LOOP;
+    IF v_run.status = 'running' THEN
+        UPDATE cryo.runs SET cancel_requested = true, updated_at = cryo.now() WHERE id = p_run_id;
+        PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'cancel_requested');
+        PERFORM cryo._notify_run(p_run_id);
+        RETURN 'cancelling';
+    END IF;
+    PERFORM cryo._finalize(p_run_id, 'cancelled', NULL, 'cancelled');
+    RETURN 'cancelled';
+END
+$$;
+COMMENT ON FUNCTION cryo.cancel_run(text) IS
+    'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
+
+-- Set off by every ending: the run gives up every group it holds and its places in
+-- every group's queue.
+CREATE OR REPLACE FUNCTION cryo._release_leases(p_run_id text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_l record;
+BEGIN
+    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id;
+    FOR v_l IN SELECT org, project, grp FROM cryo.leases WHERE holder_run_id = p_run_id LOOP
+        PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
+        DELETE FROM cryo.leases
+         WHERE org = v_l.org AND project = v_l.project AND grp = v_l.grp AND holder_run_id = p_run_id;
+        PERFORM cryo._promote(v_l.org, v_l.project, v_l.grp);
+    END LOOP;
+END
+$$;
+
+-- Set off by a child's ending: its parent may be parked collecting it, or waiting for
+-- all its activities.
+CREATE OR REPLACE FUNCTION cryo._wake_parent(p_child_id text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_child cryo.runs;
+    v_q cryo.queue;
+    v_marker cryo.journal;
+    v_failed integer;
+BEGIN
+    SELECT * INTO v_child FROM cryo.runs WHERE id = p_child_id;
+    IF v_child.parent_run_id IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_q FROM cryo.queue
+     WHERE run_id = v_child.parent_run_id AND state = 'parked' AND park_reason = 'awaiting-children'
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_marker FROM cryo.journal WHERE run_id = v_q.run_id AND path = v_q.park_path;
+    IF v_marker.key_family = 'activity.collect' AND v_marker.ref_run_id = p_child_id THEN
+        PERFORM cryo._wake(ARRAY[v_q.run_id], 'activity_completed', NULL, NULL,
+                           cryo._outcome_code(v_child.status, v_child.exit_code));
+    ELSIF v_marker.key_family = 'activity.wait-all' AND NOT EXISTS (
+            SELECT 1 FROM cryo._uncollected(v_q.run_id) c WHERE NOT cryo.is_terminal(c.status)) THEN
+        SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed
+          FROM cryo._uncollected(v_q.run_id) c;
+        PERFORM cryo._wake(ARRAY[v_q.run_id], 'activities_completed', NULL,
+                           jsonb_build_object('failed', v_failed), 0);
+    END IF;
+END
+$$;

@@ -1,0 +1,464 @@
+-- Orgs, their wrapped data keys, tokens and agents. The database only ever holds a
+-- data key wrapped by the master key, which it never sees.
+
+-- Stores an org's wrapped data key the first time one is offered and returns the key
+-- that is in force, so two servers racing to create a key agree on one.
+CREATE OR REPLACE FUNCTION cryo.set_org_key(p_org text, p_key_id text, p_wrapped bytea)
+RETURNS TABLE (key_id text, wrapped_key bytea)
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.orgs o SET key_id = p_key_id, wrapped_key = p_wrapped
+     WHERE o.slug = p_org AND o.wrapped_key IS NULL;
+    RETURN QUERY SELECT o.key_id, o.wrapped_key FROM cryo.orgs o WHERE o.slug = p_org;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.set_org_key(text, text, bytea) IS
+    'Sets the org''s wrapped data key if it has none; returns the key in force. Raises CR005 for an unknown org.';
+
+CREATE OR REPLACE FUNCTION cryo.get_org_key(p_org text)
+RETURNS TABLE (key_id text, wrapped_key bytea)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT o.key_id, o.wrapped_key FROM cryo.orgs o WHERE o.slug = p_org;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.get_org_key(text) IS
+    'Returns the org''s key id and wrapped data key (both null before the first seal). Raises CR005 for an unknown org.';
+
+-- Tokens are stored as a hash of their secret; the secret itself is shown once. A user
+-- token acts for one member of its org (p_member is the login); an agent token carries
+-- a capability ceiling, which defaults to shell and polyglot (never connector).
+CREATE OR REPLACE FUNCTION cryo.create_token(
+    p_kind text, p_org text, p_name text, p_secret_hash bytea,
+    p_capabilities text[] DEFAULT '{}', p_expires_at timestamptz DEFAULT NULL,
+    p_member text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id text := 'tok-' || left(replace(gen_random_uuid()::text, '-', ''), 16);
+    v_member text;
+    v_caps text[] := coalesce(p_capabilities, '{}');
+BEGIN
+    IF p_kind IS NULL OR p_kind NOT IN ('user', 'agent') THEN
+        RAISE EXCEPTION 'token kind must be user or agent, not %', p_kind USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+    IF p_kind = 'user' THEN
+        SELECT m.id INTO v_member FROM cryo.members m WHERE m.org = p_org AND m.login = p_member;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'a user token needs a member of org %; no member %', p_org, p_member
+                USING ERRCODE = 'CR005';
+        END IF;
+        v_caps := '{}';
+    ELSE
+        IF cardinality(v_caps) = 0 THEN
+            v_caps := '{shell,polyglot}';
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(v_caps) c WHERE c IS NULL OR c !~ '^[a-z][a-z0-9_-]{0,31}$') THEN
+            RAISE EXCEPTION 'capabilities must be short lower-case names' USING ERRCODE = 'CR004';
+        END IF;
+    END IF;
+    IF p_expires_at IS NOT NULL AND p_expires_at <= cryo.now() THEN
+        RAISE EXCEPTION 'a token cannot expire in the past (%)', p_expires_at USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.tokens (id, kind, org, name, secret_hash, capabilities, expires_at, member_id)
+    VALUES (v_id, p_kind, p_org, coalesce(p_name, ''), p_secret_hash, v_caps, p_expires_at, v_member);
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION cryo.create_token(text, text, text, bytea, text[], timestamptz, text) IS
+    'Creates a user token (for the member whose login is p_member) or an agent token (with a capability ceiling, default shell+polyglot) from the hash of its secret; returns the token id. Raises CR004 for a bad kind, capability or expiry, CR005 for an unknown org or member.';
+
+CREATE OR REPLACE FUNCTION cryo.authenticate_token(p_secret_hash bytea)
+RETURNS TABLE (token_id text, kind text, org text, capabilities text[], member text, role text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+        SELECT t.id, t.kind, t.org, t.capabilities, m.login, m.role
+          FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+         WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
+           AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown, revoked or expired token' USING ERRCODE = 'CR008';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.authenticate_token(bytea) IS
+    'Returns the live token whose secret hashes to the argument, with its member login and role (NULL for agents). Raises CR008 when none is live.';
+
+-- The rank of a role; a route that needs role R admits every role ranked at least R.
+CREATE OR REPLACE FUNCTION cryo._role_rank(p_role text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_role WHEN 'owner' THEN 4 WHEN 'admin' THEN 3 WHEN 'member' THEN 2
+                       WHEN 'viewer' THEN 1 ELSE 0 END
+$$;
+
+-- Every user route starts here: the token must be a live user token, the org and
+-- project of the path must be its own and exist (else it reads as absent, a 404 that
+-- says nothing about other tenants), and its member must hold at least p_need.
+CREATE OR REPLACE FUNCTION cryo.authorize_user(
+    p_secret_hash bytea, p_org text, p_project text, p_need text)
+RETURNS TABLE (token_id text, member text, role text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_tok record;
+BEGIN
+    SELECT t.id, t.kind, t.org, m.login, m.role INTO v_tok
+      FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+     WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
+       AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
+    IF NOT FOUND OR v_tok.kind <> 'user' OR v_tok.role IS NULL THEN
+        RAISE EXCEPTION 'unknown, revoked or expired user token' USING ERRCODE = 'CR008';
+    END IF;
+    IF v_tok.org IS DISTINCT FROM p_org
+       OR (p_project IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = p_org AND p.slug = p_project)) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, coalesce(p_project, '') USING ERRCODE = 'CR005';
+    END IF;
+    IF cryo._role_rank(v_tok.role) < cryo._role_rank(p_need) OR cryo._role_rank(p_need) = 0 THEN
+        RAISE EXCEPTION 'role % of % cannot do this (needs %)', v_tok.role, v_tok.login, p_need
+            USING ERRCODE = 'CR020';
+    END IF;
+    RETURN QUERY SELECT v_tok.id, v_tok.login, v_tok.role;
+END
+$$;
+COMMENT ON FUNCTION cryo.authorize_user(bytea, text, text, text) IS
+    'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+
+CREATE OR REPLACE FUNCTION cryo.list_tokens(p_org text)
+RETURNS TABLE (id text, kind text, name text, member text, capabilities text[],
+               created_at timestamptz, expires_at timestamptz, revoked_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT t.id, t.kind, t.name, m.login, t.capabilities, t.created_at, t.expires_at, t.revoked_at
+      FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
+     WHERE t.org = p_org ORDER BY t.created_at, t.id
+$$;
+COMMENT ON FUNCTION cryo.list_tokens(text) IS
+    'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.revoke_token(p_org text, p_token_id text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.tokens SET revoked_at = cryo.now()
+     WHERE org = p_org AND id = p_token_id AND revoked_at IS NULL;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.tokens WHERE org = p_org AND id = p_token_id) THEN
+        RAISE EXCEPTION 'no token % in org %', p_token_id, p_org USING ERRCODE = 'CR005';
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION cryo.revoke_token(text, text) IS
+    'Revokes a token at once; returns false when it was already revoked. Raises CR005 for a token not of that org.';
+
+CREATE OR REPLACE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[])
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
+    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
+    ON CONFLICT (id) DO UPDATE
+       SET org = excluded.org, capabilities = excluded.capabilities,
+           last_seen_at = excluded.last_seen_at
+$$;
+COMMENT ON FUNCTION cryo.register_agent(text, text, text[]) IS
+    'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
+
+-- Master key rotation: the CLI reads every wrapped key, unwraps it with the old master
+-- key and wraps the same data key with the new one, then swaps them all here in one
+-- transaction. Payloads are untouched because the data keys do not change.
+CREATE OR REPLACE FUNCTION cryo.list_org_keys()
+RETURNS TABLE (org text, key_id text, wrapped_key bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT o.slug, o.key_id, o.wrapped_key FROM cryo.orgs o
+     WHERE o.wrapped_key IS NOT NULL ORDER BY o.slug
+$$;
+COMMENT ON FUNCTION cryo.list_org_keys() IS
+    'Returns every org that has a data key, with its key id and wrapped key. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.rewrap_org_keys(p_orgs text[], p_old bytea[], p_new bytea[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_orgs), 0);
+    v_done integer;
+BEGIN
+    IF coalesce(cardinality(p_old), 0) <> v_n OR coalesce(cardinality(p_new), 0) <> v_n THEN
+        RAISE EXCEPTION 'rewrap_org_keys needs arrays of one length' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.orgs o SET wrapped_key = u.new
+      FROM unnest(p_orgs, p_old, p_new) AS u(org, old, new)
+     WHERE o.slug = u.org AND o.wrapped_key = u.old AND u.new IS NOT NULL;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    IF v_done <> v_n THEN
+        RAISE EXCEPTION 'an org key changed during the rotation (% of % matched); nothing was rewrapped',
+            v_done, v_n USING ERRCODE = 'CR004';
+    END IF;
+    RETURN v_done;
+END
+$$;
+COMMENT ON FUNCTION cryo.rewrap_org_keys(text[], bytea[], bytea[]) IS
+    'Replaces each org''s wrapped key p_old by p_new, all or nothing; returns how many. Raises CR004 when an array length differs or a key is no longer p_old.';
+
+-- Orgs, projects and members. A slug is permanent (nothing here changes one); a name
+-- is what renames. Roles rank owner > admin > member > viewer (see cryo._role_rank).
+
+CREATE OR REPLACE FUNCTION cryo._slug_ok(p_slug text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(p_slug ~ '^[a-z0-9][a-z0-9-]{0,62}$', false)
+$$;
+
+-- Creates an org if it is missing; returns true when it did. Used by the dev bootstrap
+-- and by operators; an existing org keeps its name.
+CREATE OR REPLACE FUNCTION cryo.ensure_org(p_slug text, p_name text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT cryo._slug_ok(p_slug) THEN
+        RAISE EXCEPTION 'org slug % must be lower-case letters, digits and - (up to 63)', p_slug
+            USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.orgs (slug, name) VALUES (p_slug, coalesce(nullif(p_name, ''), p_slug))
+    ON CONFLICT (slug) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION cryo.ensure_org(text, text) IS
+    'Creates the org if missing; returns true when created. Raises CR004 for a malformed slug.';
+
+CREATE OR REPLACE FUNCTION cryo.rename_org(p_slug text, p_name text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(p_name, '') = '' THEN
+        RAISE EXCEPTION 'a name cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.orgs SET name = p_name WHERE slug = p_slug;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no org %', p_slug USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.rename_org(text, text) IS
+    'Changes an org''s display name (the slug never changes). Returns nothing. Raises CR004 for an empty name, CR005 for an unknown org.';
+
+CREATE OR REPLACE FUNCTION cryo.ensure_project(p_org text, p_slug text, p_name text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT cryo._slug_ok(p_slug) THEN
+        RAISE EXCEPTION 'project slug % must be lower-case letters, digits and - (up to 63)', p_slug
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+    INSERT INTO cryo.projects (org, slug, name)
+    VALUES (p_org, p_slug, coalesce(nullif(p_name, ''), p_slug))
+    ON CONFLICT (org, slug) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION cryo.ensure_project(text, text, text) IS
+    'Creates the project in the org if missing; returns true when created. Raises CR004 for a malformed slug, CR005 for an unknown org.';
+
+CREATE OR REPLACE FUNCTION cryo.rename_project(p_org text, p_slug text, p_name text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(p_name, '') = '' THEN
+        RAISE EXCEPTION 'a name cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.projects SET name = p_name WHERE org = p_org AND slug = p_slug;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_slug USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.rename_project(text, text, text) IS
+    'Changes a project''s display name (the slug never changes). Returns nothing. Raises CR004 for an empty name, CR005 for an unknown project.';
+
+CREATE OR REPLACE FUNCTION cryo.list_projects(p_org text)
+RETURNS TABLE (slug text, name text, created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT p.slug, p.name, p.created_at FROM cryo.projects p WHERE p.org = p_org ORDER BY p.slug
+$$;
+COMMENT ON FUNCTION cryo.list_projects(text) IS 'Returns the projects of an org by slug. Raises nothing.';
+
+-- Adds or changes a member. p_by is the acting member's login (NULL: an operator on the
+-- database, who may do anything). Only an owner grants or takes away owner, and the
+-- last owner of an org cannot be demoted.
+CREATE OR REPLACE FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_by_role text;
+    v_old cryo.members;
+    v_id text;
+BEGIN
+    IF p_role IS NULL OR p_role NOT IN ('owner', 'admin', 'member', 'viewer') THEN
+        RAISE EXCEPTION 'role must be owner, admin, member or viewer, not %', p_role USING ERRCODE = 'CR004';
+    END IF;
+    IF p_login IS NULL OR p_login !~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$' THEN
+        RAISE EXCEPTION 'member login % must be letters, digits, _ . @ - (up to 128)', p_login
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+    SELECT * INTO v_old FROM cryo.members WHERE org = p_org AND login = p_login FOR UPDATE;
+    IF p_by IS NOT NULL THEN
+        SELECT role INTO v_by_role FROM cryo.members WHERE org = p_org AND login = p_by;
+        IF cryo._role_rank(v_by_role) < 3
+           OR ((p_role = 'owner' OR v_old.role = 'owner') AND v_by_role <> 'owner') THEN
+            RAISE EXCEPTION 'role % cannot make % a member of role %', coalesce(v_by_role, 'none'),
+                p_login, p_role USING ERRCODE = 'CR020';
+        END IF;
+    END IF;
+    IF v_old.role = 'owner' AND p_role <> 'owner'
+       AND NOT EXISTS (SELECT 1 FROM cryo.members
+                        WHERE org = p_org AND role = 'owner' AND login <> p_login) THEN
+        RAISE EXCEPTION '% is the last owner of org %', p_login, p_org USING ERRCODE = 'CR004';
+    END IF;
+    IF v_old.id IS NOT NULL THEN
+        UPDATE cryo.members SET role = p_role WHERE id = v_old.id;
+        RETURN v_old.id;
+    END IF;
+    v_id := 'mem-' || left(replace(gen_random_uuid()::text, '-', ''), 16);
+    INSERT INTO cryo.members (id, org, login, role, created_at)
+    VALUES (v_id, p_org, p_login, p_role, cryo.now());
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION cryo.put_member(text, text, text, text) IS
+    'Adds a member with a role or changes its role, acting as member p_by (NULL: operator); returns the member id. Raises CR004 for a bad role or login or for demoting the last owner, CR005 for an unknown org, CR020 when p_by may not grant that.';
+
+-- The dev bootstrap's member: created with p_role when missing, left alone otherwise.
+CREATE OR REPLACE FUNCTION cryo.ensure_member(p_org text, p_login text, p_role text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id text;
+BEGIN
+    SELECT id INTO v_id FROM cryo.members WHERE org = p_org AND login = p_login;
+    IF FOUND THEN
+        RETURN v_id;
+    END IF;
+    RETURN cryo.put_member(p_org, p_login, p_role, NULL);
+END
+$$;
+COMMENT ON FUNCTION cryo.ensure_member(text, text, text) IS
+    'Returns the id of member p_login, creating it with p_role when missing. Raises what put_member raises.';
+
+-- Removes a member and every token it holds, in one transaction.
+CREATE OR REPLACE FUNCTION cryo.remove_member(p_org text, p_login text, p_by text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_old cryo.members;
+    v_by_role text;
+BEGIN
+    SELECT * INTO v_old FROM cryo.members WHERE org = p_org AND login = p_login FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no member % in org %', p_login, p_org USING ERRCODE = 'CR005';
+    END IF;
+    IF p_by IS NOT NULL THEN
+        SELECT role INTO v_by_role FROM cryo.members WHERE org = p_org AND login = p_by;
+        IF cryo._role_rank(v_by_role) < 3 OR (v_old.role = 'owner' AND v_by_role <> 'owner') THEN
+            RAISE EXCEPTION 'role % cannot remove %', coalesce(v_by_role, 'none'), p_login
+                USING ERRCODE = 'CR020';
+        END IF;
+    END IF;
+    IF v_old.role = 'owner' AND NOT EXISTS (SELECT 1 FROM cryo.members
+                                             WHERE org = p_org AND role = 'owner' AND login <> p_login) THEN
+        RAISE EXCEPTION '% is the last owner of org %', p_login, p_org USING ERRCODE = 'CR004';
+    END IF;
+    -- A removed member's tokens go with it: they could never authenticate again.
+    DELETE FROM cryo.tokens WHERE member_id = v_old.id;
+    DELETE FROM cryo.members WHERE id = v_old.id;
+END
+$$;
+COMMENT ON FUNCTION cryo.remove_member(text, text, text) IS
+    'Removes member p_login and deletes its tokens, acting as member p_by (NULL: operator). Returns nothing. Raises CR005 for an unknown member, CR004 for the last owner, CR020 when p_by may not.';
+
+CREATE OR REPLACE FUNCTION cryo.list_members(p_org text)
+RETURNS TABLE (login text, role text, created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT m.login, m.role, m.created_at FROM cryo.members m
+     WHERE m.org = p_org ORDER BY m.login
+$$;
+COMMENT ON FUNCTION cryo.list_members(text) IS 'Returns the members of an org by login. Raises nothing.';
+
+-- Project secrets and untrusted runs. A secret's value arrives sealed under the org data
+-- key and leaves only through claim_secrets, i.e. into the grant of a live claim; the
+-- queue never holds one. An untrusted run's claim learns only the names, so its agent
+-- can fail a step that needs one instead of running it without.
+
+-- Names a secret may not take: they would replace what the agent itself sets up.
+CREATE OR REPLACE FUNCTION cryo._secret_name_ok(p_name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(p_name ~ '^[A-Za-z_][A-Za-z0-9_]{0,127}$', false)
+       AND upper(p_name) NOT LIKE 'CRYO%'
+       AND upper(p_name) NOT IN ('PATH', 'HOME', 'LANG', 'TERM', 'TZ', 'USER', 'LOGNAME',
+                                 'SHELL', 'TMPDIR', 'PWD', 'IFS', 'ENV', 'BASH_ENV', 'PYTHONPATH')
+       AND upper(p_name) NOT LIKE 'LD\_%' AND upper(p_name) NOT LIKE 'LC\_%'
+$$;
+
+CREATE OR REPLACE FUNCTION cryo.set_secret(p_org text, p_project text, p_name text, p_value bytea)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_created boolean;
+BEGIN
+    IF NOT cryo._secret_name_ok(p_name) THEN
+        RAISE EXCEPTION 'secret name % must be an environment variable name (letters, digits, _), not reserved (CRYO*, PATH, HOME, LD_*, ...)', p_name
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION 'a secret needs a value' USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    INSERT INTO cryo.secrets AS s (org, project, name, value, created_at, updated_at)
+    VALUES (p_org, p_project, p_name, p_value, v_now, v_now)
+    ON CONFLICT (org, project, name) DO UPDATE SET value = excluded.value, updated_at = v_now
+    RETURNING (s.xmax = 0) INTO v_created;
+    RETURN v_created;
+END
+$$;
+COMMENT ON FUNCTION cryo.set_secret(text, text, text, bytea) IS
+    'Stores a sealed secret under a name in a project, replacing any earlier value; returns true when it was new. Raises CR004 for a bad or reserved name or a NULL value, CR005 for an unknown project.';
+
+CREATE OR REPLACE FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text)
+RETURNS boolean
+LANGUAGE sql AS $$
+    WITH gone AS (DELETE FROM cryo.secrets
+                   WHERE org = p_org AND project = p_project AND name = p_name RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM gone)
+$$;
+COMMENT ON FUNCTION cryo.delete_secret(text, text, text) IS
+    'Deletes a secret; returns false when there was none. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.list_secrets(p_org text, p_project text)
+RETURNS TABLE (name text, created_at timestamptz, updated_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT s.name, s.created_at, s.updated_at FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+COMMENT ON FUNCTION cryo.list_secrets(text, text) IS
+    'Returns the names of a project''s secrets (never values), by name. Raises nothing.';
