@@ -55,12 +55,12 @@ class Job:
         self._end: End | None = None
         self._error: str | None = None
         self._proc: PtyProcess | None = None
-        lease = float(grant.get("lease_seconds") or 30)
+        claim_seconds = float(grant.get("claim_seconds") or 30)
         self._logs = LogStreamer(
             api,
             self.run_id,
             self.claim_token,
-            heartbeat=min(HEARTBEAT_INTERVAL, max(lease / 3, 0.2)),
+            heartbeat=min(HEARTBEAT_INTERVAL, max(claim_seconds / 3, 0.2)),
             on_cancel=lambda: self._finish_early(End.CANCELLED),
             on_stale=self.stale,
             on_pressure=self._pressure,
@@ -228,11 +228,11 @@ async def _cancel(task: asyncio.Task[Any]) -> None:
 
 
 async def release(api: AgentAPI, run_id: str, claim_token: str) -> None:
-    """Give the run back so it resumes now elsewhere; if this fails, its lease lapses."""
+    """Give the run back so it resumes now elsewhere; if this fails, its claim expires."""
     try:
         await api.release(run_id, claim_token, RELEASE_SECONDS)
     except AgentAPIError as e:
-        _log(f"run {run_id}: not handed back ({e.message}); it resumes when its lease lapses")
+        _log(f"run {run_id}: not handed back ({e.message}); it resumes when its claim expires")
 
 
 def _log(line: str) -> None:

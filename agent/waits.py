@@ -223,7 +223,7 @@ async def _lock(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any] | N
             job.stale()
             raise _error("engine", "the claim on this run was lost") from None
         except AgentAPIError as e:
-            if e.code == "duplicate_call":
+            if e.code == "lease_held":
                 raise _error("bad_request",
                              f"this run already holds the lease on {group!r}") from None
             raise _error("engine", f"server refused or unreachable: {e.message}") from None

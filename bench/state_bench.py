@@ -172,7 +172,7 @@ class Bench:
         self.server_log = open(workdir / "server.log", "wb")
         self.server = subprocess.Popen(
             [sys.executable, "-m", "cryopg.cli.entry", "server", "--database-url", self.dsn,
-             "--port", str(port), "--lease-seconds", "86400"],
+             "--port", str(port), "--claim-seconds", "86400"],
             cwd=ROOT, env=env, stdout=self.server_log, stderr=self.server_log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

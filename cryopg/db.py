@@ -63,26 +63,12 @@ async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> Async
 
 
 @contextlib.asynccontextmanager
-async def connection(pool: AsyncConnectionPool,
-                     position: int | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
-    """One pooled autocommit connection for one unit of work, errors translated.
-
-    `position` is the agent's position of the durable call being recorded; the journal
-    functions read it (cryo._next_seq) as the session setting cryo.position, which is
-    cleared again before the connection goes back to the pool.
-    """
+async def connection(pool: AsyncConnectionPool) -> AsyncIterator[psycopg.AsyncConnection]:
+    """One pooled autocommit connection for one unit of work, errors translated."""
     try:
         async with pool.connection() as conn:
             with translated():
-                if position is None:
-                    yield conn
-                    return
-                await conn.execute("SELECT set_config('cryo.position', %s, false)",
-                                   (str(position),))
-                try:
-                    yield conn
-                finally:
-                    await conn.execute("SELECT set_config('cryo.position', '', false)")
+                yield conn
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"database unavailable: {_first_line(exc)}") from exc
     except TimeoutError as exc:  # pool exhausted or database gone

@@ -168,7 +168,7 @@ def stack(request: pytest.FixtureRequest, dsn: str, tmp_path: Path) -> Iterator[
     port = _free_tcp_port()
     cmd = [sys.executable, "-m", "cryopg.cli.entry", "dev", "--database-url", dsn]
     cmd += ["--port", str(port), "--agents", str(agents), "--no-sample"]
-    cmd += ["--lease-seconds", "3", "--tick-interval", "0.3"]
+    cmd += ["--claim-seconds", "3", "--tick-interval", "0.3"]
     err_path = tmp_path / "dev.stderr"
     with open(err_path, "wb") as err, open(tmp_path / "dev.stdout", "wb") as out:
         proc = subprocess.Popen(

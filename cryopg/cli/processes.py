@@ -19,10 +19,10 @@ from cryopg.errors import CryoError
 
 DB_URL = click.option("--database-url", envvar="CRYOPG_DATABASE_URL", metavar="URL",
                       help="PostgreSQL URL or conninfo [env CRYOPG_DATABASE_URL].")
-LEASE = click.option("--lease-seconds", default=30.0, show_default=True,
+CLAIM = click.option("--claim-seconds", default=30.0, show_default=True,
                      help="How long a claim lives without a log flush or heartbeat.")
 TICK = click.option("--tick-interval", default=1.0, show_default=True,
-                    help="Seconds between sweeps (lapsed leases, due sleeps).")
+                    help="Seconds between sweeps (expired claims, due sleeps).")
 # What dev agents advertise and their token's ceiling; connector is never a default.
 DEV_CAPS = ["shell", "polyglot"]
 DEV_OWNER = "dev"
@@ -99,9 +99,9 @@ def _stop_event() -> asyncio.Event:
 @DB_URL
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=7777, show_default=True)
-@LEASE
+@CLAIM
 @TICK
-def server_cmd(database_url: str | None, host: str, port: int, lease_seconds: float,
+def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: float,
                tick_interval: float) -> None:
     """Run the HTTP server (needs CRYOPG_MASTER_KEY and a migrated database)."""
     from cryopg.server.config import ServerConfig
@@ -112,7 +112,7 @@ def server_cmd(database_url: str | None, host: str, port: int, lease_seconds: fl
     if master is None:
         raise click.ClickException(
             "CRYOPG_MASTER_KEY is not set; the server will not start without its master key")
-    config = ServerConfig(database_url, master, lease_seconds=lease_seconds,
+    config = ServerConfig(database_url, master, claim_seconds=claim_seconds,
                           tick_interval=tick_interval)
 
     async def run() -> None:
@@ -137,7 +137,7 @@ async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix:
 async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
     """With `stop` set, each agent kills its script and hands the run back (so it resumes
     at once on the next start); one still busy after a few seconds is cancelled, and its
-    run resumes when its lease lapses."""
+    run resumes when its claim expires."""
     if tasks:
         _, late = await asyncio.wait(tasks, timeout=AGENT_STOP_SECONDS)
         for task in late:
@@ -237,10 +237,10 @@ def _dev_master_key(state: Path) -> Any:
 @click.option("--sample", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Submit this script once the stack is up and follow it.")
 @click.option("--no-sample", is_flag=True, hidden=True)
-@LEASE
+@CLAIM
 @TICK
 def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample: Path | None,
-            no_sample: bool, lease_seconds: float, tick_interval: float) -> None:
+            no_sample: bool, claim_seconds: float, tick_interval: float) -> None:
     """Run a whole local stack: PostgreSQL under .cryopg/, the server, and agents."""
     from cryopg.devpg import Cluster, ClusterError
     from cryopg.server.config import ServerConfig
@@ -260,7 +260,7 @@ def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample:
     try:
         _migrate(database_url)
         master = _dev_master_key(state)
-        config = ServerConfig(database_url, master, lease_seconds=lease_seconds,
+        config = ServerConfig(database_url, master, claim_seconds=claim_seconds,
                               tick_interval=tick_interval)
         asyncio.run(_dev_main(config, state, host, port, agents,
                               None if no_sample else sample))

@@ -12,25 +12,25 @@ from cryopg.engine.types import Claim, ClaimSecret
 
 
 async def claim_job(conn: AsyncConnection, org: str, agent_id: str, caps: list[str],
-                    lease_seconds: float) -> Claim | None:
+                    claim_seconds: float) -> Claim | None:
     cur = conn.cursor(row_factory=class_row(Claim))
     await cur.execute("SELECT * FROM cryo.claim_job(%s, %s, %s, %s)",
-                      (org, agent_id, caps, lease_seconds))
+                      (org, agent_id, caps, claim_seconds))
     return await cur.fetchone()
 
 
 async def claim_jobs(conn: AsyncConnection, org: str, agent_id: str, caps: list[str],
-                     lease_seconds: float, limit: int) -> list[Claim]:
+                     claim_seconds: float, limit: int) -> list[Claim]:
     cur = conn.cursor(row_factory=class_row(Claim))
     await cur.execute("SELECT * FROM cryo.claim_jobs(%s, %s, %s, %s, %s)",
-                      (org, agent_id, caps, lease_seconds, limit))
+                      (org, agent_id, caps, claim_seconds, limit))
     return await cur.fetchall()
 
 
 async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data: bytes | None,
-                     lease_seconds: float) -> bool:
+                     claim_seconds: float) -> bool:
     return await _one(conn, "SELECT cryo.append_log(%s, %s, %s, %s)",
-                      (run_id, token, data, lease_seconds))
+                      (run_id, token, data, claim_seconds))
 
 
 async def release_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:

@@ -17,11 +17,13 @@ async def read_journal(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> 
     return await cur.fetchall()
 
 
-async def record_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                      family: str, name: str, ordinal: int, label: str | None,
-                      result: bytes | None, exit_code: int | None) -> int:
-    return await _one(conn, "SELECT cryo.record_step(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, path, family, name, ordinal, label, result, exit_code))
+async def record_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                      position: int | None = None, family: str, name: str, ordinal: int,
+                      label: str | None, result: bytes | None, exit_code: int | None,
+                      path: str | None = None) -> int:
+    return await _one(conn, "SELECT cryo.record_step(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, family, name, ordinal, label, result, exit_code,
+                       path))
 
 
 async def annotate_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, text: bytes) -> None:

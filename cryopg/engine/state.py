@@ -1,4 +1,4 @@
-"""Durable state cells (60_state.sql): reads of a scope, and a run's writes."""
+"""Durable state cells (70_state.sql): reads of a scope, and a run's writes."""
 
 from __future__ import annotations
 
@@ -42,24 +42,27 @@ async def state_delete(conn: AsyncConnection, run_id: str, token: uuid.UUID, ent
 
 
 async def state_add(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
-                    key: str, value: bytes, *, path: str, name: str, ordinal: int) -> StateAnswer:
-    cur = await conn.execute("SELECT * FROM cryo.state_add(%s, %s, %s, %s, %s, %s, %s, %s)",
-                             (run_id, token, entity, key, value, path, name, ordinal))
+                    key: str, value: bytes, *, position: int | None = None, name: str,
+                    ordinal: int, path: str | None = None) -> StateAnswer:
+    cur = await conn.execute("SELECT * FROM cryo.state_add(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                             (run_id, token, entity, key, value, position, name, ordinal, path))
     return StateAnswer(*await cur.fetchone())
 
 
 async def state_cas(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
-                    key: str, value: bytes, expect: int, *, path: str, name: str,
-                    ordinal: int) -> StateAnswer:
-    cur = await conn.execute("SELECT * FROM cryo.state_cas(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                             (run_id, token, entity, key, value, expect, path, name, ordinal))
+                    key: str, value: bytes, expect: int, *, position: int | None = None,
+                    name: str, ordinal: int, path: str | None = None) -> StateAnswer:
+    cur = await conn.execute(
+        "SELECT * FROM cryo.state_cas(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (run_id, token, entity, key, value, expect, position, name, ordinal, path))
     return StateAnswer(*await cur.fetchone())
 
 
 async def state_incr(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
                      key: str, expect: int | None, value: bytes | None, result: bytes | None, *,
-                     path: str, name: str, ordinal: int) -> IncrStep:
+                     position: int | None = None, name: str, ordinal: int,
+                     path: str | None = None) -> IncrStep:
     cur = await conn.execute(
-        "SELECT * FROM cryo.state_incr(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (run_id, token, entity, key, expect, value, result, path, name, ordinal))
+        "SELECT * FROM cryo.state_incr(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (run_id, token, entity, key, expect, value, result, position, name, ordinal, path))
     return IncrStep(*await cur.fetchone())

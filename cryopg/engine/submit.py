@@ -17,13 +17,10 @@ async def submit_script(conn: AsyncConnection, org: str, project: str, *, filena
                         untrusted: bool = False, concurrency: str | None = None,
                         policy: str | None = None) -> tuple[str | None, bool]:
     """Returns (run id, created); the id is None when `skip` found the group held."""
-    if untrusted:
-        sql = "SELECT * FROM cryo.submit_untrusted_script(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    else:
-        sql = "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s)"
     cur = await conn.execute(
-        sql, (org, project, filename, interpreter, source, input, idempotency_key, required_caps,
-              concurrency, policy))
+        "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s)",
+        (org, project, filename, interpreter, source, input, idempotency_key, required_caps,
+         concurrency, policy, untrusted))
     run_id, created = await cur.fetchone()
     return run_id, created
 

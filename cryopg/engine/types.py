@@ -54,12 +54,7 @@ class Run:
     agent_id: str | None
     concurrency_group: str | None = None
     queue_position: int | None = None
-
-    TERMINAL = frozenset({"succeeded", "failed", "cancelled", "unreadable"})
-
-    @property
-    def finished(self) -> bool:
-        return self.status in self.TERMINAL
+    finished: bool = False  # cryo.is_terminal(status): SQL holds the one definition
 
 
 @dataclasses.dataclass(frozen=True)

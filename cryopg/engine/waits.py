@@ -1,5 +1,5 @@
 """Calls that park a run or reach past it: sleeps, signals, events, child runs,
-activities, outputs and project leases.
+activities, outputs and leases on concurrency groups.
 """
 
 from __future__ import annotations
@@ -14,42 +14,48 @@ from cryopg.engine._sql import _one
 from cryopg.engine.types import Event, WaitAnswer
 
 
-async def park_sleep(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                     ordinal: int, seconds: float) -> dt.datetime:
-    return await _one(conn, "SELECT cryo.park_sleep(%s, %s, %s, %s, %s)",
-                      (run_id, token, path, ordinal, seconds))
+async def park_sleep(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                     position: int | None = None, ordinal: int, seconds: float,
+                     path: str | None = None) -> dt.datetime:
+    return await _one(conn, "SELECT cryo.park_sleep(%s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, ordinal, seconds, path))
 
 
 async def send_signal(conn: AsyncConnection, run_id: str, name: str, payload: bytes) -> int:
-    return await _one(conn, "SELECT cryo.send_signal(%s, %s, %s)", (run_id, name, payload))
+    """Sends a sealed payload (applications pass jsonb to the same SQL function)."""
+    return await _one(conn, "SELECT cryo.send_signal(%s, %s, p_sealed => %s)",
+                      (run_id, name, payload))
 
 
-async def wait_signal(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                      name: str, ordinal: int, timeout: float | None) -> WaitAnswer:
+async def wait_signal(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                      position: int | None = None, name: str, ordinal: int,
+                      timeout: float | None, path: str | None = None) -> WaitAnswer:
     cur = conn.cursor(row_factory=class_row(WaitAnswer))
-    await cur.execute("SELECT * FROM cryo.wait_signal(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, path, name, ordinal, timeout))
+    await cur.execute("SELECT * FROM cryo.wait_signal(%s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, name, ordinal, timeout, path))
     return await cur.fetchone()
 
 
-async def wait_event(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                     name: str, ordinal: int, timeout: float | None) -> WaitAnswer:
+async def wait_event(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                     position: int | None = None, name: str, ordinal: int,
+                     timeout: float | None, path: str | None = None) -> WaitAnswer:
     cur = conn.cursor(row_factory=class_row(WaitAnswer))
-    await cur.execute("SELECT * FROM cryo.wait_event(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, path, name, ordinal, timeout))
+    await cur.execute("SELECT * FROM cryo.wait_event(%s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, name, ordinal, timeout, path))
     return await cur.fetchone()
 
 
 async def publish_event(conn: AsyncConnection, org: str, project: str, name: str,
                         payload: bytes) -> int:
-    return await _one(conn, "SELECT cryo.publish_event(%s, %s, %s, %s)",
+    return await _one(conn, "SELECT cryo.publish_event(%s, %s, %s, p_sealed => %s)",
                       (org, project, name, payload))
 
 
-async def emit_from_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                        ordinal: int, name: str, payload: bytes) -> int:
-    return await _one(conn, "SELECT cryo.emit_from_run(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, path, ordinal, name, payload))
+async def emit_from_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                        position: int | None = None, ordinal: int, name: str, payload: bytes,
+                        path: str | None = None) -> int:
+    return await _one(conn, "SELECT cryo.emit_from_run(%s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, ordinal, name, payload, path))
 
 
 async def list_events(conn: AsyncConnection, org: str, project: str, name: str | None,
@@ -59,34 +65,39 @@ async def list_events(conn: AsyncConnection, org: str, project: str, name: str |
     return await cur.fetchall()
 
 
-async def spawn_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                    ordinal: int, filename: str, interpreter: str | None, source: bytes,
-                    input: bytes | None, required_caps: list[str]) -> str:
-    return await _one(conn, "SELECT cryo.spawn_run(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, path, ordinal, filename, interpreter, source, input,
-                       required_caps))
+async def spawn_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                    position: int | None = None, ordinal: int, filename: str,
+                    interpreter: str | None, source: bytes, input: bytes | None,
+                    required_caps: list[str], path: str | None = None) -> str:
+    return await _one(conn, "SELECT cryo.spawn_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, ordinal, filename, interpreter, source, input,
+                       required_caps, path))
 
 
-async def submit_activity(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                          name: str, source: bytes, required_caps: list[str], retries: int,
-                          retry_backoff: float, retry_on: list[int] | None) -> str:
-    return await _one(conn, "SELECT cryo.submit_activity(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, path, name, source, required_caps, retries, retry_backoff,
-                       retry_on))
+async def submit_activity(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                          position: int | None = None, name: str, source: bytes,
+                          required_caps: list[str], retries: int, retry_backoff: float,
+                          retry_on: list[int] | None, path: str | None = None) -> str:
+    return await _one(conn,
+                      "SELECT cryo.submit_activity(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, name, source, required_caps, retries,
+                       retry_backoff, retry_on, path))
 
 
-async def collect_activity(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                           ordinal: int, name: str) -> tuple[bool, str, int | None]:
-    cur = await conn.execute("SELECT * FROM cryo.collect_activity(%s, %s, %s, %s, %s)",
-                             (run_id, token, path, ordinal, name))
+async def collect_activity(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                           position: int | None = None, ordinal: int, name: str,
+                           path: str | None = None) -> tuple[bool, str, int | None]:
+    cur = await conn.execute("SELECT * FROM cryo.collect_activity(%s, %s, %s, %s, %s, %s)",
+                             (run_id, token, position, ordinal, name, path))
     parked, child, code = await cur.fetchone()
     return parked, child, code
 
 
 async def wait_all_activities(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
-                              path: str, ordinal: int) -> tuple[bool, int | None]:
-    cur = await conn.execute("SELECT * FROM cryo.wait_all_activities(%s, %s, %s, %s)",
-                             (run_id, token, path, ordinal))
+                              position: int | None = None, ordinal: int,
+                              path: str | None = None) -> tuple[bool, int | None]:
+    cur = await conn.execute("SELECT * FROM cryo.wait_all_activities(%s, %s, %s, %s, %s)",
+                             (run_id, token, position, ordinal, path))
     parked, failed = await cur.fetchone()
     return parked, failed
 
@@ -101,11 +112,12 @@ async def read_outputs(conn: AsyncConnection, run_id: str) -> list[tuple[str, by
     return [(k, v) for k, v in await cur.fetchall()]
 
 
-async def acquire_lock(conn: AsyncConnection, run_id: str, token: uuid.UUID, *, path: str,
-                       ordinal: int, group: str, scoped: bool) -> bool:
-    return await _one(conn, "SELECT cryo.acquire_lock(%s, %s, %s, %s, %s, %s)",
-                      (run_id, token, path, ordinal, group, scoped))
+async def acquire_lease(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                        position: int | None = None, ordinal: int, group: str, scoped: bool,
+                        path: str | None = None) -> bool:
+    return await _one(conn, "SELECT cryo.acquire_lease(%s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, ordinal, group, scoped, path))
 
 
-async def release_lock(conn: AsyncConnection, run_id: str, token: uuid.UUID, group: str) -> bool:
-    return await _one(conn, "SELECT cryo.release_lock(%s, %s, %s)", (run_id, token, group))
+async def release_lease(conn: AsyncConnection, run_id: str, token: uuid.UUID, group: str) -> bool:
+    return await _one(conn, "SELECT cryo.release_lease(%s, %s, %s)", (run_id, token, group))

@@ -38,6 +38,12 @@ def position(body: dict[str, Any]) -> int | None:
     return value
 
 
+def recorded_at(body: dict[str, Any]) -> dict[str, Any]:
+    """Where a durable call is recorded: its pass position, and the path the agent
+    built, which SQL checks against the call's identity (None: SQL derives it)."""
+    return {"position": position(body), "path": optional_str_field(body, "path")}
+
+
 def claim_token(body: dict[str, Any]) -> uuid.UUID:
     """The claim token every agent call on a run echoes."""
     try:

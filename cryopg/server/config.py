@@ -11,7 +11,7 @@ from cryopg.seal import MasterKey
 class ServerConfig:
     database_url: str
     master_key: MasterKey
-    lease_seconds: float = 30.0
+    claim_seconds: float = 30.0
     tick_interval: float = 1.0
     claim_wait_max: float = 25.0
     pool_size: int = 10

@@ -32,7 +32,7 @@ class Split:
         port = _free_tcp_port()
         self.url = f"http://127.0.0.1:{port}"
         self.server = self.spawn("server", "--database-url", dsn, "--port", str(port),
-                                 "--lease-seconds", "2", "--tick-interval", "0.2")
+                                 "--claim-seconds", "2", "--tick-interval", "0.2")
         wait_for("the server", lambda: _healthy(self.url), timeout=30)
         self.env.update(CRYOPG_URL=self.url, CRYOPG_TOKEN=self.user_token)
 

@@ -43,7 +43,7 @@ echo finished
     assert len(set(lines(keys))) == 1  # the same idempotency key on both attempts
     run = _run(split, run_id)
     assert run["status"] == "succeeded" and run["attempt"] == 2
-    assert "lease_expired" in [e["kind"] for e in run["history"]]
+    assert "claim_expired" in [e["kind"] for e in run["history"]]
 
 
 class _Abort(Exception):
@@ -124,7 +124,7 @@ echo finished
     assert leaving.wait(timeout=20) == 0
     run = _run(split, run_id)
     kinds = [e["kind"] for e in run["history"]]
-    assert run["status"] == "pending" and "released" in kinds and "lease_expired" not in kinds
+    assert run["status"] == "pending" and "released" in kinds and "claim_expired" not in kinds
 
     go.touch()
     split.agent("next")

@@ -90,7 +90,7 @@ def test_event_waiters_are_woken_together(stack: Any) -> None:
 
 def test_an_event_before_the_wait_does_not_count(stack: Any, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as app:
-        app.execute("SELECT cryo.emit_event('dev', 'default', 'early', '1')")
+        app.execute("SELECT cryo.publish_event('dev', 'default', 'early', '1')")
     run_id = submit(stack, script(stack.dir, "late.sh",
                                   "cryopg wait-event early --timeout 1s; echo rc=$?\n"))
     done = _follow(stack, run_id)
@@ -99,7 +99,7 @@ def test_an_event_before_the_wait_does_not_count(stack: Any, dsn: str) -> None:
         waiter = submit(stack, script(stack.dir, "app.sh",
                                       'echo "app=$(cryopg wait-event from-app)"\n'))
         wait_for("parked", lambda: show(stack, waiter)["substate"] == "awaiting-event")
-        app.execute("SELECT cryo.emit_event('dev', 'default', 'from-app', '{\"n\": 1}')")
+        app.execute("SELECT cryo.publish_event('dev', 'default', 'from-app', '{\"n\": 1}')")
     assert 'app={"n":1}' in _follow(stack, waiter).stdout
 
 
@@ -195,7 +195,7 @@ cryopg step mark -- sh -c 'echo "$CRYO_IDEMPOTENCY_KEY" >> {ledger}'
         wait_for("all to park", lambda: app.execute(
             "SELECT count(*) FROM cryo.parked_runs WHERE reason = 'awaiting-event'").fetchone()[0]
             == count, timeout=90)
-        app.execute("SELECT cryo.emit_event('dev','default','go')")
+        app.execute("SELECT cryo.publish_event('dev','default','go')")
         wait_for("all to finish", lambda: app.execute(
             "SELECT count(*) FROM cryo.runs WHERE status = 'succeeded'").fetchone()[0] == count,
             timeout=90)

@@ -63,7 +63,7 @@ def _drive(stack: Any, dsn: str, runs: list[str], action: dict[str, Any]) -> Non
     elif "emit" in action:
         event = action["emit"]
         with psycopg.connect(dsn, autocommit=True) as app:  # as an application would
-            app.execute("SELECT cryo.emit_event('dev', 'default', %s, %s::jsonb)",
+            app.execute("SELECT cryo.publish_event('dev', 'default', %s, %s::jsonb)",
                         (event["name"], json.dumps(event.get("payload"))))
     elif "signal" in action:
         sig = action["signal"]

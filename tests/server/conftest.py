@@ -41,7 +41,7 @@ PROJECT_PATH = f"{ORG_PATH}/projects/{PROJECT}"
 AGENT_PATH = "/api/v1/agent"
 ROLES = ("owner", "admin", "member", "viewer")
 AGENT_CAPS = ["shell", "polyglot"]  # what `cryopg dev` gives its agent token
-LEASE_SECONDS = 30.0
+CLAIM_SECONDS = 30.0
 _NO_BODY: Any = object()
 
 
@@ -262,7 +262,7 @@ async def _bootstrap(dsn: str) -> dict[str, str]:
 async def srv(dsn: str, tmp_path: Path) -> AsyncIterator[Server]:
     tokens = await _bootstrap(dsn)
     config = ServerConfig(dsn, MasterKey(parse_master_key(generate_master_key())),
-                          lease_seconds=LEASE_SECONDS, tick_interval=3600.0,
+                          claim_seconds=CLAIM_SECONDS, tick_interval=3600.0,
                           claim_wait_max=2.0, pool_size=4)
     async with TestClient(TestServer(build_app(config))) as client:
         yield Server(client, dsn, tokens, tmp_path)

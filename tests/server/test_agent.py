@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.server.conftest import LEASE_SECONDS, Server
+from tests.server.conftest import CLAIM_SECONDS, Server
 
 
-def _step(path: str, stdout: str = "", exit_code: int = 0, ordinal: int = 0) -> dict[str, Any]:
-    family, name = path.split("/")[:2]
-    return {"path": path, "family": family, "name": name, "ordinal": ordinal, "label": None,
-            "stdout": stdout, "exit_code": exit_code}
+def _step(call: str, stdout: str = "", exit_code: int = 0, ordinal: int = 0) -> dict[str, Any]:
+    """A step report for "family/name"; its path is the one SQL derives from that."""
+    family, name = call.split("/")[:2]
+    return {"path": f"{family}/{name}/{ordinal}", "family": family, "name": name,
+            "ordinal": ordinal, "label": None, "stdout": stdout, "exit_code": exit_code}
 
 
 async def test_claim_hands_out_the_oldest_run_once(srv: Server) -> None:
@@ -27,9 +28,9 @@ async def test_claim_hands_out_the_oldest_run_once(srv: Server) -> None:
     grant = await srv.claim(agent_id="worker-7")
     assert grant is not None
     assert {k: grant[k] for k in ("run_id", "attempt", "filename", "interpreter", "source",
-                                  "input", "lease_seconds", "journal", "secrets", "withheld")} == {
+                                  "input", "claim_seconds", "journal", "secrets", "withheld")} == {
         "run_id": first, "attempt": 1, "filename": "job.sh", "interpreter": None,
-        "source": "echo one\n", "input": [1, "two"], "lease_seconds": LEASE_SECONDS,
+        "source": "echo one\n", "input": [1, "two"], "claim_seconds": CLAIM_SECONDS,
         "journal": [], "secrets": {}, "withheld": []}
     assert uuid.UUID(grant["claim_token"])
     run = await srv.show(first)
@@ -90,10 +91,10 @@ async def test_stale_claim_token_is_refused(srv: Server) -> None:
     first = await srv.claim_run(run_id)
     assert (await srv.in_run(first, "steps", **_step("step/a", "A"))).ok() == {"seq": 0}
     assert await srv.tick() == (0, 0)  # within the lease nothing moves
-    assert await srv.tick(later=LEASE_SECONDS + 5) == (1, 0)  # the lease lapsed
+    assert await srv.tick(later=CLAIM_SECONDS + 5) == (1, 0)  # the lease lapsed
     assert await srv.status(run_id) == "pending"
     for what, fields in (("logs", {"data": ""}), ("steps", _step("step/b")),
-                         ("park", {"path": "sleep/0", "ordinal": 0, "seconds": 1}),
+                         ("park", {"path": "sleep//0", "ordinal": 0, "seconds": 1}),
                          ("annotate", {"text": "late"}), ("release", {}),
                          ("finish", {"outcome": "succeeded"})):
         (await srv.in_run(first, what, **fields)).refused(409, "stale_claim")
@@ -101,7 +102,7 @@ async def test_stale_claim_token_is_refused(srv: Server) -> None:
     second = await srv.claim_run(run_id, agent_id="rescuer")
     assert second["attempt"] == 2
     assert [(m["path"], m["stdout"], m["exit_code"]) for m in second["journal"]] == [
-        ("step/a", "A", 0)]
+        ("step/a/0", "A", 0)]
     # The first attempt recorded this path; a second pass must replay it, not record it.
     again = await srv.in_run(second, "steps", **_step("step/a", "A2"))
     assert "already recorded" in again.refused(409, "duplicate_call")
@@ -109,7 +110,7 @@ async def test_stale_claim_token_is_refused(srv: Server) -> None:
     await srv.finish(second)
     run = await srv.show(run_id)
     assert (run["status"], run["attempt"]) == ("succeeded", 2)
-    assert [e["kind"] for e in run["history"]].count("lease_expired") == 1
+    assert [e["kind"] for e in run["history"]].count("claim_expired") == 1
 
 
 async def test_log_flushes_renew_the_lease(srv: Server) -> None:
@@ -118,7 +119,7 @@ async def test_log_flushes_renew_the_lease(srv: Server) -> None:
 
     async def expires() -> Any:
         async with await srv.connect() as conn:  # the DBA's view of live claims
-            cur = await conn.execute("SELECT lease_expires_at FROM cryo.live_leases "
+            cur = await conn.execute("SELECT claim_expires_at FROM cryo.live_claims "
                                      "WHERE run_id = %s", (run_id,))
             row = await cur.fetchone()
         assert row is not None
@@ -153,8 +154,8 @@ async def test_steps_and_a_sleep_replay_from_the_journal(srv: Server) -> None:
     again = await srv.claim_run(run_id)
     assert again["attempt"] == 2
     assert [(m["seq"], m["path"], m["status"], m["stdout"], m["exit_code"])
-            for m in again["journal"]] == [(0, "step/count", "done", "41\n", 0),
-                                           (1, "step/flaky", "done", "out\n", 3),
+            for m in again["journal"]] == [(0, "step/count/0", "done", "41\n", 0),
+                                           (1, "step/flaky/0", "done", "out\n", 3),
                                            (2, "sleep//0", "done", "", 0)]
     await srv.finish(again)
     kinds = [(e["kind"], e.get("name")) for e in (await srv.show(run_id))["history"]]
@@ -185,9 +186,9 @@ async def test_release_hands_the_run_back_at_once(srv: Server) -> None:
     run = await srv.show(run_id)
     assert (run["status"], run["agent_id"]) == ("pending", None)
     kinds = [e["kind"] for e in run["history"]]
-    assert "released" in kinds and "lease_expired" not in kinds
+    assert "released" in kinds and "claim_expired" not in kinds
     nxt = await srv.claim_run(run_id, agent_id="next")
-    assert nxt["attempt"] == 2 and [m["path"] for m in nxt["journal"]] == ["step/first"]
+    assert nxt["attempt"] == 2 and [m["path"] for m in nxt["journal"]] == ["step/first/0"]
     # A run asked to cancel that its agent hands back simply ends.
     (await srv.user("POST", f"/runs/{run_id}/cancel", {})).ok()
     (await srv.in_run(nxt, "release")).ok()
@@ -216,7 +217,7 @@ async def test_a_spawned_child_is_started_once(srv: Server) -> None:
     assert (await srv.in_run(grant, "spawn", **spawn)).ok()["run_id"] == child
     (await srv.in_run(grant, "spawn", **{**spawn, "source": None})).refused(
         400, "invalid_argument")
-    await srv.tick(later=LEASE_SECONDS + 5)  # the parent's agent vanished
+    await srv.tick(later=CLAIM_SECONDS + 5)  # the parent's agent vanished
     replay = await srv.claim_run(parent)
     assert (await srv.in_run(replay, "spawn", **spawn)).ok()["run_id"] == child
     assert len((await srv.user("GET", "/runs")).ok()["runs"]) == 2
@@ -227,14 +228,14 @@ async def test_a_spawned_child_is_started_once(srv: Server) -> None:
 async def test_activities_park_the_parent_until_collected(srv: Server) -> None:
     parent = await srv.submit()
     grant = await srv.claim_run(parent)
-    act = {"path": "activity/job", "name": "job", "argv": ["sh", "-c", "echo 'out 1'"]}
+    act = {"path": "activity/job/0", "name": "job", "argv": ["sh", "-c", "echo 'out 1'"]}
     child = (await srv.in_run(grant, "activities", **act)).ok()["run_id"]
     assert (await srv.in_run(grant, "activities", **act)).ok()["run_id"] == child  # a retry
-    reuse = await srv.in_run(grant, "activities", **{**act, "path": "activity/job#2"})
+    reuse = await srv.in_run(grant, "activities", **{**act, "path": "activity/job/1"})
     assert "already submitted" in reuse.refused(409, "duplicate_call")
     (await srv.in_run(grant, "activities", **{**act, "path": "a/x", "name": "x",
                                               "argv": []})).refused(400, "invalid_argument")
-    (await srv.in_run(grant, "activities/collect", path="c/nope", ordinal=0,
+    (await srv.in_run(grant, "activities/collect", path="activity.collect/nope/0", ordinal=0,
                       name="nope")).refused(404, "not_found")
     collect = {"path": "activity.collect/job/0", "ordinal": 0, "name": "job"}
     got = (await srv.in_run(grant, "activities/collect", **collect)).ok()
@@ -252,7 +253,8 @@ async def test_activities_park_the_parent_until_collected(srv: Server) -> None:
         "done", "out 1\n", 0)
     got = (await srv.in_run(again, "activities/collect", **collect)).ok()
     assert got == {"parked": False, "run_id": child, "exit_code": 0, "stdout": "out 1\n"}
-    assert (await srv.in_run(again, "activities/wait-all", path="w/0", ordinal=0)).ok() == {
+    assert (await srv.in_run(again, "activities/wait-all", path="activity.wait-all//0",
+                            ordinal=0)).ok() == {
         "parked": False, "failed": 0}
 
 
@@ -261,8 +263,11 @@ async def test_a_lock_is_held_by_one_run_at_a_time(srv: Server) -> None:
     holder, waiter = await srv.claim_run(first), await srv.claim_run(second)
     lock = {"path": "lock/deploy/0", "ordinal": 0, "group": "deploy"}
     assert (await srv.in_run(holder, "locks/acquire", **lock)).ok() == {"granted": True}
-    twice = await srv.in_run(holder, "locks/acquire", **{**lock, "path": "lock/deploy/1"})
-    assert "already holds" in twice.refused(409, "duplicate_call")
+    twice = await srv.in_run(holder, "locks/acquire",
+                             **{**lock, "path": "lock/deploy/1", "ordinal": 1})
+    assert "already holds" in twice.refused(409, "lease_held")
+    wrong = await srv.in_run(holder, "locks/acquire", **{**lock, "path": "lock/other/0"})
+    assert "is not the path" in wrong.refused(400, "identity_mismatch")
     assert (await srv.in_run(waiter, "locks/acquire", **lock)).ok() == {"granted": False}
     assert (await srv.show(second))["substate"] == "awaiting-lease"
     assert (await srv.in_run(holder, "locks/release", group="deploy")).ok() == {"released": True}
@@ -300,11 +305,11 @@ async def test_malformed_agent_bodies_are_400(srv: Server) -> None:
             ("steps", {**_step("step/a"), "ordinal": "first"}),
             ("steps", {**_step("step/a"), "position": -1}),
             ("steps", {**_step("step/a"), "path": ""}),
-            ("park", {"path": "s", "ordinal": 0, "seconds": "soon"}),
-            ("park", {"path": "s", "ordinal": 0, "seconds": -1}),
-            ("park", {"path": "s", "ordinal": 0, "seconds": "nan"}),
-            ("waits/signal", {"path": "w", "name": "go", "ordinal": 0, "timeout": "x"}),
-            ("waits/signal", {"path": "w", "name": "go", "ordinal": 0, "timeout": -1}),
+            ("park", {"path": "sleep//0", "ordinal": 0, "seconds": "soon"}),
+            ("park", {"path": "sleep//0", "ordinal": 0, "seconds": -1}),
+            ("park", {"ordinal": 0, "seconds": "nan"}),
+            ("waits/signal", {"path": "signal/go/0", "name": "go", "ordinal": 0, "timeout": "x"}),
+            ("waits/signal", {"name": "go", "ordinal": 0, "timeout": -1}),
             ("waits/nothing", {"path": "w", "name": "go", "ordinal": 0}),
             ("emit", {"path": "e", "ordinal": 0, "name": ""}),
             ("locks/acquire", {"path": "l", "ordinal": 0, "group": ""})):

@@ -116,7 +116,7 @@ async def test_cancel_pending_running_parked_and_finished_runs(srv: Server) -> N
     assert await srv.status(running) == "cancelled"
 
     parked = await srv.submit()
-    (await srv.in_run(await srv.claim_run(parked), "park", path="s/0", ordinal=0,
+    (await srv.in_run(await srv.claim_run(parked), "park", path="sleep//0", ordinal=0,
                       seconds=3600)).ok()
     assert (await srv.user("POST", f"/runs/{parked}/cancel", {})).ok()["cancel"] == "cancelled"
     await srv.tick(later=7200)
@@ -131,7 +131,7 @@ async def test_cancel_pending_running_parked_and_finished_runs(srv: Server) -> N
 async def test_cancel_reaches_children(srv: Server) -> None:
     parent = await srv.submit()
     grant = await srv.claim_run(parent)
-    child = (await srv.in_run(grant, "spawn", path="spawn/0", ordinal=0, filename="c.sh",
+    child = (await srv.in_run(grant, "spawn", path="spawn//0", ordinal=0, filename="c.sh",
                               source="echo child\n")).ok()["run_id"]
     unrelated = await srv.submit()
     assert await srv.status(child) == "pending"

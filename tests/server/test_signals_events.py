@@ -11,8 +11,8 @@ from tests.server.conftest import Server
 
 
 def _wait(name: str, ordinal: int = 0, timeout: float | None = None) -> dict[str, Any]:
-    return {"path": f"wait/{name}/{ordinal}", "name": name, "ordinal": ordinal,
-            "timeout": timeout}
+    """A wait's fields; no path, so SQL derives it from the identity."""
+    return {"name": name, "ordinal": ordinal, "timeout": timeout}
 
 
 async def test_signal_to_a_finished_or_unknown_run_is_an_error(srv: Server) -> None:
@@ -54,7 +54,7 @@ async def test_a_signal_sent_after_the_wait_wakes_the_run(srv: Server) -> None:
     assert isinstance(sent["signal_id"], int)
     assert await srv.status(run_id) == "pending"
     again = await srv.claim_run(run_id)
-    memo = next(m for m in again["journal"] if m["path"] == "wait/approve/0")
+    memo = next(m for m in again["journal"] if m["path"] == "signal/approve/0")
     assert (memo["status"], memo["answer"]) == ("done", {"by": "ann"})
     assert (await srv.in_run(again, "waits/signal", **_wait("approve"))).ok() == {
         "parked": False, "timed_out": False, "payload": {"by": "ann"}}  # the replay
@@ -81,7 +81,7 @@ async def test_a_timed_out_wait_is_recorded_and_replayed(srv: Server) -> None:
     assert parked["parked"] is True
     assert await srv.tick(later=2) == (0, 1)
     again = await srv.claim_run(run_id)
-    memo = next(m for m in again["journal"] if m["path"] == "wait/nudge/0")
+    memo = next(m for m in again["journal"] if m["path"] == "signal/nudge/0")
     assert (memo["status"], memo["exit_code"]) == ("done", 124)
     # A signal that comes after the timeout does not change the recorded branch.
     (await srv.user("POST", f"/runs/{run_id}/signal/nudge", {"payload": "late"})).ok(201)
@@ -112,16 +112,16 @@ async def test_a_published_event_wakes_every_waiter_and_only_later_ones(srv: Ser
 async def test_emit_from_a_run_is_recorded_once_and_listed(srv: Server) -> None:
     run_id = await srv.submit()
     grant = await srv.claim_run(run_id)
-    emit = {"path": "emit/deployed/0", "ordinal": 0, "name": "deployed", "payload": {"v": 2}}
+    emit = {"path": "emit//0", "ordinal": 0, "name": "deployed", "payload": {"v": 2}}
     first = (await srv.in_run(grant, "emit", **emit)).ok()["event_id"]
     assert (await srv.in_run(grant, "emit", **emit)).ok()["event_id"] == first  # a retry
     await srv.tick(later=3600)  # the agent vanished; the next pass replays the emit
     again = await srv.claim_run(run_id)
     assert (await srv.in_run(again, "emit", **emit)).ok()["event_id"] == first
-    (await srv.in_run(again, "emit", **{**emit, "path": "emit/deployed/1", "ordinal": 1,
+    (await srv.in_run(again, "emit", **{**emit, "path": "emit//1", "ordinal": 1,
                                         "payload": {"v": 3}})).ok()
     async with await srv.connect() as app:  # an application emits from SQL, in the clear
-        await app.execute("SELECT cryo.emit_event('dev', 'default', 'deployed', "
+        await app.execute("SELECT cryo.publish_event('dev', 'default', 'deployed', "
                           "'{\"v\": 4}'::jsonb)")
     (await srv.user("POST", "/events/other")).ok(201)
     listed = (await srv.user("GET", "/events?name=deployed", role="viewer")).ok()["events"]

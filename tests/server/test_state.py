@@ -91,7 +91,8 @@ async def test_state_operations_refuse_bad_calls(srv: Server) -> None:
     await refused("incr", 400, "invalid_argument", **_call("incr", "n", by="1"))
     await refused("cas", 400, "invalid_argument", **_call("cas", "greeting", value=1,
                                                           expect="1"))
-    await refused("add", 400, "invalid_argument", key="k", name="k", ordinal=0)  # no path
+    await refused("add", 400, "identity_mismatch", key="k", name="k", ordinal=0,
+                  path="state.add/other/0")  # a path that is not this call's
     listed = (await srv.in_run(grant, "state/list")).ok()["cells"]
     assert [c["key"] for c in listed] == ["greeting"]
 

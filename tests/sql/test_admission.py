@@ -120,7 +120,8 @@ def test_script_locks_are_fifo_and_contend_with_admission(db: psycopg.Connection
     with pytest.raises(psycopg.Error) as exc:
         _lock(db, a, token, ordinal=1)
     assert exc.value.sqlstate == "CR031"  # it already holds the group
-    assert db.execute("SELECT cryo.release_lease(%s, %s, 'tally')", (a, token)).fetchone() == (True,)
+    release = "SELECT cryo.release_lease(%s, %s, 'tally')"
+    assert db.execute(release, (a, token)).fetchone() == (True,)
     assert db.execute("SELECT cryo.release_lease(%s, %s, 'tally')",
                       (a, token)).fetchone() == (False,)
 

@@ -93,7 +93,8 @@ def test_old_layout_migrates_and_the_engine_carries_on(old_dsn: str) -> None:
         assert conn.execute("SELECT kind FROM cryo.history").fetchall() == [("claim_expired",)]
         # The claim taken under the old layout is still live, its memo still answers.
         run = "dev:default:run-claimed"
-        assert conn.execute("SELECT cryo.renew_claim(%s, %s, 30)", (run, TOKEN)).fetchone() == (False,)
+        renewed = conn.execute("SELECT cryo.renew_claim(%s, %s, 30)", (run, TOKEN)).fetchone()
+        assert renewed == (False,)
         assert conn.execute("SELECT path, result FROM cryo.read_journal(%s, %s)",
                             (run, TOKEN)).fetchall() == [("step/build/0", b"\x01")]
         assert conn.execute("SELECT run_id FROM cryo.live_claims").fetchall() == [(run,)]

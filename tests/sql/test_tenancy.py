@@ -122,7 +122,8 @@ def test_secrets_reach_only_a_trusted_live_claim(db: psycopg.Connection) -> None
     assert db.execute("SELECT name, value, withheld FROM cryo.claim_secrets(%s, %s)",
                       (run_id, token)).fetchall() == [("API_KEY", b"sealed-2", False)]
     untrusted = db.execute(
-        "SELECT run_id FROM cryo.submit_script('dev', 'default', 'u.sh', NULL, 's', p_untrusted => true)"
+        "SELECT run_id FROM cryo.submit_script('dev', 'default', 'u.sh', NULL, 's', "
+        "p_untrusted => true)"
     ).fetchone()[0]
     run_id, token = claim(db)
     assert run_id == untrusted

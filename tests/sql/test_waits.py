@@ -119,8 +119,8 @@ def test_activity_retry_then_collect_wakes_the_parent(db: psycopg.Connection) ->
         db.execute("SELECT cryo.submit_activity(%s, %s, NULL, 'build', "
                    "'\\x00', '{shell}', p_path => 'activity/build/1')", (parent, ptoken))
     assert exc.value.sqlstate == "CR007"
-    parked = db.execute("SELECT * FROM cryo.collect_activity(%s, %s, "
-                        "NULL, 0, 'build', 'activity.collect/build/0')", (parent, ptoken)).fetchone()
+    parked = db.execute("SELECT * FROM cryo.collect_activity(%s, %s, NULL, 0, 'build', "
+                        "'activity.collect/build/0')", (parent, ptoken)).fetchone()
     assert parked == (True, child, None)
     # The child fails with a retryable code: it backs off instead of ending.
     got = claim(db)

@@ -52,7 +52,7 @@ async def claim(request: web.Request) -> web.StreamResponse:
             # The agent hung up, or the server is stopping: claim nothing for it.
             return web.Response(status=204)
         async with connection(request.app[POOL]) as conn:
-            got = await engine.claim_job(conn, info.org, agent_id, caps, cfg.lease_seconds)
+            got = await engine.claim_job(conn, info.org, agent_id, caps, cfg.claim_seconds)
         if got is not None:
             granted = await grant(request, info.org, got)
             if granted is not None:
@@ -78,7 +78,7 @@ async def logs(request: web.Request) -> web.Response:
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     async with connection(request.app[POOL]) as conn:
         cancel = await engine.append_log(conn, run_id, claim_token(body), sealed,
-                                         request.app[CONFIG].lease_seconds)
+                                         request.app[CONFIG].claim_seconds)
     return web.json_response({"cancel": bool(cancel)})
 
 

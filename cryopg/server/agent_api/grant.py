@@ -61,5 +61,5 @@ async def grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] 
     return {"run_id": claim.run_id, "claim_token": str(claim.claim_token),
             "attempt": claim.attempt, "filename": claim.filename,
             "interpreter": claim.interpreter, "source": source, "input": input_value,
-            "lease_seconds": app[CONFIG].lease_seconds, "journal": journal,
+            "claim_seconds": app[CONFIG].claim_seconds, "journal": journal,
             "secrets": secrets, "withheld": withheld}

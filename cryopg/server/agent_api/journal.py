@@ -9,7 +9,7 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_run
-from cryopg.server.bodies import claim_token, json_body, position
+from cryopg.server.bodies import claim_token, json_body, recorded_at
 from cryopg.server.state import KEYS, POOL
 
 
@@ -23,9 +23,9 @@ async def steps(request: web.Request) -> web.Response:
         raise InvalidArgument("ordinal and exit_code must be integers") from exc
     sealer = await request.app[KEYS].sealer(org)
     result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
-    async with connection(request.app[POOL], position(body)) as conn:
+    async with connection(request.app[POOL]) as conn:
         seq = await engine.record_step(
-            conn, run_id, claim_token(body), path=str(body.get("path") or ""),
+            conn, run_id, claim_token(body), **recorded_at(body),
             family=str(body.get("family") or ""), name=str(body.get("name") or ""),
             ordinal=ordinal, label=body.get("label"), result=result, exit_code=exit_code)
     return web.json_response({"seq": seq})
@@ -39,9 +39,9 @@ async def park(request: web.Request) -> web.Response:
         ordinal = int(body["ordinal"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument("seconds must be a number and ordinal an integer") from exc
-    async with connection(request.app[POOL], position(body)) as conn:
+    async with connection(request.app[POOL]) as conn:
         wake_at = await engine.park_sleep(conn, run_id, claim_token(body),
-                                          path=str(body.get("path") or ""),
+                                          **recorded_at(body),
                                           ordinal=ordinal, seconds=seconds)
     return web.json_response({"wake_at": wake_at.isoformat()})
 

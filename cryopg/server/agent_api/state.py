@@ -29,7 +29,7 @@ from cryopg.server.bodies import (
     int_field,
     json_body,
     optional_str_field,
-    position,
+    recorded_at,
     str_field,
 )
 from cryopg.server.render import cell_json
@@ -80,11 +80,11 @@ async def agent_state(request: web.Request) -> web.Response:
         async with connection(pool) as conn:
             deleted = await engine.state_delete(conn, run_id, token, entity, key)
         return web.json_response({"deleted": deleted})
-    call = {"path": str_field(body, "path"), "name": str_field(body, "name"),
-            "ordinal": int_field(body, "ordinal")}
+    call = {"name": str_field(body, "name"), "ordinal": int_field(body, "ordinal"),
+            **recorded_at(body)}
     if op == "add":
         value = body.get("value", True)
-        async with connection(pool, position(body)) as conn:
+        async with connection(pool) as conn:
             got = await engine.state_add(conn, run_id, token, entity, key,
                                          sealer.seal_json(value), **call)
         return web.json_response({"claimed": got.won, "version": got.version,
@@ -93,7 +93,7 @@ async def agent_state(request: web.Request) -> web.Response:
         if "value" not in body:
             raise InvalidArgument("cas needs a value")
         expect = int_field(body, "expect")
-        async with connection(pool, position(body)) as conn:
+        async with connection(pool) as conn:
             got = await engine.state_cas(conn, run_id, token, entity, key,
                                          sealer.seal_json(body["value"]), expect, **call)
         return web.json_response({"swapped": got.won, "version": got.version,
@@ -102,17 +102,16 @@ async def agent_state(request: web.Request) -> web.Response:
         by = body.get("by", 1)
         if not _is_number(by):
             raise InvalidArgument("by must be a number")
-        answer = await incr_cell(pool, sealer, run_id, token, entity, key, by, call,
-                                 position(body))
+        answer = await incr_cell(pool, sealer, run_id, token, entity, key, by, call)
         return web.json_response(answer)
     raise NotFound(f"no state operation {op!r}")
 
 
 async def incr_cell(pool: AsyncConnectionPool, sealer: Sealer, run_id: str, token: uuid.UUID,
                     entity: str | None, key: str, by: int | float,
-                    call: dict[str, Any], at: int | None = None) -> dict[str, Any]:
+                    call: dict[str, Any]) -> dict[str, Any]:
     """Read, add, compare-and-set, until the write lands or a memo answers. `call` is
-    the durable call identity: {"path", "name", "ordinal"}.
+    the durable call's identity and position: {"path", "name", "ordinal", "position"}.
 
     All in one transaction: the first (reading) call locks an existing cell, so the
     compare-and-set after it cannot lose and writers to a hot key queue on the row lock
@@ -121,7 +120,7 @@ async def incr_cell(pool: AsyncConnectionPool, sealer: Sealer, run_id: str, toke
     value: bytes | None = None
     result: bytes | None = None
     total: int | float = 0
-    async with connection(pool, at) as conn, conn.transaction():
+    async with connection(pool) as conn, conn.transaction():
         for attempt in range(INCR_MAX_TRIES):
             step = await engine.state_incr(conn, run_id, token, entity, key, expect, value,
                                            result, **call)

@@ -15,7 +15,14 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_run
-from cryopg.server.bodies import claim_token, json_body, position, str_field, to_float, to_int
+from cryopg.server.bodies import (
+    claim_token,
+    json_body,
+    recorded_at,
+    str_field,
+    to_float,
+    to_int,
+)
 from cryopg.server.caps import required_caps
 from cryopg.server.render import answer, child_output
 from cryopg.server.state import KEYS, POOL
@@ -29,8 +36,8 @@ async def wait(request: web.Request) -> web.Response:
     if waiter is None:
         raise InvalidArgument(f"no wait of kind {kind}")
     sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL], position(body)) as conn:
-        got = await waiter(conn, run_id, claim_token(body), path=str_field(body, "path"),
+    async with connection(request.app[POOL]) as conn:
+        got = await waiter(conn, run_id, claim_token(body), **recorded_at(body),
                            name=str_field(body, "name"), ordinal=to_int(body, "ordinal"),
                            timeout=to_float(body, "timeout"))
     return web.json_response({"parked": got.parked, "timed_out": got.timed_out,
@@ -41,9 +48,9 @@ async def emit(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL], position(body)) as conn:
+    async with connection(request.app[POOL]) as conn:
         event_id = await engine.emit_from_run(
-            conn, run_id, claim_token(body), path=str_field(body, "path"),
+            conn, run_id, claim_token(body), **recorded_at(body),
             ordinal=to_int(body, "ordinal"), name=str_field(body, "name"),
             payload=sealer.seal_json({"answer": body.get("payload")}))
     return web.json_response({"event_id": event_id})
@@ -58,9 +65,9 @@ async def spawn(request: web.Request) -> web.Response:
         raise InvalidArgument("source must be a string")
     interpreter = body.get("interpreter") or None
     child_input = body.get("input")
-    async with connection(request.app[POOL], position(body)) as conn:
+    async with connection(request.app[POOL]) as conn:
         child = await engine.spawn_run(
-            conn, run_id, claim_token(body), path=str_field(body, "path"),
+            conn, run_id, claim_token(body), **recorded_at(body),
             ordinal=to_int(body, "ordinal"), filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source),
             input=None if child_input is None else sealer.seal_json(child_input),
@@ -81,9 +88,9 @@ async def submit_activity(request: web.Request) -> web.Response:
     sealer = await request.app[KEYS].sealer(org)
     # The child is a one-line shell script running the command exactly as given.
     source = "exec " + shlex.join(argv) + "\n"
-    async with connection(request.app[POOL], position(body)) as conn:
+    async with connection(request.app[POOL]) as conn:
         child = await engine.submit_activity(
-            conn, run_id, claim_token(body), path=str_field(body, "path"),
+            conn, run_id, claim_token(body), **recorded_at(body),
             name=str_field(body, "name"), source=sealer.seal_text(source),
             required_caps=["shell"], retries=to_int({"r": body.get("retries", 0)}, "r"),
             retry_backoff=to_float(body, "retry_backoff", 0.0) or 0.0, retry_on=retry_on)
@@ -94,9 +101,9 @@ async def collect_activity(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL], position(body)) as conn:
+    async with connection(request.app[POOL]) as conn:
         parked, child, code = await engine.collect_activity(
-            conn, run_id, claim_token(body), path=str_field(body, "path"),
+            conn, run_id, claim_token(body), **recorded_at(body),
             ordinal=to_int(body, "ordinal"), name=str_field(body, "name"))
         stdout = "" if parked else await child_output(conn, sealer, child)
     return web.json_response({"parked": parked, "run_id": child, "exit_code": code,
@@ -106,9 +113,9 @@ async def collect_activity(request: web.Request) -> web.Response:
 async def wait_all(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
-    async with connection(request.app[POOL], position(body)) as conn:
+    async with connection(request.app[POOL]) as conn:
         parked, failed = await engine.wait_all_activities(
-            conn, run_id, claim_token(body), path=str_field(body, "path"),
+            conn, run_id, claim_token(body), **recorded_at(body),
             ordinal=to_int(body, "ordinal"))
     return web.json_response({"parked": parked, "failed": failed})
 
@@ -123,22 +130,22 @@ async def set_output(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
-async def acquire_lock(request: web.Request) -> web.Response:
+async def acquire_lease(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
-    async with connection(request.app[POOL], position(body)) as conn:
-        granted = await engine.acquire_lock(
-            conn, run_id, claim_token(body), path=str_field(body, "path"),
+    async with connection(request.app[POOL]) as conn:
+        granted = await engine.acquire_lease(
+            conn, run_id, claim_token(body), **recorded_at(body),
             ordinal=to_int(body, "ordinal"), group=str_field(body, "group"),
             scoped=bool(body.get("scoped", True)))
     return web.json_response({"granted": granted})
 
 
-async def release_lock(request: web.Request) -> web.Response:
+async def release_lease(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
     async with connection(request.app[POOL]) as conn:
-        released = await engine.release_lock(conn, run_id, claim_token(body),
+        released = await engine.release_lease(conn, run_id, claim_token(body),
                                              str_field(body, "group"))
     return web.json_response({"released": released})
 
@@ -151,5 +158,5 @@ def add_routes(app: web.Application) -> None:
     add_run_route(app, "activities/collect", collect_activity)
     add_run_route(app, "activities/wait-all", wait_all)
     add_run_route(app, "outputs", set_output)
-    add_run_route(app, "locks/acquire", acquire_lock)
-    add_run_route(app, "locks/release", release_lock)
+    add_run_route(app, "locks/acquire", acquire_lease)
+    add_run_route(app, "locks/release", release_lease)
