@@ -42,7 +42,9 @@ RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
-    PERFORM cryo._check_outcome(p_outcome);
+    IF p_outcome IS NULL OR NOT cryo.is_terminal(p_outcome) THEN
+        PERFORM cryo._check_outcome(p_outcome);  -- raises, with the one message
+    END IF;
     IF p_outcome = 'failed' AND cryo._retry_if_allowed(p_run_id, p_exit_code) THEN
         RETURN;
     END IF;

@@ -43,8 +43,7 @@ BEGIN
         SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'cryo'
            AND p.proname IN ('submit_run', 'cancel_run', 'get_run', 'list_runs', 'read_history',
-                             'send_signal', 'publish_event', 'error_codes', 'queue_position',
-                             'is_terminal')
+                             'send_signal', 'publish_event', 'error_codes', 'queue_position')
     LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, cryo, pg_temp', v_fn);
         IF v_app THEN
@@ -52,9 +51,11 @@ BEGIN
         END IF;
     END LOOP;
     -- The views call cryo.now(), and a view's functions are checked against its reader.
+    -- cryo.is_terminal is granted as it is, not as SECURITY DEFINER: a definer function
+    -- is never inlined, and it sits on the hottest paths.
     IF v_app THEN
         EXECUTE 'GRANT USAGE ON SCHEMA cryo TO cryo_app';
-        EXECUTE 'GRANT EXECUTE ON FUNCTION cryo.now() TO cryo_app';
+        EXECUTE 'GRANT EXECUTE ON FUNCTION cryo.now(), cryo.is_terminal(text) TO cryo_app';
     END IF;
     IF v_dba THEN
         EXECUTE 'GRANT USAGE ON SCHEMA cryo TO cryo_dba';
