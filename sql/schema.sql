@@ -202,7 +202,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text) RETURNS text
+CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -211,7 +211,7 @@ DECLARE
 BEGIN
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
-                           created_at, updated_at)
+                           kind, graph, created_at, updated_at)
     -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
     -- on them (runs, journal, history, logs) insert at their right edge instead of at a
     -- random page of a large index; the random part keeps ids unguessable.
@@ -220,7 +220,8 @@ BEGIN
             || left(replace(gen_random_uuid()::text, '-', ''), 8),
             p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
             p_input_clear, p_idempotency_key, p_required_caps, coalesce(p_untrusted, false),
-            p_parent_run_id, v_now, v_now)
+            p_parent_run_id, CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
+            v_now, v_now)
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
     IF v_id IS NOT NULL THEN
@@ -239,6 +240,8 @@ BEGIN
     UPDATE cryo.runs SET parent_run_id = NULL
      WHERE parent_run_id = ANY (p_ids) AND NOT id = ANY (p_ids);
     DELETE FROM cryo.journal WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.node_instances WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);
@@ -282,6 +285,36 @@ CREATE FUNCTION cryo._done_memo(p_run_id text, p_path text) RETURNS cryo.journal
     SELECT * FROM cryo.journal WHERE run_id = p_run_id AND path = p_path AND status = 'done'
 $$;
 
+CREATE FUNCTION cryo._drive(p_driver text, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    RETURN QUERY
+    WITH picked AS (
+        SELECT c.run_id FROM cryo.queue c
+         WHERE c.state = 'pending' AND c.required_caps = '{graph}'
+         ORDER BY c.enqueued_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE cryo.queue q
+           SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_driver,
+               claimed_at = v_now, claim_expires_at = v_now + interval '1 hour'
+          FROM picked WHERE q.run_id = picked.run_id
+        RETURNING q.run_id, q.claim_token
+    ), started AS (
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = greatest(r.attempt, 1),
+               started_at = coalesce(r.started_at, v_now), updated_at = v_now
+          FROM claimed WHERE r.id = claimed.run_id
+        RETURNING r.id, claimed.claim_token
+    )
+    SELECT * FROM started;
+END
+$$;
+
 CREATE FUNCTION cryo._enqueue(p_run_id text, p_org text, p_project text, p_required_caps text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -291,6 +324,64 @@ BEGIN
     INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
     VALUES (p_run_id, p_org, p_project, 'pending', p_required_caps, cryo.now());
     PERFORM pg_notify('cryo_work', '');
+END
+$$;
+
+CREATE FUNCTION cryo._eval(p_expr jsonb, p_scope jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    v_a jsonb;
+    v_b jsonb;
+    v_op text := p_expr ->> 'op';
+    v_part jsonb;
+    v_text text := '';
+BEGIN
+    IF p_expr ? 'lit' THEN
+        RETURN p_expr -> 'lit';
+    ELSIF p_expr ? 'path' THEN
+        RETURN coalesce(p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path')),
+                        'null'::jsonb);
+    ELSIF p_expr ? 'tpl' THEN
+        FOR v_part IN SELECT * FROM jsonb_array_elements(p_expr -> 'tpl') LOOP
+            IF jsonb_typeof(v_part) = 'string' THEN
+                v_text := v_text || (v_part #>> '{}');
+            ELSE
+                v_a := cryo._eval(v_part, p_scope);
+                v_text := v_text || CASE jsonb_typeof(v_a) WHEN 'string' THEN v_a #>> '{}'
+                                                            WHEN 'null' THEN ''
+                                                            ELSE v_a::text END;
+            END IF;
+        END LOOP;
+        RETURN to_jsonb(v_text);
+    END IF;
+    v_a := cryo._eval(p_expr -> 'a', p_scope);
+    IF v_op = 'not' THEN
+        RETURN to_jsonb(NOT cryo._truthy(v_a));
+    ELSIF v_op = 'and' THEN
+        RETURN to_jsonb(cryo._truthy(v_a) AND cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
+    ELSIF v_op = 'or' THEN
+        RETURN to_jsonb(cryo._truthy(v_a) OR cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
+    END IF;
+    v_b := cryo._eval(p_expr -> 'b', p_scope);
+    IF v_op = '==' THEN
+        RETURN to_jsonb(v_a = v_b);
+    ELSIF v_op = '!=' THEN
+        RETURN to_jsonb(v_a <> v_b);
+    END IF;
+    -- Ordering compares numbers with numbers and strings with strings; else false.
+    IF jsonb_typeof(v_a) = 'number' AND jsonb_typeof(v_b) = 'number' THEN
+        RETURN to_jsonb(CASE v_op WHEN '<' THEN v_a::numeric < v_b::numeric
+                                  WHEN '<=' THEN v_a::numeric <= v_b::numeric
+                                  WHEN '>' THEN v_a::numeric > v_b::numeric
+                                  WHEN '>=' THEN v_a::numeric >= v_b::numeric END);
+    ELSIF jsonb_typeof(v_a) = 'string' AND jsonb_typeof(v_b) = 'string' THEN
+        RETURN to_jsonb(CASE v_op WHEN '<' THEN (v_a #>> '{}') < (v_b #>> '{}')
+                                  WHEN '<=' THEN (v_a #>> '{}') <= (v_b #>> '{}')
+                                  WHEN '>' THEN (v_a #>> '{}') > (v_b #>> '{}')
+                                  WHEN '>=' THEN (v_a #>> '{}') >= (v_b #>> '{}') END);
+    END IF;
+    RETURN 'false'::jsonb;
 END
 $$;
 
@@ -326,6 +417,80 @@ BEGIN
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);
     END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF jsonb_typeof(p_graph -> 'nodes') IS DISTINCT FROM 'array'
+       OR jsonb_array_length(p_graph -> 'nodes') = 0 THEN
+        RAISE EXCEPTION 'a graph needs at least one node' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.node_states (run_id, org, project, node_id, type)
+    SELECT p_run_id, p_org, p_project, d.node_id, d.type FROM cryo._graph_node_defs(p_graph) d;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_key(p_run_id text, p_node text, p_item integer, p_fan_out boolean) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT left(encode(sha256(convert_to(p_run_id || '/node/' || p_node
+                                         || CASE WHEN p_fan_out THEN '/' || p_item ELSE '' END,
+                                         'UTF8')), 'hex'), 32)
+$$;
+
+CREATE FUNCTION cryo._graph_node_defs(p_graph jsonb) RETURNS TABLE(ord bigint, node_id text, type text, deps text[], def jsonb)
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT n.ord, n.def ->> 'id', n.def ->> 'type',
+           ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'deps', '[]'))), n.def
+      FROM jsonb_array_elements(p_graph -> 'nodes') WITH ORDINALITY AS n(def, ord)
+$$;
+
+CREATE FUNCTION cryo._graph_poke(p_run_id text, p_kind text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM cryo.queue q WHERE q.run_id = p_run_id AND q.state = 'parked'
+                  AND q.required_caps = '{graph}' FOR UPDATE) THEN
+        PERFORM cryo._wake(ARRAY[p_run_id], p_kind);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_release(p_q cryo.queue, p_node text, p_item integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_path text := 'node/' || p_node || '/' || p_item;
+    v_l record;
+BEGIN
+    DELETE FROM cryo.lease_waiters WHERE run_id = p_q.run_id AND path = v_path;
+    FOR v_l IN SELECT l.org, l.project, l.grp FROM cryo.leases l
+                WHERE l.holder_run_id = p_q.run_id AND l.path = v_path LOOP
+        PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
+        DELETE FROM cryo.leases l WHERE l.org = v_l.org AND l.project = v_l.project
+           AND l.grp = v_l.grp AND l.holder_run_id = p_q.run_id AND l.path = v_path;
+        PERFORM cryo._promote(v_l.org, v_l.project, v_l.grp);
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_scope_nodes(p_run_id text) RETURNS TABLE(node_id text, status text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT n.node_id, n.status FROM cryo.node_states n WHERE n.run_id = p_run_id
+$$;
+
+CREATE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_states n SET status = 'skipped', error = p_why, finished_at = cryo.now()
+     WHERE n.run_id = p_q.run_id AND n.node_id = p_node;
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_skipped', 'node', p_node, 0);
 END
 $$;
 
@@ -451,7 +616,11 @@ BEGIN
             RETURN NULL;
         END IF;
         PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
-        IF v_w.kind = 'admission' THEN
+        IF v_w.kind = 'graph' THEN
+            -- A graph node instance waits: the run's driver starts it on its next turn.
+            PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
+            RETURN v_w.run_id;
+        ELSIF v_w.kind = 'admission' THEN
             SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
             IF FOUND THEN
                 PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
@@ -490,6 +659,11 @@ BEGIN
     IF v_waiters IS NOT NULL THEN
         PERFORM cryo._wake(v_waiters, 'event_received', p_sealed, p_clear, 0);
     END IF;
+    -- Graph nodes waiting for it: their runs' drivers hand it over.
+    PERFORM cryo._graph_poke(w.run_id, 'event_received')
+       FROM (SELECT DISTINCT i.run_id FROM cryo.node_instances i
+              WHERE i.org = p_org AND i.project = p_project AND i.wait_name = p_name
+                AND i.status = 'waiting' AND i.wait_kind = 'event' ORDER BY 1) w;
     RETURN v_id;
 END
 $$;
@@ -598,6 +772,32 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._render(p_config jsonb, p_scope jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    v_out jsonb;
+BEGIN
+    CASE jsonb_typeof(p_config)
+    WHEN 'object' THEN
+        IF p_config ? '$expr' THEN
+            RETURN cryo._eval(p_config -> '$expr', p_scope);
+        ELSIF p_config ? '$template' THEN
+            RETURN cryo._eval(p_config -> '$template', p_scope);
+        END IF;
+        SELECT coalesce(jsonb_object_agg(k, cryo._render(v, p_scope)), '{}'::jsonb) INTO v_out
+          FROM jsonb_each(p_config) AS e(k, v);
+        RETURN v_out;
+    WHEN 'array' THEN
+        SELECT coalesce(jsonb_agg(cryo._render(v, p_scope) ORDER BY n), '[]'::jsonb) INTO v_out
+          FROM jsonb_array_elements(p_config) WITH ORDINALITY AS e(v, n);
+        RETURN v_out;
+    ELSE
+        RETURN p_config;
+    END CASE;
+END
+$_$;
+
 CREATE FUNCTION cryo._require_project(p_org text, p_project text) RETURNS void
     LANGUAGE plpgsql STABLE
     AS $$
@@ -704,6 +904,18 @@ CREATE FUNCTION cryo._take_lease(p_org text, p_project text, p_group text, p_run
            path = excluded.path, acquired_at = excluded.acquired_at
 $$;
 
+CREATE FUNCTION cryo._truthy(p_value jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN p_value IS NULL THEN false
+                ELSE CASE jsonb_typeof(p_value)
+                        WHEN 'null' THEN false
+                        WHEN 'boolean' THEN p_value = 'true'::jsonb
+                        WHEN 'number' THEN p_value <> '0'::jsonb
+                        WHEN 'string' THEN p_value <> '""'::jsonb
+                        ELSE true END END
+$$;
+
 CREATE TABLE cryo.runs (
     id text NOT NULL,
     org text NOT NULL,
@@ -734,11 +946,18 @@ CREATE TABLE cryo.runs (
     untrusted boolean DEFAULT false NOT NULL,
     concurrency_group text,
     watched boolean DEFAULT false NOT NULL,
+    kind text DEFAULT 'script'::text NOT NULL,
+    graph jsonb,
+    graph_node text,
+    graph_item integer,
+    CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
 WITH (fillfactor='85');
 
 COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims carry no secrets, and a step that needs one fails.';
+
+COMMENT ON COLUMN cryo.runs.graph IS 'A graph run''s clear structure: node ids, types, edges, compiled if/fan_out/concurrency/output expressions. Node configs stay sealed in source.';
 
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
@@ -806,6 +1025,10 @@ DECLARE
 BEGIN
     SELECT * INTO v_child FROM cryo.runs WHERE id = p_child_id;
     IF v_child.parent_run_id IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_child.graph_node IS NOT NULL THEN  -- it did a node of a graph run
+        PERFORM cryo._graph_poke(v_child.parent_run_id, 'node_job_ended');
         RETURN;
     END IF;
     SELECT * INTO v_q FROM cryo.queue
@@ -897,6 +1120,35 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk (none when empty) and renews the claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF cryo.is_terminal(v_run.status) THEN
+        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
+    END IF;
+    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
+    UPDATE cryo.node_instances i SET output = p_answer, wait_name = p_by
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
+       AND i.wait_kind = 'approval' AND i.output IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
+                          p_payload => p_answer);
+    PERFORM cryo._graph_poke(p_run_id, 'node_approved');
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) IS 'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
 
 CREATE FUNCTION cryo.authenticate_token(p_secret_hash bytea) RETURNS TABLE(token_id text, kind text, org text, capabilities text[], member text, role text)
     LANGUAGE plpgsql STABLE
@@ -1145,6 +1397,18 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) IS 'Deletes a secret; returns false when there was none. Raises nothing.';
 
+CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RETURN QUERY
+        SELECT d.run_id, d.claim_token, r.org, r.project, r.source, r.input, r.input_clear, r.graph
+          FROM cryo._drive(p_driver, p_limit) d JOIN cryo.runs r ON r.id = d.run_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.drive_graphs(p_driver text, p_limit integer) IS 'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s sealed document, input and clear structure. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
+
 CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
@@ -1240,6 +1504,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
 
+CREATE FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT cryo._eval(p_expr, p_scope)
+$$;
+
+COMMENT ON FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb) IS 'Returns the value of a compiled graph expression over a scope (a missing path is null). Raises nothing.';
+
 CREATE FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer DEFAULT NULL::integer, p_error text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1329,7 +1601,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_retention(p_org text, p_project text) IS 'Returns how long a project keeps terminal runs and bus events. Raises CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean)
+CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, kind text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -1339,7 +1611,7 @@ BEGIN
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
                CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-               cryo.is_terminal(r.status)
+               cryo.is_terminal(r.status), r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -1349,6 +1621,405 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent) and whether it finished. Raises CR003 for an unknown run.';
+
+CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph FROM cryo.workflows w
+                  WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph) and, for a graph, its compiled structure. Raises CR005 for an unknown workflow.';
+
+CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_graph jsonb := (SELECT r.graph FROM cryo.runs r WHERE r.id = p_run_id);
+    v_def record;
+    v_node cryo.node_states;
+    v_dep_status text[];
+    v_scope jsonb;
+    v_items jsonb;
+    v_n integer;
+    v_inst cryo.node_instances;
+    v_max integer;
+    v_active integer;
+    v_group text;
+    v_holder text;
+    v_changed boolean := true;
+    v_exists boolean;
+BEGIN
+    -- A failed node (after its retries) fails the run: nothing more starts.
+    IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed') THEN
+        v_changed := false;
+    END IF;
+    -- Skips cascade within one call: a node whose predecessors were all skipped is
+    -- skipped as soon as they are.
+    WHILE v_changed LOOP
+        v_changed := false;
+        FOR v_def IN SELECT * FROM cryo._graph_node_defs(v_graph) ORDER BY ord LOOP
+            SELECT * INTO v_node FROM cryo.node_states n
+             WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
+            CONTINUE WHEN v_node.status <> 'pending';
+            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
+             WHERE n.run_id = p_run_id AND n.node_id = ANY (v_def.deps);
+            CONTINUE WHEN EXISTS (SELECT 1 FROM unnest(v_dep_status) s
+                                   WHERE s NOT IN ('succeeded', 'skipped', 'seeded', 'failed'));
+            CONTINUE WHEN 'failed' = ANY (coalesce(v_dep_status, '{}'));  -- the run is failing
+            IF cardinality(v_def.deps) > 0
+               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                PERFORM cryo._graph_skip(v_q, v_def.node_id, 'its predecessors were all skipped');
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+                'id', v_def.node_id,
+                'idempotency_key', cryo._graph_key(p_run_id, v_def.node_id, 0, false)));
+            IF v_def.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_def.def -> 'if', v_scope)) THEN
+                PERFORM cryo._graph_skip(v_q, v_def.node_id, 'if was false');
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            IF v_def.def ? 'fan_out' THEN
+                v_items := cryo._eval(v_def.def -> 'fan_out', v_scope);
+                IF jsonb_typeof(v_items) <> 'array' THEN
+                    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
+                           error = 'fan_out items is not a list'
+                     WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
+                    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_failed', 'node',
+                                          v_def.node_id, 0);
+                    CONTINUE;
+                END IF;
+                v_n := jsonb_array_length(v_items);
+            ELSE
+                v_n := NULL;
+            END IF;
+            UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
+             WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
+            PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_scheduled', 'node',
+                                  v_def.node_id, 0);
+            IF v_n = 0 THEN  -- an empty fan-out is done at once, with an empty list
+                UPDATE cryo.node_states n SET status = 'succeeded', finished_at = cryo.now()
+                 WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- Start what can start: new instances of running nodes (up to max_parallel), and
+    -- instances whose retry backoff has passed or whose concurrency group came free.
+    FOR v_def IN SELECT d.* FROM cryo._graph_node_defs(v_graph) d
+                  JOIN cryo.node_states n ON n.run_id = p_run_id AND n.node_id = d.node_id
+                 WHERE n.status IN ('running', 'waiting')
+                   AND NOT EXISTS (SELECT 1 FROM cryo.node_states f
+                                    WHERE f.run_id = p_run_id AND f.status = 'failed')
+                 ORDER BY d.ord LOOP
+        SELECT * INTO v_node FROM cryo.node_states n
+         WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
+        v_max := nullif(v_def.def ->> 'max_parallel', '')::integer;
+        IF v_def.def ? 'fan_out' THEN
+            v_items := cryo._eval(v_def.def -> 'fan_out', p_scope || jsonb_build_object(
+                'node', jsonb_build_object('id', v_def.node_id)));
+        END IF;
+        FOR v_n IN 0 .. coalesce(v_node.items, 1) - 1 LOOP
+            SELECT * INTO v_inst FROM cryo.node_instances i
+             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n;
+            v_exists := FOUND;
+            IF v_exists AND NOT (v_inst.status = 'ready'
+                                 OR (v_inst.status = 'retrying' AND v_inst.due_at <= cryo.now())) THEN
+                CONTINUE;
+            END IF;
+            SELECT count(*) INTO v_active FROM cryo.node_instances i
+             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id
+               AND i.status IN ('running', 'waiting');
+            EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
+            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+                'id', v_def.node_id,
+                'idempotency_key', cryo._graph_key(p_run_id, v_def.node_id, v_n, v_node.items IS NOT NULL)));
+            IF v_node.items IS NOT NULL THEN
+                v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
+            END IF;
+            IF NOT v_exists THEN
+                INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
+                VALUES (p_run_id, v_q.org, v_q.project, v_def.node_id, v_n, 'ready', cryo.now())
+                RETURNING * INTO v_inst;
+            END IF;
+            -- A node's concurrency group is the same project lease scripts and submits use,
+            -- held by this run for as long as the instance runs.
+            IF v_def.def ? 'concurrency' THEN
+                v_group := cryo._eval(v_def.def -> 'concurrency', v_scope) #>> '{}';
+                PERFORM cryo._check_name('concurrency group', v_group);
+                PERFORM cryo._lock_group(v_q.org, v_q.project, v_group);
+                v_holder := cryo._group_holder(v_q.org, v_q.project, v_group);
+                IF v_holder IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
+                           AND l.grp = v_group AND l.holder_run_id = p_run_id
+                           AND l.path = 'node/' || v_def.node_id || '/' || v_n) THEN
+                    IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
+                                    WHERE w.run_id = p_run_id AND w.grp = v_group
+                                      AND w.path = 'node/' || v_def.node_id || '/' || v_n) THEN
+                        INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
+                        VALUES (v_q.org, v_q.project, v_group, p_run_id, 'graph', true,
+                                'node/' || v_def.node_id || '/' || v_n, cryo.now());
+                    END IF;
+                    UPDATE cryo.node_instances i SET lease_group = v_group
+                     WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n;
+                    CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
+                END IF;
+                IF v_holder IS NULL THEN
+                    PERFORM cryo._take_lease(v_q.org, v_q.project, v_group, p_run_id, 'graph',
+                                             'node/' || v_def.node_id || '/' || v_n, true);
+                END IF;
+            END IF;
+            UPDATE cryo.node_instances i
+               SET status = 'running', lease_group = v_group, job_run_id = NULL,
+                   started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
+             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n
+            RETURNING * INTO v_inst;
+            v_group := NULL;
+            action := 'start';
+            node_id := v_def.node_id;
+            type := v_def.type;
+            item := v_n;
+            attempt := v_inst.attempt;
+            config := cryo._render(coalesce(p_configs -> v_def.node_id, '{}'::jsonb), v_scope);
+            item_value := CASE WHEN v_node.items IS NOT NULL THEN v_items -> v_n END;
+            idempotency_key := v_scope #>> '{node,idempotency_key}';
+            output := NULL;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+
+    IF NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                      AND n.status NOT IN ('succeeded', 'failed', 'skipped', 'seeded'))
+       OR EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed') THEN
+        action := 'finish';
+        node_id := (SELECT n.node_id FROM cryo.node_states n
+                     WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1);
+        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+        idempotency_key := NULL;
+        output := CASE WHEN node_id IS NULL AND v_graph ? 'output'
+                       THEN cryo._eval(v_graph -> 'output', p_scope) END;
+        RETURN NEXT;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). Raises CR002 for a stale token, CR004 for a concurrency group that renders to a bad name.';
+
+CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_def jsonb;
+    v_inst cryo.node_instances;
+    v_node cryo.node_states;
+    v_retry jsonb;
+    v_status text;
+BEGIN
+    IF p_outcome NOT IN ('succeeded', 'failed') THEN
+        RAISE EXCEPTION 'an instance ends succeeded or failed, not %', p_outcome USING ERRCODE = 'CR004';
+    END IF;
+    SELECT d.def INTO v_def FROM cryo.runs r, cryo._graph_node_defs(r.graph) d
+     WHERE r.id = p_run_id AND d.node_id = p_node;
+    SELECT * INTO v_inst FROM cryo.node_instances i
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item FOR UPDATE;
+    IF NOT FOUND OR v_def IS NULL THEN
+        RAISE EXCEPTION 'run % has no started instance %/%', p_run_id, p_node, p_item USING ERRCODE = 'CR005';
+    END IF;
+    IF v_inst.status IN ('succeeded', 'failed', 'seeded') THEN
+        RETURN v_inst.status;  -- recorded already
+    END IF;
+    v_retry := v_def -> 'retry';
+    IF p_outcome = 'failed' AND v_retry IS NOT NULL
+       AND v_inst.attempt < coalesce((v_retry ->> 'attempts')::integer, 1)
+       AND (v_retry -> 'on_exit' IS NULL OR p_exit_code IS NULL
+            OR v_retry -> 'on_exit' @> to_jsonb(p_exit_code)) THEN
+        UPDATE cryo.node_instances i
+           SET status = 'retrying', attempt = i.attempt + 1, error = p_error, job_run_id = NULL,
+               due_at = cryo.now() + make_interval(secs => coalesce((v_retry ->> 'backoff')::float8, 0))
+         WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+        PERFORM cryo._graph_release(v_q, p_node, p_item);
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_retry_scheduled', 'node', p_node,
+                              p_item, v_inst.attempt);
+        RETURN 'retrying';
+    END IF;
+    UPDATE cryo.node_instances i
+       SET status = p_outcome, output = p_output, error = p_error, finished_at = cryo.now(),
+           wait_kind = NULL
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+    PERFORM cryo._graph_release(v_q, p_node, p_item);
+    SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
+       FOR UPDATE;
+    IF p_outcome = 'failed' THEN
+        v_status := 'failed';
+    ELSIF (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
+              AND i.status IN ('succeeded', 'seeded')) = coalesce(v_node.items, 1) THEN
+        v_status := 'succeeded';
+    END IF;
+    IF v_status IS NOT NULL THEN
+        UPDATE cryo.node_states n
+           SET status = v_status, error = p_error, finished_at = cryo.now(),
+               output = CASE WHEN n.items IS NULL THEN p_output END
+         WHERE n.run_id = p_run_id AND n.node_id = p_node;
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project,
+                              CASE v_status WHEN 'failed' THEN 'node_failed' ELSE 'node_completed' END,
+                              'node', p_node, p_item, v_inst.attempt, p_output);
+    ELSIF v_node.status = 'running' AND NOT EXISTS (
+            SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
+               AND i.status = 'running') THEN
+        UPDATE cryo.node_states n SET status = 'running' WHERE n.run_id = p_run_id AND n.node_id = p_node;
+    END IF;
+    RETURN p_outcome;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
+
+CREATE FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea DEFAULT NULL::bytea) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_failed cryo.node_states;
+    v_child record;
+    v_reason text;
+BEGIN
+    IF p_finish THEN
+        SELECT * INTO v_failed FROM cryo.node_states n
+         WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1;
+        -- A failed node fails the run and cancels what is still running.
+        FOR v_child IN SELECT i.job_run_id FROM cryo.node_instances i JOIN cryo.runs c ON c.id = i.job_run_id
+                        WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
+            PERFORM cryo.cancel_run(v_child.job_run_id);
+        END LOOP;
+        DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id;
+        IF p_output IS NOT NULL THEN
+            INSERT INTO cryo.run_outputs (run_id, org, project, key, value, updated_at)
+            VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output, cryo.now())
+            ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
+        END IF;
+        IF v_failed.node_id IS NOT NULL THEN
+            PERFORM cryo._finalize(p_run_id, 'failed', 1,
+                                   'node ' || v_failed.node_id || ' failed: ' || coalesce(v_failed.error, ''));
+            RETURN 'failed';
+        END IF;
+        PERFORM cryo._finalize(p_run_id, 'succeeded', 0, NULL);
+        RETURN 'succeeded';
+    END IF;
+    SELECT CASE WHEN bool_or(i.status = 'running') THEN 'running-nodes'
+                WHEN bool_or(i.wait_kind = 'approval') THEN 'awaiting-approval'
+                WHEN bool_or(i.wait_kind = 'signal') THEN 'awaiting-signal'
+                WHEN bool_or(i.wait_kind = 'event') THEN 'awaiting-event'
+                WHEN bool_or(i.wait_kind = 'sleep') THEN 'sleeping'
+                WHEN bool_or(i.status = 'ready') THEN 'awaiting-lease'
+                ELSE 'retry-backoff' END
+      INTO v_reason
+      FROM cryo.node_instances i WHERE i.run_id = p_run_id
+       AND i.status IN ('running', 'waiting', 'retrying', 'ready');
+    PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
+                       (SELECT min(i.due_at) FROM cryo.node_instances i
+                         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying')));
+    RETURN 'parked';
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea) IS 'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, cancelling its running children; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+
+CREATE FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb DEFAULT NULL::jsonb, p_workflow text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_child text;
+BEGIN
+    SELECT s.run_id INTO v_child FROM cryo.submit_script(
+        v_q.org, v_q.project, p_filename, p_interpreter, p_source, p_input, NULL,
+        p_required_caps, p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph) s;
+    UPDATE cryo.runs SET graph_node = p_node, graph_item = p_item WHERE id = v_child;
+    UPDATE cryo.node_instances i SET job_run_id = v_child, status = 'running'
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+    RETURN v_child;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb, p_workflow text) IS 'Starts the child run that does an instance of a node of the driven graph run (a job for an agent, or with p_graph a child graph run); returns its id. Raises CR002 for a stale token, CR004 for a missing source.';
+
+CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY
+        SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
+               coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
+               i.job_run_id, j.status, cryo.is_terminal(j.status), j.exit_code, j.error,
+               i.wait_kind, i.wait_name, i.due_at <= cryo.now(),
+               (SELECT s.id FROM cryo.signals s
+                 WHERE i.wait_kind = 'signal' AND i.status = 'waiting' AND s.run_id = p_run_id
+                   AND s.name = i.wait_name AND s.consumed_at IS NULL ORDER BY s.id LIMIT 1),
+               (SELECT e.id FROM cryo.events e
+                 WHERE i.wait_kind = 'event' AND i.status = 'waiting' AND e.org = n.org
+                   AND e.project = n.project AND e.name = i.wait_name
+                   AND e.created_at >= i.started_at ORDER BY e.id LIMIT 1),
+               i.started_at
+          FROM cryo.node_states n
+          LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
+          LEFT JOIN cryo.runs j ON j.id = i.job_run_id
+         WHERE n.run_id = p_run_id
+         ORDER BY n.node_id, i.item;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid) IS 'Returns every node of the driven graph run with its instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. Raises CR002 for a stale token.';
+
+CREATE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint, p_node text, p_item integer) RETURNS TABLE(payload bytea, payload_clear jsonb)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY
+        UPDATE cryo.signals s SET consumed_at = cryo.now(),
+                                  consumed_path = 'node/' || p_node || '/' || p_item
+         WHERE s.id = p_signal_id AND s.run_id = p_run_id AND s.consumed_at IS NULL
+        RETURNING s.payload, s.payload_clear;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint, p_node text, p_item integer) IS 'Consumes a queued signal for a waiting node instance of the driven graph run; returns its payload (sealed, or clear from SQL), no row when it was taken already. Raises CR002 for a stale token.';
+
+CREATE FUNCTION cryo.graph_wait_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_kind text, p_name text, p_seconds double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    IF p_kind NOT IN ('sleep', 'signal', 'event', 'approval') THEN
+        RAISE EXCEPTION 'a node waits on sleep, signal, event or approval, not %', p_kind
+            USING ERRCODE = 'CR004';
+    END IF;
+    PERFORM cryo._check_timeout(p_seconds);
+    UPDATE cryo.node_instances i
+       SET status = 'waiting', wait_kind = p_kind, wait_name = p_name,
+           due_at = cryo.now() + make_interval(secs => p_seconds)
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+    UPDATE cryo.node_states n SET status = 'waiting'
+     WHERE n.run_id = p_run_id AND n.node_id = p_node AND n.status = 'running'
+       AND NOT EXISTS (SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id
+                          AND i.node_id = p_node AND i.status = 'running');
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_waiting', 'node', p_node, p_item);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_wait_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_kind text, p_name text, p_seconds double precision) IS 'Makes an instance of a node of the driven graph run wait for a timer, a signal or event of p_name, or an approval, at most p_seconds (NULL: no limit). Returns nothing. Raises CR002 for a stale token, CR004 for an unknown kind or bad duration.';
 
 CREATE FUNCTION cryo.is_terminal(p_status text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
@@ -1395,7 +2066,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_projects(p_org text) IS 'Returns the projects of an org by slug. Raises nothing.';
 
-CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean)
+CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, kind text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -1403,7 +2074,7 @@ CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAU
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
            CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-           cryo.is_terminal(r.status)
+           cryo.is_terminal(r.status), r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
      ORDER BY r.created_at DESC, r.id
@@ -1519,7 +2190,7 @@ $_$;
 
 COMMENT ON FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text) IS 'Adds a member with a role or changes its role, acting as member p_by (NULL: operator); returns the member id. Raises CR004 for a bad role or login or for demoting the last owner, CR005 for an unknown org, CR020 when p_by may not grant that.';
 
-CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea) RETURNS void
+CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb) RETURNS void
     LANGUAGE plpgsql
     AS $_$
 BEGIN
@@ -1528,15 +2199,18 @@ BEGIN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
     END IF;
-    INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, updated_at)
-    VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source, cryo.now())
+    INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
+                                updated_at)
+    VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, cryo.now())
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
-           source = excluded.source, updated_at = excluded.updated_at;
+           source = excluded.source, kind = excluded.kind, graph = excluded.graph,
+           updated_at = excluded.updated_at;
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea) IS 'Stores a sealed script under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
 
 CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1549,6 +2223,36 @@ CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
 $$;
 
 COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
+
+CREATE FUNCTION cryo.read_event(p_id bigint) RETURNS TABLE(name text, payload bytea, payload_clear jsonb)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT e.name, e.payload, e.payload_clear FROM cryo.events e WHERE e.id = p_id
+$$;
+
+COMMENT ON FUNCTION cryo.read_event(p_id bigint) IS 'Returns one bus event''s name and payload (sealed, or clear from SQL); no row when it is gone. Raises nothing.';
+
+CREATE FUNCTION cryo.read_graph(p_run_id text) RETURNS TABLE(graph jsonb, source bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.graph, r.source FROM cryo.runs r WHERE r.id = p_run_id AND r.kind = 'graph'
+$$;
+
+COMMENT ON FUNCTION cryo.read_graph(p_run_id text) IS 'Returns a graph run''s clear structure and its sealed document; no row for a script run. Raises nothing.';
+
+CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
+           coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
+           i.job_run_id, i.wait_kind, n.started_at, n.finished_at
+      FROM cryo.node_states n
+      LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
+     WHERE n.run_id = p_run_id
+     ORDER BY n.node_id, i.item
+$$;
+
+COMMENT ON FUNCTION cryo.read_graph_nodes(p_run_id text) IS 'Returns every node of a graph run with each started instance: status, attempt, sealed output, error and the child run doing it. Raises nothing.';
 
 CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1741,6 +2445,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.rename_project(p_org text, p_slug text, p_name text) IS 'Changes a project''s display name (the slug never changes). Returns nothing. Raises CR004 for an empty name, CR005 for an unknown project.';
 
+CREATE FUNCTION cryo.render_config(p_config jsonb, p_scope jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT cryo._render(p_config, p_scope)
+$$;
+
+COMMENT ON FUNCTION cryo.render_config(p_config jsonb, p_scope jsonb) IS 'Returns a compiled node config with its $expr and $template values rendered over a scope. Raises nothing.';
+
 CREATE FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -1752,6 +2464,62 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision) IS 'Pushes back the expiry of a live claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.rerun_graph(p_run_id text, p_from text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_old cryo.runs;
+    v_new text;
+    v_up text[];
+BEGIN
+    SELECT * INTO v_old FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF v_old.kind <> 'graph' THEN
+        RAISE EXCEPTION 'run % is not a graph run; only graph runs rerun from a node', p_run_id
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo._graph_node_defs(v_old.graph) d WHERE d.node_id = p_from) THEN
+        RAISE EXCEPTION 'run % has no node %', p_run_id, p_from USING ERRCODE = 'CR005';
+    END IF;
+    WITH RECURSIVE up(node_id) AS (
+        SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d WHERE d.node_id = p_from
+        UNION
+        SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d JOIN up ON up.node_id = d.node_id
+    )
+    SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
+    IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
+                  AND n.status NOT IN ('succeeded', 'skipped', 'seeded')) THEN
+        RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
+            USING ERRCODE = 'CR004';
+    END IF;
+    SELECT s.run_id INTO v_new FROM cryo.submit_script(
+        v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
+        NULL, '{graph}', v_old.workflow, v_old.input_clear, p_untrusted => v_old.untrusted,
+        p_graph => v_old.graph) s;
+    UPDATE cryo.node_states n
+       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
+           items = o.items, output = o.output, started_at = cryo.now(), finished_at = cryo.now()
+      FROM cryo.node_states o
+     WHERE n.run_id = v_new AND o.run_id = p_run_id AND o.node_id = n.node_id
+       AND n.node_id = ANY (v_up);
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
+                                  started_at, finished_at)
+    SELECT v_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
+           cryo.now(), cryo.now()
+      FROM cryo.node_instances i
+     WHERE i.run_id = p_run_id AND i.node_id = ANY (v_up) AND i.status IN ('succeeded', 'seeded');
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, created_at)
+    SELECT v_new, v_old.org, v_old.project, 'node_seeded', 'run', 'node', u, 0, cryo.now()
+      FROM unnest(v_up) u;
+    RETURN v_new;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
 
 CREATE FUNCTION cryo.revoke_token(p_org text, p_token_id text) RETURNS boolean
     LANGUAGE plpgsql
@@ -1831,7 +2599,12 @@ BEGIN
     VALUES (p_run_id, v_run.org, v_run.project, p_name, p_sealed, v_clear, cryo.now())
     RETURNING id INTO v_id;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'signal_sent', 'signal', p_name);
-    IF v_q.state = 'parked' AND v_q.park_reason = 'awaiting-signal' AND v_q.park_name = p_name THEN
+    IF v_run.kind = 'graph' THEN  -- its driver hands the signal to a node waiting for it
+        IF EXISTS (SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id
+                      AND i.status = 'waiting' AND i.wait_kind = 'signal' AND i.wait_name = p_name) THEN
+            PERFORM cryo._graph_poke(p_run_id, 'signal_received');
+        END IF;
+    ELSIF v_q.state = 'parked' AND v_q.park_reason = 'awaiting-signal' AND v_q.park_name = p_name THEN
         -- The waiter takes the oldest unconsumed signal of the name: this one.
         UPDATE cryo.signals SET consumed_at = cryo.now(), consumed_path = v_q.park_path WHERE id = v_id;
         PERFORM cryo._wake(ARRAY[p_run_id], 'signal_received', p_sealed, v_clear, 0);
@@ -2234,18 +3007,22 @@ BEGIN
         RAISE EXCEPTION 'no workflow % in project %/%', p_workflow, p_org, p_project
             USING ERRCODE = 'CR005';
     END IF;
+    IF v_wf.kind = 'graph' AND p_concurrency IS NULL AND v_wf.graph ? 'concurrency' THEN
+        p_concurrency := cryo._eval(v_wf.graph -> 'concurrency',
+                                    jsonb_build_object('input', coalesce(p_input, 'null'))) #>> '{}';
+    END IF;
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         CASE WHEN v_wf.filename ~ '\.(sh|bash)$' OR v_wf.filename !~ '\.' THEN '{shell}'::text[]
              ELSE '{polyglot}'::text[] END,
-        p_workflow, p_input, p_concurrency, p_policy) s;
+        p_workflow, p_input, p_concurrency, p_policy, p_graph => v_wf.graph) s;
     RETURN v_id;
 END
 $_$;
 
 COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
 
-CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
+CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -2276,21 +3053,26 @@ BEGIN
         END IF;
     END IF;
     v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
-                             p_input, p_input_clear, p_idempotency_key, p_required_caps,
-                             p_untrusted, p_parent_run_id);
+                             p_input, p_input_clear, p_idempotency_key,
+                             CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END,
+                             p_untrusted, p_parent_run_id, p_graph);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
         RETURN;
     END IF;
+    IF p_graph IS NOT NULL THEN
+        PERFORM cryo._graph_init(v_id, p_org, p_project, p_graph);
+    END IF;
     IF p_concurrency IS NULL OR cryo._admit(v_id, p_org, p_project, p_concurrency, v_policy) = 'pending' THEN
-        PERFORM cryo._enqueue(v_id, p_org, p_project, p_required_caps);
+        PERFORM cryo._enqueue(v_id, p_org, p_project,
+                              CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END);
     END IF;
     RETURN QUERY SELECT v_id, true;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text) IS 'Creates a run from a sealed source and input (or a clear jsonb input), pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
 
 CREATE FUNCTION cryo.tick(p_batch integer DEFAULT 1000) RETURNS TABLE(expired integer, woken integer)
     LANGUAGE plpgsql
@@ -2485,6 +3267,65 @@ CREATE SEQUENCE cryo.events_id_seq
 
 ALTER SEQUENCE cryo.events_id_seq OWNED BY cryo.events.id;
 
+CREATE TABLE cryo.node_instances (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    node_id text NOT NULL,
+    item integer NOT NULL,
+    status text NOT NULL,
+    attempt integer DEFAULT 1 NOT NULL,
+    output bytea,
+    error text,
+    job_run_id text,
+    wait_kind text,
+    wait_name text,
+    due_at timestamp with time zone,
+    lease_group text,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text])))
+);
+
+COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
+
+CREATE TABLE cryo.node_states (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    node_id text NOT NULL,
+    type text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    items integer,
+    output bytea,
+    error text,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text])))
+);
+
+COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded), fan-out size, sealed output.';
+
+CREATE VIEW cryo.graph_nodes AS
+ SELECT n.run_id,
+    n.org,
+    n.project,
+    n.node_id,
+    n.type,
+    n.status,
+    n.items,
+    ( SELECT max(i.attempt) AS max
+           FROM cryo.node_instances i
+          WHERE ((i.run_id = n.run_id) AND (i.node_id = n.node_id))) AS attempt,
+    n.started_at,
+    n.finished_at,
+    n.error
+   FROM (cryo.node_states n
+     JOIN cryo.runs r ON ((r.id = n.run_id)))
+  WHERE (NOT cryo.is_terminal(r.status));
+
+COMMENT ON VIEW cryo.graph_nodes IS 'One row per node of every live graph run: type, status, fan-out size, attempt, times.';
+
 CREATE TABLE cryo.history (
     id bigint NOT NULL,
     run_id text NOT NULL,
@@ -2519,7 +3360,7 @@ CREATE TABLE cryo.lease_waiters (
     scoped boolean DEFAULT false NOT NULL,
     path text,
     enqueued_at timestamp with time zone NOT NULL,
-    CONSTRAINT lease_waiters_kind_check CHECK ((kind = ANY (ARRAY['admission'::text, 'script'::text])))
+    CONSTRAINT lease_waiters_kind_check CHECK ((kind = ANY (ARRAY['admission'::text, 'script'::text, 'graph'::text])))
 );
 
 CREATE TABLE cryo.leases (
@@ -2531,7 +3372,7 @@ CREATE TABLE cryo.leases (
     scoped boolean DEFAULT false NOT NULL,
     path text,
     acquired_at timestamp with time zone NOT NULL,
-    CONSTRAINT leases_kind_check CHECK ((kind = ANY (ARRAY['admission'::text, 'script'::text])))
+    CONSTRAINT leases_kind_check CHECK ((kind = ANY (ARRAY['admission'::text, 'script'::text, 'graph'::text])))
 );
 
 CREATE VIEW cryo.lease_holders AS
@@ -2805,7 +3646,10 @@ CREATE TABLE cryo.workflows (
     filename text NOT NULL,
     interpreter text,
     source bytea NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    kind text DEFAULT 'script'::text NOT NULL,
+    graph jsonb,
+    CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
 );
 
 ALTER TABLE ONLY cryo.events ALTER COLUMN id SET DEFAULT nextval('cryo.events_id_seq'::regclass);
@@ -2847,6 +3691,12 @@ ALTER TABLE ONLY cryo.members
 
 ALTER TABLE ONLY cryo.members
     ADD CONSTRAINT members_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.node_instances
+    ADD CONSTRAINT node_instances_pkey PRIMARY KEY (run_id, node_id, item);
+
+ALTER TABLE ONLY cryo.node_states
+    ADD CONSTRAINT node_states_pkey PRIMARY KEY (run_id, node_id);
 
 ALTER TABLE ONLY cryo.orgs
     ADD CONSTRAINT orgs_pkey PRIMARY KEY (slug);
@@ -2897,7 +3747,13 @@ CREATE INDEX leases_holder ON cryo.leases USING btree (holder_run_id);
 
 CREATE INDEX logs_run ON cryo.logs USING btree (run_id, id);
 
+CREATE INDEX node_instances_event_waiters ON cryo.node_instances USING btree (org, project, wait_name) WHERE ((status = 'waiting'::text) AND (wait_kind = 'event'::text));
+
+CREATE INDEX node_instances_job ON cryo.node_instances USING btree (job_run_id) WHERE (job_run_id IS NOT NULL);
+
 CREATE INDEX queue_claimed_expiry ON cryo.queue USING btree (claim_expires_at) WHERE (state = 'claimed'::text);
+
+CREATE INDEX queue_graph_pending ON cryo.queue USING btree (enqueued_at) WHERE ((state = 'pending'::text) AND (required_caps = '{graph}'::text[]));
 
 CREATE INDEX queue_parked_wake ON cryo.queue USING btree (wake_at) WHERE (state = 'parked'::text);
 
@@ -2943,6 +3799,12 @@ ALTER TABLE ONLY cryo.logs
 
 ALTER TABLE ONLY cryo.members
     ADD CONSTRAINT members_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.node_instances
+    ADD CONSTRAINT node_instances_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
+
+ALTER TABLE ONLY cryo.node_states
+    ADD CONSTRAINT node_states_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
 
 ALTER TABLE ONLY cryo.projects
     ADD CONSTRAINT projects_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);

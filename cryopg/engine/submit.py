@@ -15,12 +15,14 @@ async def submit_script(conn: AsyncConnection, org: str, project: str, *, filena
                         interpreter: str | None, source: bytes, input: bytes | None,
                         idempotency_key: str | None, required_caps: list[str],
                         untrusted: bool = False, concurrency: str | None = None,
-                        policy: str | None = None) -> tuple[str | None, bool]:
+                        policy: str | None = None,
+                        graph: dict[str, Any] | None = None) -> tuple[str | None, bool]:
     """Returns (run id, created); the id is None when `skip` found the group held."""
     cur = await conn.execute(
-        "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s)",
+        "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s,"
+        " NULL, %s)",
         (org, project, filename, interpreter, source, input, idempotency_key, required_caps,
-         concurrency, policy, untrusted))
+         concurrency, policy, untrusted, Jsonb(graph) if graph is not None else None))
     run_id, created = await cur.fetchone()
     return run_id, created
 
@@ -33,9 +35,11 @@ async def submit_run(conn: AsyncConnection, org: str, project: str, workflow: st
 
 
 async def put_workflow(conn: AsyncConnection, org: str, project: str, name: str, *,
-                       filename: str, interpreter: str | None, source: bytes) -> None:
-    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s)",
-                       (org, project, name, filename, interpreter, source))
+                       filename: str, interpreter: str | None, source: bytes,
+                       graph: dict[str, Any] | None = None) -> None:
+    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s)",
+                       (org, project, name, filename, interpreter, source,
+                        Jsonb(graph) if graph is not None else None))
 
 
 async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,

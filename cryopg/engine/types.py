@@ -55,6 +55,7 @@ class Run:
     concurrency_group: str | None = None
     queue_position: int | None = None
     finished: bool = False  # cryo.is_terminal(status): SQL holds the one definition
+    kind: str = "script"  # or "graph"
 
 
 @dataclasses.dataclass(frozen=True)

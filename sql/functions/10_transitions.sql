@@ -7,6 +7,7 @@
 --   _enqueue       pending | queued   -> pending, with a pending queue row
 --   _hold_queued   pending            -> queued (behind its concurrency group)
 --   _claim         pending            -> running, queue row claimed, fresh token
+--   _drive         pending (graph)    -> running, claimed by a server driver for one transaction
 --   _extend_claim  running            -> running, claim expiry pushed back
 --   _release       running            -> pending (handed back, or its claim expired)
 --   _park          running            -> parked, claim ended
@@ -41,7 +42,7 @@ $$;
 CREATE OR REPLACE FUNCTION cryo._create_run(
     p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text,
     p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text,
-    p_required_caps text[], p_untrusted boolean, p_parent_run_id text)
+    p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_graph jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -50,7 +51,7 @@ DECLARE
 BEGIN
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
-                           created_at, updated_at)
+                           kind, graph, created_at, updated_at)
     -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
     -- on them (runs, journal, history, logs) insert at their right edge instead of at a
     -- random page of a large index; the random part keeps ids unguessable.
@@ -59,7 +60,8 @@ BEGIN
             || left(replace(gen_random_uuid()::text, '-', ''), 8),
             p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
             p_input_clear, p_idempotency_key, p_required_caps, coalesce(p_untrusted, false),
-            p_parent_run_id, v_now, v_now)
+            p_parent_run_id, CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
+            v_now, v_now)
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
     IF v_id IS NOT NULL THEN
@@ -149,6 +151,40 @@ BEGIN
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
                   r.source, r.input, r.input_clear
+    )
+    SELECT * FROM started;
+END
+$$;
+
+-- A server driver takes graph runs that need a step forward, across orgs. Its claim
+-- lives only as long as its transaction: it settles each run (parks or ends it) before
+-- committing, and a driver that dies rolls back, leaving the run pending. A graph run's
+-- attempt does not count turns.
+CREATE OR REPLACE FUNCTION cryo._drive(p_driver text, p_limit integer)
+RETURNS TABLE (run_id text, claim_token uuid)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    RETURN QUERY
+    WITH picked AS (
+        SELECT c.run_id FROM cryo.queue c
+         WHERE c.state = 'pending' AND c.required_caps = '{graph}'
+         ORDER BY c.enqueued_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE cryo.queue q
+           SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_driver,
+               claimed_at = v_now, claim_expires_at = v_now + interval '1 hour'
+          FROM picked WHERE q.run_id = picked.run_id
+        RETURNING q.run_id, q.claim_token
+    ), started AS (
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = greatest(r.attempt, 1),
+               started_at = coalesce(r.started_at, v_now), updated_at = v_now
+          FROM claimed WHERE r.id = claimed.run_id
+        RETURNING r.id, claimed.claim_token
     )
     SELECT * FROM started;
 END

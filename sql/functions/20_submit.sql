@@ -58,7 +58,11 @@ BEGIN
             RETURN NULL;
         END IF;
         PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
-        IF v_w.kind = 'admission' THEN
+        IF v_w.kind = 'graph' THEN
+            -- A graph node instance waits: the run's driver starts it on its next turn.
+            PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
+            RETURN v_w.run_id;
+        ELSIF v_w.kind = 'admission' THEN
             SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
             IF FOUND THEN
                 PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
@@ -129,7 +133,7 @@ CREATE OR REPLACE FUNCTION cryo.submit_script(
     p_required_caps text[] DEFAULT '{shell}', p_workflow text DEFAULT NULL,
     p_input_clear jsonb DEFAULT NULL, p_concurrency text DEFAULT NULL,
     p_policy text DEFAULT NULL, p_untrusted boolean DEFAULT false,
-    p_parent_run_id text DEFAULT NULL)
+    p_parent_run_id text DEFAULT NULL, p_graph jsonb DEFAULT NULL)
 RETURNS TABLE (run_id text, created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -160,25 +164,31 @@ BEGIN
         END IF;
     END IF;
     v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
-                             p_input, p_input_clear, p_idempotency_key, p_required_caps,
-                             p_untrusted, p_parent_run_id);
+                             p_input, p_input_clear, p_idempotency_key,
+                             CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END,
+                             p_untrusted, p_parent_run_id, p_graph);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
         RETURN;
     END IF;
+    IF p_graph IS NOT NULL THEN
+        PERFORM cryo._graph_init(v_id, p_org, p_project, p_graph);
+    END IF;
     IF p_concurrency IS NULL OR cryo._admit(v_id, p_org, p_project, p_concurrency, v_policy) = 'pending' THEN
-        PERFORM cryo._enqueue(v_id, p_org, p_project, p_required_caps);
+        PERFORM cryo._enqueue(v_id, p_org, p_project,
+                              CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END);
     END IF;
     RETURN QUERY SELECT v_id, true;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text) IS
-    'Creates a run from a sealed source and input (or a clear jsonb input), pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, jsonb) IS
+    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
 
 -- Stores (or replaces) a named script so applications can submit it from SQL.
 CREATE OR REPLACE FUNCTION cryo.put_workflow(
-    p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea)
+    p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea,
+    p_graph jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -187,15 +197,18 @@ BEGIN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
     END IF;
-    INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, updated_at)
-    VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source, cryo.now())
+    INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
+                                updated_at)
+    VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, cryo.now())
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
-           source = excluded.source, updated_at = excluded.updated_at;
+           source = excluded.source, kind = excluded.kind, graph = excluded.graph,
+           updated_at = excluded.updated_at;
 END
 $$;
-COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea) IS
-    'Stores a sealed script under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb) IS
+    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
 
 -- The application's submit: call it inside your own transaction and the run exists
 -- only if that transaction commits. The input arrives in the clear (the application
@@ -217,11 +230,15 @@ BEGIN
         RAISE EXCEPTION 'no workflow % in project %/%', p_workflow, p_org, p_project
             USING ERRCODE = 'CR005';
     END IF;
+    IF v_wf.kind = 'graph' AND p_concurrency IS NULL AND v_wf.graph ? 'concurrency' THEN
+        p_concurrency := cryo._eval(v_wf.graph -> 'concurrency',
+                                    jsonb_build_object('input', coalesce(p_input, 'null'))) #>> '{}';
+    END IF;
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         CASE WHEN v_wf.filename ~ '\.(sh|bash)$' OR v_wf.filename !~ '\.' THEN '{shell}'::text[]
              ELSE '{polyglot}'::text[] END,
-        p_workflow, p_input, p_concurrency, p_policy) s;
+        p_workflow, p_input, p_concurrency, p_policy, p_graph => v_wf.graph) s;
     RETURN v_id;
 END
 $$;
@@ -273,3 +290,17 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.queue_position(text) IS
     'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text)
+RETURNS TABLE (filename text, interpreter text, source bytea, kind text, graph jsonb)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph FROM cryo.workflows w
+                  WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.get_workflow(text, text, text) IS
+    'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph) and, for a graph, its compiled structure. Raises CR005 for an unknown workflow.';

@@ -66,7 +66,12 @@ BEGIN
     VALUES (p_run_id, v_run.org, v_run.project, p_name, p_sealed, v_clear, cryo.now())
     RETURNING id INTO v_id;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'signal_sent', 'signal', p_name);
-    IF v_q.state = 'parked' AND v_q.park_reason = 'awaiting-signal' AND v_q.park_name = p_name THEN
+    IF v_run.kind = 'graph' THEN  -- its driver hands the signal to a node waiting for it
+        IF EXISTS (SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id
+                      AND i.status = 'waiting' AND i.wait_kind = 'signal' AND i.wait_name = p_name) THEN
+            PERFORM cryo._graph_poke(p_run_id, 'signal_received');
+        END IF;
+    ELSIF v_q.state = 'parked' AND v_q.park_reason = 'awaiting-signal' AND v_q.park_name = p_name THEN
         -- The waiter takes the oldest unconsumed signal of the name: this one.
         UPDATE cryo.signals SET consumed_at = cryo.now(), consumed_path = v_q.park_path WHERE id = v_id;
         PERFORM cryo._wake(ARRAY[p_run_id], 'signal_received', p_sealed, v_clear, 0);
@@ -150,6 +155,11 @@ BEGIN
     IF v_waiters IS NOT NULL THEN
         PERFORM cryo._wake(v_waiters, 'event_received', p_sealed, p_clear, 0);
     END IF;
+    -- Graph nodes waiting for it: their runs' drivers hand it over.
+    PERFORM cryo._graph_poke(w.run_id, 'event_received')
+       FROM (SELECT DISTINCT i.run_id FROM cryo.node_instances i
+              WHERE i.org = p_org AND i.project = p_project AND i.wait_name = p_name
+                AND i.status = 'waiting' AND i.wait_kind = 'event' ORDER BY 1) w;
     RETURN v_id;
 END
 $$;

@@ -175,6 +175,10 @@ BEGIN
     IF v_child.parent_run_id IS NULL THEN
         RETURN;
     END IF;
+    IF v_child.graph_node IS NOT NULL THEN  -- it did a node of a graph run
+        PERFORM cryo._graph_poke(v_child.parent_run_id, 'node_job_ended');
+        RETURN;
+    END IF;
     SELECT * INTO v_q FROM cryo.queue
      WHERE run_id = v_child.parent_run_id AND state = 'parked' AND park_reason = 'awaiting-children'
        FOR UPDATE;

@@ -111,6 +111,8 @@ BEGIN
     UPDATE cryo.runs SET parent_run_id = NULL
      WHERE parent_run_id = ANY (p_ids) AND NOT id = ANY (p_ids);
     DELETE FROM cryo.journal WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.node_instances WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);

@@ -5,7 +5,7 @@ RETURNS TABLE (id text, org text, project text, workflow text, filename text, st
                substate text, attempt integer, exit_code integer, error text,
                idempotency_key text, created_at timestamptz, started_at timestamptz,
                finished_at timestamptz, wake_at timestamptz, agent_id text,
-               concurrency_group text, queue_position integer, finished boolean)
+               concurrency_group text, queue_position integer, finished boolean, kind text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
@@ -13,7 +13,7 @@ BEGIN
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
                CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-               cryo.is_terminal(r.status)
+               cryo.is_terminal(r.status), r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -29,13 +29,13 @@ RETURNS TABLE (id text, org text, project text, workflow text, filename text, st
                substate text, attempt integer, exit_code integer, error text,
                idempotency_key text, created_at timestamptz, started_at timestamptz,
                finished_at timestamptz, wake_at timestamptz, agent_id text,
-               concurrency_group text, queue_position integer, finished boolean)
+               concurrency_group text, queue_position integer, finished boolean, kind text)
 LANGUAGE sql STABLE AS $$
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
            CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-           cryo.is_terminal(r.status)
+           cryo.is_terminal(r.status), r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
      ORDER BY r.created_at DESC, r.id
@@ -140,3 +140,11 @@ SELECT w.org, w.project, w.grp AS concurrency_group, w.run_id, w.kind,
        w.enqueued_at, cryo.now() - w.enqueued_at AS waiting_for
   FROM cryo.lease_waiters w;
 COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group''s lease, with their FIFO position (1 is next).';
+
+CREATE OR REPLACE FUNCTION cryo.read_event(p_id bigint)
+RETURNS TABLE (name text, payload bytea, payload_clear jsonb)
+LANGUAGE sql STABLE AS $$
+    SELECT e.name, e.payload, e.payload_clear FROM cryo.events e WHERE e.id = p_id
+$$;
+COMMENT ON FUNCTION cryo.read_event(bigint) IS
+    'Returns one bus event''s name and payload (sealed, or clear from SQL); no row when it is gone. Raises nothing.';

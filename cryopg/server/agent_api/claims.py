@@ -32,7 +32,8 @@ async def claim(request: web.Request) -> web.StreamResponse:
         raise InvalidArgument("agent_id is required")
     asked = [str(c) for c in body.get("capabilities") or DEFAULT_CAPS]
     # The token's ceiling bounds what a claim may serve, whatever the agent advertises.
-    caps = [c for c in asked if c in info.capabilities]
+    # "graph" is the server drivers' own: no agent ever takes a graph run.
+    caps = [c for c in asked if c in info.capabilities and c != "graph"]
     cfg = request.app[CONFIG]
     wait = max(0.0, min(float(body.get("wait", cfg.claim_wait_max)), cfg.claim_wait_max))
     loop = asyncio.get_running_loop()

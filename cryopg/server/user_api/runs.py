@@ -14,6 +14,7 @@ from cryopg.server.bodies import json_body, query_int, script_fields
 from cryopg.server.caps import required_caps
 from cryopg.server.render import iso, run_json, run_outputs
 from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api.graphs import admission_group, compiled_graph, graph_json
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 
 
@@ -31,14 +32,18 @@ async def submit(request: web.Request) -> web.Response:
     group, policy = body.get("concurrency"), body.get("policy")
     if any(v is not None and not isinstance(v, str) for v in (group, policy)):
         raise InvalidArgument("concurrency and policy must be strings")
+    graph = compiled_graph(source)
     sealer = await request.app[KEYS].sealer(org)
     sealed_input = sealer.seal_json(body["input"]) if body.get("input") is not None else None
     async with connection(request.app[POOL]) as conn:
+        if graph is not None:
+            source = graph.source()
+            group = group or await admission_group(conn, graph, body.get("input"))
         run_id, created = await engine.submit_script(
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
             required_caps=required_caps(filename, interpreter), untrusted=untrusted,
-            concurrency=group, policy=policy)
+            concurrency=group, policy=policy, graph=graph and graph.structure)
         if run_id is None:  # policy skip, and the group was held
             return web.json_response({"run_id": None, "created": False, "skipped": True})
         run = await engine.get_run(conn, run_id)
@@ -62,6 +67,7 @@ async def show_run(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         events = await engine.read_history(conn, run.id)
         outputs = await run_outputs(conn, sealer, run.id)
+        graph = await graph_json(conn, sealer, run.id) if run.kind == "graph" else None
     history = []
     for ev in events:
         item: dict[str, Any] = {"kind": ev.kind, "at": iso(ev.created_at)}
@@ -72,7 +78,8 @@ async def show_run(request: web.Request) -> web.Response:
         if ev.kind == "annotation" and ev.payload is not None:
             item["text"] = sealer.open_text(ev.payload)
         history.append(item)
-    return web.json_response({**run_json(run), "outputs": outputs, "history": history})
+    extra = {"graph": graph} if graph is not None else {}
+    return web.json_response({**run_json(run), "outputs": outputs, "history": history, **extra})
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -88,10 +95,13 @@ async def put_workflow(request: web.Request) -> web.Response:
     org, project = project_of(request)
     body = await json_body(request)
     source, filename, interpreter = script_fields(body)
+    graph = compiled_graph(source)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         await engine.put_workflow(conn, org, project, request.match_info["name"], filename=filename,
-                                  interpreter=interpreter, source=sealer.seal_text(source))
+                                  interpreter=interpreter,
+                                  source=sealer.seal_text(graph.source() if graph else source),
+                                  graph=graph and graph.structure)
     return web.json_response({})
 
 

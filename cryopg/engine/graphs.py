@@ -1,0 +1,180 @@
+"""The graph tier's calls (75_graphs.sql): the driver's turn on a graph run, approvals,
+reruns and reading a run's nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from cryopg.engine._sql import _one
+
+
+@dataclasses.dataclass(frozen=True)
+class Driven:
+    run_id: str
+    claim_token: uuid.UUID
+    org: str
+    project: str
+    source: bytes
+    input: bytes | None
+    input_clear: Any
+    graph: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRow:
+    node_id: str
+    type: str
+    node_status: str
+    items: int | None
+    item: int | None
+    item_status: str | None
+    attempt: int | None
+    output: bytes | None
+    error: str | None
+    job_run_id: str | None
+    job_status: str | None
+    job_finished: bool | None
+    job_exit_code: int | None
+    job_error: str | None
+    wait_kind: str | None
+    wait_name: str | None
+    due: bool | None
+    signal_id: int | None
+    event_id: int | None
+    started_at: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+    action: str
+    node_id: str | None
+    type: str | None
+    item: int | None
+    attempt: int | None
+    config: Any
+    item_value: Any
+    idempotency_key: str | None
+    output: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphNode:
+    node_id: str
+    type: str
+    status: str
+    items: int | None
+    item: int | None
+    item_status: str | None
+    attempt: int | None
+    output: bytes | None
+    error: str | None
+    job_run_id: str | None
+    wait_kind: str | None
+    started_at: Any
+    finished_at: Any
+
+
+async def drive_graphs(conn: AsyncConnection, driver: str, limit: int = 1) -> list[Driven]:
+    cur = conn.cursor(row_factory=class_row(Driven))
+    await cur.execute("SELECT * FROM cryo.drive_graphs(%s, %s)", (driver, limit))
+    return await cur.fetchall()
+
+
+async def graph_state(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[NodeRow]:
+    cur = conn.cursor(row_factory=class_row(NodeRow))
+    await cur.execute("SELECT * FROM cryo.graph_state(%s, %s)", (run_id, token))
+    return await cur.fetchall()
+
+
+async def graph_plan(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                     configs: dict[str, Any], scope: dict[str, Any]) -> list[PlanRow]:
+    cur = conn.cursor(row_factory=class_row(PlanRow))
+    await cur.execute("SELECT * FROM cryo.graph_plan(%s, %s, %s, %s)",
+                      (run_id, token, Jsonb(configs), Jsonb(scope)))
+    return await cur.fetchall()
+
+
+async def graph_take_signal(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                            signal_id: int, node: str, item: int) -> tuple[bytes | None, Any] | None:
+    cur = await conn.execute("SELECT * FROM cryo.graph_take_signal(%s, %s, %s, %s, %s)",
+                             (run_id, token, signal_id, node, item))
+    row = await cur.fetchone()
+    return (row[0], row[1]) if row else None
+
+
+async def graph_record_item(conn: AsyncConnection, run_id: str, token: uuid.UUID, node: str,
+                            item: int, outcome: str, output: bytes | None = None,
+                            error: str | None = None, exit_code: int | None = None) -> str:
+    return await _one(conn, "SELECT cryo.graph_record_item(%s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, node, item, outcome, output, error, exit_code))
+
+
+async def graph_start_job(conn: AsyncConnection, run_id: str, token: uuid.UUID, node: str,
+                          item: int, *, filename: str, interpreter: str | None, source: bytes,
+                          input: bytes | None, required_caps: list[str],
+                          graph: dict[str, Any] | None = None,
+                          workflow: str | None = None) -> str:
+    return await _one(
+        conn, "SELECT cryo.graph_start_job(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (run_id, token, node, item, filename, interpreter, source, input, required_caps,
+         Jsonb(graph) if graph is not None else None, workflow))
+
+
+async def graph_wait_item(conn: AsyncConnection, run_id: str, token: uuid.UUID, node: str,
+                          item: int, kind: str, name: str | None, seconds: float | None) -> None:
+    await conn.execute("SELECT cryo.graph_wait_item(%s, %s, %s, %s, %s, %s, %s)",
+                       (run_id, token, node, item, kind, name, seconds))
+
+
+async def graph_settle(conn: AsyncConnection, run_id: str, token: uuid.UUID, finish: bool,
+                       output: bytes | None = None) -> str:
+    return await _one(conn, "SELECT cryo.graph_settle(%s, %s, %s, %s)",
+                      (run_id, token, finish, output))
+
+
+async def approve_node(conn: AsyncConnection, run_id: str, node: str, answer: bytes,
+                       by: str) -> bool:
+    return await _one(conn, "SELECT cryo.approve_node(%s, %s, %s, %s)", (run_id, node, answer, by))
+
+
+async def rerun_graph(conn: AsyncConnection, run_id: str, from_node: str) -> str:
+    return await _one(conn, "SELECT cryo.rerun_graph(%s, %s)", (run_id, from_node))
+
+
+async def read_graph_nodes(conn: AsyncConnection, run_id: str) -> list[GraphNode]:
+    cur = conn.cursor(row_factory=class_row(GraphNode))
+    await cur.execute("SELECT * FROM cryo.read_graph_nodes(%s)", (run_id,))
+    return await cur.fetchall()
+
+
+async def render_config(conn: AsyncConnection, config: Any, scope: dict[str, Any]) -> Any:
+    return await _one(conn, "SELECT cryo.render_config(%s, %s)", (Jsonb(config), Jsonb(scope)))
+
+
+async def eval_expression(conn: AsyncConnection, expr: Any, scope: dict[str, Any]) -> Any:
+    return await _one(conn, "SELECT cryo.eval_expression(%s, %s)", (Jsonb(expr), Jsonb(scope)))
+
+
+async def read_event(conn: AsyncConnection, event_id: int) -> tuple[bytes | None, Any] | None:
+    cur = await conn.execute("SELECT payload, payload_clear FROM cryo.read_event(%s)", (event_id,))
+    row = await cur.fetchone()
+    return (row[0], row[1]) if row else None
+
+
+async def get_workflow(conn: AsyncConnection, org: str, project: str,
+                       name: str) -> tuple[str, str | None, bytes, str, Any]:
+    cur = await conn.execute("SELECT * FROM cryo.get_workflow(%s, %s, %s)", (org, project, name))
+    filename, interpreter, source, kind, graph = await cur.fetchone()
+    return filename, interpreter, source, kind, graph
+
+
+async def read_graph(conn: AsyncConnection, run_id: str) -> tuple[dict[str, Any], bytes] | None:
+    cur = await conn.execute("SELECT graph, source FROM cryo.read_graph(%s)", (run_id,))
+    row = await cur.fetchone()
+    return (row[0], row[1]) if row else None

@@ -1,0 +1,1 @@
+"""The graph tier: documents, expressions, and the job an http node runs."""

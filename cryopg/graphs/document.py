@@ -1,0 +1,318 @@
+"""A graph document (cryosleep-graph/v1) checked and compiled at submit.
+
+Compiling splits it in two: the clear structure the interpreter decides with (node ids,
+types, edges, compiled if / fan_out / concurrency / output, retry), stored as
+runs.graph; and the node configs with their expressions compiled, sealed as the run's
+source. Every error is one line naming the node and the field; nothing is stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+import jsonschema
+
+from cryopg.graphs.expr import ExprError, parse, parse_template
+
+VERSION = "cryosleep-graph/v1"
+NODE_VERSION = "cryosleep-node/v1"
+NODE_TYPES = frozenset({"state", "shell", "code", "script", "http", "wait", "approval", "workflow"})
+STATE_OPS = frozenset({"get", "set", "delete", "add", "cas", "incr"})
+WRITE_OPS = frozenset({"set", "delete", "add", "cas", "incr"})
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class GraphError(ValueError):
+    """A graph document that cannot run, said in one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    structure: dict[str, Any]  # clear: what SQL decides with
+    document: dict[str, Any]  # sealed: node configs, compiled
+
+    def source(self) -> str:
+        return json.dumps(self.document, separators=(",", ":"))
+
+
+def seconds(value: Any, where: str) -> float:
+    """A duration: seconds as a number, or text such as 500ms, 2s, 10m, 1h, 7d."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        secs = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        secs = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise GraphError(f"{where}: {value!r} is not a duration (seconds, or e.g. 2s, 10m, 7d)")
+    if not 0 <= secs <= 10 * 365 * 86400:
+        raise GraphError(f"{where}: a duration must be between 0 and 10 years")
+    return secs
+
+
+def is_graph(source: str) -> bool:
+    """Whether a submitted file is a graph document rather than a script."""
+    text = source.lstrip()
+    if not text.startswith("{"):
+        return False
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("version") in (VERSION, NODE_VERSION)
+
+
+def load(source: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(source)
+    except ValueError as exc:
+        raise GraphError(f"the graph is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise GraphError("a graph document is a JSON object")
+    if doc.get("version") == NODE_VERSION:  # a single node runs as a one-node graph
+        node = {k: v for k, v in doc.items() if k != "version"}
+        node.setdefault("id", "node")
+        doc = {"version": VERSION, "nodes": [node], "edges": []}
+    return doc
+
+
+def compile_graph(doc: dict[str, Any]) -> Compiled:
+    if doc.get("version") != VERSION:
+        raise GraphError(f"version must be {VERSION!r}")
+    unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name"}
+    if unknown:
+        raise GraphError(f"unknown top-level key {sorted(unknown)[0]!r}")
+    nodes = doc.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise GraphError("nodes: a graph needs a list of at least one node")
+    ids: list[str] = []
+    for i, n in enumerate(nodes):
+        if not isinstance(n, dict):
+            raise GraphError(f"nodes[{i}]: a node is an object")
+        nid = n.get("id")
+        if not isinstance(nid, str) or not _ID.match(nid):
+            raise GraphError(f"nodes[{i}]: id must be 1-64 letters, digits, _ or - (got {nid!r})")
+        if nid in ids:
+            raise GraphError(f"node {nid}: id is used twice")
+        ids.append(nid)
+    known = frozenset(ids)
+    deps: dict[str, list[str]] = {i: [] for i in ids}
+    edges = doc.get("edges", [])
+    if not isinstance(edges, list):
+        raise GraphError("edges: must be a list of {from, to}")
+    for e in edges:
+        if not isinstance(e, dict) or set(e) != {"from", "to"}:
+            raise GraphError(f"edges: {json.dumps(e)[:60]} is not {{\"from\", \"to\"}}")
+        for end in ("from", "to"):
+            if e[end] not in known:
+                raise GraphError(f"edges: {end} {e[end]!r} names no node")
+        if e["from"] not in deps[e["to"]]:
+            deps[e["to"]].append(e["from"])
+    _check_acyclic(ids, deps)
+    structure_nodes = []
+    configs = {}
+    for n in nodes:
+        s, c = _compile_node(n, known, deps[n["id"]])
+        structure_nodes.append(s)
+        configs[n["id"]] = c
+    structure: dict[str, Any] = {"nodes": structure_nodes}
+    try:
+        if "concurrency" in doc:
+            structure["concurrency"] = _template(doc["concurrency"], known)
+        if "output" in doc:
+            out = doc["output"]
+            if not isinstance(out, dict) or set(out) != {"$expr"}:
+                raise GraphError('output: must be {"$expr": "..."}')
+            structure["output"] = parse(out["$expr"], known)
+    except ExprError as exc:
+        raise GraphError(f"graph: {exc}") from None
+    return Compiled(structure, {"version": VERSION, "configs": configs})
+
+
+def _check_acyclic(ids: list[str], deps: dict[str, list[str]]) -> None:
+    state: dict[str, int] = {}
+
+    def visit(n: str, trail: list[str]) -> None:
+        if state.get(n) == 2:
+            return
+        if state.get(n) == 1:
+            cycle = trail[trail.index(n):] + [n]
+            raise GraphError(f"node {n}: edges form a cycle ({' -> '.join(cycle)})")
+        state[n] = 1
+        for d in deps[n]:
+            visit(d, trail + [n])
+        state[n] = 2
+
+    for n in ids:
+        visit(n, [])
+
+
+def _template(value: Any, known: frozenset[str]) -> dict[str, Any]:
+    """A string field that may be a template: plain text, {"$template": t} or {"$expr": e}."""
+    if isinstance(value, dict) and set(value) == {"$template"}:
+        return parse_template(value["$template"], known)
+    if isinstance(value, dict) and set(value) == {"$expr"}:
+        return {"tpl": [parse(value["$expr"], known)]}
+    if isinstance(value, str):
+        return parse_template(value, known)
+    raise ExprError("must be a string or a {\"$template\": ...}")
+
+
+def _compile_value(value: Any, known: frozenset[str]) -> Any:
+    """A config value with every $expr / $template compiled."""
+    if isinstance(value, dict):
+        if "$expr" in value or "$template" in value:
+            if len(value) != 1:
+                raise ExprError("$expr and $template stand alone in their object")
+            if "$expr" in value:
+                return {"$expr": parse(value["$expr"], known)}
+            return {"$template": parse_template(value["$template"], known)}
+        return {k: _compile_value(v, known) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compile_value(v, known) for v in value]
+    return value
+
+
+def _compile_node(n: dict[str, Any], known: frozenset[str],
+                  deps: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    nid = n["id"]
+    field = "id"
+    try:
+        unknown = set(n) - {"id", "type", "config", "if", "retry", "concurrency", "fan_out"}
+        if unknown:
+            field = sorted(unknown)[0]
+            raise GraphError(f"node {nid}: unknown key {field!r}")
+        ntype = n.get("type")
+        if ntype not in NODE_TYPES:
+            raise GraphError(f"node {nid}: type must be one of {', '.join(sorted(NODE_TYPES))}")
+        config = n.get("config", {})
+        if not isinstance(config, dict):
+            raise GraphError(f"node {nid}: config must be an object")
+        s: dict[str, Any] = {"id": nid, "type": ntype, "deps": deps}
+        field = "if"
+        if "if" in n:
+            s["if"] = parse(n["if"], known)
+        field = "concurrency"
+        if "concurrency" in n:
+            s["concurrency"] = _template(n["concurrency"], known)
+        field = "retry"
+        if "retry" in n:
+            s["retry"] = _retry(n["retry"], nid)
+        field = "fan_out"
+        if "fan_out" in n:
+            fo = n["fan_out"]
+            if not isinstance(fo, dict) or "items" not in fo or set(fo) - {"items", "max_parallel"}:
+                raise GraphError(f"node {nid}: fan_out is {{\"items\": ..., \"max_parallel\": n}}")
+            items = fo["items"]
+            s["fan_out"] = parse(items["$expr"] if isinstance(items, dict) and "$expr" in items
+                                 else items, known)
+            if "max_parallel" in fo:
+                mp = fo["max_parallel"]
+                if not isinstance(mp, int) or isinstance(mp, bool) or mp < 1:
+                    raise GraphError(f"node {nid}: fan_out.max_parallel must be an integer >= 1")
+                s["max_parallel"] = mp
+        field = "config"
+        _check_config(nid, ntype, config, known)
+        compiled = _compile_value(config, known)
+    except ExprError as exc:
+        raise GraphError(f"node {nid}: {field}: {exc}") from None
+    return s, compiled
+
+
+def _retry(r: Any, nid: str) -> dict[str, Any]:
+    if not isinstance(r, dict) or set(r) - {"attempts", "backoff", "on_exit"}:
+        raise GraphError(f"node {nid}: retry is {{\"attempts\", \"backoff\", \"on_exit\"}}")
+    attempts = r.get("attempts", 1)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
+        raise GraphError(f"node {nid}: retry.attempts must be an integer from 1 to 100")
+    out: dict[str, Any] = {"attempts": attempts,
+                           "backoff": seconds(r.get("backoff", 0), f"node {nid}: retry.backoff")}
+    if "on_exit" in r:
+        codes = r["on_exit"]
+        if not isinstance(codes, list) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in codes):
+            raise GraphError(f"node {nid}: retry.on_exit must be a list of exit codes")
+        out["on_exit"] = codes
+    return out
+
+
+def _need(nid: str, config: dict[str, Any], key: str) -> Any:
+    if key not in config:
+        raise GraphError(f"node {nid}: config.{key} is required")
+    return config[key]
+
+
+def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]) -> None:
+    def literal_str(key: str) -> None:
+        v = c.get(key)
+        if v is not None and not isinstance(v, (str, dict)):
+            raise GraphError(f"node {nid}: config.{key} must be a string")
+
+    if ntype == "state":
+        op = _need(nid, c, "op")
+        if op not in STATE_OPS:
+            raise GraphError(f"node {nid}: config.op must be one of {', '.join(sorted(STATE_OPS))}")
+        key = _need(nid, c, "key")
+        literal_str("key")
+        literal_str("entity")
+        if op in ("add", "cas") and "entity" not in c:
+            raise GraphError(f"node {nid}: config.entity is required for {op} (a run-scoped "
+                             "cell has nobody to race; give the shared entity)")
+        if op in WRITE_OPS and isinstance(key, str) and key.startswith("_cryo/"):
+            raise GraphError(f"node {nid}: config.key {key!r} is reserved for the engine")
+        if op in ("set", "cas"):
+            _need(nid, c, "value")
+        if op == "cas":
+            _need(nid, c, "expected")
+        if op == "incr" and "by" in c and not isinstance(c["by"], (int, float, dict)):
+            raise GraphError(f"node {nid}: config.by must be a number")
+    elif ntype == "shell":
+        _need(nid, c, "run")
+        literal_str("run")
+        if "env" in c and not isinstance(c["env"], dict):
+            raise GraphError(f"node {nid}: config.env must be an object of strings")
+    elif ntype == "code":
+        if not isinstance(_need(nid, c, "script"), str):
+            raise GraphError(f"node {nid}: config.script must be a string")
+        if "interpreter" in c and not isinstance(c["interpreter"], str):
+            raise GraphError(f"node {nid}: config.interpreter must be a string")
+    elif ntype == "script":
+        if ("workflow" in c) == ("source" in c):
+            raise GraphError(f"node {nid}: config needs a stored workflow name or source + filename")
+        if "source" in c and not isinstance(c.get("filename"), str):
+            raise GraphError(f"node {nid}: config.filename is required with source")
+    elif ntype == "http":
+        _need(nid, c, "url")
+        method = c.get("method", "GET")
+        if not isinstance(method, str) or method.upper() not in (
+                "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"):
+            raise GraphError(f"node {nid}: config.method must be GET, POST, PUT, PATCH, DELETE or HEAD")
+        if "headers" in c and not isinstance(c["headers"], dict):
+            raise GraphError(f"node {nid}: config.headers must be an object")
+    elif ntype == "wait":
+        kinds = [k for k in ("sleep", "signal", "event") if k in c]
+        if len(kinds) != 1:
+            raise GraphError(f"node {nid}: config needs exactly one of sleep, signal, event")
+        if set(c) - {"sleep", "signal", "event", "timeout"}:
+            raise GraphError(f"node {nid}: config has unknown key "
+                             f"{sorted(set(c) - {'sleep', 'signal', 'event', 'timeout'})[0]!r}")
+        if kinds[0] == "sleep":
+            seconds(c["sleep"], f"node {nid}: config.sleep")
+        elif not isinstance(c[kinds[0]], str) or not c[kinds[0]]:
+            raise GraphError(f"node {nid}: config.{kinds[0]} must be a name")
+        if "timeout" in c:
+            seconds(c["timeout"], f"node {nid}: config.timeout")
+    elif ntype == "approval":
+        fields = _need(nid, c, "fields")
+        if not isinstance(fields, dict):
+            raise GraphError(f"node {nid}: config.fields must be a JSON Schema object")
+        try:
+            jsonschema.Draft202012Validator.check_schema(fields)
+        except jsonschema.SchemaError as exc:
+            raise GraphError(f"node {nid}: config.fields is not a JSON Schema: {exc.message}") from None
+    elif ntype == "workflow":
+        if not isinstance(_need(nid, c, "graph"), str):
+            raise GraphError(f"node {nid}: config.graph must be a stored graph's name")

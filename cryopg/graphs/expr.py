@@ -1,0 +1,188 @@
+"""Graph expressions: parsed here at submit (so a bad one is refused before anything is
+stored), evaluated in SQL (cryo._eval) over the scope the driver unseals.
+
+Grammar:
+    expr    := or
+    or      := and ("or" and)*
+    and     := not ("and" not)*
+    not     := "not" not | compare
+    compare := operand (("==" | "!=" | "<" | "<=" | ">" | ">=") operand)?
+    operand := literal | path | "(" expr ")"
+    literal := number | 'text' | "text" | true | false | null
+    path    := name ("." (name | digits) | "[" digits "]")*
+A path starts at input, nodes, node, item, item_index, run or trigger; nodes.<id> must
+name a node of the graph, followed by .output or .status. A template is text with
+{{ expr }} holes; a value that is not a string is written as JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+ROOTS = frozenset({"input", "nodes", "node", "item", "item_index", "run", "trigger"})
+COMPARE = ("==", "!=", "<=", ">=", "<", ">")
+_TOKEN = re.compile(r"""\s*(?:
+    (?P<num>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+  | (?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
+  | (?P<op>==|!=|<=|>=|<|>|\(|\)|\.|\[|\])
+  | (?P<name>[A-Za-z_][A-Za-z0-9_-]*)
+)""", re.X)
+
+
+class ExprError(ValueError):
+    """An expression that does not parse, or names what does not exist."""
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ExprError(f"cannot read {text[pos:pos + 12]!r} in {text!r}")
+        kind = m.lastgroup or ""
+        out.append((kind, m.group(kind)))
+        pos = m.end()
+    return out
+
+
+class _Parser:
+    def __init__(self, text: str, node_ids: frozenset[str]) -> None:
+        self.text = text
+        self.toks = _tokens(text)
+        self.i = 0
+        self.node_ids = node_ids
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self) -> tuple[str, str]:
+        tok = self.peek()
+        if tok is None:
+            raise ExprError(f"{self.text!r} ends too soon")
+        self.i += 1
+        return tok
+
+    def word(self, w: str) -> bool:
+        tok = self.peek()
+        if tok == ("name", w):
+            self.i += 1
+            return True
+        return False
+
+    def parse(self) -> dict[str, Any]:
+        if not self.toks:
+            raise ExprError("an expression cannot be empty")
+        e = self.or_()
+        if self.peek() is not None:
+            raise ExprError(f"unexpected {self.peek()[1]!r} in {self.text!r}")  # type: ignore[index]
+        return e
+
+    def or_(self) -> dict[str, Any]:
+        e = self.and_()
+        while self.word("or"):
+            e = {"op": "or", "a": e, "b": self.and_()}
+        return e
+
+    def and_(self) -> dict[str, Any]:
+        e = self.not_()
+        while self.word("and"):
+            e = {"op": "and", "a": e, "b": self.not_()}
+        return e
+
+    def not_(self) -> dict[str, Any]:
+        if self.word("not"):
+            return {"op": "not", "a": self.not_()}
+        return self.compare()
+
+    def compare(self) -> dict[str, Any]:
+        a = self.operand()
+        tok = self.peek()
+        if tok and tok[0] == "op" and tok[1] in COMPARE:
+            self.i += 1
+            return {"op": tok[1], "a": a, "b": self.operand()}
+        return a
+
+    def operand(self) -> dict[str, Any]:
+        kind, val = self.take()
+        if kind == "num":
+            return {"lit": float(val) if any(c in val for c in ".eE") else int(val)}
+        if kind == "str":
+            return {"lit": re.sub(r"\\(.)", r"\1", val[1:-1])}
+        if (kind, val) == ("op", "("):
+            e = self.or_()
+            if self.take() != ("op", ")"):
+                raise ExprError(f"a '(' is not closed in {self.text!r}")
+            return e
+        if kind == "name":
+            if val in ("true", "false", "null"):
+                return {"lit": {"true": True, "false": False, "null": None}[val]}
+            return self.path(val)
+        raise ExprError(f"unexpected {val!r} in {self.text!r}")
+
+    def path(self, root: str) -> dict[str, Any]:
+        if root not in ROOTS:
+            raise ExprError(f"{root!r} is not in scope (use {', '.join(sorted(ROOTS))})")
+        parts: list[str] = [root]
+        while True:
+            tok = self.peek()
+            if tok == ("op", "."):
+                self.i += 1
+                kind, val = self.take()
+                if kind not in ("name", "num") or (kind == "num" and not val.isdigit()):
+                    raise ExprError(f"a name must follow '.' in {self.text!r}")
+                parts.append(val)
+            elif tok == ("op", "["):
+                self.i += 1
+                kind, val = self.take()
+                if kind != "num" or not val.isdigit() or self.take() != ("op", "]"):
+                    raise ExprError(f"[...] takes a list index in {self.text!r}")
+                parts.append(val)
+            else:
+                break
+        if root == "nodes":
+            if len(parts) < 3:
+                raise ExprError(f"nodes.<id>.output or nodes.<id>.status, in {self.text!r}")
+            if parts[1] not in self.node_ids:
+                raise ExprError(f"no node {parts[1]!r} in this graph")
+            if parts[2] not in ("output", "status"):
+                raise ExprError(f"nodes.{parts[1]} has output and status, not {parts[2]!r}")
+        return {"path": parts}
+
+
+def parse(text: Any, node_ids: frozenset[str]) -> dict[str, Any]:
+    """The compiled form of one expression."""
+    if not isinstance(text, str):
+        raise ExprError("an expression must be a string")
+    return _Parser(text, node_ids).parse()
+
+
+def parse_template(text: Any, node_ids: frozenset[str]) -> dict[str, Any]:
+    """The compiled form of a template: text with {{ expr }} holes."""
+    if not isinstance(text, str):
+        raise ExprError("a template must be a string")
+    parts: list[Any] = []
+    pos = 0
+    for m in re.finditer(r"\{\{(.*?)\}\}", text, re.S):
+        if m.start() > pos:
+            parts.append(text[pos:m.start()])
+        parts.append(parse(m.group(1).strip(), node_ids))
+        pos = m.end()
+    if "{{" in text[pos:] or "}}" in text[pos:]:
+        raise ExprError(f"unbalanced {{{{ }}}} in template {text!r}")
+    if pos < len(text):
+        parts.append(text[pos:])
+    return {"tpl": parts}
+
+
+def paths(ast: Any) -> list[list[str]]:
+    """Every path an expression or template reads."""
+    if isinstance(ast, dict):
+        if "path" in ast:
+            return [ast["path"]]
+        return [p for v in ast.values() for p in paths(v)]
+    if isinstance(ast, list):
+        return [p for v in ast for p in paths(v)]
+    return []

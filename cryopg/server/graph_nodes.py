@@ -1,0 +1,264 @@
+"""What the graph driver does for each node type: state and wait nodes in the database,
+within the driver's transaction; shell, code, script, http and workflow nodes as child
+runs; and, when a child has ended, the node output made from it.
+
+Outputs are sealed as plain JSON (seal_json(value)); the scope the interpreter decides
+with is built from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from cryopg import engine
+from cryopg.engine import NodeRow, PlanRow
+from cryopg.errors import CryoError
+from cryopg.graphs.document import seconds
+from cryopg.seal import Sealer
+from cryopg.server.agent_api.state import incr_in
+from cryopg.server.caps import required_caps
+from cryopg.server.render import answer, child_output, run_outputs
+
+HTTP_JOB = (Path(__file__).resolve().parent.parent / "graphs" / "http_request.py").read_text()
+
+
+@dataclasses.dataclass
+class Turn:
+    """One driver turn on one graph run: its identity, key and unsealed document."""
+
+    conn: AsyncConnection
+    sealer: Sealer
+    run_id: str
+    token: Any
+    org: str
+    project: str
+    configs: dict[str, Any]
+    scope: dict[str, Any]
+
+    async def record(self, node: str, item: int, ok: bool, output: Any = None,
+                     error: str | None = None, exit_code: int | None = None) -> str:
+        sealed = self.sealer.seal_json(output) if ok or output is not None else None
+        return await engine.graph_record_item(
+            self.conn, self.run_id, self.token, node, item, "succeeded" if ok else "failed",
+            sealed, error, exit_code)
+
+
+async def start(turn: Turn, p: PlanRow, rows: list[NodeRow]) -> bool:
+    """Starts one instance. Returns True when it also ended (a database node)."""
+    assert p.node_id is not None and p.item is not None
+    c = p.config or {}
+    try:
+        if p.type == "state":
+            out = await _state(turn, p, c, rows)
+            await turn.record(p.node_id, p.item, True, out)
+            return True
+        if p.type == "wait":
+            return await _wait(turn, p, c)
+        if p.type == "approval":
+            await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item,
+                                         "approval", None, None)
+            return False
+        await _job(turn, p, c)
+        return False
+    except (CryoError, ValueError, TypeError) as exc:
+        # A node that cannot even start (a key it may not write, a number that is not
+        # one, a stored workflow that is not there) fails, with the reason.
+        await turn.record(p.node_id, p.item, False, None, str(exc).splitlines()[0])
+        return True
+
+
+def _entity(c: dict[str, Any]) -> str | None:
+    e = c.get("entity")
+    return None if e is None else str(e)
+
+
+async def _state(turn: Turn, p: PlanRow, c: dict[str, Any], rows: list[NodeRow]) -> Any:
+    op, key, entity = c["op"], str(c["key"]), _entity(c)
+    conn, run, tok, seal = turn.conn, turn.run_id, turn.token, turn.sealer
+    name = f"node:{p.node_id}#{p.item}#{p.attempt}"
+    if op == "get":
+        own = await _own_write(turn, key, entity, rows)
+        if own is not None:
+            return own
+        cell = await engine.state_get(conn, turn.org, turn.project, run if entity is None else None,
+                                      entity, key)
+        return {"value": seal.open_json(cell.value), "version": cell.version} if cell else {
+            "value": None, "version": None}
+    if key.startswith("_cryo/"):
+        raise ValueError(f"key {key!r} is reserved for the engine")
+    if op == "set":
+        version = await engine.state_set(conn, run, tok, entity, key, seal.seal_json(c.get("value")))
+        return {"version": version}
+    if op == "delete":
+        return {"deleted": await engine.state_delete(conn, run, tok, entity, key)}
+    if op == "add":
+        got = await engine.state_add(conn, run, tok, entity, key,
+                                     seal.seal_json(c.get("value", True)), name=name, ordinal=0)
+        return {"claimed": got.won}
+    if op == "cas":
+        expected = c.get("expected")
+        if not isinstance(expected, int) or isinstance(expected, bool):
+            raise ValueError(f"cas needs an integer expected version, not {expected!r}")
+        got = await engine.state_cas(conn, run, tok, entity, key, seal.seal_json(c.get("value")),
+                                     expected, name=name, ordinal=0)
+        return {"swapped": got.won}
+    by = c.get("by", 1)
+    if not isinstance(by, (int, float)) or isinstance(by, bool):
+        raise ValueError(f"incr needs a number to add, not {by!r}")
+    got = await incr_in(conn, seal, run, tok, entity, key, by, {"name": name, "ordinal": 0})
+    return {"value": got.get("value"), "version": got.get("version")}
+
+
+async def _own_write(turn: Turn, key: str, entity: str | None,
+                     rows: list[NodeRow]) -> dict[str, Any] | None:
+    """A get of a cell this graph wrote answers from the graph's own record of the write,
+    so a replay reads the same value (the newest write wins)."""
+    best: tuple[Any, dict[str, Any]] | None = None
+    for r in rows:
+        cfg = turn.configs.get(r.node_id) or {}
+        if (r.type != "state" or cfg.get("op") not in ("set", "add", "cas", "incr")
+                or r.item_status not in ("succeeded", "seeded") or r.output is None):
+            continue
+        rendered = await engine.render_config(turn.conn, cfg, {
+            **turn.scope, "node": {"id": r.node_id}})
+        if str(rendered.get("key")) != key or _entity(rendered) != entity:
+            continue
+        out = turn.sealer.open_json(r.output) or {}
+        op = rendered["op"]
+        if op == "incr":
+            got = {"value": out.get("value"), "version": out.get("version")}
+        elif op == "set" or (op == "cas" and out.get("swapped")):
+            got = {"value": rendered.get("value"), "version": out.get("version")}
+        elif op == "add" and out.get("claimed"):
+            got = {"value": rendered.get("value", True), "version": None}
+        else:
+            continue
+        if best is None or r.started_at >= best[0]:
+            best = (r.started_at, got)
+    return best[1] if best else None
+
+
+async def _wait(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
+    assert p.node_id is not None and p.item is not None
+    timeout = seconds(c["timeout"], "timeout") if "timeout" in c else None
+    if "sleep" in c:
+        secs = seconds(c["sleep"], "sleep")
+        await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item,
+                                     "sleep", None, secs)
+        return False
+    kind = "signal" if "signal" in c else "event"
+    await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item, kind,
+                                 str(c[kind]), timeout)
+    return False
+
+
+async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
+    """An agent-bound instance: a child run, with the node's key in its environment."""
+    assert p.node_id is not None and p.item is not None
+    seal = turn.sealer
+    key = p.idempotency_key or ""
+    graph = workflow = None
+    job_input: Any = None
+    if p.type == "shell":
+        env = c.get("env") or {}
+        lines = ["set -eu", f"export CRYO_IDEMPOTENCY_KEY={shlex.quote(key)}"]
+        lines += [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()
+                  if isinstance(k, str) and k.isidentifier()]
+        filename, interpreter = "node.sh", "bash"
+        source, caps = "\n".join(lines) + "\n" + str(c["run"]) + "\n", ["shell"]
+    elif p.type == "code":
+        program = str(c.get("interpreter") or "python3")
+        filename = "node.py" if program.startswith("python") else "node.code"
+        # The node's scope arrives on stdin, as JSON.
+        interpreter = "bash -c " + shlex.quote(f'exec {program} "$0" < "$CRYO_INPUT_FILE"')
+        source, caps = str(c["script"]), ["polyglot"]
+        job_input = {**turn.scope, "node": {"id": p.node_id, "idempotency_key": key},
+                     **({"item": p.item_value, "item_index": p.item}
+                        if p.item_value is not None else {})}
+    elif p.type == "http":
+        filename, interpreter, source, caps = "http.py", "python3", HTTP_JOB, ["connector"]
+        job_input = {"method": str(c.get("method", "GET")).upper(), "url": str(c["url"]),
+                     "headers": {str(k): str(v) for k, v in (c.get("headers") or {}).items()},
+                     "body": c.get("body")}
+    elif p.type == "script":
+        job_input = c.get("input")
+        if "workflow" in c:
+            filename, interpreter, sealed, kind, _ = await engine.get_workflow(
+                turn.conn, turn.org, turn.project, str(c["workflow"]))
+            if kind != "script":
+                raise ValueError(f"workflow {c['workflow']!r} is a graph; use a workflow node")
+            workflow = str(c["workflow"])
+            source = seal.open_text(sealed)
+        else:
+            filename, interpreter, source = str(c["filename"]), c.get("interpreter"), str(c["source"])
+        caps = required_caps(filename, interpreter)
+    else:  # workflow: a stored graph, run as a child graph run
+        filename, interpreter, sealed, kind, graph = await engine.get_workflow(
+            turn.conn, turn.org, turn.project, str(c["graph"]))
+        if kind != "graph":
+            raise ValueError(f"workflow {c['graph']!r} is a script; use a script node")
+        workflow, source, caps, job_input = str(c["graph"]), seal.open_text(sealed), [], c.get("input")
+    await engine.graph_start_job(
+        turn.conn, turn.run_id, turn.token, p.node_id, p.item, filename=filename,
+        interpreter=interpreter, source=seal.seal_text(source),
+        input=seal.seal_json(job_input) if job_input is not None else None,
+        required_caps=caps, graph=graph, workflow=workflow)
+
+
+async def collect(turn: Turn, r: NodeRow) -> bool:
+    """Records what an instance came to, when it has: its child run ended, its wait was
+    answered or timed out, its approval given. Returns whether it recorded anything."""
+    assert r.item is not None
+    if r.item_status == "running" and r.job_run_id and r.job_finished:
+        ok, out, error = await _job_result(turn, r)
+        await turn.record(r.node_id, r.item, ok, out, error, r.job_exit_code)
+        return True
+    if r.item_status != "waiting":
+        return False
+    if r.wait_kind == "approval" and r.output is not None:
+        await turn.record(r.node_id, r.item, True, turn.sealer.open_json(r.output))
+        return True
+    if r.wait_kind == "signal" and r.signal_id is not None:
+        got = await engine.graph_take_signal(turn.conn, turn.run_id, turn.token, r.signal_id,
+                                             r.node_id, r.item)
+        if got is not None:
+            await turn.record(r.node_id, r.item, True, answer(turn.sealer, got[0], got[1]))
+            return True
+    if r.wait_kind == "event" and r.event_id is not None:
+        got = await engine.read_event(turn.conn, r.event_id)
+        if got is not None:
+            await turn.record(r.node_id, r.item, True, answer(turn.sealer, got[0], got[1]))
+            return True
+    if r.due:
+        await turn.record(r.node_id, r.item, True,
+                          {} if r.wait_kind == "sleep" else {"timed_out": True})
+        return True
+    return False
+
+
+async def _job_result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
+    assert r.job_run_id is not None
+    ok = r.job_status == "succeeded"
+    why = None if ok else (r.job_error or f"{r.job_status}, exit code {r.job_exit_code}")
+    if r.type in ("shell", "code", "http"):
+        stdout = (await child_output(turn.conn, turn.sealer, r.job_run_id)).replace("\r\n", "\n")
+        if r.type == "shell":
+            return ok, {"stdout": stdout, "exit_code": r.job_exit_code}, why
+        lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
+        try:
+            value = json.loads(stdout) if r.type == "code" else json.loads(lines[-1])
+        except (ValueError, IndexError):
+            return False, {"stdout": stdout}, why or f"{r.type} node printed no JSON"
+        if r.type == "http" and isinstance(value, dict) and int(value.get("status") or 0) >= 400:
+            return False, value, f"HTTP {value.get('status')}"
+        return ok, value, why
+    outputs = await run_outputs(turn.conn, turn.sealer, r.job_run_id)
+    if r.type == "workflow":
+        return ok, outputs.get("output"), why
+    return ok, outputs, why

@@ -1,0 +1,123 @@
+"""Graph documents at submit and store time, a graph run's nodes, approvals and reruns."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+from aiohttp import web
+from psycopg import AsyncConnection
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import InvalidArgument, NotFound, RunFinished
+from cryopg.graphs.document import Compiled, GraphError, compile_graph, is_graph, load
+from cryopg.seal import Sealer
+from cryopg.server.auth import MEMBER, require_user
+from cryopg.server.bodies import json_body, str_field
+from cryopg.server.render import run_json
+from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
+
+
+def compiled_graph(source: str) -> Compiled | None:
+    """The compiled document when a submitted source is a graph, else None (a script)."""
+    if not is_graph(source):
+        return None
+    try:
+        return compile_graph(load(source))
+    except GraphError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+async def admission_group(conn: AsyncConnection, compiled: Compiled, input_value: Any) -> str | None:
+    """A graph's own concurrency group, rendered over its input."""
+    tpl = compiled.structure.get("concurrency")
+    if tpl is None:
+        return None
+    group = await engine.eval_expression(conn, tpl, {"input": input_value})
+    return group if isinstance(group, str) and group else None
+
+
+async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict[str, Any]:
+    """A graph run's nodes (status, attempt, output, approval fields) and edges."""
+    got = await engine.read_graph(conn, run_id)
+    if got is None:
+        return {}
+    structure, source = got
+    configs = json.loads(sealer.open_text(source)).get("configs", {})
+    rows = await engine.read_graph_nodes(conn, run_id)
+    nodes: dict[str, dict[str, Any]] = {}
+    outputs: dict[str, dict[int, Any]] = {}
+    for r in rows:
+        n = nodes.setdefault(r.node_id, {
+            "id": r.node_id, "type": r.type, "status": r.status, "attempt": 0, "items": r.items,
+            "output": None, "error": r.error, "started_at": r.started_at and r.started_at.isoformat(),
+            "finished_at": r.finished_at and r.finished_at.isoformat()})
+        if r.item is not None:
+            n["attempt"] = max(n["attempt"], r.attempt or 0)
+            if r.output is not None and r.item_status in ("succeeded", "seeded", "failed"):
+                outputs.setdefault(r.node_id, {})[r.item] = sealer.open_json(r.output)
+            if r.job_run_id:
+                n.setdefault("runs", []).append(r.job_run_id)
+            if r.wait_kind:
+                n["waiting_for"] = r.wait_kind
+        if r.error and not n["error"]:
+            n["error"] = r.error
+    for nid, n in nodes.items():
+        got_out = outputs.get(nid, {})
+        n["output"] = (got_out.get(0) if n["items"] is None
+                       else [got_out.get(i) for i in range(n["items"])])
+        if n["type"] == "approval":
+            n["approval"] = {"fields": configs.get(nid, {}).get("fields", {})}
+    order = [d["id"] for d in structure.get("nodes", [])]
+    edges = [{"from": dep, "to": d["id"]} for d in structure.get("nodes", []) for dep in d["deps"]]
+    return {"nodes": [nodes[i] for i in order if i in nodes], "edges": edges}
+
+
+async def approve(request: web.Request) -> web.Response:
+    """An approver's answer for a waiting approval node, checked against its fields."""
+    user = await require_user(request, MEMBER)
+    run = await own_run(request, MEMBER)
+    node = request.match_info["node"]
+    answer = await json_body(request)
+    sealer = await request.app[KEYS].sealer(run.org)
+    async with connection(request.app[POOL]) as conn:
+        got = await engine.read_graph(conn, run.id)
+        if got is None:
+            raise NotFound(f"run {run.id} is not a graph run")
+        config = json.loads(sealer.open_text(got[1])).get("configs", {}).get(node)
+        kinds = {d["id"]: d["type"] for d in got[0].get("nodes", [])}
+        if kinds.get(node) != "approval" or config is None:
+            raise NotFound(f"run {run.id} has no approval node {node!r}")
+        errors = sorted(jsonschema.Draft202012Validator(config.get("fields", {})).iter_errors(answer),
+                        key=lambda e: list(e.path))
+        if errors:
+            e = errors[0]
+            where = ".".join(str(p) for p in e.path) or (
+                e.validator_value[0] if e.validator == "required" and e.validator_value else "answer")
+            raise InvalidArgument(f"field {where}: {e.message}")
+        if run.finished:
+            raise RunFinished(f"run {run.id} already finished ({run.status})")
+        taken = await engine.approve_node(conn, run.id, node,
+                                          sealer.seal_json({**answer, "approved_by": user.member}),
+                                          user.member)
+    if not taken:
+        raise RunFinished(f"node {node} of run {run.id} is not waiting for an approval")
+    return web.json_response({"approved": True, "node": node, "approved_by": user.member})
+
+
+async def rerun(request: web.Request) -> web.Response:
+    run = await own_run(request, MEMBER)
+    body = await json_body(request)
+    node = str_field(body, "from")
+    async with connection(request.app[POOL]) as conn:
+        new_id = await engine.rerun_graph(conn, run.id, node)
+        new = await engine.get_run(conn, new_id)
+    return web.json_response({**run_json(new), "rerun_of": run.id, "from": node}, status=201)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/approvals/{{node}}", approve)
+    app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/rerun", rerun)
