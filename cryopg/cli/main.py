@@ -187,10 +187,57 @@ def runs_show(run: str, as_json: bool) -> None:
             click.echo(f"{key + ':':17}{got[key]}")
     for key, value in (got.get("outputs") or {}).items():
         click.echo(f"output {key}: {json.dumps(value, separators=(',', ':'))}")
+    nodes = (got.get("graph") or {}).get("nodes") or []
+    if nodes:
+        _print_nodes(nodes)
     for ev in got.get("history", []):
         what = "/".join(str(ev[k]) for k in ("family", "name", "ordinal") if k in ev)
         text = f"  {ev['text']}" if "text" in ev else ""
         click.echo(f"  {ev['at'][:23].replace('T', ' ')}  {ev['kind']:<16}{what}{text}")
+
+
+def _print_nodes(nodes: list[dict[str, Any]]) -> None:
+    rows = [("NODE", "TYPE", "STATUS", "ATTEMPT", "OUTPUT")]
+    for n in nodes:
+        out = "" if n.get("output") is None else json.dumps(n["output"], separators=(",", ":"))
+        if n.get("error") and n["status"] in ("failed", "skipped"):
+            out = n["error"]
+        rows.append((n["id"], n["type"], n["status"], str(n.get("attempt") or "-"),
+                     out if len(out) <= 60 else out[:57] + "..."))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    click.echo("nodes:")
+    for row in rows:
+        click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True))
+                   + "  " + row[4])
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("node")
+@click.option("--json", "answer", metavar="JSON", required=True,
+              help="The answer, a JSON object checked against the node's fields.")
+def approve(run: str, node: str, answer: str) -> None:
+    """Answer the waiting approval NODE of graph run RUN."""
+    value = _parse_json(answer, "--json")
+    if not isinstance(value, dict):
+        raise click.BadParameter("the answer must be a JSON object", param_hint="--json")
+    target = resolve()
+    got = Client(target).call(
+        "POST", f"/runs/{quote(target.qualify(run), safe=':')}/approvals/{quote(node, safe='')}",
+        value)
+    click.echo(f"approved {node} of {target.qualify(run)} as {got['approved_by']}")
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--from", "from_node", metavar="NODE", required=True,
+              help="Run NODE and what follows it again; seed what is upstream from RUN.")
+def rerun(run: str, from_node: str) -> None:
+    """Start a new run of graph run RUN's pinned definition from NODE."""
+    target = resolve()
+    got = Client(target).call("POST", f"/runs/{quote(target.qualify(run), safe=':')}/rerun",
+                              {"from": from_node})
+    click.echo(got["id"])
 
 
 @cli.command()

@@ -23,8 +23,9 @@ CLAIM = click.option("--claim-seconds", default=30.0, show_default=True,
                      help="How long a claim lives without a log flush or heartbeat.")
 TICK = click.option("--tick-interval", default=1.0, show_default=True,
                     help="Seconds between sweeps (expired claims, due sleeps).")
-# What dev agents advertise and their token's ceiling; connector is never a default.
-DEV_CAPS = ["shell", "polyglot"]
+# What dev agents advertise and their token's ceiling. A deployed agent opts into
+# connector (http nodes) by name; the local stack takes every kind of work.
+DEV_CAPS = ["shell", "polyglot", "connector"]
 DEV_OWNER = "dev"
 # How long stopping agents get to kill their scripts and hand their runs back.
 AGENT_STOP_SECONDS = 5.0

@@ -101,7 +101,8 @@ async def graph_plan(conn: AsyncConnection, run_id: str, token: uuid.UUID,
 
 
 async def graph_take_signal(conn: AsyncConnection, run_id: str, token: uuid.UUID,
-                            signal_id: int, node: str, item: int) -> tuple[bytes | None, Any] | None:
+                            signal_id: int, node: str,
+                            item: int) -> tuple[bytes | None, Any] | None:
     cur = await conn.execute("SELECT * FROM cryo.graph_take_signal(%s, %s, %s, %s, %s)",
                              (run_id, token, signal_id, node, item))
     row = await cur.fetchone()

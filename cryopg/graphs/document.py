@@ -281,7 +281,8 @@ def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]
             raise GraphError(f"node {nid}: config.interpreter must be a string")
     elif ntype == "script":
         if ("workflow" in c) == ("source" in c):
-            raise GraphError(f"node {nid}: config needs a stored workflow name or source + filename")
+            raise GraphError(f"node {nid}: config needs a stored workflow name, "
+                             "or source and filename")
         if "source" in c and not isinstance(c.get("filename"), str):
             raise GraphError(f"node {nid}: config.filename is required with source")
     elif ntype == "http":
@@ -289,7 +290,8 @@ def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]
         method = c.get("method", "GET")
         if not isinstance(method, str) or method.upper() not in (
                 "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"):
-            raise GraphError(f"node {nid}: config.method must be GET, POST, PUT, PATCH, DELETE or HEAD")
+            raise GraphError(f"node {nid}: config.method must be GET, POST, PUT, PATCH, "
+                             "DELETE or HEAD")
         if "headers" in c and not isinstance(c["headers"], dict):
             raise GraphError(f"node {nid}: config.headers must be an object")
     elif ntype == "wait":
@@ -312,7 +314,8 @@ def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]
         try:
             jsonschema.Draft202012Validator.check_schema(fields)
         except jsonschema.SchemaError as exc:
-            raise GraphError(f"node {nid}: config.fields is not a JSON Schema: {exc.message}") from None
+            raise GraphError(
+                f"node {nid}: config.fields is not a JSON Schema: {exc.message}") from None
     elif ntype == "workflow":
         if not isinstance(_need(nid, c, "graph"), str):
             raise GraphError(f"node {nid}: config.graph must be a stored graph's name")

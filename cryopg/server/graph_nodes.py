@@ -93,7 +93,8 @@ async def _state(turn: Turn, p: PlanRow, c: dict[str, Any], rows: list[NodeRow])
     if key.startswith("_cryo/"):
         raise ValueError(f"key {key!r} is reserved for the engine")
     if op == "set":
-        version = await engine.state_set(conn, run, tok, entity, key, seal.seal_json(c.get("value")))
+        value = seal.seal_json(c.get("value"))
+        version = await engine.state_set(conn, run, tok, entity, key, value)
         return {"version": version}
     if op == "delete":
         return {"deleted": await engine.state_delete(conn, run, tok, entity, key)}
@@ -182,7 +183,7 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
                      **({"item": p.item_value, "item_index": p.item}
                         if p.item_value is not None else {})}
     elif p.type == "http":
-        filename, interpreter, source, caps = "http.py", "python3", HTTP_JOB, ["connector"]
+        filename, interpreter, source, caps = "cryo_http_node.py", "python3", HTTP_JOB, ["connector"]
         job_input = {"method": str(c.get("method", "GET")).upper(), "url": str(c["url"]),
                      "headers": {str(k): str(v) for k, v in (c.get("headers") or {}).items()},
                      "body": c.get("body")}
@@ -196,14 +197,16 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
             workflow = str(c["workflow"])
             source = seal.open_text(sealed)
         else:
-            filename, interpreter, source = str(c["filename"]), c.get("interpreter"), str(c["source"])
+            filename, interpreter = str(c["filename"]), c.get("interpreter")
+            source = str(c["source"])
         caps = required_caps(filename, interpreter)
     else:  # workflow: a stored graph, run as a child graph run
         filename, interpreter, sealed, kind, graph = await engine.get_workflow(
             turn.conn, turn.org, turn.project, str(c["graph"]))
         if kind != "graph":
             raise ValueError(f"workflow {c['graph']!r} is a script; use a script node")
-        workflow, source, caps, job_input = str(c["graph"]), seal.open_text(sealed), [], c.get("input")
+        workflow, source, caps = str(c["graph"]), seal.open_text(sealed), []
+        job_input = c.get("input")
     await engine.graph_start_job(
         turn.conn, turn.run_id, turn.token, p.node_id, p.item, filename=filename,
         interpreter=interpreter, source=seal.seal_text(source),

@@ -74,10 +74,12 @@ async def test_the_dedup_ledger_runs_once_per_order(srv: Server) -> None:
 
 async def test_state_and_wait_nodes_need_no_agent(srv: Server) -> None:
     doc = graph([
-        {"id": "set", "type": "state", "config": {"op": "set", "key": "k", "value": {"$expr": "input.v"}}},
+        {"id": "set", "type": "state",
+         "config": {"op": "set", "key": "k", "value": {"$expr": "input.v"}}},
         {"id": "nap", "type": "wait", "config": {"sleep": "0s"}},
         {"id": "get", "type": "state", "config": {"op": "get", "key": "k"}},
-        {"id": "bump", "type": "state", "config": {"op": "incr", "key": "n", "entity": "c", "by": 2}},
+        {"id": "bump", "type": "state",
+         "config": {"op": "incr", "key": "n", "entity": "c", "by": 2}},
     ], [("set", "nap"), ("nap", "get"), ("get", "bump")],
         output={"$expr": "nodes.get.output.value"})
     run_id = await submit_graph(srv, doc, input={"v": "hello"})

@@ -31,7 +31,8 @@ def compiled_graph(source: str) -> Compiled | None:
         raise InvalidArgument(str(exc)) from None
 
 
-async def admission_group(conn: AsyncConnection, compiled: Compiled, input_value: Any) -> str | None:
+async def admission_group(conn: AsyncConnection, compiled: Compiled,
+                          input_value: Any) -> str | None:
     """A graph's own concurrency group, rendered over its input."""
     tpl = compiled.structure.get("concurrency")
     if tpl is None:
@@ -53,7 +54,8 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
     for r in rows:
         n = nodes.setdefault(r.node_id, {
             "id": r.node_id, "type": r.type, "status": r.status, "attempt": 0, "items": r.items,
-            "output": None, "error": r.error, "started_at": r.started_at and r.started_at.isoformat(),
+            "output": None, "error": r.error,
+            "started_at": r.started_at and r.started_at.isoformat(),
             "finished_at": r.finished_at and r.finished_at.isoformat()})
         if r.item is not None:
             n["attempt"] = max(n["attempt"], r.attempt or 0)
@@ -91,13 +93,12 @@ async def approve(request: web.Request) -> web.Response:
         kinds = {d["id"]: d["type"] for d in got[0].get("nodes", [])}
         if kinds.get(node) != "approval" or config is None:
             raise NotFound(f"run {run.id} has no approval node {node!r}")
-        errors = sorted(jsonschema.Draft202012Validator(config.get("fields", {})).iter_errors(answer),
-                        key=lambda e: list(e.path))
+        validator = jsonschema.Draft202012Validator(config.get("fields", {}))
+        errors = sorted(validator.iter_errors(answer), key=lambda e: list(e.path))
         if errors:
             e = errors[0]
-            where = ".".join(str(p) for p in e.path) or (
-                e.validator_value[0] if e.validator == "required" and e.validator_value else "answer")
-            raise InvalidArgument(f"field {where}: {e.message}")
+            where = ".".join(str(p) for p in e.path)
+            raise InvalidArgument(f"field {where}: {e.message}" if where else e.message)
         if run.finished:
             raise RunFinished(f"run {run.id} already finished ({run.status})")
         taken = await engine.approve_node(conn, run.id, node,
