@@ -183,7 +183,9 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
                      **({"item": p.item_value, "item_index": p.item}
                         if p.item_value is not None else {})}
     elif p.type == "http":
-        filename, interpreter, source, caps = "cryo_http_node.py", "python3", HTTP_JOB, ["connector"]
+        # Not http.py: a script of that name would shadow the http package it imports.
+        filename, interpreter = "cryo_http_node.py", "python3"
+        source, caps = HTTP_JOB, ["connector"]
         job_input = {"method": str(c.get("method", "GET")).upper(), "url": str(c["url"]),
                      "headers": {str(k): str(v) for k, v in (c.get("headers") or {}).items()},
                      "body": c.get("body")}

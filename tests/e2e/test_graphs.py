@@ -35,7 +35,8 @@ def test_every_agent_node_type_runs_on_real_agents(stack: Any) -> None:
          "config": {"op": "set", "key": "d", "value": {"$expr": "input.n"}}}],
         "output": {"$expr": "input.n"}})
     assert stack.cli("workflow", "put", "child", "child.json").returncode == 0
-    (stack.dir / "step.sh").write_text('n=$(cryopg step five -- echo 5)\ncryopg output set n "$n"\n')
+    (stack.dir / "step.sh").write_text(
+        'n=$(cryopg step five -- echo 5)\ncryopg output set n "$n"\n')
     doc = write(stack.dir, "all.json", {"nodes": [
         {"id": "sh", "type": "shell", "config": {"run": "echo \"hi $WHO\"; echo $-",
                                                   "env": {"WHO": {"$expr": "input.who"}}}},

@@ -214,3 +214,48 @@ async def test_signal_and_event_waits_take_their_payload(srv: Server) -> None:
     run = await until(srv, run_id, ended)
     got = nodes_of(run)
     assert got["go"]["output"] == {"n": 1} and got["ev"]["output"] == "box"
+
+
+async def test_incr_and_cas_graphs_under_8_concurrent_runs_are_exact(srv: Server) -> None:
+    bump = graph([{"id": "n", "type": "state",
+                   "config": {"op": "incr", "key": "hits", "entity": "ctr"}}])
+    seed = graph([{"id": "s", "type": "state",
+                   "config": {"op": "set", "key": "doc", "value": 0, "entity": "cfg"}}])
+    await until(srv, await submit_graph(srv, seed), ended)
+    swap = graph([
+        {"id": "read", "type": "state", "config": {"op": "get", "key": "doc", "entity": "cfg"}},
+        {"id": "write", "type": "state", "config": {
+            "op": "cas", "key": "doc", "entity": "cfg", "value": {"$expr": "run.id"},
+            "expected": {"$expr": "nodes.read.output.version"}}}], [("read", "write")])
+    ids = await asyncio.gather(*[submit_graph(srv, bump) for _ in range(8)],
+                               *[submit_graph(srv, swap) for _ in range(8)])
+    runs = [await until(srv, i, ended) for i in ids]
+    assert all(r["status"] == "succeeded" for r in runs)
+    values = sorted(nodes_of(r)["n"]["output"]["value"] for r in runs[:8])
+    assert values == list(range(1, 9))  # every increment landed, none twice
+    swapped = sum(nodes_of(r)["write"]["output"]["swapped"] for r in runs[8:])
+    async with await srv.connect() as conn:
+        cur = await conn.execute("SELECT version FROM cryo.state_cells WHERE key = 'doc'")
+        assert (await cur.fetchone())[0] == 1 + swapped
+
+
+async def test_a_node_concurrency_group_holds_one_instance_at_a_time(srv: Server) -> None:
+    doc = graph([{"id": "deploy", "type": "shell", "concurrency": "deploy-{{ input.env }}",
+                  "config": {"run": "echo deploying"}}])
+    a = await submit_graph(srv, doc, input={"env": "eu"})
+    b = await submit_graph(srv, doc, input={"env": "eu"})
+    await until(srv, a, lambda r: nodes_of(r)["deploy"]["status"] == "running")
+    await until(srv, b, lambda r: r["substate"] == "awaiting-lease")
+    first = await srv.claim()
+    assert first is not None
+    await asyncio.sleep(0.3)
+    assert await srv.claim() is None  # the other waits for the group
+    await srv.finish(first)
+    second = None
+    deadline = time.monotonic() + 10
+    while second is None and time.monotonic() < deadline:
+        second = await srv.claim()
+        await asyncio.sleep(0.05)
+    assert second is not None and second["run_id"] != first["run_id"]
+    await srv.finish(second)
+    assert [(await until(srv, i, ended))["status"] for i in (a, b)] == ["succeeded"] * 2

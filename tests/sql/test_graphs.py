@@ -1,0 +1,77 @@
+"""The interpreter's SQL: expressions, stored graphs submitted from SQL, one driver per run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from cryopg.graphs.document import compile_graph
+from cryopg.graphs.expr import parse, parse_template
+
+IDS = frozenset({"a", "wait-pr"})
+SCOPE = {"input": {"env": "prod", "n": 3, "tags": ["x", "y"], "empty": ""},
+         "nodes": {"a": {"output": {"ok": True, "v": 2}, "status": "succeeded"},
+                   "wait-pr": {"output": None, "status": "skipped"}},
+         "run": {"id": "r1"}}
+
+
+def ev(db: psycopg.Connection, text: str) -> object:
+    return db.execute("SELECT cryo.eval_expression(%s, %s)",
+                      (Jsonb(parse(text, IDS)), Jsonb(SCOPE))).fetchone()[0]
+
+
+def test_expressions_evaluate_in_sql(db: psycopg.Connection) -> None:
+    cases = {
+        "input.env": "prod",
+        "input.tags[1]": "y",
+        "input.env == 'prod'": True,
+        "input.env != \"prod\"": False,
+        "input.n >= 3 and nodes.a.output.ok": True,
+        "not nodes.a.output.ok or input.n < 1": False,
+        "input.missing": None,
+        "input.empty or input.n": True,
+        "nodes.wait-pr.status == 'skipped'": True,
+        "(input.n > 2) and not (input.env == 'dev')": True,
+        "input.n < 'x'": False,  # a number and a string do not order
+        "nodes.a.output.v == 2.0": True,
+    }
+    for text, want in cases.items():
+        assert ev(db, text) == want, text
+    tpl = parse_template("seen-{{ input.env }}-{{ input.n }}-{{ nodes.a.output }}", IDS)
+    got = db.execute("SELECT cryo.eval_expression(%s, %s)", (Jsonb(tpl), Jsonb(SCOPE))).fetchone()
+    assert got[0] == 'seen-prod-3-{"v": 2, "ok": true}'
+
+
+def test_a_stored_graph_runs_from_an_applications_transaction(db: psycopg.Connection) -> None:
+    compiled = compile_graph({"version": "cryosleep-graph/v1", "nodes": [
+        {"id": "a", "type": "state", "config": {"op": "set", "key": "k", "value": 1}}],
+        "concurrency": "deploy-{{ input.env }}"})
+    db.execute("SELECT cryo.put_workflow('dev', 'default', 'g', 'g.json', NULL, '\\x00', %s)",
+               (Jsonb(compiled.structure),))
+    with db.transaction():
+        run_id = db.execute("SELECT cryo.submit_run('dev', 'default', 'g', '{\"env\": \"eu\"}')"
+                            ).fetchone()[0]
+    row = db.execute("SELECT r.kind, q.required_caps, r.concurrency_group FROM cryo.runs r "
+                     "JOIN cryo.queue q ON q.run_id = r.id WHERE r.id = %s", (run_id,)).fetchone()
+    assert row == ("graph", ["graph"], "deploy-eu")
+    assert db.execute("SELECT node_id, status FROM cryo.graph_nodes").fetchall() == [("a", "pending")]
+    # Agents never take a graph run, whatever they advertise.
+    assert db.execute("SELECT * FROM cryo.claim_job('dev', 'a', '{shell,polyglot}', 30)"
+                      ).fetchall() == []
+
+
+def test_one_run_is_driven_by_one_driver(session: Callable[[], psycopg.Connection]) -> None:
+    a, b = session(), session()
+    compiled = compile_graph({"version": "cryosleep-graph/v1", "nodes": [
+        {"id": "n", "type": "wait", "config": {"sleep": "1s"}}]})
+    a.execute("SELECT cryo.submit_script('dev', 'default', 'g.json', NULL, '\\x00', "
+              "p_graph => %s)", (Jsonb(compiled.structure),))
+    with a.transaction(force_rollback=True):  # a driver that dies mid-turn
+        got = a.execute("SELECT run_id FROM cryo.drive_graphs('d1', 5)").fetchall()
+        assert len(got) == 1
+        with b.transaction():  # a second driver finds nothing while the first holds it
+            assert b.execute("SELECT run_id FROM cryo.drive_graphs('d2', 5)").fetchall() == []
+    # The first driver died (rolled back): the run is pending again for anyone.
+    assert b.execute("SELECT count(*) FROM cryo.drive_graphs('d2', 5)").fetchone() == (1,)
