@@ -661,6 +661,10 @@ def main() -> int:
             r["backlog"] = backlog(bench, args.batch)
         if want("steps"):
             r["steps"] = steps(bench)
+        if want("graphs"):
+            import graph_bench  # bench/graph_bench.py; it imports this module's helpers
+
+            r["graphs"] = graph_bench.graphs(bench, args.quick)
         r["elapsed_s"] = time.monotonic() - started
     finally:
         bench.stop()

@@ -1655,6 +1655,7 @@ DECLARE
     v_holder text;
     v_changed boolean := true;
     v_exists boolean;
+    v_open text[];
 BEGIN
     -- A failed node (after its retries) fails the run: nothing more starts.
     IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed') THEN
@@ -1664,7 +1665,14 @@ BEGIN
     -- skipped as soon as they are.
     WHILE v_changed LOOP
         v_changed := false;
-        FOR v_def IN SELECT * FROM cryo._graph_node_defs(v_graph) ORDER BY ord LOOP
+        -- Only pending nodes whose predecessors have all ended: one statement, so a turn
+        -- costs what is ready rather than the size of the graph.
+        v_open := ARRAY(SELECT m.node_id FROM cryo.node_states m WHERE m.run_id = p_run_id
+                           AND m.status NOT IN ('succeeded', 'skipped', 'seeded', 'failed'));
+        FOR v_def IN SELECT d.* FROM cryo._graph_node_defs(v_graph) d
+                      JOIN cryo.node_states n ON n.run_id = p_run_id AND n.node_id = d.node_id
+                     WHERE n.status = 'pending' AND NOT (d.deps && v_open)
+                     ORDER BY d.ord LOOP
             SELECT * INTO v_node FROM cryo.node_states n
              WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
             CONTINUE WHEN v_node.status <> 'pending';
@@ -1953,7 +1961,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb, p_workflow text) IS 'Starts the child run that does an instance of a node of the driven graph run (a job for an agent, or with p_graph a child graph run); returns its id. Raises CR002 for a stale token, CR004 for a missing source.';
 
-CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone)
+CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEFAULT NULL::text[]) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1975,11 +1983,13 @@ BEGIN
           LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
           LEFT JOIN cryo.runs j ON j.id = i.job_run_id
          WHERE n.run_id = p_run_id
+           AND (p_nodes IS NULL OR n.node_id = ANY (p_nodes) OR n.type = 'state'
+                OR i.status IN ('ready', 'running', 'waiting', 'retrying'))
          ORDER BY n.node_id, i.item;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid) IS 'Returns every node of the driven graph run with its instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[]) IS 'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes, state nodes and instances still in flight (a turn on a large graph reads what it needs). Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint, p_node text, p_item integer) RETURNS TABLE(payload bytea, payload_clear jsonb)
     LANGUAGE plpgsql

@@ -86,9 +86,10 @@ async def drive_graphs(conn: AsyncConnection, driver: str, limit: int = 1) -> li
     return await cur.fetchall()
 
 
-async def graph_state(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[NodeRow]:
+async def graph_state(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                      nodes: list[str] | None = None) -> list[NodeRow]:
     cur = conn.cursor(row_factory=class_row(NodeRow))
-    await cur.execute("SELECT * FROM cryo.graph_state(%s, %s)", (run_id, token))
+    await cur.execute("SELECT * FROM cryo.graph_state(%s, %s, %s)", (run_id, token, nodes))
     return await cur.fetchall()
 
 

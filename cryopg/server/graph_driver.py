@@ -27,11 +27,22 @@ DRIVER_ID = f"driver:{socket.gethostname()}"
 MAX_ROUNDS = 200  # plan/record rounds in one turn; a graph that keeps going yields
 
 
-def scope_of(run_id: str, input_value: Any, rows: list[NodeRow],
-             open_json: Any) -> dict[str, Any]:
+def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str]:
+    """The nodes any expression of the graph reads: only their outputs go into the scope,
+    so a turn on a large graph does not carry every output across."""
+    from cryopg.graphs.expr import paths
+
+    found = paths(graph) + paths(configs)
+    return {p[1] for p in found if len(p) > 1 and p[0] == "nodes"}
+
+
+def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
+             wanted: set[str] | None = None) -> dict[str, Any]:
     """What expressions read: input, nodes.<id>.output / .status, run.id."""
     nodes: dict[str, dict[str, Any]] = {}
     items: dict[str, dict[int, Any]] = {}
+    if wanted is not None:
+        rows = [r for r in rows if r.node_id in wanted]
     for r in rows:
         n = nodes.setdefault(r.node_id, {"status": r.node_status, "output": None})
         if r.item is not None and r.output is not None and r.item_status in ("succeeded", "seeded"):
@@ -55,9 +66,17 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     document = json.loads(sealer.open_text(g.source))
     configs = document.get("configs", {})
     input_value = sealer.open_json(g.input) if g.input is not None else g.input_clear
+    opened: dict[bytes, Any] = {}  # a turn opens each sealed output once
+
+    def open_json(sealed: bytes) -> Any:
+        if sealed not in opened:
+            opened[sealed] = sealer.open_json(sealed)
+        return opened[sealed]
+
+    wanted = referenced(g.graph, configs)
     for _ in range(MAX_ROUNDS):
-        rows = await engine.graph_state(conn, g.run_id, g.claim_token)
-        scope = scope_of(g.run_id, input_value, rows, sealer.open_json)
+        rows = await engine.graph_state(conn, g.run_id, g.claim_token, sorted(wanted))
+        scope = scope_of(g.run_id, input_value, rows, open_json, wanted)
         turn = graph_nodes.Turn(conn, sealer, g.run_id, g.claim_token, g.org, g.project,
                                 configs, scope)
         moved = False
@@ -75,14 +94,15 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
         if finish is not None and not started:
             output = finish.output
             if output is None and finish.node_id is None:
-                output = _default_output(g.graph, scope)
+                every = await engine.graph_state(conn, g.run_id, g.claim_token)
+                output = _default_output(g.graph, scope_of(g.run_id, input_value, every,
+                                                           open_json))
             return await engine.graph_settle(conn, g.run_id, g.claim_token, True,
                                              sealer.seal_json({"answer": output}))
-        if not ended and not started:
+        if not ended and not any(p.type == "wait" for p in started):
+            # Nothing ended in the database: what started runs elsewhere, and another
+            # plan would find nothing new. (A wait may be due at once: look again.)
             break
-        if not ended:
-            # Started instances run elsewhere (or wait); one more plan finds nothing new.
-            continue
     return await engine.graph_settle(conn, g.run_id, g.claim_token, False)
 
 
