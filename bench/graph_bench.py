@@ -17,7 +17,6 @@ import urllib.request
 from typing import Any
 
 import psycopg
-
 from driver import (  # bench/driver.py, beside this file
     AGENT_SECRET,
     CLI,
