@@ -452,9 +452,12 @@ $$;
 CREATE FUNCTION cryo._graph_poke(p_run_id text, p_kind text) RETURNS void
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_state text;
 BEGIN
-    IF EXISTS (SELECT 1 FROM cryo.queue q WHERE q.run_id = p_run_id AND q.state = 'parked'
-                  AND q.required_caps = '{graph}' FOR UPDATE) THEN
+    SELECT q.state INTO v_state FROM cryo.queue q
+     WHERE q.run_id = p_run_id AND q.required_caps = '{graph}' FOR UPDATE;
+    IF v_state = 'parked' THEN
         PERFORM cryo._wake(ARRAY[p_run_id], p_kind);
     END IF;
 END

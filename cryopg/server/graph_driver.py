@@ -24,6 +24,9 @@ from cryopg.server import graph_nodes
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
 DRIVER_ID = f"driver:{socket.gethostname()}"
+# Turns run one per transaction; a few at once keep one slow turn from holding up the
+# rest (SKIP LOCKED keeps them on different runs).
+DRIVERS = 4
 MAX_ROUNDS = 200  # plan/record rounds in one turn; a graph that keeps going yields
 
 
@@ -141,10 +144,12 @@ async def drive_forever(app: web.Application) -> None:
 
 
 async def driver_ctx(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(drive_forever(app))
+    tasks = [asyncio.create_task(drive_forever(app)) for _ in range(DRIVERS)]
     yield
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass

@@ -638,14 +638,18 @@ COMMENT ON FUNCTION cryo.graph_settle(text, uuid, boolean, bytea) IS
     'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, cancelling its running children; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
 
 -- Wakes a graph run parked on its nodes (a child ended, a signal, event, approval or
--- lease arrived). A run being driven right now is locked by its driver: this waits for
--- it to settle, then wakes it if it parked.
+-- lease arrived). The queue row is locked whatever its state: a run being driven right
+-- now is waited for (then woken if it parked), and a pending one cannot be taken by a
+-- driver until this transaction commits, so no driver decides without what happened here.
 CREATE OR REPLACE FUNCTION cryo._graph_poke(p_run_id text, p_kind text)
 RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_state text;
 BEGIN
-    IF EXISTS (SELECT 1 FROM cryo.queue q WHERE q.run_id = p_run_id AND q.state = 'parked'
-                  AND q.required_caps = '{graph}' FOR UPDATE) THEN
+    SELECT q.state INTO v_state FROM cryo.queue q
+     WHERE q.run_id = p_run_id AND q.required_caps = '{graph}' FOR UPDATE;
+    IF v_state = 'parked' THEN
         PERFORM cryo._wake(ARRAY[p_run_id], p_kind);
     END IF;
 END

@@ -124,3 +124,23 @@ def test_a_graph_finishes_across_a_killed_stack(stack: Any, dsn: str) -> None:
         except subprocess.TimeoutExpired:
             restarted.kill()
     time.sleep(0.1)
+
+
+@pytest.mark.agents(2)
+def test_a_graph_finishes_across_a_postgres_restart(stack: Any) -> None:
+    from tests.conftest import _cluster
+
+    doc = write(stack.dir, "pg.json", {"nodes": [
+        {"id": "first", "type": "shell", "config": {"run": "sleep 2; echo one"}},
+        {"id": "count", "type": "state", "config": {"op": "incr", "key": "c", "entity": "k"}},
+        {"id": "second", "type": "shell", "config": {"run": "echo two"}}],
+        "edges": [{"from": "first", "to": "count"}, {"from": "count", "to": "second"}]})
+    run_id = stack.cli("submit", str(doc)).stdout.strip()
+    wait_for("first to run", lambda: nodes(show(stack, run_id))["first"]["status"] == "running")
+    _cluster.stop()  # every connection of the server, driver and agents drops
+    time.sleep(3)
+    _cluster.start()
+    run = wait_for("the graph to end after the restart",
+                   lambda: (r := show(stack, run_id))["finished_at"] and r, timeout=120)
+    assert run["status"] == "succeeded", json.dumps(run["graph"])[:1500]
+    assert nodes(run)["count"]["output"]["value"] == 1

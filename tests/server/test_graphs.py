@@ -244,8 +244,14 @@ async def test_a_node_concurrency_group_holds_one_instance_at_a_time(srv: Server
                   "config": {"run": "echo deploying"}}])
     a = await submit_graph(srv, doc, input={"env": "eu"})
     b = await submit_graph(srv, doc, input={"env": "eu"})
-    await until(srv, a, lambda r: nodes_of(r)["deploy"]["status"] == "running")
-    await until(srv, b, lambda r: r["substate"] == "awaiting-lease")
+    # Drivers run side by side, so either may take the group first; the other waits.
+    subs = set()
+    for _ in range(200):
+        subs = {(await srv.show(i))["substate"] for i in (a, b)}
+        if subs == {"running-nodes", "awaiting-lease"}:
+            break
+        await asyncio.sleep(0.05)
+    assert subs == {"running-nodes", "awaiting-lease"}
     first = await srv.claim()
     assert first is not None
     await asyncio.sleep(0.3)
