@@ -74,7 +74,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -102,7 +102,7 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear;
+                          r.input, r.input_clear, r.workdir;
         END IF;
         RETURN;
     END IF;
@@ -126,7 +126,7 @@ BEGIN
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear
+                  r.source, r.input, r.input_clear, r.workdir
     )
     SELECT * FROM started;
 END
@@ -161,6 +161,7 @@ DECLARE
 BEGIN
     SELECT * INTO v_row FROM cryo.queue
      WHERE run_id = p_run_id AND state = 'claimed' AND claim_token = p_token
+       AND claim_expires_at > cryo.now()
        FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
@@ -202,7 +203,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text) RETURNS text
+CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_workdir text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -211,7 +212,7 @@ DECLARE
 BEGIN
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
-                           created_at, updated_at)
+                           workdir, created_at, updated_at)
     -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
     -- on them (runs, journal, history, logs) insert at their right edge instead of at a
     -- random page of a large index; the random part keeps ids unguessable.
@@ -220,7 +221,10 @@ BEGIN
             || left(replace(gen_random_uuid()::text, '-', ''), 8),
             p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
             p_input_clear, p_idempotency_key, p_required_caps, coalesce(p_untrusted, false),
-            p_parent_run_id, v_now, v_now)
+            p_parent_run_id,
+            -- a child runs where its parent does
+            coalesce(p_workdir, (SELECT p.workdir FROM cryo.runs p WHERE p.id = p_parent_run_id)),
+            v_now, v_now)
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
     IF v_id IS NOT NULL THEN
@@ -326,6 +330,18 @@ BEGIN
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);
     END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._forget(p_run_id text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.journal WHERE run_id = p_run_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
 END
 $$;
 
@@ -620,6 +636,7 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE cryo.runs SET retries_left = retries_left - 1, exit_code = p_exit_code WHERE id = p_run_id;
+    PERFORM cryo._forget(p_run_id);
     PERFORM cryo._park(p_run_id, 'retry-backoff', NULL, NULL,
                        cryo.now() + make_interval(secs => v_run.retry_backoff));
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
@@ -734,11 +751,14 @@ CREATE TABLE cryo.runs (
     untrusted boolean DEFAULT false NOT NULL,
     concurrency_group text,
     watched boolean DEFAULT false NOT NULL,
+    workdir text,
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
 WITH (fillfactor='85');
 
 COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims carry no secrets, and a step that needs one fails.';
+
+COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from (absolute; NULL when not given). Agents for local work run the script there; others run it in a scratch directory.';
 
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
@@ -999,7 +1019,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
-CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1007,9 +1027,9 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) IS 'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token and the pinned source, or no row when nothing is pending. Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) IS 'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token, the pinned source and the directory it was submitted from, or no row when nothing is pending. Raises nothing of its own.';
 
-CREATE FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -2245,7 +2265,7 @@ $_$;
 
 COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
 
-CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
+CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_workdir text DEFAULT NULL::text) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -2258,6 +2278,14 @@ BEGIN
     END IF;
     IF p_idempotency_key = '' THEN
         RAISE EXCEPTION 'an idempotency key cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_policy IS NOT NULL AND p_concurrency IS NULL THEN
+        RAISE EXCEPTION 'a policy (%) needs a concurrency group to apply to', p_policy
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_workdir IS NOT NULL AND (p_workdir !~ '^/' OR length(p_workdir) > 4096
+                                  OR p_workdir ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
     END IF;
     IF p_concurrency IS NOT NULL THEN
         PERFORM cryo._check_name('concurrency group', p_concurrency);
@@ -2277,7 +2305,7 @@ BEGIN
     END IF;
     v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
                              p_input, p_input_clear, p_idempotency_key, p_required_caps,
-                             p_untrusted, p_parent_run_id);
+                             p_untrusted, p_parent_run_id, p_workdir);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
@@ -2290,7 +2318,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text) IS 'Creates a run from a sealed source and input (or a clear jsonb input), pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text) IS 'Creates a run from a sealed source and input (or a clear jsonb input), pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
 
 CREATE FUNCTION cryo.tick(p_batch integer DEFAULT 1000) RETURNS TABLE(expired integer, woken integer)
     LANGUAGE plpgsql
