@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import secrets
+import sys
 from typing import Any
 
 from agent import waits
@@ -84,14 +85,29 @@ class DurableVerbs(JournalCursor):
                 reply = _error(e.code, e.message)
                 if e.code in RUN_FAILING:
                     diverged = e.message
+            except Exception as e:  # noqa: BLE001 - one line, never a task traceback
+                reply = self._unexpected(line, e)
             if reply is not None:
                 await _reply(writer, reply)
             if diverged is not None:
                 self._job.diverged(diverged)
+        except asyncio.CancelledError:
+            pass  # the pass ended (park, cancel, lost claim) with this call in flight
         finally:
             writer.close()
             if task is not None:
                 self._tasks.discard(task)
+
+    def _unexpected(self, line: bytes, e: Exception) -> dict[str, Any] | None:
+        """A call that failed in a way no verb expects: a pass that is ending anyway
+        (the session or socket went away under it) is dropped quietly; otherwise the
+        agent logs one line and the script gets an `engine` error."""
+        if self._job.ending():
+            return None
+        op = _op_of(line)
+        print(f"cryopg agent: run {self._job.run_id}: {op} failed: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return _error("engine", f"the agent could not serve {op}: {type(e).__name__}")
 
     async def settle(self, timeout: float) -> None:
         """Let calls already in flight finish (the script may exit while one is recorded)."""
@@ -349,6 +365,13 @@ def _memo(
     return entry
 
 
+def _op_of(line: bytes) -> str:
+    try:
+        return str(json.loads(line).get("op"))
+    except (ValueError, AttributeError):
+        return "a request"
+
+
 def _decode(line: bytes) -> dict[str, Any]:
     try:
         req = json.loads(line)
@@ -367,5 +390,5 @@ async def _reply(writer: asyncio.StreamWriter, reply: dict[str, Any]) -> None:
     try:
         writer.write(json.dumps(reply).encode() + b"\n")
         await writer.drain()
-    except ConnectionError:
+    except (ConnectionError, RuntimeError):  # the script went away, or the transport closed
         pass
