@@ -1079,6 +1079,9 @@ BEGIN
     IF cryo.is_terminal(v_child.status) THEN
         PERFORM cryo._record(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal, NULL, NULL,
                              cryo._outcome_code(v_child.status, v_child.exit_code), v_child.id);
+        -- collected at once (the activity had already ended): say so, as a wake would
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activity_completed',
+                              'activity.collect', p_name, p_ordinal);
         RETURN QUERY SELECT false, v_child.id, cryo._outcome_code(v_child.status, v_child.exit_code);
         RETURN;
     END IF;
@@ -1349,7 +1352,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_retention(p_org text, p_project text) IS 'Returns how long a project keeps terminal runs and bus events. Raises CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean)
+CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -1359,7 +1362,7 @@ BEGIN
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
                CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-               cryo.is_terminal(r.status)
+               cryo.is_terminal(r.status), r.parent_run_id, r.activity_name
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -1368,7 +1371,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent) and whether it finished. Raises CR003 for an unknown run.';
+COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run.';
 
 CREATE FUNCTION cryo.is_terminal(p_status text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
@@ -1415,7 +1418,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_projects(p_org text) IS 'Returns the projects of an org by slug. Raises nothing.';
 
-CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean)
+CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -1423,7 +1426,7 @@ CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAU
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
            CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-           cryo.is_terminal(r.status)
+           cryo.is_terminal(r.status), r.parent_run_id, r.activity_name
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
      ORDER BY r.created_at DESC, r.id
@@ -1570,15 +1573,21 @@ $$;
 
 COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
 
-CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone)
+CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone, label text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
-    SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload, h.created_at
-      FROM cryo.history h WHERE h.run_id = p_run_id ORDER BY h.id
+    SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload,
+           h.created_at, j.label
+      FROM cryo.history h
+      LEFT JOIN cryo.journal j
+        ON h.key_family IS NOT NULL AND h.key_ordinal IS NOT NULL AND j.run_id = h.run_id
+       AND j.path = h.key_family || '/' || replace(replace(h.key_name, '%', '%25'), '/', '%2F')
+                    || '/' || h.key_ordinal
+     WHERE h.run_id = p_run_id ORDER BY h.id
 $$;
 
-COMMENT ON FUNCTION cryo.read_history(p_run_id text) IS 'Returns a run''s history events in order (payloads sealed). Raises nothing.';
+COMMENT ON FUNCTION cryo.read_history(p_run_id text) IS 'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises nothing.';
 
 CREATE FUNCTION cryo.read_journal(p_run_id text, p_token uuid) RETURNS TABLE(seq integer, path text, family text, name text, ordinal integer, status text, result bytea, exit_code integer, answer_clear jsonb, ref_run_id text)
     LANGUAGE plpgsql
@@ -2394,6 +2403,8 @@ BEGIN
     SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed FROM cryo._uncollected(p_run_id) c;
     PERFORM cryo._record(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal, NULL,
                          jsonb_build_object('failed', v_failed), 0);
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activities_completed',
+                          'activity.wait-all', '', p_ordinal);
     RETURN QUERY SELECT false, v_failed;
 END
 $$;

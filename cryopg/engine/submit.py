@@ -15,12 +15,14 @@ async def submit_script(conn: AsyncConnection, org: str, project: str, *, filena
                         interpreter: str | None, source: bytes, input: bytes | None,
                         idempotency_key: str | None, required_caps: list[str],
                         untrusted: bool = False, concurrency: str | None = None,
-                        policy: str | None = None) -> tuple[str | None, bool]:
+                        policy: str | None = None,
+                        workdir: str | None = None) -> tuple[str | None, bool]:
     """Returns (run id, created); the id is None when `skip` found the group held."""
     cur = await conn.execute(
-        "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s)",
+        "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s,"
+        " NULL, %s)",
         (org, project, filename, interpreter, source, input, idempotency_key, required_caps,
-         concurrency, policy, untrusted))
+         concurrency, policy, untrusted, workdir))
     run_id, created = await cur.fetchone()
     return run_id, created
 

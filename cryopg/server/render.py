@@ -38,7 +38,8 @@ def run_json(run: Run) -> dict[str, Any]:
             "idempotency_key": run.idempotency_key, "created_at": iso(run.created_at),
             "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
             "wake_at": iso(run.wake_at), "agent_id": run.agent_id,
-            "concurrency_group": run.concurrency_group, "queue_position": run.queue_position}
+            "concurrency_group": run.concurrency_group, "queue_position": run.queue_position,
+            "parent_run_id": run.parent_run_id, "activity_name": run.activity_name}
 
 
 async def child_output(conn: AsyncConnection, sealer: Sealer, run_id: str) -> str:
