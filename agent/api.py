@@ -146,11 +146,13 @@ class AgentAPI:
         )
         return payload if status != 204 and payload else None
 
-    async def logs(self, run_id: str, claim_token: str, data: bytes) -> bool:
-        """Append log bytes (empty = heartbeat); renews the lease. Returns the cancel flag."""
+    async def logs(self, run_id: str, claim_token: str, data: bytes,
+                   timeout: float = CALL_TIMEOUT_SECONDS) -> bool:
+        """Append log bytes (empty = heartbeat); renews the claim. Returns the cancel flag."""
         _, payload = await self._post(
             self._run_path(run_id, "logs"),
             {"claim_token": claim_token, "data": base64.b64encode(data).decode("ascii")},
+            timeout=timeout,
         )
         return bool(payload and payload.get("cancel"))
 

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
+from agent.api import CALL_TIMEOUT_SECONDS, AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
 
 FLUSH_INTERVAL = 0.15
 HEARTBEAT_INTERVAL = 2.0
@@ -87,7 +87,10 @@ class LogStreamer:
                 return
             while True:
                 data = bytes(self._buf[: min(pending, CHUNK_BYTES)])
-                cancel = await self._api.logs(self._run_id, self._claim_token, data)
+                # A server that hangs must not keep us past the claim's lapse unawares.
+                left = self.claim_deadline() - time.monotonic()
+                cancel = await self._api.logs(self._run_id, self._claim_token, data,
+                                              timeout=min(CALL_TIMEOUT_SECONDS, max(left, 1.0)))
                 del self._buf[: len(data)]
                 pending -= len(data)
                 self._last_post = time.monotonic()

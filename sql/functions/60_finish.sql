@@ -92,6 +92,7 @@ BEGIN
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
                 WHERE c.run_id = i.run_id AND c.state = 'claimed' AND c.claim_token = i.token
+                  AND c.claim_expires_at > cryo.now()  -- as cryo._claimed_row checks
                   FOR UPDATE) q ON true
          ORDER BY i.run_id
     LOOP
