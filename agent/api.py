@@ -4,16 +4,48 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-# Calls that record something retry through a short outage instead of failing the run;
-# claims and log flushes have their own retry (the claim loop, the next flush tick).
+# Calls that record something retry through an outage instead of failing the run: for
+# as long as the run's claim may still be live (see retry_until), else for this long.
+# Claims and log flushes have their own retry (the claim loop, the next flush tick).
 RECORD_RETRY_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 30.0
+
+
+# The position of the durable call being recorded, sent with every run call so the
+# journal keeps the pass's own numbering (a call that recorded nothing, like a step_fn
+# that raised, leaves a gap instead of shifting every later call). A context variable:
+# every socket connection is served by its own task, so concurrent calls of one script
+# each send their own position.
+_POSITION: contextvars.ContextVar[int | None] = contextvars.ContextVar("cryo_position",
+                                                                       default=None)
+
+
+# When a recording call made for a job stops retrying through an outage: a function
+# returning the monotonic time the job's claim lapses if it is not renewed meanwhile.
+# While the server is away the agent cannot renew, so once that passes the run may
+# belong to another agent, and the job stops its script rather than report anything.
+_RETRY_UNTIL: contextvars.ContextVar[Callable[[], float] | None] = contextvars.ContextVar(
+    "cryo_retry_until", default=None)
+
+
+def retry_until(deadline: Callable[[], float] | None) -> None:
+    _RETRY_UNTIL.set(deadline)
+
+
+def set_position(position: int | None) -> None:
+    _POSITION.set(position)
+
+
+def get_position() -> int | None:
+    return _POSITION.get()
 
 
 class AgentAPIError(Exception):
@@ -39,10 +71,6 @@ class AgentAPI:
         self._base = url.rstrip("/") + "/api/v1/agent"
         self._headers = {"Authorization": f"Bearer {token}"}
         self._session: aiohttp.ClientSession | None = None
-        # The position of the durable call being recorded, sent with every run call so
-        # the journal keeps the pass's own numbering (a call that recorded nothing, like
-        # a step_fn that raised, leaves a gap instead of shifting every later call).
-        self.position: int | None = None
 
     async def __aenter__(self) -> AgentAPI:
         self._session = aiohttp.ClientSession(headers=self._headers)
@@ -60,8 +88,9 @@ class AgentAPI:
 
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         assert self._session is not None, "AgentAPI used outside 'async with'"
-        if self.position is not None and "claim_token" in body:
-            body = {**body, "position": self.position}
+        position = _POSITION.get()
+        if position is not None and "claim_token" in body:
+            body = {**body, "position": position}
         try:
             async with self._session.post(
                 self._base + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
@@ -86,12 +115,15 @@ class AgentAPI:
         retry_for: float = 0.0,
         timeout: float = CALL_TIMEOUT_SECONDS,
     ) -> tuple[int, Any]:
+        until = _RETRY_UNTIL.get() if retry_for > 0 else None
         deadline = time.monotonic() + retry_for
         delay = 0.2
         while True:
             try:
                 return await self._post_once(path, body, timeout)
             except ServerUnavailable:
+                if until is not None:
+                    deadline = until()  # renewals made meanwhile push it back
                 if time.monotonic() + delay > deadline:
                     raise
                 await asyncio.sleep(delay)
@@ -114,11 +146,13 @@ class AgentAPI:
         )
         return payload if status != 204 and payload else None
 
-    async def logs(self, run_id: str, claim_token: str, data: bytes) -> bool:
-        """Append log bytes (empty = heartbeat); renews the lease. Returns the cancel flag."""
+    async def logs(self, run_id: str, claim_token: str, data: bytes,
+                   timeout: float = CALL_TIMEOUT_SECONDS) -> bool:
+        """Append log bytes (empty = heartbeat); renews the claim. Returns the cancel flag."""
         _, payload = await self._post(
             self._run_path(run_id, "logs"),
             {"claim_token": claim_token, "data": base64.b64encode(data).decode("ascii")},
+            timeout=timeout,
         )
         return bool(payload and payload.get("cancel"))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import re
 import sys
@@ -64,4 +65,12 @@ def sealed_env(
     env["CRYO_RUN_ID"] = run_id
     env["CRYO_ATTEMPT"] = str(attempt)
     env["CRYO_INPUT_FILE"] = input_file
+    env["CRYO_IDEMPOTENCY_KEY"] = run_idempotency_key(run_id)
     return env
+
+
+def run_idempotency_key(run_id: str) -> str:
+    """The key a job hands to the systems it changes. One per run: an activity (and each
+    fan-out item) is its own run, so its key is its own, and it stays the same across
+    the activity's retries and every re-dispatch of it to an agent."""
+    return hashlib.sha256(f"cryo-run/{run_id}".encode()).hexdigest()[:32]

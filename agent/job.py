@@ -11,7 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
-from agent.api import AgentAPI, AgentAPIError, StaleClaim
+from agent.api import AgentAPI, AgentAPIError, StaleClaim, retry_until
 from agent.env import sealed_env
 from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
 from agent.runner import PtyProcess, script_command
@@ -44,6 +44,7 @@ class Job:
         strict: bool,
         stop: asyncio.Event,
         agent_token: str | None = None,
+        local: bool = False,
     ) -> None:
         self.api = api
         self.grant = grant
@@ -52,6 +53,7 @@ class Job:
         self._strict = strict
         self._stop = stop
         self._agent_token = agent_token
+        self._local = local
         self._end: End | None = None
         self._error: str | None = None
         self._proc: PtyProcess | None = None
@@ -65,6 +67,7 @@ class Job:
             on_stale=self.stale,
             on_pressure=self._pressure,
             secrets=list((grant.get("secrets") or {}).values()),
+            claim_seconds=claim_seconds,
         )
         self.secret_names: frozenset[str] = frozenset(grant.get("secrets") or {})
         self.withheld: frozenset[str] = frozenset(grant.get("withheld") or [])
@@ -93,6 +96,9 @@ class Job:
     def ending(self) -> bool:
         return self._end is not None
 
+    def claim_deadline(self) -> float:
+        return self._logs.claim_deadline()
+
     def _finish_early(self, why: End) -> bool:
         if self._end is not None:
             return False
@@ -111,6 +117,7 @@ class Job:
     # -- the claim --------------------------------------------------------------------
 
     async def run(self) -> None:
+        retry_until(self.claim_deadline)  # reporting the outcome waits out an outage too
         scratch = tempfile.mkdtemp(prefix="cryo-")
         try:
             await self._run_in(scratch)
@@ -152,7 +159,7 @@ class Job:
         try:
             try:
                 self._proc = await PtyProcess.spawn(
-                    argv, cwd=scratch, env=env, on_output=self._logs.feed
+                    argv, cwd=self._workdir(scratch), env=env, on_output=self._logs.feed
                 )
             except OSError as e:
                 message = f"cannot start {argv[0]}: {e.strerror or e}"
@@ -181,6 +188,20 @@ class Job:
             if ticker is not None:
                 await _cancel(ticker)
             server.close()
+
+    def _workdir(self, scratch: str) -> str:
+        """Where the script runs: a local agent runs it in the directory it was submitted
+        from (relative paths, virtualenvs, node_modules resolve as by hand); the script
+        itself, its input and the socket stay in the scratch directory, so the source is
+        the one pinned at submit time. Any other agent runs it in the scratch directory."""
+        wanted = self.grant.get("workdir")
+        if not self._local or not wanted:
+            return scratch
+        if not os.path.isdir(wanted):
+            self._logs.feed(f"cryopg: submitted from {wanted}, which this agent cannot "
+                            "see; running in a scratch directory\n".encode())
+            return scratch
+        return str(wanted)
 
     async def _conclude(self, code: int, error: str | None) -> None:
         why = self._end

@@ -8,9 +8,15 @@ neither has to import the other's half.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any, Protocol
 
-from agent.api import AgentAPI, AgentAPIError, StaleClaim
+from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim, set_position
+
+# How long a call the first pass did not make waits, in strict mode, for the call the
+# first pass made at its position (see JournalCursor._take_position).
+REPLAY_GRACE_SECONDS = float(os.environ.get("CRYO_REPLAY_GRACE_SECONDS") or 3.0)
 
 
 class JobHooks(Protocol):
@@ -27,6 +33,7 @@ class JobHooks(Protocol):
     def stale(self) -> None: ...
     def diverged(self, message: str) -> None: ...
     def ending(self) -> bool: ...
+    def claim_deadline(self) -> float: ...
 
 
 class VerbError(Exception):
@@ -57,29 +64,56 @@ class JournalCursor:
             self._remember(entry)
         self._position = 0
         self._ordinals: dict[tuple[str, str], int] = {}
+        self._reached: set[str] = set()  # the paths this pass has reached so far
+        self._arrived = asyncio.Event()  # set whenever a call is reached
 
-    def _reach(self, family: str, name: str) -> tuple[str, int]:
+    async def _reach(self, family: str, name: str) -> tuple[str, int]:
         """Count this call's ordinal and position; in strict mode check it against the journal."""
         key = (family, name)
         ordinal = self._ordinals.get(key, 0)
         self._ordinals[key] = ordinal + 1
         path = call_path(family, name, ordinal)
-        self._take_position(path)
+        await self._take_position(path)
         return path, ordinal
 
-    def _take_position(self, path: str) -> None:
-        """The next position is this call's; in strict mode it must be the recorded one."""
+    async def _take_position(self, path: str) -> None:
+        """The next position is this call's (sent with the call's server requests, so the
+        journal keeps this pass's numbering). A replay answers by identity, so a call the
+        journal holds is never refused, whatever position it arrives at: concurrent calls
+        reach the agent in a different order on every pass. The per-site guard is for a
+        call the journal does not hold: when the first pass recorded another call at this
+        position and this pass has not reached that one, the replay went somewhere else.
+        That call gets a short grace to arrive first (a concurrent sibling may just be
+        late); if it does not, strict mode fails the run."""
         position = self._position
         self._position += 1
-        self._job.api.position = position
-        if self._strict:
-            recorded = self._by_seq.get(position)
-            if recorded is not None and recorded.get("path") != path:
+        set_position(position)
+        self._reached.add(path)
+        self._arrived.set()
+        if not self._strict or self._recorded(path):
+            return
+        recorded = self._by_seq.get(position)
+        if recorded is None or not recorded.get("path") or recorded.get("path") == path:
+            return
+        other = str(recorded["path"])
+        deadline = asyncio.get_running_loop().time() + REPLAY_GRACE_SECONDS
+        while other not in self._reached:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
                 raise VerbError(
                     "determinism",
-                    f"determinism error: position {position} was {recorded.get('path')} on "
-                    f"the first pass but this pass reached {path}",
+                    f"determinism error: position {position} was {other} on the first pass "
+                    f"but this pass reached {path} there, and never reached {other}",
                 )
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                pass
+
+    def _recorded(self, path: str) -> bool:
+        entry = self._by_path.get(path)
+        return entry is not None and entry.get("seq") is not None
 
     def _remember(self, entry: dict[str, Any]) -> None:
         if entry.get("seq") is not None:
@@ -94,5 +128,13 @@ class JournalCursor:
         except StaleClaim:
             self._job.stale()
             raise VerbError("engine", "the claim on this run was lost") from None
+        except ServerUnavailable as e:
+            raise self._unreachable(e) from None
         except AgentAPIError as e:
             raise VerbError("engine", f"server refused or unreachable: {e.message}") from None
+
+    def _unreachable(self, e: ServerUnavailable) -> VerbError:
+        """The server stayed away until the claim lapsed (calls retry until then): the
+        run may be another agent's by now, so the script is stopped rather than told."""
+        self._job.stale()
+        return VerbError("engine", f"server unreachable until the claim lapsed: {e.message}")

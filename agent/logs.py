@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
+from agent.api import CALL_TIMEOUT_SECONDS, AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
 
 FLUSH_INTERVAL = 0.15
 HEARTBEAT_INTERVAL = 2.0
@@ -38,6 +38,7 @@ class LogStreamer:
         on_stale: Callable[[], None],
         on_pressure: Callable[[bool], None] = lambda _high: None,
         secrets: list[str] | None = None,
+        claim_seconds: float | None = None,
     ) -> None:
         self._api = api
         self._run_id = run_id
@@ -48,7 +49,8 @@ class LogStreamer:
         self._on_pressure = on_pressure
         self._buf = bytearray()
         self._lock = asyncio.Lock()  # one post at a time keeps chunks in order
-        self._last_post = time.monotonic()
+        self._last_post = time.monotonic()  # the claim's last renewal, as far as we know
+        self._claim_seconds = claim_seconds
         self._high = False
         self._warned = False
         # Longest first, so a secret that contains another is replaced whole.
@@ -85,7 +87,10 @@ class LogStreamer:
                 return
             while True:
                 data = bytes(self._buf[: min(pending, CHUNK_BYTES)])
-                cancel = await self._api.logs(self._run_id, self._claim_token, data)
+                # A server that hangs must not keep us past the claim's lapse unawares.
+                left = self.claim_deadline() - time.monotonic()
+                cancel = await self._api.logs(self._run_id, self._claim_token, data,
+                                              timeout=min(CALL_TIMEOUT_SECONDS, max(left, 1.0)))
                 del self._buf[: len(data)]
                 pending -= len(data)
                 self._last_post = time.monotonic()
@@ -106,10 +111,22 @@ class LogStreamer:
         except (asyncio.CancelledError, Exception):
             pass
 
+    def claim_deadline(self) -> float:
+        """The monotonic time the claim lapses unless a flush renews it first (the
+        server extended it before answering, so this errs late by one round trip)."""
+        return self._last_post + (self._claim_seconds or float("inf"))
+
     async def run(self) -> None:
-        """Flush about every 150 ms while there is output; heartbeat when there is none."""
+        """Flush about every 150 ms while there is output; heartbeat when there is none.
+        When no flush has renewed the claim for its whole length, the claim is gone (the
+        server may have handed the run to another agent): stop the script at once."""
         while True:
             await asyncio.sleep(FLUSH_INTERVAL)
+            if time.monotonic() > self.claim_deadline():
+                print(f"cryopg agent: run {self._run_id}: claim not renewed for "
+                      f"{self._claim_seconds:g}s; stopping the script", file=sys.stderr)
+                self._on_stale()
+                return
             idle = time.monotonic() - self._last_post
             if len(self._buf) <= (self._hold if self._secrets else 0) and idle < self._heartbeat:
                 continue

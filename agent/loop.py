@@ -30,8 +30,13 @@ async def run_agent(
     capabilities: list[str],
     stop: asyncio.Event | None = None,
     replay_mode: str | None = None,
+    local: bool = False,
 ) -> None:
-    """Claim and run jobs one at a time until `stop` is set (forever without one)."""
+    """Claim and run jobs one at a time until `stop` is set (forever without one).
+
+    A `local` agent (the dev stack's, or one started from a dev directory) runs each
+    script in the directory it was submitted from; any other runs it in a scratch
+    directory."""
     stop = stop or asyncio.Event()
     mode = (replay_mode or os.environ.get("CRYO_REPLAY_MODE") or "strict").strip().lower()
     strict = mode != "lenient"
@@ -62,7 +67,8 @@ async def run_agent(
             if stop.is_set():
                 await release(api, grant["run_id"], grant["claim_token"])
                 continue
-            await Job(api, grant, strict=strict, stop=stop, agent_token=token).run()
+            await Job(api, grant, strict=strict, stop=stop, agent_token=token,
+                      local=local).run()
 
 
 async def _unless_stopped(call: Awaitable[T], stop: asyncio.Event) -> T:

@@ -28,7 +28,9 @@ def script_command(
         return ["node", script_path]
     if toolchains.handles(filename):  # .ts, .go, .rs: found SDK, built, then exec'd
         return toolchains.command(script_path)
-    return ["bash", script_path]
+    # errexit and nounset, as the spec's bash recipes expect: a failing command ends
+    # the run (write `cmd || rc=$?` to carry on past one).
+    return ["bash", "-eu", script_path]
 
 
 def exit_status(returncode: int) -> int:

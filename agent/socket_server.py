@@ -13,10 +13,18 @@ import hashlib
 import json
 import math
 import secrets
+import sys
 from typing import Any
 
 from agent import waits
-from agent.api import AgentAPIError, StaleClaim
+from agent.api import (
+    AgentAPIError,
+    ServerUnavailable,
+    StaleClaim,
+    get_position,
+    retry_until,
+    set_position,
+)
 from agent.journal import JobHooks, JournalCursor, VerbError, call_path
 from agent.waits import WAIT_OPS
 
@@ -59,6 +67,9 @@ class DurableVerbs(JournalCursor):
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        # This connection's server calls wait out an outage for as long as the claim
+        # may still be live, never less (the script must not see infrastructure trouble).
+        retry_until(self._job.claim_deadline)
         try:
             try:
                 line = await reader.readline()
@@ -74,14 +85,29 @@ class DurableVerbs(JournalCursor):
                 reply = _error(e.code, e.message)
                 if e.code in RUN_FAILING:
                     diverged = e.message
+            except Exception as e:  # noqa: BLE001 - one line, never a task traceback
+                reply = self._unexpected(line, e)
             if reply is not None:
                 await _reply(writer, reply)
             if diverged is not None:
                 self._job.diverged(diverged)
+        except asyncio.CancelledError:
+            pass  # the pass ended (park, cancel, lost claim) with this call in flight
         finally:
             writer.close()
             if task is not None:
                 self._tasks.discard(task)
+
+    def _unexpected(self, line: bytes, e: Exception) -> dict[str, Any] | None:
+        """A call that failed in a way no verb expects: a pass that is ending anyway
+        (the session or socket went away under it) is dropped quietly; otherwise the
+        agent logs one line and the script gets an `engine` error."""
+        if self._job.ending():
+            return None
+        op = _op_of(line)
+        print(f"cryopg agent: run {self._job.run_id}: {op} failed: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return _error("engine", f"the agent could not serve {op}: {type(e).__name__}")
 
     async def settle(self, timeout: float) -> None:
         """Let calls already in flight finish (the script may exit while one is recorded)."""
@@ -105,7 +131,7 @@ class DurableVerbs(JournalCursor):
         if self._job.ending():
             raise VerbError("engine", "this pass of the run is ending")
         if op == "step.begin":
-            return self._step_begin(req)
+            return await self._step_begin(req)
         if op == "step.finish":
             return await self._step_finish(req)
         if op == "sleep":
@@ -116,7 +142,7 @@ class DurableVerbs(JournalCursor):
             return await waits.dispatch(self, op, req)
         return await self._annotate(req)
 
-    def _step_begin(self, req: dict[str, Any]) -> dict[str, Any]:
+    async def _step_begin(self, req: dict[str, Any]) -> dict[str, Any]:
         name = req.get("name")
         label = req.get("label")
         if not isinstance(name, str) or not name:
@@ -124,7 +150,7 @@ class DurableVerbs(JournalCursor):
         if label is not None and not isinstance(label, str):
             raise VerbError("bad_request", "step.begin 'label' must be a string or null")
         self._check_secrets(name, req.get("secrets"))
-        path, ordinal = self._reach("step", name)
+        path, ordinal = await self._reach("step", name)
         entry = self._by_path.get(path)
         if entry is not None and entry.get("status") == "done":
             return {
@@ -135,7 +161,7 @@ class DurableVerbs(JournalCursor):
             }
         call_id = secrets.token_hex(8)
         self._open_steps[call_id] = {"path": path, "name": name, "ordinal": ordinal, "label": label,
-                                     "position": self._position - 1}
+                                     "position": get_position()}
         return {
             "ok": True,
             "hit": False,
@@ -174,7 +200,7 @@ class DurableVerbs(JournalCursor):
         call = self._open_steps.pop(str(req.get("call_id")), None)
         if call is None:
             raise VerbError("bad_request", f"unknown call_id {req.get('call_id')!r}")
-        self._job.api.position = call["position"]
+        set_position(call["position"])
         seq = await self._engine(
             self._job.api.record_step(
                 self._job.run_id,
@@ -211,7 +237,7 @@ class DurableVerbs(JournalCursor):
             or seconds < 0
         ):
             raise VerbError("bad_request", "sleep needs a non-negative number 'seconds'")
-        path, ordinal = self._reach("sleep", "")
+        path, ordinal = await self._reach("sleep", "")
         entry = self._by_path.get(path)
         if entry is not None and entry.get("status") == "done":
             return {"ok": True}
@@ -261,7 +287,7 @@ class DurableVerbs(JournalCursor):
             path = call_path("state.add", name, 0)
             if path not in self._adds_reached:
                 self._adds_reached.add(path)
-                self._take_position(path)
+                await self._take_position(path)
             entry = self._by_path.get(path)
             if entry is None or entry.get("status") != "done":
                 reply = await self._state_call(
@@ -295,7 +321,7 @@ class DurableVerbs(JournalCursor):
                 f"the name {name!r} was already used by a state {op} in this run; give each "
                 "attempt its own --as NAME",
             )
-        path, ordinal = self._reach(family, name)
+        path, ordinal = await self._reach(family, name)
         entry = self._by_path.get(path)
         if entry is None or entry.get("status") != "done":
             reply = await self._state_call(
@@ -320,6 +346,8 @@ class DurableVerbs(JournalCursor):
         except StaleClaim:
             self._job.stale()
             raise VerbError("engine", "the claim on this run was lost") from None
+        except ServerUnavailable as e:
+            raise self._unreachable(e) from None
         except AgentAPIError as e:
             if e.code in STATE_REFUSALS:
                 raise VerbError(e.code, e.message) from None
@@ -335,6 +363,13 @@ def _memo(
     if answer is not None:
         entry["answer"] = answer
     return entry
+
+
+def _op_of(line: bytes) -> str:
+    try:
+        return str(json.loads(line).get("op"))
+    except (ValueError, AttributeError):
+        return "a request"
 
 
 def _decode(line: bytes) -> dict[str, Any]:
@@ -355,5 +390,5 @@ async def _reply(writer: asyncio.StreamWriter, reply: dict[str, Any]) -> None:
     try:
         writer.write(json.dumps(reply).encode() + b"\n")
         await writer.drain()
-    except ConnectionError:
+    except (ConnectionError, RuntimeError):  # the script went away, or the transport closed
         pass

@@ -103,7 +103,7 @@ async def dispatch(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dict[s
 async def _wait(verbs: JournalCursor, kind: str, req: dict[str, Any]) -> dict[str, Any] | None:
     name = _name(req, f"wait.{kind}")
     timeout = _timeout(req)
-    path, ordinal = verbs._reach(kind, name)
+    path, ordinal = await verbs._reach(kind, name)
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
@@ -121,7 +121,7 @@ async def _wait(verbs: JournalCursor, kind: str, req: dict[str, Any]) -> dict[st
 
 async def _emit(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     name = _name(req, "emit")
-    path, ordinal = verbs._reach("emit", "")
+    path, ordinal = await verbs._reach("emit", "")
     if _done(verbs, path) is None:
         got = await _ask(verbs, "emit", path=path, ordinal=ordinal, name=name,
                          payload=req.get("payload"))
@@ -130,7 +130,7 @@ async def _emit(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _spawn(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
-    path, ordinal = verbs._reach("spawn", "")
+    path, ordinal = await verbs._reach("spawn", "")
     entry = _done(verbs, path)
     if entry is None:
         source, filename = req.get("source"), req.get("filename")
@@ -148,7 +148,7 @@ async def _activity_submit(verbs: JournalCursor, req: dict[str, Any]) -> dict[st
     if verbs._ordinals.get(("activity", name), 0) > 0:
         raise _error("bad_request",
                      f"activity {name!r} was already submitted in this run; names are unique")
-    path, _ = verbs._reach("activity", name)
+    path, _ = await verbs._reach("activity", name)
     entry = _done(verbs, path)
     if entry is None:
         argv = req.get("argv")
@@ -164,7 +164,7 @@ async def _activity_submit(verbs: JournalCursor, req: dict[str, Any]) -> dict[st
 
 async def _activity_collect(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any] | None:
     name = _name(req, "activity.collect")
-    path, ordinal = verbs._reach("activity.collect", name)
+    path, ordinal = await verbs._reach("activity.collect", name)
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
@@ -180,7 +180,7 @@ async def _activity_collect(verbs: JournalCursor, req: dict[str, Any]) -> dict[s
 
 
 async def _wait_all(verbs: JournalCursor) -> dict[str, Any] | None:
-    path, ordinal = verbs._reach("activity.wait-all", "")
+    path, ordinal = await verbs._reach("activity.wait-all", "")
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
@@ -212,7 +212,7 @@ async def _lock(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any] | N
     held until the run ends, so taking it twice in one run is refused."""
     group = _group(req, "lock.acquire")
     scoped = bool(req.get("scoped", True))
-    path, ordinal = verbs._reach("lock", group)
+    path, ordinal = await verbs._reach("lock", group)
     if _done(verbs, path) is None:
         await flush_before_park(verbs)
         job = verbs._job

@@ -74,7 +74,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -102,7 +102,7 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear;
+                          r.input, r.input_clear, r.workdir;
         END IF;
         RETURN;
     END IF;
@@ -126,7 +126,7 @@ BEGIN
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear
+                  r.source, r.input, r.input_clear, r.workdir
     )
     SELECT * FROM started;
 END
@@ -161,6 +161,7 @@ DECLARE
 BEGIN
     SELECT * INTO v_row FROM cryo.queue
      WHERE run_id = p_run_id AND state = 'claimed' AND claim_token = p_token
+       AND claim_expires_at > cryo.now()
        FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
@@ -202,7 +203,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS text
+CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -211,7 +212,7 @@ DECLARE
 BEGIN
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
-                           kind, graph, created_at, updated_at)
+                           workdir, kind, graph, created_at, updated_at)
     -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
     -- on them (runs, journal, history, logs) insert at their right edge instead of at a
     -- random page of a large index; the random part keeps ids unguessable.
@@ -220,7 +221,10 @@ BEGIN
             || left(replace(gen_random_uuid()::text, '-', ''), 8),
             p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
             p_input_clear, p_idempotency_key, p_required_caps, coalesce(p_untrusted, false),
-            p_parent_run_id, CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
+            p_parent_run_id,
+            -- a child runs where its parent does
+            coalesce(p_workdir, (SELECT p.workdir FROM cryo.runs p WHERE p.id = p_parent_run_id)),
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
             v_now, v_now)
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
@@ -417,6 +421,18 @@ BEGIN
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);
     END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._forget(p_run_id text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.journal WHERE run_id = p_run_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
 END
 $$;
 
@@ -823,6 +839,7 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE cryo.runs SET retries_left = retries_left - 1, exit_code = p_exit_code WHERE id = p_run_id;
+    PERFORM cryo._forget(p_run_id);
     PERFORM cryo._park(p_run_id, 'retry-backoff', NULL, NULL,
                        cryo.now() + make_interval(secs => v_run.retry_backoff));
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
@@ -953,6 +970,7 @@ CREATE TABLE cryo.runs (
     graph jsonb,
     graph_node text,
     graph_item integer,
+    workdir text,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -961,6 +979,8 @@ WITH (fillfactor='85');
 COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims carry no secrets, and a step that needs one fails.';
 
 COMMENT ON COLUMN cryo.runs.graph IS 'A graph run''s clear structure: node ids, types, edges, compiled if/fan_out/concurrency/output expressions. Node configs stay sealed in source.';
+
+COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from (absolute; NULL when not given). Agents for local work run the script there; others run it in a scratch directory.';
 
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
@@ -1254,7 +1274,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
-CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1262,9 +1282,9 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) IS 'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token and the pinned source, or no row when nothing is pending. Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) IS 'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token, the pinned source and the directory it was submitted from, or no row when nothing is pending. Raises nothing of its own.';
 
-CREATE FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb)
+CREATE FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1314,6 +1334,9 @@ BEGIN
     IF cryo.is_terminal(v_child.status) THEN
         PERFORM cryo._record(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal, NULL, NULL,
                              cryo._outcome_code(v_child.status, v_child.exit_code), v_child.id);
+        -- collected at once (the activity had already ended): say so, as a wake would
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activity_completed',
+                              'activity.collect', p_name, p_ordinal);
         RETURN QUERY SELECT false, v_child.id, cryo._outcome_code(v_child.status, v_child.exit_code);
         RETURN;
     END IF;
@@ -1562,6 +1585,7 @@ BEGIN
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
                 WHERE c.run_id = i.run_id AND c.state = 'claimed' AND c.claim_token = i.token
+                  AND c.claim_expires_at > cryo.now()  -- as cryo._claimed_row checks
                   FOR UPDATE) q ON true
          ORDER BY i.run_id
     LOOP
@@ -1604,7 +1628,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_retention(p_org text, p_project text) IS 'Returns how long a project keeps terminal runs and bus events. Raises CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, kind text)
+CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text, kind text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -1614,7 +1638,7 @@ BEGIN
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
                CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-               cryo.is_terminal(r.status), r.kind
+               cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -1623,7 +1647,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent) and whether it finished. Raises CR003 for an unknown run.';
+COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run.';
 
 CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb)
     LANGUAGE plpgsql STABLE
@@ -2079,7 +2103,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_projects(p_org text) IS 'Returns the projects of an org by slug. Raises nothing.';
 
-CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, kind text)
+CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text, kind text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -2087,7 +2111,7 @@ CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAU
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
            CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-           cryo.is_terminal(r.status), r.kind
+           cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
      ORDER BY r.created_at DESC, r.id
@@ -2267,15 +2291,21 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_graph_nodes(p_run_id text) IS 'Returns every node of a graph run with each started instance: status, attempt, sealed output, error and the child run doing it. Raises nothing.';
 
-CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone)
+CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone, label text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
-    SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload, h.created_at
-      FROM cryo.history h WHERE h.run_id = p_run_id ORDER BY h.id
+    SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload,
+           h.created_at, j.label
+      FROM cryo.history h
+      LEFT JOIN cryo.journal j
+        ON h.key_family IS NOT NULL AND h.key_ordinal IS NOT NULL AND j.run_id = h.run_id
+       AND j.path = h.key_family || '/' || replace(replace(h.key_name, '%', '%25'), '/', '%2F')
+                    || '/' || h.key_ordinal
+     WHERE h.run_id = p_run_id ORDER BY h.id
 $$;
 
-COMMENT ON FUNCTION cryo.read_history(p_run_id text) IS 'Returns a run''s history events in order (payloads sealed). Raises nothing.';
+COMMENT ON FUNCTION cryo.read_history(p_run_id text) IS 'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises nothing.';
 
 CREATE FUNCTION cryo.read_journal(p_run_id text, p_token uuid) RETURNS TABLE(seq integer, path text, family text, name text, ordinal integer, status text, result bytea, exit_code integer, answer_clear jsonb, ref_run_id text)
     LANGUAGE plpgsql
@@ -3035,7 +3065,7 @@ $_$;
 
 COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
 
-CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean)
+CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -3048,6 +3078,14 @@ BEGIN
     END IF;
     IF p_idempotency_key = '' THEN
         RAISE EXCEPTION 'an idempotency key cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_policy IS NOT NULL AND p_concurrency IS NULL THEN
+        RAISE EXCEPTION 'a policy (%) needs a concurrency group to apply to', p_policy
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_workdir IS NOT NULL AND (p_workdir !~ '^/' OR length(p_workdir) > 4096
+                                  OR p_workdir ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
     END IF;
     IF p_concurrency IS NOT NULL THEN
         PERFORM cryo._check_name('concurrency group', p_concurrency);
@@ -3068,7 +3106,7 @@ BEGIN
     v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
                              p_input, p_input_clear, p_idempotency_key,
                              CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END,
-                             p_untrusted, p_parent_run_id, p_graph);
+                             p_untrusted, p_parent_run_id, p_workdir, p_graph);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
@@ -3085,7 +3123,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
 
 CREATE FUNCTION cryo.tick(p_batch integer DEFAULT 1000) RETURNS TABLE(expired integer, woken integer)
     LANGUAGE plpgsql
@@ -3161,6 +3199,8 @@ BEGIN
     SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed FROM cryo._uncollected(p_run_id) c;
     PERFORM cryo._record(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal, NULL,
                          jsonb_build_object('failed', v_failed), 0);
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activities_completed',
+                          'activity.wait-all', '', p_ordinal);
     RETURN QUERY SELECT false, v_failed;
 END
 $$;

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+
+import pytest
 
 from cryopg.cli.inscript import IN_SCRIPT_VERBS
 from cryopg.cli.main import IN_SCRIPT_HELP
@@ -11,3 +16,26 @@ from cryopg.cli.main import IN_SCRIPT_HELP
 def test_help_lists_exactly_the_in_script_verbs() -> None:
     listed = set(re.findall(r"[a-z][a-z-]+", IN_SCRIPT_HELP.split(":", 1)[1]))
     assert listed == set(IN_SCRIPT_VERBS)
+
+
+def _cryopg(args: list[str], inside: bool) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRYO_", "CRYOPG_"))}
+    if inside:  # --help is answered before the socket is ever opened
+        env["CRYO_SOCKET"] = "/nonexistent/cryo.sock"
+    return subprocess.run([sys.executable, "-m", "cryopg.cli.entry", *args], env=env,
+                          capture_output=True, text=True, timeout=60, cwd="/")
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["outside-a-run", "inside-a-run"])
+@pytest.mark.parametrize("op", ["get", "version", "list", "set", "delete", "add", "cas", "incr"])
+def test_every_state_operation_has_help_in_both_places(op: str, inside: bool) -> None:
+    done = _cryopg(["state", op, "--help"], inside)
+    assert done.returncode == 0, done.stderr
+    assert "--entity" in done.stdout and "Traceback" not in done.stderr
+    if op in ("cas", "incr"):
+        assert "--as" in done.stdout and "--op" in done.stdout
+    if op == "cas":
+        assert "--expect" in done.stdout
+    # after other arguments too
+    late = _cryopg(["state", op, "k", "--help"], inside)
+    assert late.returncode == 0 and "--entity" in late.stdout, late.stderr

@@ -38,6 +38,41 @@ USAGE = {
     ),
 }
 
+# Each state operation's own help, the same inside a run and outside one (where click
+# shows it for the operation; outside a run only get, version and list are served).
+_SCOPE = ("  --entity NAME   the project's entity scope NAME (default: this run's own cells)\n"
+          "  --run RUN       outside a run: read RUN's cells (get, version, list only)\n")
+_AS = ("  --as NAME       the call's name in the journal (default: KEY); a run uses a name\n"
+       "                  once, so give each attempt in a loop its own (--op is an alias)\n")
+STATE_HELP = {
+    "get": "usage: cryopg state get KEY [--version] [--entity NAME | --run RUN]\n"
+           "Print a cell's value (strings bare, else compact JSON); nothing when unset.\n"
+           "  --version       print the cell's version instead\n" + _SCOPE,
+    "version": "usage: cryopg state version KEY [--entity NAME | --run RUN]\n"
+               "Print a cell's version (as `state get KEY --version`).\n" + _SCOPE,
+    "list": "usage: cryopg state list [--entity NAME | --run RUN]\n"
+            "Print key<TAB>value<TAB>version for every cell of the scope.\n" + _SCOPE,
+    "set": "usage: cryopg state set KEY VALUE [--entity NAME]\n"
+           "Write a cell (inside a run). VALUE is JSON when it parses as JSON, else the\n"
+           "string itself; text starting with { [ or \" that is not valid JSON is refused.\n"
+           + _SCOPE,
+    "delete": "usage: cryopg state delete KEY [--entity NAME]\n"
+              "Delete a cell (inside a run).\n" + _SCOPE,
+    "add": "usage: cryopg state add KEY [VALUE] [--entity NAME]\n"
+           "Claim a cell only if nothing holds it (inside a run): exit 0 when this run\n"
+           "holds it, 3 when another does, 1 when something broke. Recorded: a replay gets\n"
+           "the same answer; a retried activity still holds what it claimed.\n" + _SCOPE,
+    "cas": "usage: cryopg state cas KEY VALUE --expect VERSION [--as NAME] [--entity NAME]\n"
+           "Swap the value only if the cell is still at VERSION (inside a run): exit 0 when\n"
+           "swapped, 3 when it moved. Recorded under --as: a replay gets the same answer.\n"
+           "  --expect VERSION the version `state get KEY --version` printed (>= 1)\n"
+           + _AS + _SCOPE,
+    "incr": "usage: cryopg state incr KEY [--by N] [--as NAME] [--entity NAME]\n"
+            "Add N (default 1) to a numeric cell and print the new total (inside a run).\n"
+            "Recorded under --as: a replay prints the same total and adds nothing.\n"
+            "  --by N          the amount, any finite number (default 1)\n" + _AS + _SCOPE,
+}
+
 # `state` exit codes beyond 0 / 1 / 2: the cell was someone else's (add) or moved (cas).
 LOST = 3
 _STATE_OPS = ("get", "version", "set", "delete", "list", "add", "cas", "incr")
@@ -66,6 +101,16 @@ def state_goes_to_server(argv: list[str]) -> bool:
     return any(a == "--run" or a.startswith("--run=") for a in argv[1:])
 
 
+def _asks_help(args: list[str]) -> bool:
+    """-h or --help among the options (not after `--`, nor as an option's value)."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg in ("-h", "--help"):
+            return True
+    return False
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in IN_SCRIPT_VERBS:
         verbs = ", ".join(sorted(IN_SCRIPT_VERBS))
@@ -80,6 +125,9 @@ def main(argv: list[str]) -> int:
         usage = USAGE
     if args[:1] in (["-h"], ["--help"]):
         print(usage[verb])
+        return 0
+    if verb == "state" and args[:1] and args[0] in STATE_HELP and _asks_help(args[1:]):
+        print(STATE_HELP[args[0]], end="")
         return 0
     try:
         if verb in WAIT_VERBS:

@@ -38,14 +38,40 @@ def parse_duration(text: str) -> float:
 
 
 def parse_value(text: str) -> object:
-    """A VALUE that is JSON is that JSON; anything else is the string itself."""
+    """The one rule for a VALUE argument (state set/add/cas, emit, output set, signal),
+    inside a run and outside alike: text that parses as JSON is that JSON value; any
+    other text is the string itself (`hello` is "hello"). Two exceptions are refused
+    with UsageError rather than guessed at: text that starts like a JSON object, array
+    or string (`{`, `[` or `"`) but does not parse, and a JSON number too large to carry
+    (1e999). NaN and Infinity are not JSON, so they are the strings "NaN", "Infinity"."""
     def refuse(constant: str) -> object:
         raise ValueError(constant)  # NaN / Infinity are not JSON
 
     try:
-        return lean.loads(text, parse_constant=refuse)
+        value = lean.loads(text, parse_constant=refuse)
     except ValueError:
+        if text.lstrip(" \t\n\r")[:1] in ("{", "[", '"'):
+            raise UsageError(f"value {_clip(text)} looks like JSON but is not valid JSON; "
+                             "fix it, or quote it as a JSON string") from None
         return text
+    if not _finite(value):
+        raise UsageError(f"value {_clip(text)} holds a number too large for JSON "
+                         "(only finite numbers can be stored)")
+    return value
+
+
+def _clip(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _finite(value: object) -> bool:
+    if isinstance(value, float):
+        return value - value == 0.0  # false for inf and nan
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 def format_value(value: object) -> str:

@@ -74,6 +74,11 @@ def loads(text: str | bytes, parse_constant: object = _CONSTANTS.__getitem__) ->
         value, end = scan(text, 0)
     except StopIteration:
         raise ValueError("not JSON") from None
+    except (ValueError, SystemError):
+        # Past the first character _json builds a json.decoder.JSONDecodeError, which
+        # needs the json package this module avoids importing: without it the scanner
+        # fails with a SystemError. Either way the text is malformed JSON.
+        raise ValueError("malformed JSON") from None
     if end != len(text):
         raise ValueError("extra data after the JSON value")
     return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,8 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
                                          "interpreter": interpreter,
                                          "idempotency_key": idempotency_key,
                                          **({"untrusted": True} if untrusted else {}),
-                                         "concurrency": concurrency, "policy": policy})
+                                         "concurrency": concurrency, "policy": policy,
+                                         "workdir": os.getcwd()})
     run_id = made["run_id"]
     if made.get("skipped"):
         click.echo(f"cryopg: skipped: concurrency group {concurrency} is held; no run created",
@@ -144,12 +146,16 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
 
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:
-    rows = [("ID", "STATUS", "SUBSTATE", "ATTEMPT", "CREATED", "FILE")]
+    rows = [("ID", "STATUS", "SUBSTATE", "ATTEMPT", "CREATED", "FILE", "PARENT")]
     for r in runs:
         substate = r["substate"] or (f"position {r['queue_position']}"
                                      if r.get("queue_position") else "-")
+        parent = "-"
+        if r.get("parent_run_id"):  # a child: its parent's short id, and its activity name
+            parent = r["parent_run_id"].rsplit(":", 1)[-1]
+            parent += f" ({r['activity_name']})" if r.get("activity_name") else ""
         rows.append((r["id"], r["status"], substate, str(r["attempt"]),
-                     (r["created_at"] or "")[:19].replace("T", " "), r["filename"]))
+                     (r["created_at"] or "")[:19].replace("T", " "), r["filename"], parent))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -180,20 +186,27 @@ def runs_show(run: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(got, indent=2))
         return
-    for key in ("id", "status", "substate", "attempt", "exit_code", "error", "filename",
-                "workflow", "concurrency_group", "queue_position", "idempotency_key",
-                "created_at", "started_at", "finished_at", "wake_at", "agent_id"):
-        if got.get(key) is not None:
-            click.echo(f"{key + ':':17}{got[key]}")
+    fields = [k for k in ("id", "status", "substate", "attempt", "exit_code", "error",
+                          "filename", "workflow", "parent_run_id", "activity_name",
+                          "concurrency_group",
+                          "queue_position", "idempotency_key", "created_at", "started_at",
+                          "finished_at", "wake_at", "agent_id") if got.get(k) is not None]
+    width = max(len(k) for k in fields) + 2  # the colon and at least one space
+    for key in fields:
+        click.echo(f"{key + ':':<{width}}{got[key]}")
     for key, value in (got.get("outputs") or {}).items():
         click.echo(f"output {key}: {json.dumps(value, separators=(',', ':'))}")
     nodes = (got.get("graph") or {}).get("nodes") or []
     if nodes:
         _print_nodes(nodes)
-    for ev in got.get("history", []):
-        what = "/".join(str(ev[k]) for k in ("family", "name", "ordinal") if k in ev)
+    history = got.get("history", [])
+    kinds = max((len(ev["kind"]) for ev in history), default=0) + 2
+    for ev in history:
+        what = "/".join(str(ev[k]) for k in ("family", "name", "ordinal") if ev.get(k) is not None)
+        label = f"  [{ev['label']}]" if ev.get("label") else ""
         text = f"  {ev['text']}" if "text" in ev else ""
-        click.echo(f"  {ev['at'][:23].replace('T', ' ')}  {ev['kind']:<16}{what}{text}")
+        click.echo(f"  {ev['at'][:23].replace('T', ' ')}  {ev['kind']:<{kinds}}{what}{label}{text}"
+                   .rstrip())
 
 
 def _print_nodes(nodes: list[dict[str, Any]]) -> None:
@@ -271,11 +284,14 @@ def cancel(run: str) -> None:
 @click.argument("payload", required=False)
 def signal(run: str, name: str, payload: str | None) -> None:
     """Send signal NAME to RUN; PAYLOAD is JSON, or else taken as a string."""
-    from cryopg.cli.inscript_client import parse_value
+    from cryopg.cli.inscript_client import UsageError, parse_value
 
     target = resolve()
     run_id = target.qualify(run)
-    body = {"payload": None if payload is None else parse_value(payload)}
+    try:
+        body = {"payload": None if payload is None else parse_value(payload)}
+    except UsageError as e:
+        raise click.BadParameter(str(e), param_hint="PAYLOAD") from None
     Client(target).call("POST", f"/runs/{run_id}/signal/{name}", body)
     click.echo(f"signalled {run_id} {name}")
 
@@ -293,6 +309,11 @@ def events(name: str | None, limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(listed, indent=2))
         return
+    if not listed:
+        click.echo("no events" + (f" named {name}" if name else "") + " in this project yet",
+                   err=True)
+        return
+    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY")
     for ev in listed:
         payload = json.dumps(ev["payload"], separators=(",", ":"))
         click.echo(f"{ev['id']}\t{ev['created_at'][:19].replace('T', ' ')}\t{ev['name']}\t"
@@ -388,9 +409,13 @@ def state_list(run: str | None, entity: str | None) -> None:
 
 
 def _refuse_write(name: str) -> click.Command:
+    from cryopg.cli.inscript import STATE_HELP
+
+    text = STATE_HELP[name].split("\n", 1)[1]  # the usage line is click's own
     @click.command(name, context_settings={"ignore_unknown_options": True,
                                            "allow_extra_args": True},
-                   help="Only inside a run; refused here.")
+                   help="\b\n" + text.replace("\n\n", "\n") + "\nOnly inside a run; refused here.",
+                   short_help="Only inside a run (see --help).")
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def refused(args: tuple[str, ...]) -> None:
         raise click.ClickException(WRITES_REFUSED)

@@ -4,6 +4,7 @@ that work on the database directly (token, master-key)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -79,8 +80,10 @@ async def _start_site(config: Any, host: str, port: int) -> tuple[Any, str]:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
+        hint = (f"; another process holds port {port}: pick another with --port"
+                if exc.errno == errno.EADDRINUSE else "")
         raise click.ClickException(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
     except CryoError as exc:
         await runner.cleanup()
         raise _fail(exc) from None
@@ -127,11 +130,11 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
 
 
 async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix: str,
-                      stop: asyncio.Event) -> list[asyncio.Task[None]]:
+                      stop: asyncio.Event, *, local: bool) -> list[asyncio.Task[None]]:
     from agent.loop import run_agent
 
     return [asyncio.create_task(run_agent(url, token, agent_id=f"{prefix}-{i + 1}",
-                                          capabilities=caps, stop=stop))
+                                          capabilities=caps, stop=stop, local=local))
             for i in range(count)]
 
 
@@ -154,9 +157,15 @@ async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
               help="Capability to advertise (repeatable; default shell and polyglot).")
 @click.option("--id", "agent_id", help="Agent id (default: host-pid).")
 @click.option("--count", default=1, show_default=True, help="How many agents in this process.")
+@click.option("--local/--scratch", "local", default=None,
+              help="Run scripts in the directory they were submitted from (--local), or in a "
+                   "scratch directory (--scratch). Default: --local when serving the dev stack "
+                   "found here, else --scratch.")
 def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_id: str | None,
-              count: int) -> None:
+              count: int, local: bool | None) -> None:
     """Run an agent that claims and runs jobs (from a dev directory, or with --url and --token)."""
+    if local is None:
+        local = not url and find_dev_file() is not None
     if not url or not token:
         found = find_dev_file()
         if found is None:
@@ -169,7 +178,7 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
 
     async def run() -> None:
         stop = _stop_event()
-        tasks = await _run_agents(url, token, count, capabilities, prefix, stop)
+        tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local)
         await stop.wait()
         await _stop_agents(tasks)
 
@@ -285,7 +294,8 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
         json.dump({"url": url, "user_token": user_token, "agent_token": agent_token, "org": "dev",
                    "project": "default", "database_url": config.database_url}, fh, indent=2)
     os.replace(tmp, dev_file)  # readers never see a half-written file
-    tasks = await _run_agents(url, agent_token, agents, DEV_CAPS, f"dev-{os.getpid()}", stop)
+    tasks = await _run_agents(url, agent_token, agents, DEV_CAPS, f"dev-{os.getpid()}", stop,
+                              local=True)
     click.echo(f"cryopg dev: server {url}, {agents} agent(s), database {config.database_url}\n"
                f"cryopg dev: from this directory try `cryopg submit FILE --follow`; Ctrl-C stops.",
                err=True)
@@ -317,11 +327,26 @@ def _parse_expiry(text: str | None) -> Any:
     return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
 
 
+def _dev_database_url() -> str | None:
+    """The database of the dev stack running here (its dev.json names it), if any."""
+    found = find_dev_file()
+    if found is None:
+        return None
+    try:
+        return str(json.loads(found.read_text())["database_url"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _with_pool(database_url: str | None, work: Any) -> Any:
+    """Token and master-key commands: the given database, else the one of the dev stack
+    running in this directory (or one above it)."""
     from cryopg.db import connection, open_pool
 
+    database_url = database_url or _dev_database_url()
     if not database_url:
-        raise click.ClickException("--database-url (or CRYOPG_DATABASE_URL) is required")
+        raise click.ClickException("--database-url (or CRYOPG_DATABASE_URL) is required "
+                                   "outside a running cryopg dev directory")
 
     async def run() -> Any:
         pool = await open_pool(database_url, max_size=1)

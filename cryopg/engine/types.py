@@ -18,6 +18,7 @@ class Claim:
     source: bytes
     input: bytes | None
     input_clear: Any
+    workdir: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,8 @@ class Run:
     concurrency_group: str | None = None
     queue_position: int | None = None
     finished: bool = False  # cryo.is_terminal(status): SQL holds the one definition
+    parent_run_id: str | None = None
+    activity_name: str | None = None
     kind: str = "script"  # or "graph"
 
 
@@ -74,6 +77,7 @@ class HistoryEvent:
     attempt: int | None
     payload: bytes | None
     created_at: dt.datetime
+    label: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

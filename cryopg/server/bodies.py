@@ -5,6 +5,7 @@ kind of field is checked, and refused, the same way everywhere."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from typing import Any
 
@@ -13,14 +14,28 @@ from aiohttp import web
 from cryopg.errors import InvalidArgument
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object. NaN and Infinity (and a number too large for a
+    double, which would read as one) are refused: what is stored must print as JSON."""
     try:
-        body = await request.json()
+        body = json.loads(await request.text(), parse_constant=_no_constant,
+                          parse_float=_finite_float)
     except ValueError as exc:
-        raise InvalidArgument("request body must be JSON") from exc
+        raise InvalidArgument(f"request body must be JSON: {exc}".split("\n")[0]) from exc
     if not isinstance(body, dict):
         raise InvalidArgument("request body must be a JSON object")
     return body
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:
+        raise ValueError(f"number {text[:40]} is too large")
+    return value
 
 
 async def optional_json_body(request: web.Request) -> dict[str, Any]:

@@ -39,6 +39,7 @@ def run_json(run: Run) -> dict[str, Any]:
             "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
             "wake_at": iso(run.wake_at), "agent_id": run.agent_id,
             "concurrency_group": run.concurrency_group, "queue_position": run.queue_position,
+            "parent_run_id": run.parent_run_id, "activity_name": run.activity_name,
             "kind": run.kind}
 
 

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -542,4 +543,35 @@ func Lock(group string, body func() error) (err error) {
 		return bodyErr
 	}
 	return relErr
+}
+
+// ParseDuration reads a duration as the CLI takes it: a number of seconds ("10", "0.5")
+// or a number with a unit ms, s, m, h or d ("30s", "5m", "1.5h", "500ms", "1d"), for
+// Sleep and the timeouts, which take a time.Duration: Sleep(MustDuration("5m")).
+func ParseDuration(text string) (time.Duration, error) {
+	raw := strings.ToLower(strings.TrimSpace(text))
+	unit := ""
+	for _, u := range []string{"ms", "s", "m", "h", "d"} {
+		if strings.HasSuffix(raw, u) {
+			unit = u
+			break
+		}
+	}
+	number := strings.TrimSpace(strings.TrimSuffix(raw, unit))
+	scale := map[string]float64{"ms": 1e-3, "s": 1, "": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+	value, err := strconv.ParseFloat(number, 64)
+	if err != nil || strings.Trim(number, "0123456789.") != "" {
+		return 0, &ScriptError{Code: "bad_request", Message: fmt.Sprintf(
+			"invalid duration %q: expected a non-negative number with an optional unit ms, s, m, h or d", text)}
+	}
+	return time.Duration(value * scale * float64(time.Second)), nil
+}
+
+// MustDuration is ParseDuration for a literal in the program; it panics on a bad one.
+func MustDuration(text string) time.Duration {
+	d, err := ParseDuration(text)
+	if err != nil {
+		panic(err)
+	}
+	return d
 }

@@ -15,11 +15,14 @@
 --   _finalize      any live status    -> terminal, queue row gone
 --   _record        a done memo at a position       (journal)
 --   _mark          a pending marker at a position  (journal)
+--   _forget        every journal row of a run      (journal; an activity retry)
 -- Callers hold the locks: the queue row (FOR UPDATE, or SKIP LOCKED in sweeps) before
 -- the runs row, as the lock order in 00_core.sql says.
 
 -- Locks and returns the queue row held by this claim token, or refuses the call.
--- Every agent-side transition starts here, so a stale agent can never write.
+-- Every agent-side transition starts here, so a stale agent can never write. A claim
+-- whose expiry has passed is refused too, before tick() gets round to re-pending it:
+-- another agent may take the run at any moment, so this one must stop now.
 CREATE OR REPLACE FUNCTION cryo._claimed_row(p_run_id text, p_token uuid)
 RETURNS cryo.queue
 LANGUAGE plpgsql AS $$
@@ -28,6 +31,7 @@ DECLARE
 BEGIN
     SELECT * INTO v_row FROM cryo.queue
      WHERE run_id = p_run_id AND state = 'claimed' AND claim_token = p_token
+       AND claim_expires_at > cryo.now()
        FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
@@ -42,7 +46,8 @@ $$;
 CREATE OR REPLACE FUNCTION cryo._create_run(
     p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text,
     p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text,
-    p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_graph jsonb DEFAULT NULL)
+    p_required_caps text[], p_untrusted boolean, p_parent_run_id text,
+    p_workdir text DEFAULT NULL, p_graph jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -51,7 +56,7 @@ DECLARE
 BEGIN
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
-                           kind, graph, created_at, updated_at)
+                           workdir, kind, graph, created_at, updated_at)
     -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
     -- on them (runs, journal, history, logs) insert at their right edge instead of at a
     -- random page of a large index; the random part keeps ids unguessable.
@@ -60,7 +65,10 @@ BEGIN
             || left(replace(gen_random_uuid()::text, '-', ''), 8),
             p_org, p_project, p_workflow, p_filename, nullif(p_interpreter, ''), p_source, p_input,
             p_input_clear, p_idempotency_key, p_required_caps, coalesce(p_untrusted, false),
-            p_parent_run_id, CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
+            p_parent_run_id,
+            -- a child runs where its parent does
+            coalesce(p_workdir, (SELECT p.workdir FROM cryo.runs p WHERE p.id = p_parent_run_id)),
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
             v_now, v_now)
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
@@ -99,7 +107,7 @@ CREATE OR REPLACE FUNCTION cryo._claim(
     p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision,
     p_limit integer)
 RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
-               interpreter text, source bytea, input bytea, input_clear jsonb)
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := cryo.now();
@@ -126,7 +134,7 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear;
+                          r.input, r.input_clear, r.workdir;
         END IF;
         RETURN;
     END IF;
@@ -150,7 +158,7 @@ BEGIN
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear
+                  r.source, r.input, r.input_clear, r.workdir
     )
     SELECT * FROM started;
 END
@@ -383,5 +391,21 @@ BEGIN
            p_ref_run_id, cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id
     ON CONFLICT (run_id, path) DO NOTHING;
+END
+$$;
+
+-- Forgets what a run's earlier attempts recorded: every journal row goes. An activity
+-- that failed and is retried runs again as a new unit of work, memos and all: its steps
+-- run again, an incr counts again, a cas tries again. A state add still finds its cell
+-- held by this run (the cell records the run that created it), so it is still won.
+CREATE OR REPLACE FUNCTION cryo._forget(p_run_id text)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.journal WHERE run_id = p_run_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
 END
 $$;

@@ -133,7 +133,7 @@ CREATE OR REPLACE FUNCTION cryo.submit_script(
     p_required_caps text[] DEFAULT '{shell}', p_workflow text DEFAULT NULL,
     p_input_clear jsonb DEFAULT NULL, p_concurrency text DEFAULT NULL,
     p_policy text DEFAULT NULL, p_untrusted boolean DEFAULT false,
-    p_parent_run_id text DEFAULT NULL, p_graph jsonb DEFAULT NULL)
+    p_parent_run_id text DEFAULT NULL, p_workdir text DEFAULT NULL, p_graph jsonb DEFAULT NULL)
 RETURNS TABLE (run_id text, created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -146,6 +146,14 @@ BEGIN
     END IF;
     IF p_idempotency_key = '' THEN
         RAISE EXCEPTION 'an idempotency key cannot be empty' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_policy IS NOT NULL AND p_concurrency IS NULL THEN
+        RAISE EXCEPTION 'a policy (%) needs a concurrency group to apply to', p_policy
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_workdir IS NOT NULL AND (p_workdir !~ '^/' OR length(p_workdir) > 4096
+                                  OR p_workdir ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
     END IF;
     IF p_concurrency IS NOT NULL THEN
         PERFORM cryo._check_name('concurrency group', p_concurrency);
@@ -166,7 +174,7 @@ BEGIN
     v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
                              p_input, p_input_clear, p_idempotency_key,
                              CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END,
-                             p_untrusted, p_parent_run_id, p_graph);
+                             p_untrusted, p_parent_run_id, p_workdir, p_graph);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
@@ -182,8 +190,8 @@ BEGIN
     RETURN QUERY SELECT v_id, true;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, jsonb) IS
-    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name or unknown policy, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, text, jsonb) IS
+    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
 
 -- Stores (or replaces) a named script so applications can submit it from SQL.
 CREATE OR REPLACE FUNCTION cryo.put_workflow(

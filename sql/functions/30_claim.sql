@@ -5,14 +5,14 @@
 CREATE OR REPLACE FUNCTION cryo.claim_job(
     p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision)
 RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
-               interpreter text, source bytea, input bytea, input_clear jsonb)
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
 LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1);
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_job(text, text, text[], double precision) IS
-    'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token and the pinned source, or no row when nothing is pending. Raises nothing of its own.';
+    'Claims the oldest pending run of the org whose required capabilities the agent has; returns the run, a new claim token, the pinned source and the directory it was submitted from, or no row when nothing is pending. Raises nothing of its own.';
 
 -- The batched claim, for claimers that keep several jobs in hand: each commit costs a
 -- WAL flush, and one that notifies also holds the cluster-wide notify lock until it is
@@ -22,7 +22,7 @@ CREATE OR REPLACE FUNCTION cryo.claim_jobs(
     p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision,
     p_limit integer)
 RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
-               interpreter text, source bytea, input bytea, input_clear jsonb)
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN

@@ -402,6 +402,9 @@ BEGIN
     IF cryo.is_terminal(v_child.status) THEN
         PERFORM cryo._record(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal, NULL, NULL,
                              cryo._outcome_code(v_child.status, v_child.exit_code), v_child.id);
+        -- collected at once (the activity had already ended): say so, as a wake would
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activity_completed',
+                              'activity.collect', p_name, p_ordinal);
         RETURN QUERY SELECT false, v_child.id, cryo._outcome_code(v_child.status, v_child.exit_code);
         RETURN;
     END IF;
@@ -448,6 +451,8 @@ BEGIN
     SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed FROM cryo._uncollected(p_run_id) c;
     PERFORM cryo._record(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal, NULL,
                          jsonb_build_object('failed', v_failed), 0);
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'activities_completed',
+                          'activity.wait-all', '', p_ordinal);
     RETURN QUERY SELECT false, v_failed;
 END
 $$;

@@ -3,7 +3,8 @@
 -- the run held go to their next waiters, and a parent collecting it wakes.
 
 -- A failed activity with retries left is parked until its backoff passes instead of
--- ending; returns whether it was.
+-- ending; returns whether it was. The retry is a fresh run of the unit: the journal of
+-- the failed attempt is forgotten, so no memo of it answers the next attempt.
 CREATE OR REPLACE FUNCTION cryo._retry_if_allowed(p_run_id text, p_exit_code integer)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -16,6 +17,7 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE cryo.runs SET retries_left = retries_left - 1, exit_code = p_exit_code WHERE id = p_run_id;
+    PERFORM cryo._forget(p_run_id);
     PERFORM cryo._park(p_run_id, 'retry-backoff', NULL, NULL,
                        cryo.now() + make_interval(secs => v_run.retry_backoff));
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'retry_scheduled', p_attempt => v_run.attempt);
@@ -90,6 +92,7 @@ BEGIN
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
                 WHERE c.run_id = i.run_id AND c.state = 'claimed' AND c.claim_token = i.token
+                  AND c.claim_expires_at > cryo.now()  -- as cryo._claimed_row checks
                   FOR UPDATE) q ON true
          ORDER BY i.run_id
     LOOP

@@ -5,7 +5,8 @@ RETURNS TABLE (id text, org text, project text, workflow text, filename text, st
                substate text, attempt integer, exit_code integer, error text,
                idempotency_key text, created_at timestamptz, started_at timestamptz,
                finished_at timestamptz, wake_at timestamptz, agent_id text,
-               concurrency_group text, queue_position integer, finished boolean, kind text)
+               concurrency_group text, queue_position integer, finished boolean,
+               parent_run_id text, activity_name text, kind text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
@@ -13,7 +14,7 @@ BEGIN
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
                CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-               cryo.is_terminal(r.status), r.kind
+               cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -22,20 +23,21 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.get_run(text) IS
-    'Returns one run with its queue facts (wake time, agent) and whether it finished. Raises CR003 for an unknown run.';
+    'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run.';
 
 CREATE OR REPLACE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50)
 RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,
                substate text, attempt integer, exit_code integer, error text,
                idempotency_key text, created_at timestamptz, started_at timestamptz,
                finished_at timestamptz, wake_at timestamptz, agent_id text,
-               concurrency_group text, queue_position integer, finished boolean, kind text)
+               concurrency_group text, queue_position integer, finished boolean,
+               parent_run_id text, activity_name text, kind text)
 LANGUAGE sql STABLE AS $$
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
            CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
-           cryo.is_terminal(r.status), r.kind
+           cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
      ORDER BY r.created_at DESC, r.id
@@ -44,16 +46,23 @@ $$;
 COMMENT ON FUNCTION cryo.list_runs(text, text, integer) IS
     'Returns a project''s newest runs first, at most p_limit. Raises nothing.';
 
--- The run's history for the run view: kinds and identities in the clear, payloads sealed.
+-- The run's history for the run view: kinds and identities in the clear, payloads sealed,
+-- and the label the call was given (`cryopg step NAME --label L`), from its journal row.
 CREATE OR REPLACE FUNCTION cryo.read_history(p_run_id text)
 RETURNS TABLE (id bigint, kind text, family text, name text, ordinal integer, attempt integer,
-               payload bytea, created_at timestamptz)
+               payload bytea, created_at timestamptz, label text)
 LANGUAGE sql STABLE AS $$
-    SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload, h.created_at
-      FROM cryo.history h WHERE h.run_id = p_run_id ORDER BY h.id
+    SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload,
+           h.created_at, j.label
+      FROM cryo.history h
+      LEFT JOIN cryo.journal j
+        ON h.key_family IS NOT NULL AND h.key_ordinal IS NOT NULL AND j.run_id = h.run_id
+       AND j.path = h.key_family || '/' || replace(replace(h.key_name, '%', '%25'), '/', '%2F')
+                    || '/' || h.key_ordinal
+     WHERE h.run_id = p_run_id ORDER BY h.id
 $$;
 COMMENT ON FUNCTION cryo.read_history(text) IS
-    'Returns a run''s history events in order (payloads sealed). Raises nothing.';
+    'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)
 RETURNS TABLE (id bigint, data bytea)

@@ -18,6 +18,15 @@ def test_a_value_is_json_when_it_parses_else_a_string(text: str, value: object) 
     assert parse_value(text) == value
 
 
+@pytest.mark.parametrize("text", ["{bad", "[1,2", '"unterminated', "{", " [", "1e999",
+                                  '{"a": [1e999]}', "-1e400"])
+def test_a_malformed_or_unstorable_json_value_is_refused(text: str) -> None:
+    from cryopg.cli.inscript_client import UsageError
+
+    with pytest.raises(UsageError):
+        parse_value(text)
+
+
 def test_get_prints_strings_bare_and_the_rest_compact() -> None:
     assert format_value("a b") == "a b"
     assert format_value({"a": [1, 2]}) == '{"a":[1,2]}'

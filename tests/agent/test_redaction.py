@@ -13,7 +13,7 @@ class _Api:
     def __init__(self) -> None:
         self.posts: list[bytes] = []
 
-    async def logs(self, run_id: str, token: str, data: bytes) -> bool:
+    async def logs(self, run_id: str, token: str, data: bytes, timeout: float = 30) -> bool:
         self.posts.append(data)
         return False
 

@@ -92,7 +92,8 @@ def test_an_event_before_the_wait_does_not_count(stack: Any, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as app:
         app.execute("SELECT cryo.publish_event('dev', 'default', 'early', '1')")
     run_id = submit(stack, script(stack.dir, "late.sh",
-                                  "cryopg wait-event early --timeout 1s; echo rc=$?\n"))
+                                  "rc=0; cryopg wait-event early --timeout 1s || rc=$?\n"
+                                  "echo rc=$rc\n"))
     done = _follow(stack, run_id)
     assert "rc=124" in done.stdout
     with psycopg.connect(dsn, autocommit=True) as app:  # an application emits from SQL
@@ -129,10 +130,10 @@ echo "failed=$(cryopg activity-wait-all)"
 
 def test_a_failing_activity_is_counted_and_its_exit_code_collected(stack: Any) -> None:
     wf = script(stack.dir, "fail.sh", """\
-cryopg activity bad -- sh -c 'echo broken; exit 9'; echo "bad-rc=$?"
+rc=0; cryopg activity bad -- sh -c 'echo broken; exit 9' || rc=$?; echo "bad-rc=$rc"
 cryopg activity-submit worse -- sh -c 'exit 4' >/dev/null
 echo "failed=$(cryopg activity-wait-all)"
-cryopg activity-submit bad -- true; echo "reuse-rc=$?"
+rc=0; cryopg activity-submit bad -- true || rc=$?; echo "reuse-rc=$rc"
 """)
     done = _follow(stack, submit(stack, wf), timeout=60)
     assert "broken" in done.stdout and "bad-rc=9" in done.stdout

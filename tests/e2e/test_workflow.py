@@ -50,8 +50,8 @@ def test_a_sleeping_run_frees_the_only_agent(stack: Any) -> None:
 def test_step_exit_code_is_recorded_and_replayed(stack: Any) -> None:
     calls = stack.dir / "fail.calls"
     wf = script(stack.dir, "codes.sh", f"""\
-cryopg step flaky -- sh -c 'echo x >> {calls}; echo out; exit 3'
-echo "rc=$?"
+rc=0; cryopg step flaky -- sh -c 'echo x >> {calls}; echo out; exit 3' || rc=$?
+echo "rc=$rc"
 cryopg sleep 1s
 """)
     done = stack.cli("submit", str(wf), "--follow", timeout=30)

@@ -315,3 +315,20 @@ def test_the_agent_puts_the_sdk_on_the_script_path() -> None:
     parts = env["PYTHONPATH"].split(os.pathsep)  # not passed through: only the SDK's dir
     assert parts[-1].endswith("sdks/python") and "/mine" not in parts
     assert env["CRYO_PRELUDE"].endswith("sdks/bash/prelude.sh")
+
+
+@pytest.mark.parametrize(("given", "sent"), [(2, 2), (0.5, 0.5), ("1s", 1.0), ("500ms", 0.5),
+                                             ("5m", 300.0), ("1.5h", 5400.0), ("10", 10.0)])
+def test_durations_are_seconds_or_strings(given: object, sent: float) -> None:
+    from cryosleep import script
+
+    assert script.seconds(given) == sent
+
+
+@pytest.mark.parametrize("given", ["1x", "-1s", "", "soon", None, True])
+def test_a_malformed_duration_is_a_script_error(given: object) -> None:
+    from cryosleep import ScriptError, script
+
+    with pytest.raises(ScriptError) as exc:
+        script.wait_signal("go", timeout=given) if given is not None else script.seconds(given)
+    assert exc.value.code == "bad_request"

@@ -89,11 +89,29 @@ def test_stale_token_is_refused_with_cr002(db: psycopg.Connection) -> None:
 def test_renew_extends_the_lease_so_tick_leaves_it(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db, lease=5)
-    db.execute("SELECT set_config('cryo.fake_now', %s, false)", ("2099-12-31 23:59:58+00",))
+    _at(db, 4)  # still inside the first 5 s
     db.execute("SELECT cryo.renew_claim(%s, %s, 30)", (run_id, token))
-    db.execute("SELECT set_config('cryo.fake_now', %s, false)", ("2100-01-01 00:00:00+00",))
+    _at(db, 20)  # past the first expiry, inside the renewed one
     assert db.execute("SELECT * FROM cryo.tick()").fetchone() == (0, 0)
     assert status(db, run_id) == ("running", None)
+
+
+def _at(db: psycopg.Connection, seconds: float) -> None:
+    """Moves the engine clock to `seconds` after the real now."""
+    db.execute("SELECT set_config('cryo.fake_now', (now() + make_interval(secs => %s))::text,"
+               " false)", (seconds,))
+
+
+def test_an_expired_claim_is_refused_before_tick_re_pends_it(db: psycopg.Connection) -> None:
+    run_id = submit(db)
+    _, token = claim(db, lease=5)
+    _at(db, 6)
+    for sql in ("SELECT cryo.renew_claim(%s, %s, 30)",
+                "SELECT cryo.finish_run(%s, %s, 'succeeded')"):
+        with pytest.raises(psycopg.Error) as exc:
+            db.execute(sql, (run_id, token))
+        assert exc.value.sqlstate == "CR002"
+    assert status(db, run_id) == ("running", None)  # tick has not run: only the check knows
 
 
 def test_release_hands_the_run_back_now_and_voids_the_token(db: psycopg.Connection) -> None:

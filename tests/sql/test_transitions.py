@@ -10,7 +10,7 @@ import psycopg
 from cryopg.paths import REPO_ROOT, SQL_DIR
 
 TRANSITIONS = {"_create_run", "_enqueue", "_hold_queued", "_claim", "_extend_claim", "_release",
-               "_park", "_wake", "_finalize", "_record", "_mark", "_drive"}
+               "_park", "_wake", "_finalize", "_record", "_mark", "_drive", "_forget"}
 # Removing whole runs (retention, project deletion) takes their queue and journal rows
 # with them; that is not a change of state.
 REMOVERS = {"_delete_runs"}

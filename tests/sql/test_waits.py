@@ -161,3 +161,41 @@ def test_events_past_retention_are_purged(db: psycopg.Connection) -> None:
     with pytest.raises(psycopg.Error) as exc:
         db.execute("SELECT cryo.set_retention('dev', 'default', p_events => interval '0')")
     assert exc.value.sqlstate == "CR004"
+
+
+def test_an_activity_retry_reruns_the_unit_memos_and_all(db: psycopg.Connection) -> None:
+    """A retried activity starts from an empty journal: nothing the failed attempt
+    recorded answers the next one, yet the cell its add won is still its own."""
+    parent = submit(db)
+    _, ptoken = claim(db)
+    child = _activity(db, parent, ptoken, "build", retries=1, retry_on=[75])
+
+    def claim_child() -> object:
+        got = claim(db)
+        while got[0] != child:
+            got = claim(db)
+        return got[1]
+
+    def add(token: object) -> bool:
+        return db.execute(
+            "SELECT claimed FROM cryo.state_add(%s, %s, 'ledger', 'k', '\\x01', NULL, "
+            "'entity:ledger:k', 0)", (child, token)).fetchone()[0]
+
+    token = claim_child()
+    db.execute("SELECT cryo.record_step(%s, %s, 0, 'step', 'once', 0, NULL, '\\x02', 0)",
+               (child, token))
+    assert add(token) is True
+    db.execute("SELECT cryo.finish_run(%s, %s, 'failed', 75)", (child, token))
+    assert status(db, child) == ("parked", "retry-backoff")
+    db.execute("SELECT * FROM cryo.tick()")
+    token = claim_child()
+    assert db.execute("SELECT count(*) FROM cryo.read_journal(%s, %s)",
+                      (child, token)).fetchone()[0] == 0
+    # The step records afresh (no CR007 from the first attempt's memo) ...
+    db.execute("SELECT cryo.record_step(%s, %s, 0, 'step', 'once', 0, NULL, '\\x03', 0)",
+               (child, token))
+    # ... and the add still wins: the cell records that this run created it.
+    assert add(token) is True
+    kinds = [k for (k,) in db.execute("SELECT kind FROM cryo.history WHERE run_id = %s "
+                                      "ORDER BY id", (child,))]
+    assert "retry_scheduled" in kinds

@@ -62,4 +62,4 @@ async def grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] 
             "attempt": claim.attempt, "filename": claim.filename,
             "interpreter": claim.interpreter, "source": source, "input": input_value,
             "claim_seconds": app[CONFIG].claim_seconds, "journal": journal,
-            "secrets": secrets, "withheld": withheld}
+            "secrets": secrets, "withheld": withheld, "workdir": claim.workdir}

@@ -33,6 +33,9 @@ async def submit(request: web.Request) -> web.Response:
     if any(v is not None and not isinstance(v, str) for v in (group, policy)):
         raise InvalidArgument("concurrency and policy must be strings")
     graph = compiled_graph(source)
+    workdir = body.get("workdir")
+    if workdir is not None and not isinstance(workdir, str):
+        raise InvalidArgument("workdir must be a string (an absolute path)")
     sealer = await request.app[KEYS].sealer(org)
     sealed_input = sealer.seal_json(body["input"]) if body.get("input") is not None else None
     async with connection(request.app[POOL]) as conn:
@@ -43,7 +46,8 @@ async def submit(request: web.Request) -> web.Response:
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
             required_caps=required_caps(filename, interpreter), untrusted=untrusted,
-            concurrency=group, policy=policy, graph=graph and graph.structure)
+            concurrency=group, policy=policy, workdir=workdir,
+            graph=graph and graph.structure)
         if run_id is None:  # policy skip, and the group was held
             return web.json_response({"run_id": None, "created": False, "skipped": True})
         run = await engine.get_run(conn, run_id)
@@ -73,6 +77,8 @@ async def show_run(request: web.Request) -> web.Response:
         item: dict[str, Any] = {"kind": ev.kind, "at": iso(ev.created_at)}
         if ev.family:
             item.update(family=ev.family, name=ev.name, ordinal=ev.ordinal)
+        if ev.label is not None:
+            item["label"] = ev.label
         if ev.attempt is not None:
             item["attempt"] = ev.attempt
         if ev.kind == "annotation" and ev.payload is not None:

@@ -34,7 +34,8 @@ __all__ = [
     "AgentTooOld", "AgentUnavailable", "CryoError", "ScriptError", "StateCell", "StepFailed",
     "StepResult", "WaitEventTimeout", "WaitSignalTimeout", "WaitTimeout",
     "activity", "activity_collect", "activity_collect_unchecked", "activity_submit",
-    "activity_wait_all", "annotate", "emit", "input", "lock", "output_set", "sleep", "spawn",
+    "activity_wait_all", "annotate", "emit", "input", "lock", "output_set", "seconds", "sleep",
+    "spawn",
     "state_add", "state_cas", "state_cell", "state_delete", "state_get", "state_incr",
     "state_list", "state_set", "step", "step_fn", "step_unchecked", "wait_event", "wait_signal",
 ]
@@ -136,25 +137,48 @@ def step_unchecked(name: str, command: Sequence[str] | str, *,
 # -- waiting ----------------------------------------------------------------------------
 
 
-def sleep(seconds: float) -> None:
-    """Park the run for `seconds` (the agent is freed); returns on the pass after it."""
-    _client.call({"op": "sleep", "seconds": seconds})
+Duration = int | float | str
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def wait_signal(name: str, *, timeout: float | None = None) -> Any:
+def seconds(value: Duration, what: str = "duration") -> float:
+    """A duration as the CLI takes it, in seconds: a number of seconds (2, 0.5) or a
+    string with an optional unit ms, s, m, h or d ("30s", "5m", "1.5h", "500ms", "10").
+    A malformed string (or another type) is ScriptError bad_request."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value  # checked by the agent, as every SDK's numbers are
+    if isinstance(value, str):
+        raw = value.strip().lower()
+        unit = next((u for u in ("ms", "s", "m", "h", "d") if raw.endswith(u)), "")
+        number = raw[: len(raw) - len(unit)].strip()
+        if number.replace(".", "", 1).isdigit() and number.isascii():
+            return float(number) * _UNITS.get(unit, 1.0)
+    raise ScriptError("bad_request", f"{what} must be a non-negative number of seconds or a "
+                      f"duration like 30s, 5m, 1.5h, 500ms; got {value!r}")
+
+
+def sleep(duration: Duration) -> None:
+    """Park the run for `duration` (seconds, or a string like "5m"; the agent is freed);
+    returns on the pass after it."""
+    _client.call({"op": "sleep", "seconds": seconds(duration, "sleep")})
+
+
+def wait_signal(name: str, *, timeout: Duration | None = None) -> Any:
     """Wait for the next signal `name` sent to this run and return its payload. With a
-    timeout (seconds), WaitSignalTimeout when none arrived by then."""
+    timeout (seconds, or a string like "1s"), WaitSignalTimeout when none arrived by then."""
     return _wait("signal", name, timeout)
 
 
-def wait_event(name: str, *, timeout: float | None = None) -> Any:
+def wait_event(name: str, *, timeout: Duration | None = None) -> Any:
     """Wait for the next project bus event `name` published after the wait began and return
-    its payload. With a timeout (seconds), WaitEventTimeout when none arrived by then."""
+    its payload. With a timeout (seconds, or a string like "1s"), WaitEventTimeout when
+    none arrived by then."""
     return _wait("event", name, timeout)
 
 
-def _wait(kind: str, name: str, timeout: float | None) -> Any:
+def _wait(kind: str, name: str, given: Duration | None) -> Any:
     op = f"wait.{kind}"
+    timeout = None if given is None else seconds(given, "timeout")
     if timeout is not None:
         _client.require(op)
     reply = _client.call({"op": op, "name": name, "timeout": timeout})
@@ -179,7 +203,7 @@ def lock(group: str) -> Iterator[None]:
 
 
 def activity_submit(name: str, argv: Sequence[str], *, retries: int | None = None,
-                    retry_backoff: float | None = None,
+                    retry_backoff: Duration | None = None,
                     retry_on_exit: Sequence[int] | None = None) -> str:
     """Start `argv` as a child job named `name` (unique per run) and return its run id.
     retries: extra attempts after a failure, retry_backoff seconds apart, only for exit
@@ -189,7 +213,7 @@ def activity_submit(name: str, argv: Sequence[str], *, retries: int | None = Non
     if retries is not None:
         request["retries"] = retries
     if retry_backoff is not None:
-        request["retry_backoff"] = retry_backoff
+        request["retry_backoff"] = seconds(retry_backoff, "retry_backoff")
     if retry_on_exit is not None:
         request["retry_on"] = [int(c) for c in retry_on_exit]
     return str(_client.call(request).get("run_id"))
@@ -217,7 +241,7 @@ def activity_wait_all() -> int:
 
 
 def activity(name: str, argv: Sequence[str], *, retries: int | None = None,
-             retry_backoff: float | None = None,
+             retry_backoff: Duration | None = None,
              retry_on_exit: Sequence[int] | None = None) -> str:
     """Submit, wait for and collect one activity (see activity_submit / activity_collect)."""
     activity_submit(name, argv, retries=retries, retry_backoff=retry_backoff,

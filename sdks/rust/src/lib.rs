@@ -624,3 +624,46 @@ pub fn lock<T, F: FnOnce() -> T>(group: &str, body: F) -> Result<T> {
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }
+
+/// Reads a duration as the CLI takes it: a number of seconds (`"10"`, `"0.5"`) or a
+/// number with a unit `ms`, `s`, `m`, `h` or `d` (`"30s"`, `"5m"`, `"1.5h"`, `"500ms"`),
+/// for [`sleep`] and the timeouts, which take a [`Duration`]. A malformed one is
+/// [`Error::Script`] `bad_request`.
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let raw = text.trim().to_ascii_lowercase();
+    let unit = ["ms", "s", "m", "h", "d"].into_iter().find(|u| raw.ends_with(u)).unwrap_or("");
+    let number = raw[..raw.len() - unit.len()].trim();
+    let scale = match unit {
+        "ms" => 0.001,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => 1.0,
+    };
+    let digits = !number.is_empty() && number.chars().all(|c| c.is_ascii_digit() || c == '.');
+    match number.parse::<f64>() {
+        Ok(value) if digits => Ok(Duration::from_secs_f64(value * scale)),
+        _ => Err(Error::Script {
+            code: "bad_request".into(),
+            message: format!(
+                "invalid duration {text:?}: expected a non-negative number with an optional unit ms, s, m, h or d"
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_the_cli_reads_them() {
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        for bad in ["1x", "-1s", "", "soon", "1..2s"] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+    }
+}

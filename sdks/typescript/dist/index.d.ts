@@ -17,15 +17,22 @@ export interface StepResult {
     stdout: string;
     exitCode: number;
 }
+/**
+ * A duration: milliseconds as a number, or a string as the CLI takes it, a number with
+ * an optional unit ms, s, m, h or d ("30s", "5m", "1.5h", "500ms"; a bare "10" is seconds).
+ */
+export type Duration = number | string;
+/** A {@link Duration} in milliseconds; a malformed string is a ScriptError bad_request. */
+export declare function toMs(value: Duration, what?: string): number;
 export interface WaitOptions {
-    /** Give up after this many milliseconds by raising {@link WaitTimeout}. */
-    timeoutMs?: number;
+    /** Give up after this long (milliseconds, or "30s") by raising {@link WaitTimeout}. */
+    timeoutMs?: Duration;
 }
 export interface ActivityOptions {
     /** Further attempts after a failed one. */
     retries?: number;
     /** Wait between attempts, in milliseconds. */
-    retryBackoffMs?: number;
+    retryBackoffMs?: Duration;
     /** Only these exit codes earn a retry (default: any non-zero). */
     retryOnExit?: number[];
 }
@@ -63,8 +70,8 @@ export declare function stepFn<T>(name: string, fn: () => T | Promise<T>, option
 export declare function step(name: string, argv: string[], options?: CommandOptions): Promise<string>;
 /** {@link step} that hands back the exit code instead of raising on a non-zero one. */
 export declare function stepUnchecked(name: string, argv: string[], options?: CommandOptions): Promise<StepResult>;
-/** Park the run for `ms` milliseconds; the agent is freed meanwhile. */
-export declare function sleep(ms: number): Promise<void>;
+/** Park the run for `duration` (milliseconds, or "5m"); the agent is freed meanwhile. */
+export declare function sleep(duration: Duration): Promise<void>;
 /**
  * Park until the named signal arrives (`cryopg signal RUN NAME`) and return its payload.
  * With `timeoutMs`, raise {@link WaitTimeout} when none arrived in time.

@@ -14,6 +14,20 @@ import { AgentUnavailable, ScriptError, StepFailed, WaitTimeout } from "./errors
 import { checkJson, encodeJson } from "./json.js";
 import { agentVerbs, call, requireVerb, resetAgentCache } from "./transport.js";
 export { AgentUnavailable, ScriptError, StepFailed, WaitTimeout, agentVerbs, resetAgentCache };
+const UNITS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+/** A {@link Duration} in milliseconds; a malformed string is a ScriptError bad_request. */
+export function toMs(value, what = "duration") {
+    if (typeof value === "number")
+        return value; // checked by the agent
+    if (typeof value === "string") {
+        const raw = value.trim().toLowerCase();
+        const unit = ["ms", "s", "m", "h", "d"].find((u) => raw.endsWith(u)) ?? "";
+        const number = raw.slice(0, raw.length - unit.length).trim();
+        if (/^(\d+\.?\d*|\.\d+)$/.test(number))
+            return Number(number) * UNITS[unit || "s"];
+    }
+    throw new ScriptError("bad_request", `${what} must be milliseconds or a duration like 30s, 5m, 1.5h, 500ms; got ${JSON.stringify(value)}`);
+}
 /**
  * Run `fn` once and record its result; on every replay return the recorded result
  * without calling `fn`. Only a success is recorded: if `fn` throws, nothing is, and the
@@ -96,14 +110,14 @@ function runCommand(argv, key) {
         });
     });
 }
-/** Park the run for `ms` milliseconds; the agent is freed meanwhile. */
-export async function sleep(ms) {
-    await call({ op: "sleep", seconds: ms / 1000 });
+/** Park the run for `duration` (milliseconds, or "5m"); the agent is freed meanwhile. */
+export async function sleep(duration) {
+    await call({ op: "sleep", seconds: toMs(duration, "sleep") / 1000 });
 }
 async function wait(kind, name, options) {
     const op = `wait.${kind}`;
     const what = kind === "signal" ? "waitSignal" : "waitEvent";
-    const ms = options.timeoutMs;
+    const ms = options.timeoutMs === undefined ? undefined : toMs(options.timeoutMs, "timeoutMs");
     if (ms === undefined) {
         const reply = await call({ op, name, timeout: null });
         return reply.payload ?? null;
@@ -152,7 +166,7 @@ export async function activitySubmit(name, argv, options = {}) {
     if (options.retries !== undefined)
         req.retries = options.retries;
     if (options.retryBackoffMs !== undefined)
-        req.retry_backoff = options.retryBackoffMs / 1000;
+        req.retry_backoff = toMs(options.retryBackoffMs, "retryBackoffMs") / 1000;
     if (options.retryOnExit !== undefined)
         req.retry_on = options.retryOnExit;
     const reply = await call({ op: "activity.submit", ...req });

@@ -34,16 +34,39 @@ export interface StepResult {
   exitCode: number;
 }
 
+/**
+ * A duration: milliseconds as a number, or a string as the CLI takes it, a number with
+ * an optional unit ms, s, m, h or d ("30s", "5m", "1.5h", "500ms"; a bare "10" is seconds).
+ */
+export type Duration = number | string;
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A {@link Duration} in milliseconds; a malformed string is a ScriptError bad_request. */
+export function toMs(value: Duration, what = "duration"): number {
+  if (typeof value === "number") return value; // checked by the agent
+  if (typeof value === "string") {
+    const raw = value.trim().toLowerCase();
+    const unit = ["ms", "s", "m", "h", "d"].find((u) => raw.endsWith(u)) ?? "";
+    const number = raw.slice(0, raw.length - unit.length).trim();
+    if (/^(\d+\.?\d*|\.\d+)$/.test(number)) return Number(number) * UNITS[unit || "s"];
+  }
+  throw new ScriptError(
+    "bad_request",
+    `${what} must be milliseconds or a duration like 30s, 5m, 1.5h, 500ms; got ${JSON.stringify(value)}`,
+  );
+}
+
 export interface WaitOptions {
-  /** Give up after this many milliseconds by raising {@link WaitTimeout}. */
-  timeoutMs?: number;
+  /** Give up after this long (milliseconds, or "30s") by raising {@link WaitTimeout}. */
+  timeoutMs?: Duration;
 }
 
 export interface ActivityOptions {
   /** Further attempts after a failed one. */
   retries?: number;
   /** Wait between attempts, in milliseconds. */
-  retryBackoffMs?: number;
+  retryBackoffMs?: Duration;
   /** Only these exit codes earn a retry (default: any non-zero). */
   retryOnExit?: number[];
 }
@@ -164,15 +187,15 @@ function runCommand(argv: string[], key: string): Promise<StepResult> {
   });
 }
 
-/** Park the run for `ms` milliseconds; the agent is freed meanwhile. */
-export async function sleep(ms: number): Promise<void> {
-  await call({ op: "sleep", seconds: ms / 1000 });
+/** Park the run for `duration` (milliseconds, or "5m"); the agent is freed meanwhile. */
+export async function sleep(duration: Duration): Promise<void> {
+  await call({ op: "sleep", seconds: toMs(duration, "sleep") / 1000 });
 }
 
 async function wait(kind: "signal" | "event", name: string, options: WaitOptions): Promise<any> {
   const op = `wait.${kind}`;
   const what = kind === "signal" ? "waitSignal" : "waitEvent";
-  const ms = options.timeoutMs;
+  const ms = options.timeoutMs === undefined ? undefined : toMs(options.timeoutMs, "timeoutMs");
   if (ms === undefined) {
     const reply = await call({ op, name, timeout: null });
     return reply.payload ?? null;
@@ -227,7 +250,7 @@ export async function activitySubmit(
 ): Promise<string> {
   const req: Record<string, unknown> = { name, argv };
   if (options.retries !== undefined) req.retries = options.retries;
-  if (options.retryBackoffMs !== undefined) req.retry_backoff = options.retryBackoffMs / 1000;
+  if (options.retryBackoffMs !== undefined) req.retry_backoff = toMs(options.retryBackoffMs, "retryBackoffMs") / 1000;
   if (options.retryOnExit !== undefined) req.retry_on = options.retryOnExit;
   const reply = await call({ op: "activity.submit", ...req });
   return String(reply.run_id);

@@ -1,6 +1,6 @@
 # Child of flaky_step: `flaky` fails on the first attempt only. bash has no step_fn and a
-# failed `cryo_step` is recorded, so here the failure happens before the step is reached
-# and the step runs (once) on the attempt that succeeds.
+# failed `cryo_step` is recorded, so here the failure happens before the step is reached.
+# The retry re-runs the whole unit: `before` runs again on attempt 2.
 source "$CRYO_PRELUDE"
 echo "attempt $CRYO_ATTEMPT"
 a=$(cryo_step before -- sh -c 'echo "before ran" >&2; echo 1')
