@@ -60,7 +60,7 @@ class AgentAPI:
 
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         assert self._session is not None, "AgentAPI used outside 'async with'"
-        if self.position is not None and "claim_token" in body:
+        if self.position is not None and "claim_token" in body and "position" not in body:
             body = {**body, "position": self.position}
         try:
             async with self._session.post(
@@ -121,6 +121,17 @@ class AgentAPI:
             {"claim_token": claim_token, "data": base64.b64encode(data).decode("ascii")},
         )
         return bool(payload and payload.get("cancel"))
+
+    async def mark_step(
+        self, run_id: str, claim_token: str, *, position: int, path: str, name: str,
+        ordinal: int,
+    ) -> None:
+        """Pin a pending marker for a step about to run, at its own position."""
+        await self._post(
+            self._run_path(run_id, "marks"),
+            {"claim_token": claim_token, "position": position, "path": path,
+             "family": "step", "name": name, "ordinal": ordinal},
+        )
 
     async def record_step(
         self,

@@ -134,8 +134,17 @@ class DurableVerbs(JournalCursor):
                 "exit_code": int(entry.get("exit_code") or 0),
             }
         call_id = secrets.token_hex(8)
+        position = self._position - 1
+        # The marker that shows this step as running is pinned while the step's command
+        # starts, not before the script may go on: step.finish waits for it, so a fast
+        # step costs one round trip more at most, and a slow one none.
+        mark = asyncio.create_task(self._job.api.mark_step(
+            self._job.run_id, self._job.claim_token, position=position, path=path, name=name,
+            ordinal=ordinal))
+        self._tasks.add(mark)
+        mark.add_done_callback(self._tasks.discard)
         self._open_steps[call_id] = {"path": path, "name": name, "ordinal": ordinal, "label": label,
-                                     "position": self._position - 1}
+                                     "position": position, "mark": mark}
         return {
             "ok": True,
             "hit": False,
@@ -174,6 +183,9 @@ class DurableVerbs(JournalCursor):
         call = self._open_steps.pop(str(req.get("call_id")), None)
         if call is None:
             raise VerbError("bad_request", f"unknown call_id {req.get('call_id')!r}")
+        # A marker that failed to land is no reason to lose the step's result: the record
+        # below is what counts (and reports a lost claim itself).
+        await asyncio.gather(call["mark"], return_exceptions=True)
         self._job.api.position = call["position"]
         seq = await self._engine(
             self._job.api.record_step(
