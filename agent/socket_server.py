@@ -39,6 +39,13 @@ RUN_FAILING = frozenset({"determinism", "secret_withheld", "secret_missing"})
 LINE_LIMIT = 64 << 20
 
 
+def _settled(task: asyncio.Task[Any]) -> None:
+    """A marker's failure is no reason to fail the step: its record is what counts (and
+    reports a lost claim itself)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def idempotency_key(run_id: str, path: str) -> str:
     return hashlib.sha256(f"{run_id}/{path}".encode()).hexdigest()[:32]
 
@@ -136,15 +143,17 @@ class DurableVerbs(JournalCursor):
         call_id = secrets.token_hex(8)
         position = self._position - 1
         # The marker that shows this step as running is pinned while the step's command
-        # starts, not before the script may go on: step.finish waits for it, so a fast
-        # step costs one round trip more at most, and a slow one none.
+        # starts, not before the script may go on, and step.finish does not wait for it:
+        # the two commute (a marker landing after its step's memo finds the path taken
+        # and changes nothing), so a step costs no extra round trip on the script's path.
         mark = asyncio.create_task(self._job.api.mark_step(
             self._job.run_id, self._job.claim_token, position=position, path=path, name=name,
             ordinal=ordinal))
         self._tasks.add(mark)
         mark.add_done_callback(self._tasks.discard)
+        mark.add_done_callback(_settled)
         self._open_steps[call_id] = {"path": path, "name": name, "ordinal": ordinal, "label": label,
-                                     "position": position, "mark": mark}
+                                     "position": position}
         return {
             "ok": True,
             "hit": False,
@@ -183,9 +192,6 @@ class DurableVerbs(JournalCursor):
         call = self._open_steps.pop(str(req.get("call_id")), None)
         if call is None:
             raise VerbError("bad_request", f"unknown call_id {req.get('call_id')!r}")
-        # A marker that failed to land is no reason to lose the step's result: the record
-        # below is what counts (and reports a lost claim itself).
-        await asyncio.gather(call["mark"], return_exceptions=True)
         self._job.api.position = call["position"]
         seq = await self._engine(
             self._job.api.record_step(

@@ -1495,6 +1495,9 @@ CREATE FUNCTION cryo.mark_step(p_run_id text, p_token uuid, p_position integer, 
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
 BEGIN
+    -- A marker is a sign for readers, not a memo: nothing replays from it, and a crash
+    -- that loses it loses nothing. So its commit does not wait for the WAL flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM cryo._mark(v_q, p_position,
                        cryo.call_path(p_family, coalesce(p_name, ''), p_ordinal, p_path),
                        p_family, coalesce(p_name, ''), p_ordinal, NULL);

@@ -28,7 +28,7 @@ $$;
 -- Pins a pending marker at a step's position before its command runs, so readers (the
 -- run page) see which step is running now and where it sits among the checkpoints.
 -- cryo.record_step completes it in place. Idempotent: a marker or memo already at the
--- path stands.
+-- path stands, so a marker that lands after its step's memo changes nothing.
 CREATE OR REPLACE FUNCTION cryo.mark_step(
     p_run_id text, p_token uuid, p_position integer, p_family text, p_name text,
     p_ordinal integer, p_path text DEFAULT NULL)
@@ -37,6 +37,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
 BEGIN
+    -- A marker is a sign for readers, not a memo: nothing replays from it, and a crash
+    -- that loses it loses nothing. So its commit does not wait for the WAL flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM cryo._mark(v_q, p_position,
                        cryo.call_path(p_family, coalesce(p_name, ''), p_ordinal, p_path),
                        p_family, coalesce(p_name, ''), p_ordinal, NULL);

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cryopg.server.user_api import admin, logs, runs, secrets, signals_events, state
+from cryopg.server.user_api import admin, live, logs, runs, secrets, signals_events, state
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (runs, logs, signals_events, state, admin, secrets):
+    for module in (runs, logs, live, signals_events, state, admin, secrets):
         module.add_routes(app)
