@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import urllib.request
+from typing import Any
 
 import psycopg
 from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.conftest import Split
-from tests.e2e.helpers import http, script, submit, token
+from tests.e2e.helpers import http, script, submit, token, wait_for
 from tests.ui.conftest import login_url, shot
 
 HOSTILE = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=1>"
@@ -343,3 +345,13 @@ def test_the_page_and_files_are_served_without_a_token(split: Split) -> None:
             assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
     status, body = http(f"{split.url}/ui/../pyproject.toml", "x")
     assert status == 404 or (isinstance(body, dict) and "error" in body)
+
+
+def test_cryopg_dev_prints_the_ui_link_with_a_dev_login(stack: Any, page: Page) -> None:
+    err = stack.dir / "dev.stderr"
+    link = wait_for("the UI link", lambda: re.search(r"web UI (\S+)", err.read_text()))[1]
+    assert link.startswith(f"{stack.url}/#login=cryo_u_") and "&org=dev&project=default" in link
+    page.goto(link)
+    expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
+    expect(page.locator("#who")).to_contain_text("dev/default")
+    assert "login=" not in page.url

@@ -384,7 +384,7 @@ async function runPage(main, runId, ctl) {
         "status", el("span", { id: "run-status" }, badge(run.status), " ", el("span", { class: "muted" }, substate(run))),
         "attempt", String(run.attempt),
         "trigger", run.parent_run_id ? el("a", { href: `#/run/${encodeURIComponent(run.parent_run_id)}` }, `parent ${run.parent_run_id}`) : "manual",
-        "started", `${fmtTime(run.started_at)}  (${fmtDur(run.started_at, run.finished_at)})`,
+        "started", run.started_at ? `${fmtTime(run.started_at)}  (${fmtDur(run.started_at, run.finished_at)})` : "not yet",
         "input", el("pre", { class: "json", id: "run-input" }, JSON.stringify(run.input ?? null, null, 1)),
         "outputs", el("pre", { class: "json", id: "run-outputs" }, JSON.stringify(run.outputs || {}, null, 1)),
         run.error ? "error" : null, run.error ? el("span", { class: "error" }, run.error) : null,
