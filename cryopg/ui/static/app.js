@@ -213,7 +213,7 @@ function navLinks() {
 async function route() {
   takeFragmentLogin();
   if (current) current.abort();
-  current = new AbortController();
+  const ctl = current = new AbortController();
   const main = document.getElementById("main");
   const [path, qs] = location.hash.replace(/^#/, "").split("?");
   const q = new URLSearchParams(qs || "");
@@ -221,15 +221,16 @@ async function route() {
   if (!me) {
     try { me = await api(`/api/v1/orgs/${encodeURIComponent(S.org)}/me`, { signingIn: true }); }
     catch (e) { if (e.status === 401 || e.status === 404) { S.clear(); return loginPage(main, e.message); } }
+    if (ctl !== current) return;  // another navigation took over while we asked
   }
   navLinks();
   const parts = (path || "/runs").split("/").filter(Boolean);
   try {
-    if (parts[0] === "run" && parts[1]) return await runPage(main, decodeURIComponent(parts[1]), current);
-    if (parts[0] === "events") return await eventsPage(main);
-    if (parts[0] === "secrets") return await secretsPage(main);
-    if (parts[0] === "members") return await membersPage(main);
-    return await runsPage(main, q, current);
+    if (parts[0] === "run" && parts[1]) return await runPage(main, decodeURIComponent(parts[1]), ctl);
+    if (parts[0] === "events") return await eventsPage(main, ctl);
+    if (parts[0] === "secrets") return await secretsPage(main, ctl);
+    if (parts[0] === "members") return await membersPage(main, ctl);
+    return await runsPage(main, q, ctl);
   } catch (e) {
     if (e.name === "AbortError") return;
     main.replaceChildren(el("h1", {}, e.status === 404 ? "Not found" : "Error"),
@@ -354,31 +355,41 @@ async function runPage(main, runId, ctl) {
   let run = await api(base, { signal: ctl.signal });
   const canAct = me && me.role !== "viewer";
 
+  let actionsEl = null;  // built once, so a live re-render never wipes what is being typed
   function renderHeader() {
+    if (!canAct || run.finished) actionsEl = null;
+    else if (!actionsEl) actionsEl = el("div", { class: "filters" }, buildActions());
+    header.replaceChildren(...headerTop(), actionsEl || "");
+    renderGraph();
+  }
+
+  function buildActions() {
     const actions = [];
-    if (canAct && !run.finished) {
-      actions.push(el("button", { class: "danger", id: "cancel", onclick: async () => {
-        if (!confirm("Cancel this run?")) return;
-        await api(`${base}/cancel`, { method: "POST", body: {} });
-        refresh();
-      } }, "Cancel"));
-      const sigName = el("input", { id: "signal-name", placeholder: "signal name" });
-      const sigPayload = el("input", { id: "signal-payload", placeholder: "payload (JSON)" });
-      const sigMsg = el("span", { class: "error", id: "signal-error" });
-      actions.push(el("form", { id: "signal-form", onsubmit: async (ev) => {
-        ev.preventDefault();
-        sigMsg.textContent = "";
-        let payload = null;
-        if (sigPayload.value.trim()) {
-          try { payload = JSON.parse(sigPayload.value); } catch (_) { sigMsg.textContent = "payload is not JSON"; return; }
-        }
-        try {
-          await api(`${base}/signal/${encodeURIComponent(sigName.value.trim())}`, { method: "POST", body: { payload } });
-          sigName.value = ""; sigPayload.value = "";
-        } catch (e) { sigMsg.textContent = e.message; }
-      } }, sigName, sigPayload, el("button", { type: "submit" }, "Send signal"), sigMsg));
-    }
-    header.replaceChildren(
+    actions.push(el("button", { class: "danger", id: "cancel", onclick: async () => {
+      if (!confirm("Cancel this run?")) return;
+      await api(`${base}/cancel`, { method: "POST", body: {} });
+      refresh();
+    } }, "Cancel"));
+    const sigName = el("input", { id: "signal-name", placeholder: "signal name" });
+    const sigPayload = el("input", { id: "signal-payload", placeholder: "payload (JSON)" });
+    const sigMsg = el("span", { class: "error", id: "signal-error" });
+    actions.push(el("form", { id: "signal-form", onsubmit: async (ev) => {
+      ev.preventDefault();
+      sigMsg.textContent = "";
+      let payload = null;
+      if (sigPayload.value.trim()) {
+        try { payload = JSON.parse(sigPayload.value); } catch (_) { sigMsg.textContent = "payload is not JSON"; return; }
+      }
+      try {
+        await api(`${base}/signal/${encodeURIComponent(sigName.value.trim())}`, { method: "POST", body: { payload } });
+        sigName.value = ""; sigPayload.value = "";
+      } catch (e) { sigMsg.textContent = e.message; }
+    } }, sigName, sigPayload, el("button", { type: "submit" }, "Send signal"), sigMsg));
+    return actions;
+  }
+
+  function headerTop() {
+    return [
       el("h1", {}, run.workflow || run.filename, " ", el("span", { class: "muted" }, run.id)),
       el("div", { class: "kv" }, ...[
         "status", el("span", { id: "run-status" }, badge(run.status), " ", el("span", { class: "muted" }, substate(run))),
@@ -388,11 +399,10 @@ async function runPage(main, runId, ctl) {
         "input", el("pre", { class: "json", id: "run-input" }, JSON.stringify(run.input ?? null, null, 1)),
         "outputs", el("pre", { class: "json", id: "run-outputs" }, JSON.stringify(run.outputs || {}, null, 1)),
         run.error ? "error" : null, run.error ? el("span", { class: "error" }, run.error) : null,
-      ].filter((x) => x !== null).map((x, i) => el("span", { class: i % 2 ? "" : "muted" }, x))),
-      el("div", { class: "filters" }, actions));
-    renderGraph();
+      ].filter((x) => x !== null).map((x, i) => el("span", { class: i % 2 ? "" : "muted" }, x)))];
   }
 
+  const openForms = {};
   function renderGraph() {
     if (run.kind !== "graph" || !run.graph) { strip.replaceChildren(); return; }
     const nodes = run.graph.nodes || [], edges = run.graph.edges || [];
@@ -414,7 +424,12 @@ async function runPage(main, runId, ctl) {
           el("pre", { class: "json", id: "node-output" }, JSON.stringify(n.output ?? null, null, 1))) },
         n.id));
     });
-    const forms = nodes.filter((n) => n.status === "waiting" && n.approval).map(approvalForm);
+    // A form being filled in survives live re-renders; it goes when its node stops waiting.
+    const waiting = nodes.filter((n) => n.status === "waiting" && n.approval);
+    for (const id of Object.keys(openForms)) {
+      if (!waiting.some((n) => n.id === id)) delete openForms[id];
+    }
+    const forms = waiting.map((n) => openForms[n.id] || (openForms[n.id] = approvalForm(n)));
     strip.replaceChildren(el("h2", {}, "Pipeline"), el("div", { class: "strip", id: "strip" }, items),
                           edges.length ? el("p", { class: "muted" }, edges.map((e) => `${e.from} → ${e.to}`).join(", ")) : "",
                           ...forms, detail);
@@ -564,8 +579,8 @@ async function runPage(main, runId, ctl) {
 
 // -- project pages ----------------------------------------------------------------------
 
-async function eventsPage(main) {
-  const { events } = await api(projectPath("/events?limit=100"));
+async function eventsPage(main, ctl) {
+  const { events } = await api(projectPath("/events?limit=100"), { signal: ctl.signal });
   main.replaceChildren(el("h1", {}, "Event bus"), el("table", { id: "events" },
     el("thead", {}, el("tr", {}, ["When", "Name", "Payload", "From run"].map((h) => el("th", {}, h)))),
     el("tbody", {}, events.map((e) => el("tr", {}, el("td", {}, fmtTime(e.created_at)), el("td", {}, e.name),
@@ -573,15 +588,15 @@ async function eventsPage(main) {
       el("td", {}, e.emitted_by_run ? el("a", { href: `#/run/${encodeURIComponent(e.emitted_by_run)}` }, e.emitted_by_run) : ""))))));
 }
 
-async function secretsPage(main) {
-  const { secrets } = await api(projectPath("/secrets"));
+async function secretsPage(main, ctl) {
+  const { secrets } = await api(projectPath("/secrets"), { signal: ctl.signal });
   main.replaceChildren(el("h1", {}, "Secrets"), el("p", { class: "muted" }, "Names only: a value never leaves the server."),
     el("table", { id: "secrets" }, el("thead", {}, el("tr", {}, el("th", {}, "Name"), el("th", {}, "Updated"))),
       el("tbody", {}, secrets.map((s) => el("tr", {}, el("td", {}, s.name), el("td", {}, fmtTime(s.updated_at)))))));
 }
 
-async function membersPage(main) {
-  const { members } = await api(`/api/v1/orgs/${encodeURIComponent(S.org)}/members`);
+async function membersPage(main, ctl) {
+  const { members } = await api(`/api/v1/orgs/${encodeURIComponent(S.org)}/members`, { signal: ctl.signal });
   main.replaceChildren(el("h1", {}, "Members"), el("table", { id: "members" },
     el("thead", {}, el("tr", {}, el("th", {}, "Login"), el("th", {}, "Role"), el("th", {}, "Since"))),
     el("tbody", {}, members.map((m) => el("tr", {}, el("td", {}, m.login), el("td", {}, m.role), el("td", {}, fmtTime(m.created_at)))))));
