@@ -1891,6 +1891,19 @@ $$;
 
 COMMENT ON FUNCTION cryo.rewrap_org_keys(p_orgs text[], p_old bytea[], p_new bytea[]) IS 'Replaces each org''s wrapped key p_old by p_new, all or nothing; returns how many. Raises CR004 when an array length differs or a key is no longer p_old.';
 
+CREATE FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer DEFAULT 200) RETURNS TABLE(entity text, key text, value bytea, version bigint, created_by_run text, updated_by_run text, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.entity, c.key, c.value, c.version, c.created_by_run, c.updated_by_run, c.updated_at
+      FROM cryo.runs r
+      JOIN cryo.state_cells c ON c.org = r.org AND c.project = r.project
+     WHERE r.id = p_run_id AND c.entity IS NOT NULL
+       AND (c.created_by_run = p_run_id OR c.updated_by_run = p_run_id)
+     ORDER BY c.entity, c.key LIMIT greatest(p_limit, 0)
+$$;
+
+COMMENT ON FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer) IS 'Returns up to p_limit entity cells of the run''s project that the run created or wrote last, with versions (values sealed). Raises nothing.';
+
 CREATE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) RETURNS void
     LANGUAGE plpgsql
     AS $$

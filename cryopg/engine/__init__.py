@@ -36,6 +36,7 @@ from cryopg.engine.reads import (
     log_tail_start,
     read_checkpoints,
     read_run_detail,
+    run_entity_cells,
     watch_run,
 )
 from cryopg.engine.state import (
@@ -88,6 +89,7 @@ from cryopg.engine.types import (
     Checkpoint,
     Claim,
     ClaimSecret,
+    EntityCell,
     Event,
     HistoryEvent,
     IncrStep,
@@ -128,6 +130,7 @@ __all__ = [
     "Checkpoint",
     "Claim",
     "ClaimSecret",
+    "EntityCell",
     "Event",
     "HistoryEvent",
     "IncrStep",
@@ -194,6 +197,7 @@ __all__ = [
     "rename_project",
     "revoke_token",
     "rewrap_org_keys",
+    "run_entity_cells",
     "seal_run_input",
     "send_signal",
     "set_org_key",

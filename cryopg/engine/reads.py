@@ -5,7 +5,7 @@ from __future__ import annotations
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 
-from cryopg.engine.types import Checkpoint, LogTail, Run, RunDetail, RunRow
+from cryopg.engine.types import Checkpoint, EntityCell, LogTail, Run, RunDetail, RunRow
 
 
 async def get_run(conn: AsyncConnection, run_id: str) -> Run:
@@ -47,6 +47,13 @@ async def read_run_detail(conn: AsyncConnection, run_id: str) -> RunDetail | Non
     cur = conn.cursor(row_factory=class_row(RunDetail))
     await cur.execute("SELECT * FROM cryo.read_run_detail(%s)", (run_id,))
     return await cur.fetchone()
+
+
+async def run_entity_cells(conn: AsyncConnection, run_id: str,
+                           limit: int = 200) -> list[EntityCell]:
+    cur = conn.cursor(row_factory=class_row(EntityCell))
+    await cur.execute("SELECT * FROM cryo.run_entity_cells(%s, %s)", (run_id, limit))
+    return await cur.fetchall()
 
 
 async def watch_run(conn: AsyncConnection, run_id: str) -> None:

@@ -174,6 +174,18 @@ class Cell:
 
 
 @dataclasses.dataclass(frozen=True)
+class EntityCell:
+    """An entity cell a run touched (created, or wrote last)."""
+    entity: str
+    key: str
+    value: bytes
+    version: int
+    created_by_run: str
+    updated_by_run: str
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
 class StateAnswer:
     """What state_add / state_cas answered: won (claimed or swapped), the cell's version
     after the call (None when replayed), and whether the answer came from a memo."""

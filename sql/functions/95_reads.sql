@@ -92,6 +92,22 @@ $$;
 COMMENT ON FUNCTION cryo.read_run_detail(text) IS
     'Returns a run''s input (sealed, or in the clear until its first claim seals it) and its parent run id; no row for an unknown run. Raises nothing.';
 
+-- The entity cells a run touched, for the run page's State section: those it created or
+-- wrote last (a cell remembers no other writer). Values stay sealed.
+CREATE OR REPLACE FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer DEFAULT 200)
+RETURNS TABLE (entity text, key text, value bytea, version bigint, created_by_run text,
+               updated_by_run text, updated_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT c.entity, c.key, c.value, c.version, c.created_by_run, c.updated_by_run, c.updated_at
+      FROM cryo.runs r
+      JOIN cryo.state_cells c ON c.org = r.org AND c.project = r.project
+     WHERE r.id = p_run_id AND c.entity IS NOT NULL
+       AND (c.created_by_run = p_run_id OR c.updated_by_run = p_run_id)
+     ORDER BY c.entity, c.key LIMIT greatest(p_limit, 0)
+$$;
+COMMENT ON FUNCTION cryo.run_entity_cells(text, integer) IS
+    'Returns up to p_limit entity cells of the run''s project that the run created or wrote last, with versions (values sealed). Raises nothing.';
+
 -- The run's history for the run view: kinds and identities in the clear, payloads sealed.
 CREATE OR REPLACE FUNCTION cryo.read_history(p_run_id text)
 RETURNS TABLE (id bigint, kind text, family text, name text, ordinal integer, attempt integer,

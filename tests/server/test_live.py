@@ -129,3 +129,19 @@ async def test_whoami_names_the_member_and_role(srv: Server) -> None:
     assert me["role"] == "viewer" and me["org"] == "dev" and me["login"]
     (await srv.request("GET", "/api/v1/orgs/other/me", token=srv.tokens["owner"])).refused(
         404, "not_found")
+
+
+async def test_entity_cells_the_run_touched_need_a_member(srv: Server) -> None:
+    run_id = await srv.submit()
+    grant = await srv.claim_run(run_id)
+    (await srv.in_run(grant, "state/set", entity="cust-1", key="plan",
+                      value={"tier": "gold"})).ok()
+    other = await srv.submit()
+    cells = (await srv.user("GET", f"/runs/{run_id}/entity-state", role="member")).ok()["cells"]
+    assert [(c["entity"], c["key"], c["value"], c["version"]) for c in cells] == [
+        ("cust-1", "plan", {"tier": "gold"}, 1)]
+    assert (await srv.user("GET", f"/runs/{other}/entity-state")).ok()["cells"] == []
+    (await srv.user("GET", f"/runs/{run_id}/entity-state", role="viewer")).refused(
+        403, "forbidden")
+    (await srv.user("GET", f"/runs/{run_id.replace('default', 'other')}/entity-state")).refused(
+        404, "run_not_found")

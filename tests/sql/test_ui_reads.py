@@ -100,3 +100,19 @@ def test_log_tail_starts_near_the_end(db: psycopg.Connection) -> None:
     assert db.execute("SELECT * FROM cryo.log_tail_start(%s, 5000)", (run_id,)).fetchone() == (
         0, 0, 1000)
     assert db.execute("SELECT * FROM cryo.log_tail_start(%s, 1)", (run_id,)).fetchone()[0] == ids[8]
+
+
+def test_run_entity_cells_are_those_it_created_or_wrote_last(db: psycopg.Connection) -> None:
+    first = submit(db)
+    _, t1 = claim(db)
+    db.execute("SELECT cryo.state_set(%s, %s, 'acct', 'a', '\\x01')", (first, t1))
+    db.execute("SELECT cryo.state_set(%s, %s, 'acct', 'b', '\\x01')", (first, t1))
+    db.execute("SELECT cryo.state_set(%s, %s, NULL, 'mine', '\\x01')", (first, t1))
+    second = submit(db)
+    _, t2 = claim(db)
+    db.execute("SELECT cryo.state_set(%s, %s, 'acct', 'b', '\\x02')", (second, t2))
+    db.execute("SELECT cryo.state_set(%s, %s, 'other', 'c', '\\x02')", (second, t2))
+    rows = lambda run: db.execute(  # noqa: E731
+        "SELECT entity, key, version FROM cryo.run_entity_cells(%s)", (run,)).fetchall()
+    assert rows(first) == [("acct", "a", 1), ("acct", "b", 2)]  # b: it created it
+    assert rows(second) == [("acct", "b", 2), ("other", "c", 1)]

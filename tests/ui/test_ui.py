@@ -22,6 +22,8 @@ WORKFLOW = r"""#!/usr/bin/env bash
 set -e
 cryopg step prep --label 'prep <b>label</b>' -- echo 'prepared'
 cryopg state set note '"<b>cell</b><script>window.__pwned=1</script>"'
+cryopg state set balance '{"n": 1, "html": "<i>x</i>"}' --entity cust-1
+cryopg state set balance '{"n": 2, "html": "<i>x</i>"}' --entity cust-1
 for i in 1 2 3 4 5 6; do
   printf '\033[31mred line %s\033[0m <script>window.__pwned=1</script>\n' "$i"
   sleep 0.4
@@ -94,6 +96,11 @@ def test_live_list_run_page_log_timeline_and_escaping(split: Split, page: Page) 
     cells = page.locator("#state-cells")
     expect(cells).to_contain_text("<b>cell</b><script>window.__pwned=1</script>")
     assert cells.locator("b, script").count() == 0
+    entity = page.locator("#entity-cells tbody tr")
+    expect(entity).to_have_count(1)
+    assert entity.locator("td").all_inner_texts()[:2] == ["cust-1", "balance"]
+    assert '"html": "<i>x</i>"' in entity.inner_text() and entity.locator("i").count() == 0
+    assert int(entity.locator("td").nth(3).inner_text()) >= 2  # each pass writes it again
     assert page.evaluate("window.__pwned") is None
     assert page.errors == []  # type: ignore[attr-defined]
     shot(page, "run-finished")

@@ -528,6 +528,19 @@ async function runPage(main, runId, ctl) {
           el("td", {}, el("pre", { class: "json" }, JSON.stringify(c.value, null, 1))), el("td", {}, String(c.version))))))
         : el("p", { class: "muted" }, "No cells."));
     } catch (e) { state.replaceChildren(el("p", { class: "error" }, e.message)); }
+    if (canAct) {  // entity cells are for Members and up
+      try {
+        const { cells } = await api(`${base}/entity-state`, { signal: ctl.signal });
+        if (cells.length) {
+          state.append(el("h3", {}, "Entity cells this run created or wrote last"),
+            el("table", { id: "entity-cells" },
+              el("thead", {}, el("tr", {}, ["Entity", "Key", "Value", "Version"].map((h) => el("th", {}, h)))),
+              el("tbody", {}, cells.map((c) => el("tr", {}, el("td", {}, c.entity), el("td", {}, c.key),
+                el("td", {}, el("pre", { class: "json" }, JSON.stringify(c.value, null, 1))),
+                el("td", {}, String(c.version)))))));
+        }
+      } catch (e) { state.append(el("p", { class: "error" }, e.message)); }
+    }
     const kids = await api(projectPath(`/runs?parent=${encodeURIComponent(run.id)}&limit=200`), { signal: ctl.signal });
     children.replaceChildren(...(kids.runs.length ? [el("h2", {}, "Children"), el("ul", {}, kids.runs.map((k) =>
       el("li", {}, el("a", { href: `#/run/${encodeURIComponent(k.id)}` }, k.id), " ", badge(k.status))))] : []));
