@@ -89,7 +89,7 @@ class AgentAPI:
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         assert self._session is not None, "AgentAPI used outside 'async with'"
         position = _POSITION.get()
-        if position is not None and "claim_token" in body:
+        if position is not None and "claim_token" in body and "position" not in body:
             body = {**body, "position": position}
         try:
             async with self._session.post(
@@ -155,6 +155,17 @@ class AgentAPI:
             timeout=timeout,
         )
         return bool(payload and payload.get("cancel"))
+
+    async def mark_step(
+        self, run_id: str, claim_token: str, *, position: int | None, path: str, name: str,
+        ordinal: int,
+    ) -> None:
+        """Pin a pending marker for a step about to run, at its own position."""
+        await self._post(
+            self._run_path(run_id, "marks"),
+            {"claim_token": claim_token, "position": position, "path": path,
+             "family": "step", "name": name, "ordinal": ordinal},
+        )
 
     async def record_step(
         self,

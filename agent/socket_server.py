@@ -47,6 +47,16 @@ RUN_FAILING = frozenset({"determinism", "secret_withheld", "secret_missing"})
 LINE_LIMIT = 64 << 20
 
 
+def _settled(task: asyncio.Task[Any]) -> None:
+    """A marker's failure is no reason to fail the step: its record is what counts (and
+    reports a lost claim itself)."""
+    if not task.cancelled():
+        task.exception()
+
+
+MARK_AFTER = 0.05
+
+
 def idempotency_key(run_id: str, path: str) -> str:
     return hashlib.sha256(f"{run_id}/{path}".encode()).hexdigest()[:32]
 
@@ -160,8 +170,18 @@ class DurableVerbs(JournalCursor):
                 "exit_code": int(entry.get("exit_code") or 0),
             }
         call_id = secrets.token_hex(8)
+        position = get_position()
+        # The marker that shows this step as running is pinned only for a step still
+        # running after MARK_AFTER seconds (what a person watching could see), and never
+        # on the script's path: the two commute (a marker landing after its step's memo
+        # finds the path taken and changes nothing), so a quick step costs nothing extra.
+        mark = asyncio.create_task(self._mark_if_still_running(
+            call_id, position=position, path=path, name=name, ordinal=ordinal))
+        self._tasks.add(mark)
+        mark.add_done_callback(self._tasks.discard)
+        mark.add_done_callback(_settled)
         self._open_steps[call_id] = {"path": path, "name": name, "ordinal": ordinal, "label": label,
-                                     "position": get_position()}
+                                     "position": position}
         return {
             "ok": True,
             "hit": False,
@@ -189,6 +209,14 @@ class DurableVerbs(JournalCursor):
                     f"step {step!r} needs secret {name}, which is not set in this project "
                     "(cryopg secret set)",
                 )
+
+    async def _mark_if_still_running(self, call_id: str, *, position: int | None, path: str,
+                                     name: str, ordinal: int) -> None:
+        await asyncio.sleep(MARK_AFTER)
+        if call_id in self._open_steps:
+            await self._job.api.mark_step(self._job.run_id, self._job.claim_token,
+                                          position=position, path=path, name=name,
+                                          ordinal=ordinal)
 
     async def _step_finish(self, req: dict[str, Any]) -> dict[str, Any]:
         stdout = req.get("stdout")

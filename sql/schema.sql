@@ -727,12 +727,26 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._record(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL::text, p_label text DEFAULT NULL::text) RETURNS integer
+CREATE FUNCTION cryo._record(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL::text, p_label text DEFAULT NULL::text, p_complete_marker boolean DEFAULT false) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_seq integer := cryo._next_seq(p_q.run_id, p_position);
+    v_seq integer;
 BEGIN
+    IF p_complete_marker THEN
+        UPDATE cryo.journal j
+           SET status = 'done', result = p_result, answer_clear = p_answer_clear,
+               exit_code = p_exit_code, label = p_label, attempt = r.attempt,
+               completed_at = cryo.now()
+          FROM cryo.runs r
+         WHERE j.run_id = p_q.run_id AND j.path = p_path AND j.status = 'pending'
+           AND r.id = p_q.run_id
+        RETURNING j.seq INTO v_seq;
+        IF FOUND THEN
+            RETURN v_seq;
+        END IF;
+    END IF;
+    v_seq := cryo._next_seq(p_q.run_id, p_position);
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, label, attempt, status, result, answer_clear,
                               exit_code, ref_run_id, created_at, completed_at)
@@ -2120,6 +2134,33 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer) IS 'Returns a project''s newest runs first, at most p_limit. Raises nothing.';
 
+CREATE FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_parent text DEFAULT NULL::text, p_before text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, trig text, children bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH cursor_row AS (
+        SELECT c.created_at, c.id FROM cryo.runs c
+         WHERE c.id = p_before AND c.org = p_org AND c.project = p_project
+    )
+    SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
+           r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
+           r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           cryo.is_terminal(r.status), r.parent_run_id,
+           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent' ELSE 'manual' END,
+           (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
+      FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+     WHERE r.org = p_org AND r.project = p_project
+       AND (p_status IS NULL OR r.status = p_status)
+       AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) = p_workflow)
+       AND (CASE WHEN p_parent IS NULL THEN r.parent_run_id IS NULL
+                 ELSE r.parent_run_id = p_parent END)
+       AND (p_before IS NULL OR (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c))
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT least(greatest(p_limit, 0), 200)
+$$;
+
+COMMENT ON FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text, p_workflow text, p_parent text, p_before text, p_limit integer) IS 'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent or manual) and child count. Raises nothing.';
+
 CREATE FUNCTION cryo.list_secrets(p_org text, p_project text) RETURNS TABLE(name text, created_at timestamp with time zone, updated_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
@@ -2138,6 +2179,41 @@ CREATE FUNCTION cryo.list_tokens(p_org text) RETURNS TABLE(id text, kind text, n
 $$;
 
 COMMENT ON FUNCTION cryo.list_tokens(p_org text) IS 'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
+
+CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE(after_id bigint, skipped_bytes bigint, total_bytes bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH sized AS (
+        SELECT l.id, octet_length(l.data) AS n,
+               sum(octet_length(l.data)) OVER (ORDER BY l.id DESC) AS from_end
+          FROM cryo.logs l WHERE l.run_id = p_run_id
+    ), cut AS (
+        SELECT min(id) AS first_kept FROM sized WHERE from_end - n < p_bytes
+    )
+    SELECT coalesce((SELECT max(s.id) FROM sized s, cut WHERE s.id < cut.first_kept), 0),
+           coalesce((SELECT sum(s.n) FROM sized s, cut WHERE s.id < cut.first_kept), 0)::bigint,
+           coalesce((SELECT sum(s.n) FROM sized s), 0)::bigint
+$$;
+
+COMMENT ON FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) IS 'Returns where a tail window of about p_bytes of a run''s log starts: the chunk id to read after, how many (sealed) bytes come before it, and the log''s total. Raises nothing.';
+
+CREATE FUNCTION cryo.mark_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    -- A marker is a sign for readers, not a memo: nothing replays from it, and a crash
+    -- that loses it loses nothing. So its commit does not wait for the WAL flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM cryo._mark(v_q, p_position,
+                       cryo.call_path(p_family, coalesce(p_name, ''), p_ordinal, p_path),
+                       p_family, coalesce(p_name, ''), p_ordinal, NULL);
+    PERFORM cryo._notify_run(p_run_id);  -- a run page shows the step running
+END
+$$;
+
+COMMENT ON FUNCTION cryo.mark_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_path text) IS 'Pins a pending journal marker for a step that is about to run, at the agent''s position p_position. Returns nothing. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.now() RETURNS timestamp with time zone
     LANGUAGE sql STABLE
@@ -2261,6 +2337,17 @@ $$;
 
 COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
 
+CREATE FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer DEFAULT 1000) RETURNS TABLE(seq integer, family text, name text, ordinal integer, label text, attempt integer, status text, exit_code integer, due_at timestamp with time zone, created_at timestamp with time zone, completed_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT j.seq, j.key_family, j.key_name, j.key_ordinal, j.label, j.attempt, j.status,
+           j.exit_code, j.due_at, j.created_at, j.completed_at
+      FROM cryo.journal j WHERE j.run_id = p_run_id
+     ORDER BY j.seq LIMIT greatest(p_limit, 0)
+$$;
+
+COMMENT ON FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer) IS 'Returns up to p_limit of a run''s journal entries in position order, without payloads (status pending: running now, or waited on). Raises nothing.';
+
 CREATE FUNCTION cryo.read_event(p_id bigint) RETURNS TABLE(name text, payload bytea, payload_clear jsonb)
     LANGUAGE sql STABLE
     AS $$
@@ -2348,6 +2435,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs (values sealed) by key. Raises nothing.';
 
+CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.input, r.input_clear, r.parent_run_id FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it) and its parent run id; no row for an unknown run. Raises nothing.';
+
 CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -2358,7 +2453,7 @@ DECLARE
     v_prior cryo.journal;
 BEGIN
     v_seq := cryo._record(v_q, p_position, v_path, p_family, coalesce(p_name, ''), p_ordinal,
-                          p_result, NULL, p_exit_code, NULL, p_label);
+                          p_result, NULL, p_exit_code, NULL, p_label, p_complete_marker => true);
     IF v_seq IS NULL THEN
         SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
         IF v_prior.attempt = (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id)
@@ -2369,6 +2464,7 @@ BEGIN
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
                           coalesce(p_name, ''), p_ordinal);
+    PERFORM cryo._notify_run(p_run_id);
     RETURN v_seq;
 END
 $$;
@@ -2605,6 +2701,19 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.rewrap_org_keys(p_orgs text[], p_old bytea[], p_new bytea[]) IS 'Replaces each org''s wrapped key p_old by p_new, all or nothing; returns how many. Raises CR004 when an array length differs or a key is no longer p_old.';
+
+CREATE FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer DEFAULT 200) RETURNS TABLE(entity text, key text, value bytea, version bigint, created_by_run text, updated_by_run text, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.entity, c.key, c.value, c.version, c.created_by_run, c.updated_by_run, c.updated_at
+      FROM cryo.runs r
+      JOIN cryo.state_cells c ON c.org = r.org AND c.project = r.project
+     WHERE r.id = p_run_id AND c.entity IS NOT NULL
+       AND (c.created_by_run = p_run_id OR c.updated_by_run = p_run_id)
+     ORDER BY c.entity, c.key LIMIT greatest(p_limit, 0)
+$$;
+
+COMMENT ON FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer) IS 'Returns up to p_limit entity cells of the run''s project that the run created or wrote last, with versions (values sealed). Raises nothing.';
 
 CREATE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) RETURNS void
     LANGUAGE plpgsql

@@ -296,7 +296,11 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
     os.replace(tmp, dev_file)  # readers never see a half-written file
     tasks = await _run_agents(url, agent_token, agents, DEV_CAPS, f"dev-{os.getpid()}", stop,
                               local=True)
+    # The dev login rides in the URL fragment, which a browser never sends to the server,
+    # so it lands in no access log.
+    ui = f"{url}/#login={user_token}&org=dev&project=default"
     click.echo(f"cryopg dev: server {url}, {agents} agent(s), database {config.database_url}\n"
+               f"cryopg dev: web UI {ui}\n"
                f"cryopg dev: from this directory try `cryopg submit FILE --follow`; Ctrl-C stops.",
                err=True)
     if sample is not None:

@@ -26,6 +26,13 @@ async def record_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
                        path))
 
 
+async def mark_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                    position: int | None = None, family: str, name: str, ordinal: int,
+                    path: str | None = None) -> None:
+    await conn.execute("SELECT cryo.mark_step(%s, %s, %s, %s, %s, %s, %s)",
+                       (run_id, token, position, family, name, ordinal, path))
+
+
 async def annotate_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, text: bytes) -> None:
     await conn.execute("SELECT cryo.annotate_run(%s, %s, %s)", (run_id, token, text))
 

@@ -62,6 +62,45 @@ class Run:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunRow(Run):
+    """A row of the runs list: a run, what started it and how many children it has."""
+    parent_run_id: str | None = None
+    trig: str = "manual"
+    children: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A journal entry as the run page draws it: identity, status and times, no payload."""
+    seq: int
+    family: str
+    name: str
+    ordinal: int
+    label: str | None
+    attempt: int
+    status: str
+    exit_code: int | None
+    due_at: dt.datetime | None
+    created_at: dt.datetime
+    completed_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class LogTail:
+    """Where a tail window of a log starts (read chunks after after_id)."""
+    after_id: int
+    skipped_bytes: int
+    total_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDetail:
+    input: bytes | None
+    input_clear: Any
+    parent_run_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class LogChunk:
     id: int
     data: bytes
@@ -136,6 +175,18 @@ class Cell:
     value: bytes
     version: int
     created_by_run: str
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class EntityCell:
+    """An entity cell a run touched (created, or wrote last)."""
+    entity: str
+    key: str
+    value: bytes
+    version: int
+    created_by_run: str
+    updated_by_run: str
     updated_at: dt.datetime
 
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
-from cryopg.server import agent_api, graph_driver, user_api
+from cryopg.server import agent_api, graph_driver, ui, user_api
 from cryopg.server.agent_api.claims import AGENTS_SEEN
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
@@ -85,7 +85,8 @@ async def health(request: web.Request) -> web.Response:
 
 
 def build_app(config: ServerConfig) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[errors_middleware, ui.ui_headers],
+                          client_max_size=64 * 1024 * 1024)
     app[CONFIG] = config
     app[AGENT_TOKENS] = {}
     app[AGENTS_SEEN] = {}
@@ -94,4 +95,5 @@ def build_app(config: ServerConfig) -> web.Application:
     app.router.add_get("/api/v1/health", health)
     user_api.add_routes(app)
     agent_api.add_routes(app)
+    ui.add_routes(app)
     return app

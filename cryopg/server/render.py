@@ -34,7 +34,8 @@ def cell_json(sealer: Sealer, cell: Cell) -> dict[str, Any]:
 def run_json(run: Run) -> dict[str, Any]:
     return {"id": run.id, "org": run.org, "project": run.project, "workflow": run.workflow,
             "filename": run.filename, "status": run.status, "substate": run.substate,
-            "attempt": run.attempt, "exit_code": run.exit_code, "error": run.error,
+            "attempt": run.attempt, "finished": run.finished, "exit_code": run.exit_code,
+            "error": run.error,
             "idempotency_key": run.idempotency_key, "created_at": iso(run.created_at),
             "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
             "wake_at": iso(run.wake_at), "agent_id": run.agent_id,

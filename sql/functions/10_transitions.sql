@@ -14,7 +14,7 @@
 --   _wake          parked             -> pending, the marker it waited on completed
 --   _finalize      any live status    -> terminal, queue row gone
 --   _record        a done memo at a position       (journal)
---   _mark          a pending marker at a position  (journal)
+--   _mark          a pending marker at a position  (journal): a park's, or a running step's
 --   _forget        every journal row of a run      (journal; an activity retry)
 -- Callers hold the locks: the queue row (FOR UPDATE, or SKIP LOCKED in sweeps) before
 -- the runs row, as the lock order in 00_core.sql says.
@@ -355,15 +355,33 @@ $$;
 
 -- Records a durable call's answer (a memo) for the claimed run. Returns its position,
 -- or NULL when the path already holds an entry (the caller decides what that means).
+-- With p_complete_marker, a pending marker at the path (a step pinned by cryo.mark_step,
+-- by this pass or by one that died mid-step) is completed in place and keeps its
+-- position and start time.
 CREATE OR REPLACE FUNCTION cryo._record(
     p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
     p_ordinal integer, p_result bytea DEFAULT NULL, p_answer_clear jsonb DEFAULT NULL,
-    p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL, p_label text DEFAULT NULL)
+    p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL, p_label text DEFAULT NULL,
+    p_complete_marker boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_seq integer := cryo._next_seq(p_q.run_id, p_position);
+    v_seq integer;
 BEGIN
+    IF p_complete_marker THEN
+        UPDATE cryo.journal j
+           SET status = 'done', result = p_result, answer_clear = p_answer_clear,
+               exit_code = p_exit_code, label = p_label, attempt = r.attempt,
+               completed_at = cryo.now()
+          FROM cryo.runs r
+         WHERE j.run_id = p_q.run_id AND j.path = p_path AND j.status = 'pending'
+           AND r.id = p_q.run_id
+        RETURNING j.seq INTO v_seq;
+        IF FOUND THEN
+            RETURN v_seq;
+        END IF;
+    END IF;
+    v_seq := cryo._next_seq(p_q.run_id, p_position);
     INSERT INTO cryo.journal (run_id, org, project, seq, path, key_scope, key_family, key_name,
                               key_ordinal, label, attempt, status, result, answer_clear,
                               exit_code, ref_run_id, created_at, completed_at)
@@ -376,8 +394,9 @@ BEGIN
 END
 $$;
 
--- A pending marker: the call the run is about to park on. A marker an earlier pass
--- left at the same path stands (with its due time).
+-- A pending marker: the call the run is about to park on, or a step about to run (the
+-- spec's "a marker whose call has recorded nothing is a step running right now"). A
+-- marker an earlier pass left at the same path stands (with its due time).
 CREATE OR REPLACE FUNCTION cryo._mark(
     p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
     p_ordinal integer, p_due timestamptz, p_ref_run_id text DEFAULT NULL)

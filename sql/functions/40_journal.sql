@@ -25,6 +25,30 @@ LANGUAGE sql STABLE AS $$
     SELECT * FROM cryo.journal WHERE run_id = p_run_id AND path = p_path AND status = 'done'
 $$;
 
+-- Pins a pending marker at a step's position before its command runs, so readers (the
+-- run page) see which step is running now and where it sits among the checkpoints.
+-- cryo.record_step completes it in place. Idempotent: a marker or memo already at the
+-- path stands, so a marker that lands after its step's memo changes nothing.
+CREATE OR REPLACE FUNCTION cryo.mark_step(
+    p_run_id text, p_token uuid, p_position integer, p_family text, p_name text,
+    p_ordinal integer, p_path text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    -- A marker is a sign for readers, not a memo: nothing replays from it, and a crash
+    -- that loses it loses nothing. So its commit does not wait for the WAL flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM cryo._mark(v_q, p_position,
+                       cryo.call_path(p_family, coalesce(p_name, ''), p_ordinal, p_path),
+                       p_family, coalesce(p_name, ''), p_ordinal, NULL);
+    PERFORM cryo._notify_run(p_run_id);  -- a run page shows the step running
+END
+$$;
+COMMENT ON FUNCTION cryo.mark_step(text, uuid, integer, text, text, integer, text) IS
+    'Pins a pending journal marker for a step that is about to run, at the agent''s position p_position. Returns nothing. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path.';
+
 -- Records a completed step's sealed result and exit code with its history event. The
 -- same claim asking twice (a retried request whose answer was lost) gets the first
 -- position back; a path recorded by an earlier attempt is refused, because that pass
@@ -42,7 +66,7 @@ DECLARE
     v_prior cryo.journal;
 BEGIN
     v_seq := cryo._record(v_q, p_position, v_path, p_family, coalesce(p_name, ''), p_ordinal,
-                          p_result, NULL, p_exit_code, NULL, p_label);
+                          p_result, NULL, p_exit_code, NULL, p_label, p_complete_marker => true);
     IF v_seq IS NULL THEN
         SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
         IF v_prior.attempt = (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id)
@@ -53,6 +77,7 @@ BEGIN
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
                           coalesce(p_name, ''), p_ordinal);
+    PERFORM cryo._notify_run(p_run_id);
     RETURN v_seq;
 END
 $$;

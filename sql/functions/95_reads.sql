@@ -46,6 +46,70 @@ $$;
 COMMENT ON FUNCTION cryo.list_runs(text, text, integer) IS
     'Returns a project''s newest runs first, at most p_limit. Raises nothing.';
 
+-- One page of a project's runs for the runs list, newest first: filtered by status and
+-- workflow, either top-level runs (p_parent NULL) or one run's children, after a cursor
+-- (the last run id of the previous page). Each row says what started the run (a parent,
+-- else manual) and how many children it has, so a page is one bounded read.
+CREATE OR REPLACE FUNCTION cryo.list_runs_page(
+    p_org text, p_project text, p_status text DEFAULT NULL, p_workflow text DEFAULT NULL,
+    p_parent text DEFAULT NULL, p_before text DEFAULT NULL, p_limit integer DEFAULT 50)
+RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,
+               substate text, attempt integer, exit_code integer, error text,
+               idempotency_key text, created_at timestamptz, started_at timestamptz,
+               finished_at timestamptz, wake_at timestamptz, agent_id text,
+               concurrency_group text, queue_position integer, finished boolean,
+               parent_run_id text, trig text, children bigint)
+LANGUAGE sql STABLE AS $$
+    WITH cursor_row AS (
+        SELECT c.created_at, c.id FROM cryo.runs c
+         WHERE c.id = p_before AND c.org = p_org AND c.project = p_project
+    )
+    SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
+           r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
+           r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           cryo.is_terminal(r.status), r.parent_run_id,
+           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent' ELSE 'manual' END,
+           (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
+      FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+     WHERE r.org = p_org AND r.project = p_project
+       AND (p_status IS NULL OR r.status = p_status)
+       AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) = p_workflow)
+       AND (CASE WHEN p_parent IS NULL THEN r.parent_run_id IS NULL
+                 ELSE r.parent_run_id = p_parent END)
+       AND (p_before IS NULL OR (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c))
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT least(greatest(p_limit, 0), 200)
+$$;
+COMMENT ON FUNCTION cryo.list_runs_page(text, text, text, text, text, text, integer) IS
+    'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent or manual) and child count. Raises nothing.';
+
+-- What the run page shows beside get_run: the sealed input (or the clear one an
+-- application passed from SQL) and the parent that started the run.
+CREATE OR REPLACE FUNCTION cryo.read_run_detail(p_run_id text)
+RETURNS TABLE (input bytea, input_clear jsonb, parent_run_id text)
+LANGUAGE sql STABLE AS $$
+    SELECT r.input, r.input_clear, r.parent_run_id FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+COMMENT ON FUNCTION cryo.read_run_detail(text) IS
+    'Returns a run''s input (sealed, or in the clear until its first claim seals it) and its parent run id; no row for an unknown run. Raises nothing.';
+
+-- The entity cells a run touched, for the run page's State section: those it created or
+-- wrote last (a cell remembers no other writer). Values stay sealed.
+CREATE OR REPLACE FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer DEFAULT 200)
+RETURNS TABLE (entity text, key text, value bytea, version bigint, created_by_run text,
+               updated_by_run text, updated_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT c.entity, c.key, c.value, c.version, c.created_by_run, c.updated_by_run, c.updated_at
+      FROM cryo.runs r
+      JOIN cryo.state_cells c ON c.org = r.org AND c.project = r.project
+     WHERE r.id = p_run_id AND c.entity IS NOT NULL
+       AND (c.created_by_run = p_run_id OR c.updated_by_run = p_run_id)
+     ORDER BY c.entity, c.key LIMIT greatest(p_limit, 0)
+$$;
+COMMENT ON FUNCTION cryo.run_entity_cells(text, integer) IS
+    'Returns up to p_limit entity cells of the run''s project that the run created or wrote last, with versions (values sealed). Raises nothing.';
+
 -- The run's history for the run view: kinds and identities in the clear, payloads sealed,
 -- and the label the call was given (`cryopg step NAME --label L`), from its journal row.
 CREATE OR REPLACE FUNCTION cryo.read_history(p_run_id text)
@@ -63,6 +127,41 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.read_history(text) IS
     'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises nothing.';
+
+-- A run's checkpoints for the run page: its journal entries in position order, names
+-- and times in the clear and no payload. A pending step is a step running now; a
+-- pending entry of another family is the call the run is parked on.
+CREATE OR REPLACE FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer DEFAULT 1000)
+RETURNS TABLE (seq integer, family text, name text, ordinal integer, label text,
+               attempt integer, status text, exit_code integer, due_at timestamptz,
+               created_at timestamptz, completed_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT j.seq, j.key_family, j.key_name, j.key_ordinal, j.label, j.attempt, j.status,
+           j.exit_code, j.due_at, j.created_at, j.completed_at
+      FROM cryo.journal j WHERE j.run_id = p_run_id
+     ORDER BY j.seq LIMIT greatest(p_limit, 0)
+$$;
+COMMENT ON FUNCTION cryo.read_checkpoints(text, integer) IS
+    'Returns up to p_limit of a run''s journal entries in position order, without payloads (status pending: running now, or waited on). Raises nothing.';
+
+-- The last chunks of a run's log, for a tail window: chunk ids after which the newest
+-- p_bytes (at least one chunk) begin. Returns the id to read from (0: the whole log).
+CREATE OR REPLACE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint)
+RETURNS TABLE (after_id bigint, skipped_bytes bigint, total_bytes bigint)
+LANGUAGE sql STABLE AS $$
+    WITH sized AS (
+        SELECT l.id, octet_length(l.data) AS n,
+               sum(octet_length(l.data)) OVER (ORDER BY l.id DESC) AS from_end
+          FROM cryo.logs l WHERE l.run_id = p_run_id
+    ), cut AS (
+        SELECT min(id) AS first_kept FROM sized WHERE from_end - n < p_bytes
+    )
+    SELECT coalesce((SELECT max(s.id) FROM sized s, cut WHERE s.id < cut.first_kept), 0),
+           coalesce((SELECT sum(s.n) FROM sized s, cut WHERE s.id < cut.first_kept), 0)::bigint,
+           coalesce((SELECT sum(s.n) FROM sized s), 0)::bigint
+$$;
+COMMENT ON FUNCTION cryo.log_tail_start(text, bigint) IS
+    'Returns where a tail window of about p_bytes of a run''s log starts: the chunk id to read after, how many (sealed) bytes come before it, and the log''s total. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)
 RETURNS TABLE (id bigint, data bytea)

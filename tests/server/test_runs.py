@@ -171,8 +171,6 @@ async def test_list_limit_must_be_an_integer(srv: Server) -> None:
     (await srv.user("GET", "/runs?limit=many")).refused(400, "invalid_argument")
 
 
-@pytest.mark.xfail(strict=True, reason="a limit beyond int4 reaches cryo.list_runs as bigint: "
-                                       "no such function, 500")
 async def test_list_limit_out_of_range_is_400(srv: Server) -> None:
     (await srv.user("GET", "/runs?limit=99999999999")).refused(400, "invalid_argument")
 

@@ -1,4 +1,5 @@
-"""The agent's journal reports: a finished step, a sleep that parks the run, a note."""
+"""The agent's journal reports: a step about to run, a finished step, a sleep that parks
+the run, a note."""
 
 from __future__ import annotations
 
@@ -31,6 +32,21 @@ async def steps(request: web.Request) -> web.Response:
     return web.json_response({"seq": seq})
 
 
+async def marks(request: web.Request) -> web.Response:
+    """A step about to run pins its pending marker (see cryo.mark_step)."""
+    run_id, _, _ = await agent_run(request)
+    body = await json_body(request)
+    try:
+        ordinal = int(body["ordinal"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument("ordinal must be an integer") from exc
+    async with connection(request.app[POOL]) as conn:
+        await engine.mark_step(conn, run_id, claim_token(body), **recorded_at(body),
+                               family=str(body.get("family") or ""),
+                               name=str(body.get("name") or ""), ordinal=ordinal)
+    return web.json_response({})
+
+
 async def park(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
@@ -57,5 +73,6 @@ async def annotate(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     add_run_route(app, "steps", steps)
+    add_run_route(app, "marks", marks)
     add_run_route(app, "park", park)
     add_run_route(app, "annotate", annotate)

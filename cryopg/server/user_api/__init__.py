@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cryopg.server.user_api import admin, graphs, logs, runs, secrets, signals_events, state
+from cryopg.server.user_api import admin, graphs, live, logs, runs, secrets, signals_events, state
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (runs, graphs, logs, signals_events, state, admin, secrets):
+    for module in (runs, graphs, logs, live, signals_events, state, admin, secrets):
         module.add_routes(app)

@@ -20,6 +20,13 @@ from cryopg.server.state import POOL
 ORG_ROUTE = "/api/v1/orgs/{org}"
 
 
+async def whoami(request: web.Request) -> web.Response:
+    """The token's member and role in the org: what the web UI shows and lets one do."""
+    me = await require_user(request, VIEWER, project=False)
+    return web.json_response({"org": request.match_info["org"], "login": me.member,
+                              "role": me.role})
+
+
 # -- members -------------------------------------------------------------------------------
 
 async def list_members(request: web.Request) -> web.Response:
@@ -104,6 +111,7 @@ async def put_retention(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app.router.add_get(f"{ORG_ROUTE}/me", whoami)
     app.router.add_get(f"{ORG_ROUTE}/members", list_members)
     app.router.add_put(f"{ORG_ROUTE}/members/{{login}}", put_member)
     app.router.add_delete(f"{ORG_ROUTE}/members/{{login}}", remove_member)

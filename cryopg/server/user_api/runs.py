@@ -56,13 +56,34 @@ async def submit(request: web.Request) -> web.Response:
                              status=201 if created else 200)
 
 
+# The runs list's filters; any of them selects the paginated view (cryo.list_runs_page).
+PAGE_FILTERS = ("status", "workflow", "parent", "before", "top")
+LIST_MAX = 10_000  # the plain list's bound; a page holds at most PAGE_MAX
+PAGE_MAX = 200
+
+
 async def list_runs(request: web.Request) -> web.Response:
+    """A project's newest runs. With `top=1`, `parent=ID`, `status`, `workflow` or
+    `before=ID` (the cursor: the last id of the previous page), one bounded page of the
+    top-level runs (or of one parent's children) and the cursor of the next page."""
     await require_user(request)
     org, project = project_of(request)
     limit = query_int(request, "limit", 50)
+    if limit < 0 or limit > LIST_MAX:
+        raise InvalidArgument(f"limit must be between 0 and {LIST_MAX}")
+    q = request.query
     async with connection(request.app[POOL]) as conn:
-        runs = await engine.list_runs(conn, org, project, limit)
-    return web.json_response({"runs": [run_json(r) for r in runs]})
+        if not any(name in q for name in PAGE_FILTERS):
+            runs = await engine.list_runs(conn, org, project, limit)
+            return web.json_response({"runs": [run_json(r) for r in runs]})
+        rows = await engine.list_runs_page(
+            conn, org, project, status=q.get("status") or None,
+            workflow=q.get("workflow") or None, parent=q.get("parent") or None,
+            before=q.get("before") or None, limit=min(limit, PAGE_MAX))
+    return web.json_response({
+        "runs": [{**run_json(r), "parent_run_id": r.parent_run_id, "trigger": r.trig,
+                  "children": r.children} for r in rows],
+        "next": rows[-1].id if rows and len(rows) == min(limit, PAGE_MAX) else None})
 
 
 async def show_run(request: web.Request) -> web.Response:
@@ -84,8 +105,36 @@ async def show_run(request: web.Request) -> web.Response:
         if ev.kind == "annotation" and ev.payload is not None:
             item["text"] = sealer.open_text(ev.payload)
         history.append(item)
+    detail = await _detail(request, run)
     extra = {"graph": graph} if graph is not None else {}
-    return web.json_response({**run_json(run), "outputs": outputs, "history": history, **extra})
+    return web.json_response({**run_json(run), **detail, "outputs": outputs,
+                              "history": history, **extra})
+
+
+async def _detail(request: web.Request, run: engine.Run) -> dict[str, Any]:
+    """The run page's extras: the input, and what started the run."""
+    async with connection(request.app[POOL]) as conn:
+        detail = await engine.read_run_detail(conn, run.id)
+    if detail is None:
+        return {}
+    if detail.input is not None:
+        run_input = (await request.app[KEYS].sealer(run.org)).open_json(detail.input)
+    else:
+        run_input = detail.input_clear
+    return {"input": run_input, "parent_run_id": detail.parent_run_id,
+            "trigger": "parent" if detail.parent_run_id else "manual"}
+
+
+async def checkpoints(request: web.Request) -> web.Response:
+    """The run's durable calls in position order; a pending step is running now."""
+    run = await own_run(request)
+    async with connection(request.app[POOL]) as conn:
+        rows = await engine.read_checkpoints(conn, run.id)
+    return web.json_response({"checkpoints": [
+        {"seq": c.seq, "family": c.family, "name": c.name, "ordinal": c.ordinal,
+         "label": c.label, "attempt": c.attempt, "status": c.status, "exit_code": c.exit_code,
+         "due_at": iso(c.due_at), "created_at": iso(c.created_at),
+         "completed_at": iso(c.completed_at)} for c in rows]})
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -115,5 +164,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(f"{PROJECT_ROUTE}/runs", submit)
     app.router.add_get(f"{PROJECT_ROUTE}/runs", list_runs)
     app.router.add_get(f"{PROJECT_ROUTE}/runs/{{run}}", show_run)
+    app.router.add_get(f"{PROJECT_ROUTE}/runs/{{run}}/checkpoints", checkpoints)
     app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/cancel", cancel)
     app.router.add_put(f"{PROJECT_ROUTE}/workflows/{{name}}", put_workflow)

@@ -49,7 +49,27 @@ async def user_state_get(request: web.Request) -> web.Response:
                               "updated_at": cell.updated_at.isoformat()})
 
 
+async def run_entity_state(request: web.Request) -> web.Response:
+    """The entity cells a run created or wrote last (entity cells need Member)."""
+    await require_user(request, MEMBER)
+    org, project = project_of(request)
+    run_id = request.match_info["run"]
+    if not run_id.startswith(f"{org}:{project}:run-"):
+        raise RunNotFound(f"no run {run_id} in {org}/{project}")
+    sealer = await request.app[KEYS].sealer(org)
+    async with connection(request.app[POOL]) as conn:
+        await engine.get_run(conn, run_id)  # raises RunNotFound (404) for a missing run
+        cells = await engine.run_entity_cells(conn, run_id)
+    return web.json_response({"cells": [
+        {"entity": c.entity, "key": c.key,
+         "value": None if c.value is None else sealer.open_json(c.value), "version": c.version,
+         "created_by_run": c.created_by_run,
+         "updated_by_run": c.updated_by_run, "updated_at": c.updated_at.isoformat()}
+        for c in cells]})
+
+
 def add_routes(app: web.Application) -> None:
+    app.router.add_get(f"{PROJECT_ROUTE}/runs/{{run}}/entity-state", run_entity_state)
     for scope in ("runs/{run}", "entities/{entity}"):
         app.router.add_get(f"{PROJECT_ROUTE}/{scope}/state", user_state_list)
         app.router.add_get(f"{PROJECT_ROUTE}/{scope}/state/{{key:.+}}", user_state_get)

@@ -1,0 +1,224 @@
+"""Server-sent events for the web UI: `GET …/projects/{project}/stream` (the runs list)
+and `GET …/runs/{run}/stream` (one run: its log tail, then live chunks and changes).
+
+Both are pushed from LISTEN/NOTIFY through the server's notifier, never polled per
+browser. A project's stream is one shared feed per server process however many browsers
+watch it: the feed re-reads the project's first page when a notify hints at a change
+(with a slow backstop, as every push here has one) and tells its subscribers what
+changed; each browser then re-reads its own page through the ordinary API. A comment
+line goes out after 15 s of silence so proxies keep the connection open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import InvalidArgument
+from cryopg.server.auth import require_user
+from cryopg.server.bodies import query_int
+from cryopg.server.notifier import Notifier
+from cryopg.server.state import KEYS, NOTIFIER, POOL
+from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
+
+KEEPALIVE_SECONDS = 15.0
+FEED_BACKSTOP_SECONDS = 5.0   # a feed re-reads its page this often without any notify
+FEED_COALESCE_SECONDS = 0.25  # notifies closer than this make one re-read
+FEED_PAGE = 50
+TAIL_MAX_BYTES = 8 << 20
+
+
+class SSE:
+    """One event stream response, with the keepalive clock."""
+
+    def __init__(self, resp: web.StreamResponse) -> None:
+        self.resp = resp
+        self.last = time.monotonic()
+
+    @classmethod
+    async def open(cls, request: web.Request) -> SSE:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        return cls(resp)
+
+    async def send(self, event: str, data: Any) -> None:
+        await self.resp.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+        self.last = time.monotonic()
+
+    async def keepalive(self) -> None:
+        if time.monotonic() - self.last >= KEEPALIVE_SECONDS - 0.05:
+            await self.resp.write(b": keepalive\n\n")
+            self.last = time.monotonic()
+
+    def quiet_for(self) -> float:
+        """Seconds until the next keepalive is due."""
+        return max(0.05, KEEPALIVE_SECONDS - (time.monotonic() - self.last))
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    waits = [asyncio.ensure_future(ev.wait()) for ev in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+# -- the project feed -----------------------------------------------------------------------
+
+class ProjectFeed:
+    """The runs of one project as this server process sees them, for every subscriber."""
+
+    def __init__(self, app: web.Application, org: str, project: str) -> None:
+        self.app, self.org, self.project = app, org, project
+        self.subscribers: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self.task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        notifier: Notifier = self.app[NOTIFIER]
+        seen: dict[str, tuple[Any, ...]] = {}
+        watched: set[str] = set()
+        live: list[str] = []
+        while self.subscribers and not notifier.closing:
+            # Events taken before the read, so a notify landing during it still wakes us.
+            events = [notifier.work_event()] + [notifier.run_event(r) for r in live]
+            newly_watched = False
+            try:
+                async with connection(self.app[POOL]) as conn:
+                    rows = await engine.list_runs_page(conn, self.org, self.project,
+                                                       limit=FEED_PAGE)
+                    live = [r.id for r in rows if not r.finished]
+                    for run_id in live:
+                        if run_id not in watched:  # from now on its changes NOTIFY
+                            await engine.watch_run(conn, run_id)
+                            watched.add(run_id)
+                            newly_watched = True
+            except Exception:  # noqa: BLE001 - the backstop tries again
+                rows = None
+            if rows is not None:
+                now = {r.id: (r.status, r.substate, r.attempt, r.children) for r in rows}
+                changed = [i for i, sig in now.items() if seen.get(i) != sig]
+                if changed or len(now) != len(seen):
+                    for q in list(self.subscribers):
+                        q.put_nowait({"ids": changed})
+                seen = now
+            if not newly_watched:  # else read again at once, now listening for those too
+                await _wait_any(events, FEED_BACKSTOP_SECONDS)
+            await asyncio.sleep(FEED_COALESCE_SECONDS)
+        for q in list(self.subscribers):
+            q.put_nowait(None)
+
+
+FEEDS = web.AppKey("project_feeds", dict)
+
+
+def _subscribe(app: web.Application, org: str, project: str
+               ) -> tuple[ProjectFeed, asyncio.Queue[dict[str, Any] | None]]:
+    feeds: dict[tuple[str, str], ProjectFeed] = app[FEEDS]
+    feed = feeds.get((org, project))
+    if feed is None or feed.task is None or feed.task.done():
+        feed = feeds[(org, project)] = ProjectFeed(app, org, project)
+    q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    feed.subscribers.add(q)
+    if feed.task is None:
+        feed.task = asyncio.create_task(feed.run())
+    return feed, q
+
+
+async def project_stream(request: web.Request) -> web.StreamResponse:
+    await require_user(request)
+    org, project = project_of(request)
+    feed, q = _subscribe(request.app, org, project)
+    try:
+        sse = await SSE.open(request)
+        await sse.send("hello", {"org": org, "project": project})
+        while True:
+            try:
+                item = await asyncio.wait_for(q.get(), sse.quiet_for())
+            except TimeoutError:
+                await sse.keepalive()
+                continue
+            if item is None:
+                break
+            await sse.send("changed", item)
+    finally:
+        feed.subscribers.discard(q)
+    await sse.resp.write_eof()
+    return sse.resp
+
+
+# -- one run --------------------------------------------------------------------------------
+
+async def run_stream(request: web.Request) -> web.StreamResponse:
+    """`tail=BYTES` (default 256 KiB): how much of the stored log comes first; then every
+    new chunk, a `changed` event when the run's status or checkpoints move, and `end`
+    once it has finished and its log is drained."""
+    run = await own_run(request)
+    tail = query_int(request, "tail", 256 << 10)
+    if tail < 0 or tail > TAIL_MAX_BYTES:
+        raise InvalidArgument(f"tail must be between 0 and {TAIL_MAX_BYTES} bytes")
+    sealer = await request.app[KEYS].sealer(run.org)
+    pool, notifier = request.app[POOL], request.app[NOTIFIER]
+    async with connection(pool) as conn:
+        if not run.finished:
+            await engine.watch_run(conn, run.id)
+        start = await engine.log_tail_start(conn, run.id, tail)
+    sse = await SSE.open(request)
+    await sse.send("hello", {"run": run.id, "status": run.status})
+    await sse.send("tail", {"skipped_bytes": start.skipped_bytes,
+                            "total_bytes": start.total_bytes})
+    after, drained_after_end = start.after_id, False
+    last_sig: tuple[Any, ...] | None = None
+    while not notifier.closing:
+        woken = notifier.run_event(run.id)
+        async with connection(pool) as conn:
+            chunks = await engine.read_logs(conn, run.id, after)
+        for chunk in chunks:
+            text = sealer.open(chunk.data).decode("utf-8", errors="replace")
+            await sse.send("log", {"id": chunk.id, "text": text})
+            after = chunk.id
+        if chunks:
+            continue  # drain before deciding anything
+        async with connection(pool) as conn:
+            now = await engine.get_run(conn, run.id)
+            marks = await engine.read_checkpoints(conn, run.id)
+        sig = (now.status, now.substate, now.attempt, len(marks),
+               sum(1 for m in marks if m.status == "pending"))
+        if sig != last_sig:
+            if last_sig is not None:
+                await sse.send("changed", {"status": now.status, "substate": now.substate})
+            last_sig = sig
+        if now.finished:
+            if drained_after_end:
+                await sse.send("end", {"status": now.status})
+                break
+            drained_after_end = True  # once more, for bytes written before the end
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), sse.quiet_for())
+        await sse.keepalive()
+    await sse.resp.write_eof()
+    return sse.resp
+
+
+async def _feeds_ctx(app: web.Application):  # type: ignore[no-untyped-def]
+    app[FEEDS] = {}
+    yield
+    for feed in app[FEEDS].values():
+        if feed.task is not None:
+            feed.task.cancel()
+
+
+def add_routes(app: web.Application) -> None:
+    app.cleanup_ctx.append(_feeds_ctx)
+    app.router.add_get(f"{PROJECT_ROUTE}/stream", project_stream)
+    app.router.add_get(f"{PROJECT_ROUTE}/runs/{{run}}/stream", run_stream)
