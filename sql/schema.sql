@@ -3277,6 +3277,18 @@ BEGIN
            + coalesce(cryo._wake(v_retries, 'retry_due'), 0)
            + coalesce(cryo._wake(v_waits, 'wait_timed_out', NULL, NULL, 124), 0);
 
+    -- The backstop behind a node job's wake: a graph run parked while one of its node
+    -- jobs has already ended is woken, so no lost wake leaves a graph waiting.
+    SELECT array_agg(g.run_id) INTO v_ids FROM (
+        SELECT q.run_id FROM cryo.queue q
+         WHERE q.state = 'parked' AND q.required_caps = '{graph}'
+           AND EXISTS (SELECT 1 FROM cryo.node_instances i JOIN cryo.runs c ON c.id = i.job_run_id
+                        WHERE i.run_id = q.run_id AND i.status = 'running'
+                          AND cryo.is_terminal(c.status))
+         LIMIT p_batch
+           FOR UPDATE OF q SKIP LOCKED) g;
+    woken := woken + coalesce(cryo._wake(v_ids, 'node_job_ended'), 0);
+
     PERFORM cryo._purge_events(p_batch);
     PERFORM cryo._collect_runs(p_batch);
     PERFORM cryo._reconcile_admission(p_batch);

@@ -30,11 +30,14 @@ DRIVERS = 4
 MAX_ROUNDS = 200  # plan/record rounds in one turn; a graph that keeps going yields
 
 
-def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str]:
+def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str] | None:
     """The nodes any expression of the graph reads: only their outputs go into the scope,
-    so a turn on a large graph does not carry every output across."""
+    so a turn on a large graph does not carry every output across. None (all of them)
+    when a code node is there: its program reads the whole scope."""
     from cryopg.graphs.expr import paths
 
+    if any(n.get("type") == "code" for n in graph.get("nodes", [])):
+        return None
     found = paths(graph) + paths(configs)
     return {p[1] for p in found if len(p) > 1 and p[0] == "nodes"}
 
@@ -78,7 +81,8 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
 
     wanted = referenced(g.graph, configs)
     for _ in range(MAX_ROUNDS):
-        rows = await engine.graph_state(conn, g.run_id, g.claim_token, sorted(wanted))
+        rows = await engine.graph_state(conn, g.run_id, g.claim_token,
+                                        None if wanted is None else sorted(wanted))
         scope = scope_of(g.run_id, input_value, rows, open_json, wanted)
         turn = graph_nodes.Turn(conn, sealer, g.run_id, g.claim_token, g.org, g.project,
                                 configs, scope)
