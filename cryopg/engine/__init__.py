@@ -41,6 +41,8 @@ from cryopg.engine.graphs import (
     read_event,
     read_graph,
     get_workflow,
+    GraphCall,
+    call_graph,
 )
 from cryopg.engine.journal import (
     annotate_run,
@@ -147,6 +149,8 @@ __all__ = [
     "graph_take_signal",
     "graph_record_item",
     "graph_start_job",
+    "GraphCall",
+    "call_graph",
     "graph_wait_item",
     "graph_settle",
     "approve_node",
