@@ -286,6 +286,6 @@ async def _call_graph(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dic
                       int(got.get("exit_code") or 0))
     answer = entry.get("answer") if isinstance(entry.get("answer"), dict) else {}
     if int(entry.get("exit_code") or 0) != 0:
-        raise _error(GRAPH_FAILED, f"{what} (run {answer.get('run_id')}) "
-                     f"{answer.get('status') or 'failed'}: {answer.get('error') or 'no error given'}")
+        status, error = answer.get("status") or "failed", answer.get("error") or "no error given"
+        raise _error(GRAPH_FAILED, f"{what} (run {answer.get('run_id')}) {status}: {error}")
     return {"ok": True, "output": answer.get("output"), "run_id": answer.get("run_id")}

@@ -38,7 +38,8 @@ USAGE = {
         "                       [--retry-on-exit CODE[,CODE...]] -- COMMAND [ARG...]"),
     "output": "usage: cryopg output set KEY VALUE",
     "lock": "usage: cryopg lock GROUP [-- COMMAND [ARG...]]   (no command: until the run ends)",
-    "call-graph": "usage: cryopg call-graph NAME [--input JSON]   (prints the graph's output as JSON)",
+    "call-graph": ("usage: cryopg call-graph NAME [--input JSON]   "
+                   "(prints the graph's output as JSON)"),
     "call-node": ("usage: cryopg call-node TYPE --config JSON [--input JSON]   "
                   "(prints the node's output as JSON)"),
 }

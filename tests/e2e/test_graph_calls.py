@@ -78,9 +78,11 @@ def test_a_failed_child_graph_fails_the_call_with_its_error(stack: Any, dsn: str
     run_id = submit(stack, script(stack.dir, "failing.sh", """\
 if out=$(cryopg call-graph tally --input '{"by":"lots"}' 2>&1); then echo "graph ok $out"
 else echo "graph failed=$? $out"; fi
-if out=$(cryopg call-node shell --config '{"run":"echo half; exit 3"}' 2>&1); then echo "node ok $out"
+if out=$(cryopg call-node shell --config '{"run":"echo half; exit 3"}' 2>&1)
+then echo "node ok $out"
 else echo "node failed=$? $out"; fi
-if out=$(cryopg call-graph plain 2>&1); then echo "script ok"; else echo "script refused=$? $out"; fi
+if out=$(cryopg call-graph plain 2>&1); then echo "script ok"
+else echo "script refused=$? $out"; fi
 if out=$(cryopg call-node state --config '{"op":"nope","key":"k"}' 2>&1); then echo "bad ok"
 else echo "bad refused=$? $out"; fi
 cryopg call-node state 2>/dev/null || echo "usage=$?"
