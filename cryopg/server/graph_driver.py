@@ -102,8 +102,11 @@ async def drive_once(app: web.Application) -> int:
         return len(driven)
 
 
-async def drive_forever(app: web.Application) -> None:
-    while True:
+async def drive_forever(app: web.Application, stop: asyncio.Event) -> None:
+    # `stop` as well as cancel: on Python 3.11 asyncio.wait_for swallows a cancel that
+    # arrives as the event it waits on is set (shutdown sets every waiter's event), and
+    # the loop would go on forever, hanging the app's cleanup.
+    while not stop.is_set():
         woke = app[NOTIFIER].work_event()
         try:
             n = await drive_once(app)
@@ -121,8 +124,10 @@ async def drive_forever(app: web.Application) -> None:
 
 
 async def driver_ctx(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(drive_forever(app))
+    stop = asyncio.Event()
+    task = asyncio.create_task(drive_forever(app, stop))
     yield
+    stop.set()
     task.cancel()
     try:
         await task
