@@ -27,7 +27,11 @@ WAIT_OPS = (
     "output.set",
     "lock.acquire",
     "lock.release",
+    "graph.call",
+    "node.call",
 )
+# A called graph that did not succeed fails the call with this code.
+GRAPH_FAILED = "graph_failed"
 
 
 def _error(code: str, message: str) -> VerbError:
@@ -97,6 +101,8 @@ async def dispatch(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dict[s
         return await _lock(verbs, req)
     if op == "lock.release":
         return await _unlock(verbs, req)
+    if op in ("graph.call", "node.call"):
+        return await _call_graph(verbs, op, req)
     return await _output(verbs, req)
 
 
@@ -238,3 +244,48 @@ async def _unlock(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     group = _group(req, "lock.release")
     got = await _ask(verbs, "locks/release", group=group)
     return {"ok": True, "released": bool(got.get("released"))}
+
+
+async def _call_graph(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dict[str, Any] | None:
+    """Run a stored graph (graph.call {name, input}) or one node (node.call {type, config,
+    input}) as a child graph run and answer with its output. The first reach submits the
+    child and parks; the child's end wakes the run with the memo every pass answers from."""
+    if op == "graph.call":
+        name = _name(req, "graph.call")
+        fields: dict[str, Any] = {"name": name}
+        what, route = f"graph {name!r}", "graphs/call"
+    else:
+        name = req.get("type")
+        if not isinstance(name, str) or not name:
+            raise _error("bad_request", "node.call needs a non-empty string 'type'")
+        if not isinstance(req.get("config"), dict):
+            raise _error("bad_request", "node.call needs a JSON object 'config'")
+        fields = {"type": name, "config": req["config"]}
+        what, route = f"{name} node", "nodes/call"
+    path, ordinal = await verbs._reach(op, name)
+    entry = _done(verbs, path)
+    if entry is None:
+        await flush_before_park(verbs)
+        job = verbs._job
+        try:
+            got = await job.api.call(job.run_id, job.claim_token, route, path=path,
+                                     ordinal=ordinal, input=req.get("input"), **fields)
+        except StaleClaim:
+            job.stale()
+            raise _error("engine", "the claim on this run was lost") from None
+        except AgentAPIError as e:
+            if e.code in ("invalid_argument", "not_found"):
+                raise _error(e.code, e.message) from None
+            raise _error("engine", f"server refused or unreachable: {e.message}") from None
+        if got.get("parked"):
+            verbs._job.parked()  # the child runs; its end wakes this run with the answer
+            return None
+        entry = _memo(verbs, path, op, name, ordinal,
+                      {"run_id": got.get("run_id"), "status": got.get("status"),
+                       "error": got.get("error"), "output": got.get("output")},
+                      int(got.get("exit_code") or 0))
+    answer = entry.get("answer") if isinstance(entry.get("answer"), dict) else {}
+    if int(entry.get("exit_code") or 0) != 0:
+        status, error = answer.get("status") or "failed", answer.get("error") or "no error given"
+        raise _error(GRAPH_FAILED, f"{what} (run {answer.get('run_id')}) {status}: {error}")
+    return {"ok": True, "output": answer.get("output"), "run_id": answer.get("run_id")}

@@ -436,6 +436,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_call_memo(p_child_id text) RETURNS TABLE(result bytea, answer jsonb, exit_code integer)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN c.status = 'succeeded' THEN
+                (SELECT o.value FROM cryo.run_outputs o WHERE o.run_id = c.id AND o.key = 'output') END,
+           jsonb_build_object('run_id', c.id, 'status', c.status, 'error', c.error),
+           cryo._outcome_code(c.status, c.exit_code)
+      FROM cryo.runs c WHERE c.id = p_child_id
+$$;
+
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1059,6 +1069,7 @@ DECLARE
     v_q cryo.queue;
     v_marker cryo.journal;
     v_failed integer;
+    v_got record;
 BEGIN
     SELECT * INTO v_child FROM cryo.runs WHERE id = p_child_id;
     IF v_child.parent_run_id IS NULL THEN
@@ -1078,6 +1089,10 @@ BEGIN
     IF v_marker.key_family = 'activity.collect' AND v_marker.ref_run_id = p_child_id THEN
         PERFORM cryo._wake(ARRAY[v_q.run_id], 'activity_completed', NULL, NULL,
                            cryo._outcome_code(v_child.status, v_child.exit_code));
+    ELSIF v_marker.key_family IN ('graph.call', 'node.call') AND v_marker.ref_run_id = p_child_id THEN
+        SELECT * INTO v_got FROM cryo._graph_call_memo(p_child_id);
+        PERFORM cryo._wake(ARRAY[v_q.run_id], 'graph_call_completed', v_got.result, v_got.answer,
+                           v_got.exit_code);
     ELSIF v_marker.key_family = 'activity.wait-all' AND NOT EXISTS (
             SELECT 1 FROM cryo._uncollected(v_q.run_id) c WHERE NOT cryo.is_terminal(c.status)) THEN
         SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed
@@ -1231,6 +1246,55 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) IS 'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+
+CREATE FUNCTION cryo.call_graph(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_workflow text, p_filename text, p_source bytea, p_input bytea, p_graph jsonb, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, child_run_id text, status text, exit_code integer, output bytea, error text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_path text;
+    v_memo cryo.journal;
+    v_child text;
+    v_got record;
+BEGIN
+    IF p_family IS NULL OR p_family NOT IN ('graph.call', 'node.call') THEN
+        RAISE EXCEPTION 'a graph call''s family is graph.call or node.call, not %', coalesce(p_family, 'null')
+            USING ERRCODE = 'CR004';
+    END IF;
+    v_path := cryo.call_path(p_family, p_name, p_ordinal, p_path);
+    v_memo := cryo._done_memo(p_run_id, v_path);
+    IF v_memo.path IS NOT NULL THEN
+        RETURN QUERY SELECT false, v_memo.ref_run_id, v_memo.answer_clear ->> 'status',
+                            v_memo.exit_code, v_memo.result, v_memo.answer_clear ->> 'error';
+        RETURN;
+    END IF;
+    -- A marker an earlier pass left names the child it submitted: never a second one.
+    SELECT j.ref_run_id INTO v_child FROM cryo.journal j
+     WHERE j.run_id = p_run_id AND j.path = v_path AND j.status = 'pending';
+    IF v_child IS NULL THEN
+        IF p_graph IS NULL OR p_source IS NULL THEN
+            RAISE EXCEPTION 'a graph call needs a compiled graph and its sealed document'
+                USING ERRCODE = 'CR004';
+        END IF;
+        SELECT s.run_id INTO v_child FROM cryo.submit_script(
+            v_q.org, v_q.project, coalesce(p_filename, 'graph.json'), NULL, p_source, p_input,
+            NULL, '{graph}', p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph) s;
+        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'graph_called', p_family, p_name,
+                              p_ordinal);
+    END IF;
+    PERFORM cryo._mark(v_q, p_position, v_path, p_family, p_name, p_ordinal, NULL, v_child);
+    PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, p_name, NULL);
+    IF EXISTS (SELECT 1 FROM cryo.runs c WHERE c.id = v_child AND cryo.is_terminal(c.status)) THEN
+        -- Only reachable from a marker whose child has ended: wake at once, answered.
+        SELECT * INTO v_got FROM cryo._graph_call_memo(v_child);
+        PERFORM cryo._wake(ARRAY[p_run_id], 'graph_call_completed', v_got.result, v_got.answer,
+                           v_got.exit_code);
+    END IF;
+    RETURN QUERY SELECT true, v_child, NULL::text, NULL::integer, NULL::bytea, NULL::text;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.call_graph(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_workflow text, p_filename text, p_source bytea, p_input bytea, p_graph jsonb, p_path text) IS 'A durable call of the claimed run that runs a graph (family graph.call: a stored graph named p_name; node.call: one node of type p_name) as its child and waits for it. The first reach submits the child graph run (p_graph the compiled structure, p_source its sealed document, p_input its sealed input), marks the call and parks the caller until the child ends; returns (parked true, child id, ...). A recorded call returns (false, child id, status, exit code, sealed output as {"answer": v} or NULL when the child did not succeed, error). Raises CR002 for a stale claim, CR004 for a bad family, identity or missing graph, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.call_path(p_family text, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE

@@ -22,7 +22,7 @@ from cryopg.cli.inscript_client import (
 # Verbs of inscript_waits.py, listed here so dispatching never imports that module early.
 WAIT_VERBS = frozenset({"wait-signal", "wait-event", "emit", "spawn", "activity-submit",
                         "activity-collect", "activity-wait-all", "activity", "output",
-                        "lock"})
+                        "lock", "call-graph", "call-node"})
 IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate", "state"}) | WAIT_VERBS
 
 USAGE = {

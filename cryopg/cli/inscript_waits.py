@@ -1,5 +1,5 @@
 """In-script verbs that wait or start other runs: wait-signal, wait-event, emit, spawn,
-activity-submit/-collect/-wait-all, activity, and output set.
+activity-submit/-collect/-wait-all, activity, call-graph, call-node, and output set.
 
 Part of the in-script fast path: cheap imports only, like inscript.py; the socket
 client both use is inscript_client.py. A wait that has to park never returns: the
@@ -9,6 +9,7 @@ wait is over.
 
 import os
 
+from cryopg.cli import lean
 from cryopg.cli.inscript_client import (
     UsageError,
     agent_socket,
@@ -37,6 +38,10 @@ USAGE = {
         "                       [--retry-on-exit CODE[,CODE...]] -- COMMAND [ARG...]"),
     "output": "usage: cryopg output set KEY VALUE",
     "lock": "usage: cryopg lock GROUP [-- COMMAND [ARG...]]   (no command: until the run ends)",
+    "call-graph": ("usage: cryopg call-graph NAME [--input JSON]   "
+                   "(prints the graph's output as JSON)"),
+    "call-node": ("usage: cryopg call-node TYPE --config JSON [--input JSON]   "
+                  "(prints the node's output as JSON)"),
 }
 WAIT_VERBS = frozenset(USAGE)
 
@@ -175,9 +180,43 @@ def main(verb: str, args: list[str]) -> int:
         return 0
     if verb == "lock":
         return _lock(args)
+    if verb in ("call-graph", "call-node"):
+        return _call_graph(verb, args)
     if len(args) != 3 or args[0] != "set":
         raise UsageError(USAGE["output"])
     call(agent_socket(verb), {"op": "output.set", "key": args[1], "value": parse_value(args[2])})
+    return 0
+
+
+def _json_option(verb: str, options: dict[str, str], name: str) -> object:
+    try:
+        return lean.loads(options[name])
+    except ValueError:
+        raise UsageError(f"{name} is not valid JSON\n{USAGE[verb]}") from None
+
+
+def _call_graph(verb: str, args: list[str]) -> int:
+    """`call-graph NAME` runs a stored graph, `call-node TYPE --config J` one node, as a
+    child graph run; the first pass parks until it ends, and every pass prints its output.
+    A child that failed fails the verb (exit 1) with its error."""
+    allowed = {"--input": True, **({"--config": True} if verb == "call-node" else {})}
+    positional, options = _options(verb, args, allowed)
+    if len(positional) != 1 or not positional[0]:
+        raise UsageError(USAGE[verb])
+    child_input = _json_option(verb, options, "--input") if "--input" in options else None
+    if verb == "call-graph":
+        request: dict[str, object] = {"op": "graph.call", "name": positional[0],
+                                      "input": child_input}
+    else:
+        if "--config" not in options:
+            raise UsageError(f"--config is required\n{USAGE[verb]}")
+        config = _json_option(verb, options, "--config")
+        if not isinstance(config, dict):
+            raise UsageError(f"--config must be a JSON object\n{USAGE[verb]}")
+        request = {"op": "node.call", "type": positional[0], "config": config,
+                   "input": child_input}
+    reply = call(agent_socket(verb), request)
+    write_stdout(lean.dumps(reply.get("output"), compact=True) + "\n")
     return 0
 
 

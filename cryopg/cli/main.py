@@ -34,7 +34,8 @@ def outcome_exit_code(run: dict[str, Any]) -> int:
 IN_SCRIPT_HELP = """\b
 Inside a run (each takes -h):
   step, sleep, annotate, state, wait-signal, wait-event, emit, spawn,
-  activity-submit, activity-collect, activity-wait-all, activity, output, lock
+  activity-submit, activity-collect, activity-wait-all, activity, output, lock,
+  call-graph, call-node
 """
 
 

@@ -22,10 +22,12 @@ from cryopg.engine.finish import (
 )
 from cryopg.engine.graphs import (
     Driven,
+    GraphCall,
     GraphNode,
     NodeRow,
     PlanRow,
     approve_node,
+    call_graph,
     drive_graphs,
     eval_expression,
     get_workflow,
@@ -158,6 +160,8 @@ __all__ = [
     "graph_take_signal",
     "graph_record_item",
     "graph_start_job",
+    "GraphCall",
+    "call_graph",
     "graph_wait_item",
     "graph_settle",
     "approve_node",

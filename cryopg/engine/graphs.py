@@ -180,3 +180,29 @@ async def read_graph(conn: AsyncConnection, run_id: str) -> tuple[dict[str, Any]
     cur = await conn.execute("SELECT graph, source FROM cryo.read_graph(%s)", (run_id,))
     row = await cur.fetchone()
     return (row[0], row[1]) if row else None
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphCall:
+    """A script's call of a graph: parked on the child, or its recorded answer."""
+
+    parked: bool
+    child_run_id: str
+    status: str | None
+    exit_code: int | None
+    output: bytes | None
+    error: str | None
+
+
+async def call_graph(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
+                     position: int | None = None, family: str, name: str, ordinal: int,
+                     workflow: str | None, filename: str, source: bytes, input: bytes | None,
+                     graph: dict[str, Any], path: str | None = None) -> GraphCall:
+    cur = conn.cursor(row_factory=class_row(GraphCall))
+    await cur.execute(
+        "SELECT * FROM cryo.call_graph(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (run_id, token, position, family, name, ordinal, workflow, filename, source, input,
+         Jsonb(graph), path))
+    got = await cur.fetchone()
+    assert got is not None
+    return got

@@ -129,8 +129,11 @@ async def drive_once(app: web.Application) -> int:
         return len(driven)
 
 
-async def drive_forever(app: web.Application) -> None:
-    while True:
+async def drive_forever(app: web.Application, stop: asyncio.Event) -> None:
+    # `stop` as well as cancel: on Python 3.11 asyncio.wait_for swallows a cancel that
+    # arrives as the event it waits on is set (shutdown sets every waiter's event), and
+    # the loop would go on forever, hanging the app's cleanup.
+    while not stop.is_set():
         woke = app[NOTIFIER].work_event()
         try:
             n = await drive_once(app)
@@ -149,8 +152,10 @@ async def drive_forever(app: web.Application) -> None:
 
 
 async def driver_ctx(app: web.Application) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(drive_forever(app)) for _ in range(DRIVERS)]
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(drive_forever(app, stop)) for _ in range(DRIVERS)]
     yield
+    stop.set()
     for task in tasks:
         task.cancel()
     # A turn caught mid-query rolls back when its connection goes; shutdown does not wait

@@ -22,6 +22,8 @@ cryo_activity_collect() { "$CRYO_BIN" activity-collect "$@"; } # NAME
 cryo_activity_wait_all() { "$CRYO_BIN" activity-wait-all "$@"; }
 cryo_activity() { "$CRYO_BIN" activity "$@"; }            # NAME [policy] -- CMD...
 cryo_output_set() { "$CRYO_BIN" output set "$@"; }        # KEY VALUE
+cryo_call_graph() { "$CRYO_BIN" call-graph "$@"; }        # NAME [--input JSON]; prints JSON
+cryo_call_node() { "$CRYO_BIN" call-node "$@"; }          # TYPE --config JSON [--input JSON]
 cryo_state_get() { "$CRYO_BIN" state get "$@"; }          # KEY [--entity E]
 cryo_state_version() { "$CRYO_BIN" state version "$@"; } # KEY [--entity E]
 cryo_state_set() { "$CRYO_BIN" state set "$@"; }          # KEY VALUE [--entity E]

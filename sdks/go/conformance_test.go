@@ -236,6 +236,14 @@ func makeCall(c map[string]any, fnCalls *int, dir string) (any, error) {
 			return nil, Emit(name, make(chan int))
 		}
 		return nil, Emit(name, c["payload"])
+	case "call_graph":
+		if c["input_unencodable"] == true {
+			return CallGraph(name, make(chan int))
+		}
+		return CallGraph(name, c["input"])
+	case "call_node":
+		cfg, _ := c["config"].(map[string]any)
+		return CallNode(str(c, "type"), cfg, c["input"])
 	case "spawn":
 		path := filepath.Join(dir, str(c, "file"))
 		if err := os.WriteFile(path, []byte(str(c, "source")), 0o600); err != nil {

@@ -349,6 +349,41 @@ func ActivityCollect(name string) (string, error) {
 	return r.str("stdout"), nil
 }
 
+// CallGraph runs the stored graph name (a cryosleep-graph/v1 workflow) with input as a
+// child graph run, waits for it and returns its output as JSON. The first pass parks
+// until the child ends; replays return the recorded output and start nothing. A child
+// that failed is a *ScriptError with Code "graph_failed", carrying the child's error.
+func CallGraph(name string, input any) (json.RawMessage, error) {
+	in, err := jsonValue(fmt.Sprintf("CallGraph %q input", name), input)
+	if err != nil {
+		return nil, err
+	}
+	r, err := call(request{"op": "graph.call", "name": name, "input": in})
+	if err != nil {
+		return nil, err
+	}
+	return r.value("output"), nil
+}
+
+// CallNode runs one node (a cryosleep-node/v1 document: nodeType and its config) as a
+// child graph run, waits for it and returns the node's output as JSON; as CallGraph
+// otherwise. input may be nil.
+func CallNode(nodeType string, config map[string]any, input any) (json.RawMessage, error) {
+	cfg, err := jsonValue(fmt.Sprintf("CallNode %q config", nodeType), config)
+	if err != nil {
+		return nil, err
+	}
+	in, err := jsonValue(fmt.Sprintf("CallNode %q input", nodeType), input)
+	if err != nil {
+		return nil, err
+	}
+	r, err := call(request{"op": "node.call", "type": nodeType, "config": cfg, "input": in})
+	if err != nil {
+		return nil, err
+	}
+	return r.value("output"), nil
+}
+
 // ActivityWaitAll waits for every submitted, uncollected activity and returns how many
 // failed.
 func ActivityWaitAll() (int, error) {

@@ -27,6 +27,7 @@ type reply map[string]json.RawMessage
 var parking = map[string]bool{
 	"sleep": true, "wait.signal": true, "wait.event": true,
 	"activity.collect": true, "activity.wait-all": true, "lock.acquire": true,
+	"graph.call": true, "node.call": true,
 }
 
 func intEnv(name string, fallback int) int {

@@ -163,8 +163,8 @@ BEGIN
 END
 $$;
 
--- Set off by a child's ending: its parent may be parked collecting it, or waiting for
--- all its activities.
+-- Set off by a child's ending: its parent may be parked collecting it, waiting for
+-- all its activities, or waiting for the output of a graph it called.
 CREATE OR REPLACE FUNCTION cryo._wake_parent(p_child_id text)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -173,6 +173,7 @@ DECLARE
     v_q cryo.queue;
     v_marker cryo.journal;
     v_failed integer;
+    v_got record;
 BEGIN
     SELECT * INTO v_child FROM cryo.runs WHERE id = p_child_id;
     IF v_child.parent_run_id IS NULL THEN
@@ -192,6 +193,10 @@ BEGIN
     IF v_marker.key_family = 'activity.collect' AND v_marker.ref_run_id = p_child_id THEN
         PERFORM cryo._wake(ARRAY[v_q.run_id], 'activity_completed', NULL, NULL,
                            cryo._outcome_code(v_child.status, v_child.exit_code));
+    ELSIF v_marker.key_family IN ('graph.call', 'node.call') AND v_marker.ref_run_id = p_child_id THEN
+        SELECT * INTO v_got FROM cryo._graph_call_memo(p_child_id);
+        PERFORM cryo._wake(ARRAY[v_q.run_id], 'graph_call_completed', v_got.result, v_got.answer,
+                           v_got.exit_code);
     ELSIF v_marker.key_family = 'activity.wait-all' AND NOT EXISTS (
             SELECT 1 FROM cryo._uncollected(v_q.run_id) c WHERE NOT cryo.is_terminal(c.status)) THEN
         SELECT count(*) FILTER (WHERE c.status <> 'succeeded') INTO v_failed

@@ -6,6 +6,7 @@ the language itself. A language is skipped only when its toolchain is not instal
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import os
 import shutil
 import subprocess
@@ -61,10 +62,12 @@ def test_go_suite() -> None:
 
 def test_rust_suite() -> None:
     _need("cargo")
-    # The target directory the agent builds .rs workflows into: serde_json and the SDK
-    # compile once for both.
-    # The vectors are named at run time: a test binary reused from the shared target
-    # directory may have been built in another checkout, with that checkout's path baked in.
+    # Under the cache the agent builds .rs workflows in, but one target directory per
+    # checkout: cargo gives the SDK the same artifact names in every checkout, so in a
+    # directory shared with another checkout it may take that checkout's test binary (and
+    # its older SDK) as up to date.
+    # The vectors are named at run time, so the binary reads this checkout's.
+    checkout = hashlib.sha256(str(SDKS).encode()).hexdigest()[:12]
     _run(["cargo", "test", "--quiet"], SDKS / "rust", timeout=900,
-         CARGO_TARGET_DIR=str(toolchains.rust_target_dir()),
+         CARGO_TARGET_DIR=str(toolchains.rust_target_dir() / f"sdk-{checkout}"),
          CRYO_CONFORMANCE_VECTORS=str(SDKS / "conformance" / "vectors"))

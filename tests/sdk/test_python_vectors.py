@@ -72,6 +72,11 @@ def _run(call: dict[str, Any], files: Path, counter: list[int]) -> Any:
         path = files / call["file"]
         path.write_text(call["source"])
         return script.spawn(path, input=call.get("input"), interpreter=call.get("interpreter"))
+    if verb == "call_graph":
+        graph_input = UNENCODABLE if call.get("input_unencodable") else call.get("input")
+        return script.call_graph(call["name"], graph_input)
+    if verb == "call_node":
+        return script.call_node(call["type"], call["config"], call.get("input"))
     if verb == "annotate":
         return script.annotate(call["text"])
     if verb == "output_set":

@@ -16,6 +16,8 @@ from cryopg.server.agent_api.in_run import finish_unreadable
 from cryopg.server.render import child_output
 from cryopg.server.state import CONFIG, KEYS, POOL
 
+GRAPH_CALLS = ("graph.call", "node.call")
+
 
 async def grant_entry(conn: AsyncConnection, sealer: Sealer, m: Memo) -> dict[str, Any]:
     """One journal memo as the agent's grant carries it, opened."""
@@ -27,6 +29,9 @@ async def grant_entry(conn: AsyncConnection, sealer: Sealer, m: Memo) -> dict[st
         entry["answer"] = result["answer"]
     elif m.answer_clear is not None:
         entry["answer"] = m.answer_clear
+    if m.family in GRAPH_CALLS and m.status == "done":
+        # The called graph's output (sealed in the memo) beside its run id, status, error.
+        entry["answer"] = {**(m.answer_clear or {}), "output": result.get("answer")}
     if m.family == "activity.collect" and m.status == "done" and m.ref_run_id:
         entry["stdout"] = await child_output(conn, sealer, m.ref_run_id)
     return entry

@@ -18,7 +18,8 @@ from cryosleep.errors import AgentTooOld, AgentUnavailable, ScriptError
 
 # Ops after which the agent may park the run: it kills the script and never replies.
 PARKING_OPS = frozenset(
-    {"sleep", "wait.signal", "wait.event", "activity.collect", "activity.wait-all", "lock.acquire"}
+    {"sleep", "wait.signal", "wait.event", "activity.collect", "activity.wait-all", "lock.acquire",
+     "graph.call", "node.call"}
 )
 # Agent error codes that are infrastructure, not the script's fault.
 UNAVAILABLE_CODES = frozenset({"engine"})

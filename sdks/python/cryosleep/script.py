@@ -2,7 +2,7 @@
 
 Every function is one request to the agent that runs this script. A durable call
 returns its recorded answer on replay instead of acting again. Calls that wait (sleep,
-the waits, activity collect / wait-all, lock) may park the run: the agent then stops
+the waits, activity collect / wait-all, lock, call_graph / call_node) may park the run: the agent then stops
 this process, so on that pass the call never returns, and the run replays from the top
 when the wait is over. Do not wrap them in a broad `except`; nothing they could raise
 there is worth carrying on from.
@@ -34,8 +34,8 @@ __all__ = [
     "AgentTooOld", "AgentUnavailable", "CryoError", "ScriptError", "StateCell", "StepFailed",
     "StepResult", "WaitEventTimeout", "WaitSignalTimeout", "WaitTimeout",
     "activity", "activity_collect", "activity_collect_unchecked", "activity_submit",
-    "activity_wait_all", "annotate", "emit", "input", "lock", "output_set", "seconds", "sleep",
-    "spawn",
+    "activity_wait_all", "annotate", "call_graph", "call_node", "emit", "input", "lock",
+    "output_set", "seconds", "sleep", "spawn",
     "state_add", "state_cas", "state_cell", "state_delete", "state_get", "state_incr",
     "state_list", "state_set", "step", "step_fn", "step_unchecked", "wait_event", "wait_signal",
 ]
@@ -271,6 +271,24 @@ def spawn(path: str | os.PathLike[str], *, input: Any = None,
     reply = _client.call({"op": "spawn", "filename": os.path.basename(os.fspath(path)),
                           "source": source, "input": input, "interpreter": interpreter})
     return str(reply.get("run_id"))
+
+
+def call_graph(name: str, input: Any = None) -> Any:
+    """Run the stored graph `name` (a cryosleep-graph/v1 workflow) with `input` as a child
+    graph run, wait for it and return its output. The first pass parks until the child
+    ends; replays return the recorded output and start nothing. A child that failed is
+    ScriptError code "graph_failed", carrying the child's error."""
+    to_json(input, f"the input of graph {name!r}")
+    return _client.call({"op": "graph.call", "name": name, "input": input}).get("output")
+
+
+def call_node(type: str, config: dict[str, Any], input: Any = None) -> Any:
+    """Run one node (a cryosleep-node/v1 document: `type` and its `config`) as a child
+    graph run, wait for it and return the node's output; as call_graph otherwise."""
+    to_json(config, f"the config of the {type} node")
+    to_json(input, f"the input of the {type} node")
+    return _client.call({"op": "node.call", "type": type, "config": config,
+                         "input": input}).get("output")
 
 
 def annotate(text: str) -> None:

@@ -87,7 +87,8 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// Ops after which the agent may park the run: it stops the script and never answers.
 const PARKING: &[&str] =
-    &["sleep", "wait.signal", "wait.event", "activity.collect", "activity.wait-all", "lock.acquire"];
+    &["sleep", "wait.signal", "wait.event", "activity.collect", "activity.wait-all", "lock.acquire",
+      "graph.call", "node.call"];
 
 fn int_env(name: &str, fallback: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(fallback)
@@ -400,6 +401,29 @@ pub fn wait_event_timeout(name: &str, timeout: Duration) -> Result<Value> {
 pub fn emit<P: Serialize + ?Sized>(name: &str, payload: &P) -> Result<()> {
     let payload = to_json(&format!("emit {name:?} payload"), payload)?;
     call(json!({"op": "emit", "name": name, "payload": payload})).map(|_| ())
+}
+
+/// Run the stored graph `name` (a cryosleep-graph/v1 workflow) with `input` as a child
+/// graph run, wait for it and return its output. The first pass parks until the child
+/// ends; replays return the recorded output and start nothing. A child that failed is
+/// [`Error::Script`] with code `graph_failed`, carrying the child's error.
+pub fn call_graph<I: Serialize + ?Sized>(name: &str, input: &I) -> Result<Value> {
+    let input = to_json(&format!("call_graph {name:?} input"), input)?;
+    let reply = call(json!({"op": "graph.call", "name": name, "input": input}))?;
+    Ok(reply.get("output").cloned().unwrap_or(Value::Null))
+}
+
+/// Run one node (a cryosleep-node/v1 document: `node_type` and its `config`) as a child
+/// graph run, wait for it and return the node's output; as [`call_graph`] otherwise.
+pub fn call_node<C: Serialize + ?Sized, I: Serialize + ?Sized>(
+    node_type: &str,
+    config: &C,
+    input: &I,
+) -> Result<Value> {
+    let config = to_json(&format!("call_node {node_type:?} config"), config)?;
+    let input = to_json(&format!("call_node {node_type:?} input"), input)?;
+    let reply = call(json!({"op": "node.call", "type": node_type, "config": config, "input": input}))?;
+    Ok(reply.get("output").cloned().unwrap_or(Value::Null))
 }
 
 /// Options of [`spawn`].

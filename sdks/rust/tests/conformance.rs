@@ -191,6 +191,14 @@ fn make_call(c: &Value, fn_calls: &mut u32, dir: &Path) -> Result<Value, Error> 
                 (false, false) => cryosleep::wait_event(name)?,
             }
         }
+        "call_graph" => {
+            if c["input_unencodable"] == json!(true) {
+                cryosleep::call_graph(name, &unencodable())?
+            } else {
+                cryosleep::call_graph(name, &c["input"])?
+            }
+        }
+        "call_node" => cryosleep::call_node(s(c, "type"), &c["config"], &c["input"])?,
         "emit" => {
             if c["payload_unencodable"] == json!(true) {
                 cryosleep::emit(name, &unencodable())?;
@@ -425,10 +433,15 @@ fn vectors_failures() {
     run_file("failures");
 }
 
+#[test]
+fn vectors_graphs() {
+    run_file("graphs");
+}
+
 /// Every vectors file has a test above.
 #[test]
 fn vectors_all_covered() {
-    let known = ["steps", "waits", "state", "activities", "misc", "failures"];
+    let known = ["steps", "waits", "state", "activities", "misc", "failures", "graphs"];
     for entry in std::fs::read_dir(vectors_dir()).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if let Some(stem) = name.strip_suffix(".json") {

@@ -93,6 +93,18 @@ export declare function activitySubmit(name: string, argv: string[], options?: A
  * retries; 130 when cancelled) raises {@link StepFailed}.
  */
 export declare function activityCollect(name: string): Promise<string>;
+/**
+ * Run the stored graph `name` (a cryosleep-graph/v1 workflow) with `input` as a child
+ * graph run, wait for it and return its output. The first pass parks until the child
+ * ends; replays return the recorded output and start nothing. A child that failed raises
+ * {@link ScriptError} with code "graph_failed", carrying the child's error.
+ */
+export declare function callGraph(name: string, input?: unknown): Promise<unknown>;
+/**
+ * Run one node (a cryosleep-node/v1 document: `type` and its `config`) as a child graph
+ * run, wait for it and return the node's output; as {@link callGraph} otherwise.
+ */
+export declare function callNode(type: string, config: Record<string, unknown>, input?: unknown): Promise<unknown>;
 /** Wait for every submitted, uncollected activity; returns how many failed. */
 export declare function activityWaitAll(): Promise<number>;
 /**

@@ -184,6 +184,27 @@ export async function activityCollect(name) {
         throw new StepFailed(name, exitCode, stdout);
     return stdout;
 }
+/**
+ * Run the stored graph `name` (a cryosleep-graph/v1 workflow) with `input` as a child
+ * graph run, wait for it and return its output. The first pass parks until the child
+ * ends; replays return the recorded output and start nothing. A child that failed raises
+ * {@link ScriptError} with code "graph_failed", carrying the child's error.
+ */
+export async function callGraph(name, input = null) {
+    checkJson(input, `callGraph ${JSON.stringify(name)} input`);
+    const reply = await call({ op: "graph.call", name, input });
+    return reply.output ?? null;
+}
+/**
+ * Run one node (a cryosleep-node/v1 document: `type` and its `config`) as a child graph
+ * run, wait for it and return the node's output; as {@link callGraph} otherwise.
+ */
+export async function callNode(type, config, input = null) {
+    checkJson(config, `callNode ${JSON.stringify(type)} config`);
+    checkJson(input, `callNode ${JSON.stringify(type)} input`);
+    const reply = await call({ op: "node.call", type, config, input });
+    return reply.output ?? null;
+}
 /** Wait for every submitted, uncollected activity; returns how many failed. */
 export async function activityWaitAll() {
     await requireVerb("activity.wait-all", "activityWaitAll");

@@ -13,6 +13,8 @@ const PARKING = new Set([
     "activity.collect",
     "activity.wait-all",
     "lock.acquire",
+    "graph.call",
+    "node.call",
 ]);
 const TRANSIENT = new Set(["ECONNREFUSED", "EAGAIN"]);
 function intEnv(name, fallback) {

@@ -17,6 +17,8 @@ const PARKING = new Set([
   "activity.collect",
   "activity.wait-all",
   "lock.acquire",
+  "graph.call",
+  "node.call",
 ]);
 const TRANSIENT = new Set(["ECONNREFUSED", "EAGAIN"]);
 

@@ -98,6 +98,13 @@ async function makeCall(c, state, dir) {
     case "emit":
       if (c.payload_unencodable) return sdk.emit(c.name, unencodable());
       return c.payload === undefined ? sdk.emit(c.name) : sdk.emit(c.name, c.payload);
+    case "call_graph":
+      if (c.input_unencodable) return sdk.callGraph(c.name, unencodable());
+      return c.input === undefined ? sdk.callGraph(c.name) : sdk.callGraph(c.name, c.input);
+    case "call_node":
+      return c.input === undefined
+        ? sdk.callNode(c.type, c.config)
+        : sdk.callNode(c.type, c.config, c.input);
     case "spawn": {
       const path = join(dir, c.file);
       writeFileSync(path, c.source);

@@ -1,0 +1,88 @@
+"""A script's calls of graphs: `graph.call` (a stored graph by name) and `node.call` (one
+node, a cryosleep-node/v1 document), each run as a child graph run that the caller waits
+for. The decisions are cryo.call_graph's; here the child's document is compiled (a
+node) or taken as stored (a graph) and its input sealed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.engine import GraphCall
+from cryopg.errors import InvalidArgument
+from cryopg.graphs.document import NODE_VERSION, GraphError, compile_graph, load
+from cryopg.seal import Sealer
+from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.auth import agent_run
+from cryopg.server.bodies import claim_token, json_body, recorded_at, str_field, to_int
+from cryopg.server.render import answer
+from cryopg.server.state import KEYS, POOL
+
+
+def _reply(sealer: Sealer, got: GraphCall) -> web.Response:
+    return web.json_response({
+        "parked": got.parked, "run_id": got.child_run_id, "status": got.status,
+        "exit_code": got.exit_code, "error": got.error,
+        "output": answer(sealer, got.output, None)})
+
+
+def _sealed_input(sealer: Sealer, body: dict[str, Any]) -> bytes | None:
+    value = body.get("input")
+    return None if value is None else sealer.seal_json(value)
+
+
+async def call_graph(request: web.Request) -> web.Response:
+    """A stored graph, by name, with an input."""
+    run_id, org, project = await agent_run(request)
+    body = await json_body(request)
+    name = str_field(body, "name")
+    sealer = await request.app[KEYS].sealer(org)
+    async with connection(request.app[POOL]) as conn:
+        filename, _, source, kind, graph = await engine.get_workflow(conn, org, project, name)
+        if kind != "graph" or graph is None:
+            raise InvalidArgument(f"workflow {name!r} is a script, not a graph; call-graph "
+                                  "runs stored graphs")
+        got = await engine.call_graph(
+            conn, run_id, claim_token(body), **recorded_at(body), family="graph.call",
+            name=name, ordinal=to_int(body, "ordinal"), workflow=name, filename=filename,
+            source=source, input=_sealed_input(sealer, body), graph=graph)
+    return _reply(sealer, got)
+
+
+async def call_node(request: web.Request) -> web.Response:
+    """One node of a type with its config, run as a one-node graph."""
+    run_id, org, _ = await agent_run(request)
+    body = await json_body(request)
+    node_type = str_field(body, "type")
+    config = body.get("config")
+    if not isinstance(config, dict):
+        raise InvalidArgument("config must be a JSON object")
+    try:
+        compiled = compile_graph(load_node(node_type, config))
+    except GraphError as exc:
+        raise InvalidArgument(str(exc)) from None
+    sealer = await request.app[KEYS].sealer(org)
+    async with connection(request.app[POOL]) as conn:
+        got = await engine.call_graph(
+            conn, run_id, claim_token(body), **recorded_at(body), family="node.call",
+            name=node_type, ordinal=to_int(body, "ordinal"), workflow=None,
+            filename="node.json", source=sealer.seal_text(compiled.source()),
+            input=_sealed_input(sealer, body), graph=compiled.structure)
+    return _reply(sealer, got)
+
+
+def load_node(node_type: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The one-node graph a node call runs (its node id is "node"), whose output is the
+    node's own output rather than the map of sink nodes a graph gives by default."""
+    doc = load(json.dumps({"version": NODE_VERSION, "type": node_type, "config": config}))
+    return {**doc, "output": {"$expr": "nodes.node.output"}}
+
+
+def add_routes(app: web.Application) -> None:
+    add_run_route(app, "graphs/call", call_graph)
+    add_run_route(app, "nodes/call", call_node)
