@@ -155,6 +155,9 @@ def test_viewer_gets_no_buttons_and_cancel_for_a_member(split: Split, page: Page
     assert page.locator("#cancel").count() == 0 and page.locator("#signal-form").count() == 0
     page.evaluate("sessionStorage.clear()")
     page.goto(login_url(split))
+    # Let the sign-in land (the list shows) before moving on, or the page may still
+    # hold the viewer's role.
+    expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible(timeout=15_000)
     page.goto(f"{split.url}/#/run/{run_id}")
     page.click("#cancel")
     expect(page.locator("#run-status")).to_contain_text("cancelled", timeout=15_000)
