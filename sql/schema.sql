@@ -489,30 +489,6 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._graph_release(p_q cryo.queue, p_node text, p_item integer) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_path text := 'node/' || p_node || '/' || p_item;
-    v_l record;
-BEGIN
-    DELETE FROM cryo.lease_waiters WHERE run_id = p_q.run_id AND path = v_path;
-    FOR v_l IN SELECT l.org, l.project, l.grp FROM cryo.leases l
-                WHERE l.holder_run_id = p_q.run_id AND l.path = v_path LOOP
-        PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
-        DELETE FROM cryo.leases l WHERE l.org = v_l.org AND l.project = v_l.project
-           AND l.grp = v_l.grp AND l.holder_run_id = p_q.run_id AND l.path = v_path;
-        PERFORM cryo._promote(v_l.org, v_l.project, v_l.grp);
-    END LOOP;
-END
-$$;
-
-CREATE FUNCTION cryo._graph_scope_nodes(p_run_id text) RETURNS TABLE(node_id text, status text)
-    LANGUAGE sql STABLE
-    AS $$
-    SELECT n.node_id, n.status FROM cryo.node_states n WHERE n.run_id = p_run_id
-$$;
-
 CREATE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -799,14 +775,16 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._release_leases(p_run_id text) RETURNS void
+CREATE FUNCTION cryo._release_leases(p_run_id text, p_path text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_l record;
 BEGIN
-    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id;
-    FOR v_l IN SELECT org, project, grp FROM cryo.leases WHERE holder_run_id = p_run_id LOOP
+    DELETE FROM cryo.lease_waiters
+     WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path);
+    FOR v_l IN SELECT org, project, grp FROM cryo.leases
+                WHERE holder_run_id = p_run_id AND (p_path IS NULL OR path = p_path) LOOP
         PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
         DELETE FROM cryo.leases
          WHERE org = v_l.org AND project = v_l.project AND grp = v_l.grp AND holder_run_id = p_run_id;
@@ -1960,7 +1938,7 @@ BEGIN
            SET status = 'retrying', attempt = i.attempt + 1, error = p_error, job_run_id = NULL,
                due_at = cryo.now() + make_interval(secs => coalesce((v_retry ->> 'backoff')::float8, 0))
          WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-        PERFORM cryo._graph_release(v_q, p_node, p_item);
+        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_retry_scheduled', 'node', p_node,
                               p_item, v_inst.attempt);
         RETURN 'retrying';
@@ -1969,7 +1947,7 @@ BEGIN
        SET status = p_outcome, output = p_output, error = p_error, finished_at = cryo.now(),
            wait_kind = NULL
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    PERFORM cryo._graph_release(v_q, p_node, p_item);
+    PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
     SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
        FOR UPDATE;
     IF p_outcome = 'failed' THEN
