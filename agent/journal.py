@@ -16,7 +16,9 @@ from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim, se
 
 # How long a call the first pass did not make waits, in strict mode, for the call the
 # first pass made at its position (see JournalCursor._take_position).
-REPLAY_GRACE_SECONDS = float(os.environ.get("CRYO_REPLAY_GRACE_SECONDS") or 3.0)
+# The clock restarts whenever any call arrives: while concurrent siblings are still
+# starting (eight `cryopg ... &` processes on a loaded machine), the pass is progressing.
+REPLAY_GRACE_SECONDS = float(os.environ.get("CRYO_REPLAY_GRACE_SECONDS") or 5.0)
 
 
 class JobHooks(Protocol):
@@ -66,6 +68,7 @@ class JournalCursor:
         self._ordinals: dict[tuple[str, str], int] = {}
         self._reached: set[str] = set()  # the paths this pass has reached so far
         self._arrived = asyncio.Event()  # set whenever a call is reached
+        self._last_arrival = 0.0  # loop time of the latest call reached
 
     async def _reach(self, family: str, name: str) -> tuple[str, int]:
         """Count this call's ordinal and position; in strict mode check it against the journal."""
@@ -83,12 +86,14 @@ class JournalCursor:
         reach the agent in a different order on every pass. The per-site guard is for a
         call the journal does not hold: when the first pass recorded another call at this
         position and this pass has not reached that one, the replay went somewhere else.
-        That call gets a short grace to arrive first (a concurrent sibling may just be
-        late); if it does not, strict mode fails the run."""
+        That call gets a grace to arrive first (a concurrent sibling may just be late),
+        counted from the latest arrival of any call; if it does not, strict mode fails
+        the run."""
         position = self._position
         self._position += 1
         set_position(position)
         self._reached.add(path)
+        self._last_arrival = asyncio.get_running_loop().time()
         self._arrived.set()
         if not self._strict or self._recorded(path):
             return
@@ -96,9 +101,8 @@ class JournalCursor:
         if recorded is None or not recorded.get("path") or recorded.get("path") == path:
             return
         other = str(recorded["path"])
-        deadline = asyncio.get_running_loop().time() + REPLAY_GRACE_SECONDS
         while other not in self._reached:
-            left = deadline - asyncio.get_running_loop().time()
+            left = self._last_arrival + REPLAY_GRACE_SECONDS - asyncio.get_running_loop().time()
             if left <= 0:
                 raise VerbError(
                     "determinism",
@@ -107,7 +111,8 @@ class JournalCursor:
                 )
             self._arrived.clear()
             try:
-                await asyncio.wait_for(self._arrived.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._arrived.wait()
             except TimeoutError:
                 pass
 

@@ -65,6 +65,24 @@ def test_a_new_call_waits_for_a_late_concurrent_sibling(monkeypatch: pytest.Monk
     asyncio.run(main())
 
 
+def test_the_grace_counts_from_the_latest_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal, "REPLAY_GRACE_SECONDS", 0.6)
+
+    async def main() -> None:
+        # p6 shows up 1.2 s after p1, past the grace, but other siblings kept arriving
+        # in between: the pass was still starting its concurrent calls, not diverging.
+        verbs = DurableVerbs(FakeJob(), _recorded("step/p6/0"), strict=True)
+        first = asyncio.create_task(_begin(verbs, "p1"))
+        for name in ("p2", "p3", "p4"):
+            await asyncio.sleep(0.3)
+            asyncio.create_task(_begin(verbs, name))
+        await asyncio.sleep(0.3)
+        assert (await _begin(verbs, "p6"))["hit"] is True
+        assert (await first)["hit"] is False
+
+    asyncio.run(main())
+
+
 def test_a_different_call_where_one_was_recorded_still_fails(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(journal, "REPLAY_GRACE_SECONDS", 0.3)
