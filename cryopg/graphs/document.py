@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from cryopg.graphs.expr import ExprError, parse, parse_template
+from cryopg.graphs.expr import ExprError, parse, parse_template, paths
 
 VERSION = "cryosleep-graph/v1"
 NODE_VERSION = "cryosleep-node/v1"
@@ -82,7 +82,8 @@ def load(source: str) -> dict[str, Any]:
 def compile_graph(doc: dict[str, Any]) -> Compiled:
     if doc.get("version") != VERSION:
         raise GraphError(f"version must be {VERSION!r}")
-    unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name"}
+    unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name",
+                          "if", "cancel_on", "on"}
     if unknown:
         raise GraphError(f"unknown top-level key {sorted(unknown)[0]!r}")
     nodes = doc.get("nodes")
@@ -127,9 +128,48 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
             if not isinstance(out, dict) or set(out) != {"$expr"}:
                 raise GraphError('output: must be {"$expr": "..."}')
             structure["output"] = parse(out["$expr"], known)
+        if "if" in doc:  # decided before a triggered run exists, so it reads trigger/input only
+            structure["if"] = parse(doc["if"], frozenset())
+            if any(p[0] not in ("trigger", "input") for p in paths(structure["if"])):
+                raise ExprError("the top-level if reads trigger and input only")
     except ExprError as exc:
         raise GraphError(f"graph: {exc}") from None
+    structure.update(_trigger_keys(doc))
     return Compiled(structure, {"version": VERSION, "configs": configs})
+
+
+_EVENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+def _names(value: Any, where: str, pattern: re.Pattern[str] | None) -> list[str]:
+    """One text or a list of them, as a list."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(v, str) for v in items):
+        raise GraphError(f"{where}: must be a text or a non-empty list of texts")
+    for v in items:
+        if pattern is not None and not pattern.match(v):
+            raise GraphError(f"{where}: {v!r} is not a valid name")
+    return items
+
+
+def _trigger_keys(doc: dict[str, Any]) -> dict[str, Any]:
+    """cancel_on and on, clear in the structure: SQL reads them (publish_event cancels,
+    workflow put registers schedules, webhooks and handlers). Cron texts are checked by
+    the schedule code, which owns the cron library."""
+    out: dict[str, Any] = {}
+    if "cancel_on" in doc:
+        c = doc["cancel_on"]
+        if not isinstance(c, dict) or set(c) != {"event"}:
+            raise GraphError('cancel_on: must be {"event": NAME}')
+        out["cancel_on"] = {"event": _names(c["event"], "cancel_on.event", _EVENT_NAME)[0]}
+    if "on" in doc:
+        on = doc["on"]
+        if not isinstance(on, dict) or not on or set(on) - {"schedule", "webhook", "event"}:
+            raise GraphError("on: must be an object with schedule, webhook and/or event")
+        out["on"] = {
+            k: _names(v, f"on.{k}", None if k == "schedule" else _EVENT_NAME)
+            for k, v in on.items()}
+    return out
 
 
 def _check_acyclic(ids: list[str], deps: dict[str, list[str]]) -> None:
