@@ -165,10 +165,18 @@ CREATE OR REPLACE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFA
 RETURNS TABLE (run_id text, claim_token uuid, org text, project text, source bytea,
                input bytea, input_clear jsonb, graph jsonb)
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids text[];
+    v_tokens uuid[];
 BEGIN
+    -- Two statements, not one join: _drive's queries see runs committed after this
+    -- statement's snapshot was taken, and a join under the older snapshot would drop a
+    -- just-submitted run while its claim still committed (a run held by no driver).
+    SELECT array_agg(d.run_id), array_agg(d.claim_token) INTO v_ids, v_tokens
+      FROM cryo._drive(p_driver, p_limit) d;
     RETURN QUERY
         SELECT d.run_id, d.claim_token, r.org, r.project, r.source, r.input, r.input_clear, r.graph
-          FROM cryo._drive(p_driver, p_limit) d JOIN cryo.runs r ON r.id = d.run_id;
+          FROM unnest(v_ids, v_tokens) AS d(run_id, claim_token) JOIN cryo.runs r ON r.id = d.run_id;
 END
 $$;
 COMMENT ON FUNCTION cryo.drive_graphs(text, integer) IS
