@@ -142,3 +142,32 @@ def test_a_handler_chain_of_real_runs_stops_at_depth_five(split: Split) -> None:
     assert "handler depth 5" in first, events.stdout
     _, shown = http(f"{split.url}{PROJECT}/runs/{runs[-1][0]}", split.user_token)
     assert any(h["kind"] == "handler_refused" for h in shown["history"])
+
+
+def test_the_readme_webhook_curl_line_signs_its_body(split: Split) -> None:
+    """The README's curl example, run as written: openssl signs the body, the server
+    starts the run."""
+    import re
+    import subprocess
+
+    from cryopg.paths import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", readme, re.S | re.M)
+    block = next(b for b in blocks if "openssl dgst" in b)
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("body="))
+    end = next(i for i, line in enumerate(lines) if line.startswith("curl")) + 1
+    while lines[end - 1].endswith("\\"):
+        end += 1
+    _put(split, "ci", "echo built\n")
+    made = split.cli("webhook", "create", "gh", "--workflow", "ci")
+    got = dict(line.split(": ", 1) for line in made.stdout.splitlines())
+    done = subprocess.run(["bash", "-c", "\n".join(lines[start:end])], capture_output=True,
+                          text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "URL": got["url"],
+                               "SECRET": got["secret"]})
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["outcome"] == "started", answer
+    assert _triggered_runs(split.dsn, "ci")[0][2] == "gh"
