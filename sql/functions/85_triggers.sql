@@ -526,8 +526,12 @@ BEGIN
            AND r.created_at <= cryo.now() AND NOT cryo.is_terminal(r.status)
          ORDER BY r.id
     LOOP
-        PERFORM cryo._history(v_run.id, p_org, p_project, 'cancel_on', 'event', p_name, 0);
-        PERFORM cryo.cancel_run(v_run.id);
+        BEGIN
+            PERFORM cryo._history(v_run.id, p_org, p_project, 'cancel_on', 'event', p_name, 0);
+            PERFORM cryo.cancel_run(v_run.id);
+        EXCEPTION WHEN SQLSTATE 'CR006' THEN
+            NULL;  -- it ended meanwhile: nothing to cancel
+        END;
     END LOOP;
     IF NOT EXISTS (SELECT 1 FROM cryo.event_handlers h
                     WHERE h.org = p_org AND h.project = p_project AND h.event = p_name) THEN
@@ -547,10 +551,17 @@ BEGIN
     LOOP
         v_trigger := jsonb_build_object('kind', 'event', 'name', p_name, 'payload', p_clear,
                                         'depth', p_depth, 'event_id', p_event_id, 'handler', v_h.name);
-        PERFORM cryo._start_triggered(
-            p_org, p_project, v_h.workflow, p_sealed, jsonb_build_object('trigger', v_trigger),
-            jsonb_build_object('trigger', v_trigger, 'input', jsonb_build_object('trigger', v_trigger)),
-            p_untrusted, 'event:' || p_event_id || ':' || v_h.name, 'event', v_h.name, p_depth);
+        BEGIN
+            PERFORM cryo._start_triggered(
+                p_org, p_project, v_h.workflow, p_sealed, jsonb_build_object('trigger', v_trigger),
+                jsonb_build_object('trigger', v_trigger, 'input', jsonb_build_object('trigger', v_trigger)),
+                p_untrusted, 'event:' || p_event_id || ':' || v_h.name, 'event', v_h.name, p_depth);
+        EXCEPTION WHEN SQLSTATE 'CR030' THEN
+            -- The workflow's concurrency group is full: the publish stands, the run does not.
+            UPDATE cryo.events
+               SET refused = concat_ws('; ', refused, format('handler %s: %s', v_h.name, SQLERRM))
+             WHERE id = p_event_id;
+        END;
     END LOOP;
 END
 $$;
