@@ -74,6 +74,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._check_trigger_name(p_what text, p_name text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+BEGIN
+    -- No ':' in a name given by hand: names a workflow's `on:` registers are W:n.
+    IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
+        RAISE EXCEPTION '% name % must be letters, digits, _ . - (up to 128)', p_what,
+            coalesce(p_name, '') USING ERRCODE = 'CR004';
+    END IF;
+END
+$_$;
+
 CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
@@ -507,6 +519,12 @@ CREATE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text) RET
        AND NOT cryo.is_terminal(r.status)
 $$;
 
+CREATE FUNCTION cryo._handler_depth_limit() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT 5
+$$;
+
 CREATE FUNCTION cryo._history(p_run_id text, p_org text, p_project text, p_kind text, p_family text DEFAULT NULL::text, p_name text DEFAULT NULL::text, p_ordinal integer DEFAULT NULL::integer, p_attempt integer DEFAULT NULL::integer, p_payload bytea DEFAULT NULL::bytea) RETURNS void
     LANGUAGE sql
     AS $$
@@ -576,6 +594,61 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._on_event(p_org text, p_project text, p_name text, p_event_id bigint, p_sealed bytea, p_clear jsonb, p_depth integer, p_untrusted boolean, p_run_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run record;
+    v_h cryo.event_handlers;
+    v_trigger jsonb;
+BEGIN
+    FOR v_run IN
+        SELECT r.id FROM cryo.runs r
+         WHERE r.org = p_org AND r.project = p_project AND r.finished_at IS NULL
+           AND r.graph ? 'cancel_on' AND (r.graph #>> '{cancel_on,event}') = p_name
+           AND r.created_at <= cryo.now() AND NOT cryo.is_terminal(r.status)
+         ORDER BY r.id
+    LOOP
+        BEGIN
+            PERFORM cryo._history(v_run.id, p_org, p_project, 'cancel_on', 'event', p_name, 0);
+            PERFORM cryo.cancel_run(v_run.id);
+        EXCEPTION WHEN SQLSTATE 'CR006' THEN
+            NULL;  -- it ended meanwhile: nothing to cancel
+        END;
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM cryo.event_handlers h
+                    WHERE h.org = p_org AND h.project = p_project AND h.event = p_name) THEN
+        RETURN;
+    END IF;
+    IF p_depth >= cryo._handler_depth_limit() THEN
+        UPDATE cryo.events
+           SET refused = format('no handler run started: the event is at handler depth %s (the limit)', p_depth)
+         WHERE id = p_event_id;
+        IF p_run_id IS NOT NULL THEN
+            PERFORM cryo._history(p_run_id, p_org, p_project, 'handler_refused', 'event', p_name, p_depth);
+        END IF;
+        RETURN;
+    END IF;
+    FOR v_h IN SELECT * FROM cryo.event_handlers h
+                WHERE h.org = p_org AND h.project = p_project AND h.event = p_name ORDER BY h.name
+    LOOP
+        v_trigger := jsonb_build_object('kind', 'event', 'name', p_name, 'payload', p_clear,
+                                        'depth', p_depth, 'event_id', p_event_id, 'handler', v_h.name);
+        BEGIN
+            PERFORM cryo._start_triggered(
+                p_org, p_project, v_h.workflow, p_sealed, jsonb_build_object('trigger', v_trigger),
+                jsonb_build_object('trigger', v_trigger, 'input', jsonb_build_object('trigger', v_trigger)),
+                p_untrusted, 'event:' || p_event_id || ':' || v_h.name, 'event', v_h.name, p_depth);
+        EXCEPTION WHEN SQLSTATE 'CR030' THEN
+            -- The workflow's concurrency group is full: the publish stands, the run does not.
+            UPDATE cryo.events
+               SET refused = concat_ws('; ', refused, format('handler %s: %s', v_h.name, SQLERRM))
+             WHERE id = p_event_id;
+        END;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer) RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -642,20 +715,31 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._publish_event(p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text) RETURNS bigint
+CREATE FUNCTION cryo._publish_event(p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text, p_untrusted boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_id bigint;
     v_waiters text[];
+    v_depth integer := 0;
+    v_untrusted boolean := coalesce(p_untrusted, false);
 BEGIN
+    IF p_run_id IS NOT NULL THEN
+        -- A node job of a graph handler run emits on behalf of its graph run.
+        SELECT coalesce(r.trigger_depth + 1, g.trigger_depth + 1, 0), v_untrusted OR r.untrusted
+          INTO v_depth, v_untrusted
+          FROM cryo.runs r LEFT JOIN cryo.runs g ON g.id = r.parent_run_id
+         WHERE r.id = p_run_id;
+    END IF;
     PERFORM cryo._check_name('event', p_name);
     PERFORM cryo._require_project(p_org, p_project);
     -- Serialises with wait_event on this name: a waiter parks either before this event
     -- (and is woken by it) or after it (and waits for the next).
     PERFORM pg_advisory_xact_lock(hashtextextended(p_org || '/' || p_project || '/' || p_name, 7));
-    INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, created_at)
-    VALUES (p_org, p_project, p_name, p_sealed, p_clear, p_run_id, cryo.now())
+    INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, depth,
+                             untrusted, created_at)
+    VALUES (p_org, p_project, p_name, p_sealed, p_clear, p_run_id, coalesce(v_depth, 0),
+            coalesce(v_untrusted, false), cryo.now())
     RETURNING id INTO v_id;
     SELECT array_agg(j.run_id) INTO v_waiters
       FROM cryo.journal j JOIN cryo.queue q ON q.run_id = j.run_id AND q.park_path = j.path
@@ -669,6 +753,8 @@ BEGIN
        FROM (SELECT DISTINCT i.run_id FROM cryo.node_instances i
               WHERE i.org = p_org AND i.project = p_project AND i.wait_name = p_name
                 AND i.status = 'waiting' AND i.wait_kind = 'event' ORDER BY 1) w;
+    PERFORM cryo._on_event(p_org, p_project, p_name, v_id, p_sealed, p_clear, coalesce(v_depth, 0),
+                           coalesce(v_untrusted, false), p_run_id);
     RETURN v_id;
 END
 $$;
@@ -742,6 +828,37 @@ BEGIN
       FROM cryo.runs r WHERE r.id = p_q.run_id
     ON CONFLICT (run_id, path) DO NOTHING;
     RETURN CASE WHEN FOUND THEN v_seq END;
+END
+$$;
+
+CREATE FUNCTION cryo._register_workflow_triggers(p_org text, p_project text, p_workflow text, p_graph jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_crons text[] := ARRAY(SELECT jsonb_array_elements_text(coalesce(p_graph #> '{on,schedule}', '[]')));
+    v_events text[] := ARRAY(SELECT DISTINCT jsonb_array_elements_text(coalesce(p_graph #> '{on,event}', '[]')));
+    v_i integer;
+BEGIN
+    DELETE FROM cryo.schedules
+     WHERE org = p_org AND project = p_project AND source_workflow = p_workflow
+       AND name NOT IN (SELECT p_workflow || ':' || i FROM generate_series(1, cardinality(v_crons)) i);
+    FOR v_i IN 1 .. coalesce(cardinality(v_crons), 0) LOOP
+        INSERT INTO cryo.schedules AS s (org, project, name, workflow, cron, timezone, source_workflow,
+                                         created_at, updated_at)
+        VALUES (p_org, p_project, p_workflow || ':' || v_i, p_workflow, v_crons[v_i], 'UTC',
+                p_workflow, cryo.now(), cryo.now())
+        ON CONFLICT (org, project, name) DO UPDATE
+           SET cron = excluded.cron, timezone = 'UTC', every_seconds = NULL,
+               next_fire_at = CASE WHEN s.cron IS NOT DISTINCT FROM excluded.cron THEN s.next_fire_at END,
+               updated_at = excluded.updated_at;
+    END LOOP;
+    DELETE FROM cryo.event_handlers
+     WHERE org = p_org AND project = p_project AND source_workflow = p_workflow
+       AND NOT event = ANY (v_events);
+    INSERT INTO cryo.event_handlers (org, project, name, event, workflow, source_workflow, created_at)
+    SELECT p_org, p_project, p_workflow || ':' || e, e, p_workflow, p_workflow, cryo.now()
+      FROM unnest(v_events) e
+    ON CONFLICT (org, project, name) DO NOTHING;
 END
 $$;
 
@@ -829,6 +946,35 @@ BEGIN
 END
 $$;
 
+CREATE TABLE cryo.workflows (
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    filename text NOT NULL,
+    interpreter text,
+    source bytea NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    kind text DEFAULT 'script'::text NOT NULL,
+    graph jsonb,
+    CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
+);
+
+CREATE FUNCTION cryo._require_workflow(p_org text, p_project text, p_workflow text) RETURNS cryo.workflows
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_wf cryo.workflows;
+BEGIN
+    SELECT * INTO v_wf FROM cryo.workflows
+     WHERE org = p_org AND project = p_project AND name = p_workflow;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', coalesce(p_workflow, ''), p_org, p_project
+            USING ERRCODE = 'CR005';
+    END IF;
+    RETURN v_wf;
+END
+$$;
+
 CREATE FUNCTION cryo._retry_if_allowed(p_run_id text, p_exit_code integer) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -871,6 +1017,36 @@ CREATE FUNCTION cryo._slug_ok(p_slug text) RETURNS boolean
     AS $_$
     SELECT coalesce(p_slug ~ '^[a-z0-9][a-z0-9-]{0,62}$', false)
 $_$;
+
+CREATE FUNCTION cryo._start_triggered(p_org text, p_project text, p_workflow text, p_input bytea, p_input_clear jsonb, p_scope jsonb, p_untrusted boolean, p_idempotency_key text, p_kind text, p_name text, p_depth integer DEFAULT NULL::integer) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_wf cryo.workflows := cryo._require_workflow(p_org, p_project, p_workflow);
+    v_group text;
+    v_id text;
+    v_created boolean;
+BEGIN
+    IF coalesce(v_wf.graph ? 'if', false) THEN  -- a script workflow has no graph
+        IF NOT cryo._truthy(cryo._eval(v_wf.graph -> 'if', p_scope)) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF coalesce(v_wf.graph ? 'concurrency', false) THEN
+        v_group := nullif(cryo._eval(v_wf.graph -> 'concurrency', p_scope) #>> '{}', '');
+    END IF;
+    SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
+        p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, p_input,
+        p_idempotency_key, cryo._workflow_caps(v_wf.filename), p_workflow, p_input_clear,
+        v_group, NULL, coalesce(p_untrusted, false), p_graph => v_wf.graph) s;
+    IF v_created THEN
+        UPDATE cryo.runs SET trigger_kind = p_kind, trigger_name = p_name, trigger_depth = p_depth
+         WHERE id = v_id;
+        PERFORM cryo._history(v_id, p_org, p_project, 'triggered', p_kind, p_name, 0);
+    END IF;
+    RETURN v_id;
+END
+$$;
 
 CREATE FUNCTION cryo._state_key(p_key text, p_write boolean) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -973,6 +1149,9 @@ CREATE TABLE cryo.runs (
     graph_node text,
     graph_item integer,
     workdir text,
+    trigger_kind text,
+    trigger_name text,
+    trigger_depth integer,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -1080,6 +1259,13 @@ BEGIN
     END IF;
 END
 $$;
+
+CREATE FUNCTION cryo._workflow_caps(p_filename text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT CASE WHEN p_filename ~ '\.(sh|bash)$' OR p_filename !~ '\.' THEN '{shell}'::text[]
+                ELSE '{polyglot}'::text[] END
+$_$;
 
 CREATE FUNCTION cryo.acquire_lease(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_group text, p_scoped boolean, p_path text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql
@@ -1354,6 +1540,20 @@ $$;
 
 COMMENT ON FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) IS 'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
 
+CREATE FUNCTION cryo.claim_schedules(p_limit integer DEFAULT 100) RETURNS TABLE(org text, project text, name text, workflow text, cron text, timezone text, every_seconds double precision, input bytea, next_fire_at timestamp with time zone, now timestamp with time zone)
+    LANGUAGE sql
+    AS $$
+    SELECT s.org, s.project, s.name, s.workflow, s.cron, s.timezone, s.every_seconds, s.input,
+           s.next_fire_at, cryo.now()
+      FROM cryo.schedules s
+     WHERE NOT s.paused AND (s.next_fire_at IS NULL OR s.next_fire_at <= cryo.now())
+     ORDER BY s.next_fire_at NULLS FIRST
+     LIMIT p_limit
+       FOR UPDATE SKIP LOCKED
+$$;
+
+COMMENT ON FUNCTION cryo.claim_schedules(p_limit integer) IS 'Locks and returns up to p_limit unpaused schedules whose next tick is due or not yet planned, with the engine time; call fire_schedule or plan_schedule for each in the same transaction. Raises nothing.';
+
 CREATE FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid) RETURNS TABLE(name text, value bytea, withheld boolean)
     LANGUAGE plpgsql
     AS $$
@@ -1404,6 +1604,53 @@ $$;
 
 COMMENT ON FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_path text) IS 'Returns (parked false, child, exit code) for a finished activity of the claimed run, or parks the run until it finishes (parked true). Raises CR002 for a stale claim, CR005 when no activity has the name, CR009 for a disagreeing path.';
 
+CREATE FUNCTION cryo.create_handler(p_org text, p_project text, p_name text, p_event text, p_workflow text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    PERFORM cryo._check_trigger_name('handler', p_name);
+    PERFORM cryo._check_name('event', p_event);
+    PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    INSERT INTO cryo.event_handlers (org, project, name, event, workflow, created_at)
+    VALUES (p_org, p_project, p_name, p_event, p_workflow, cryo.now())
+    ON CONFLICT (org, project, name) DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'handler % already exists in %/% (delete it first)', p_name, p_org, p_project
+            USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.create_handler(p_org text, p_project text, p_name text, p_event text, p_workflow text) IS 'Creates an event handler: each event p_event published on the project bus starts one run of p_workflow. Returns nothing. Raises CR005 for an unknown project or workflow, CR004 for a bad or taken name or a bad event name.';
+
+CREATE FUNCTION cryo.create_schedule(p_org text, p_project text, p_name text, p_workflow text, p_cron text, p_timezone text, p_every_seconds double precision, p_input bytea, p_next_fire_at timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    PERFORM cryo._check_trigger_name('schedule', p_name);
+    PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    IF (p_cron IS NULL) = (p_every_seconds IS NULL) THEN
+        RAISE EXCEPTION 'a schedule needs either a cron expression or an interval' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_every_seconds IS NOT NULL AND NOT (p_every_seconds >= 1 AND p_every_seconds < 'infinity') THEN
+        RAISE EXCEPTION 'a schedule''s interval must be at least 1 second' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.schedules (org, project, name, workflow, cron, timezone, every_seconds, input,
+                                next_fire_at, created_at, updated_at)
+    VALUES (p_org, p_project, p_name, p_workflow, p_cron, coalesce(p_timezone, 'UTC'),
+            p_every_seconds, p_input, p_next_fire_at, cryo.now(), cryo.now())
+    ON CONFLICT (org, project, name) DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule % already exists in %/% (delete it first)', p_name, p_org, p_project
+            USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.create_schedule(p_org text, p_project text, p_name text, p_workflow text, p_cron text, p_timezone text, p_every_seconds double precision, p_input bytea, p_next_fire_at timestamp with time zone) IS 'Creates a schedule that starts a stored workflow on a cron expression (in p_timezone) or every p_every_seconds, first at p_next_fire_at (the server computes it; NULL: on the scheduler''s next round); p_input is sealed. Returns nothing. Raises CR005 for an unknown project or workflow, CR004 for a bad name, both or neither of cron and interval, an interval under 1 s, or a name already taken.';
+
 CREATE FUNCTION cryo.create_token(p_kind text, p_org text, p_name text, p_secret_hash bytea, p_capabilities text[] DEFAULT '{}'::text[], p_expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_member text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
     AS $_$
@@ -1444,6 +1691,46 @@ $_$;
 
 COMMENT ON FUNCTION cryo.create_token(p_kind text, p_org text, p_name text, p_secret_hash bytea, p_capabilities text[], p_expires_at timestamp with time zone, p_member text) IS 'Creates a user token (for the member whose login is p_member) or an agent token (with a capability ceiling, default shell+polyglot) from the hash of its secret; returns the token id. Raises CR004 for a bad kind, capability or expiry, CR005 for an unknown org or member.';
 
+CREATE FUNCTION cryo.create_webhook(p_org text, p_project text, p_name text, p_workflow text, p_secret bytea, p_status_url text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    PERFORM cryo._check_trigger_name('webhook', p_name);
+    IF p_workflow IS NOT NULL THEN
+        PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    END IF;
+    IF p_secret IS NULL THEN
+        RAISE EXCEPTION 'a webhook needs a signing secret' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_status_url IS NOT NULL AND p_workflow IS NULL THEN
+        RAISE EXCEPTION 'a commit status URL needs a workflow whose run it reports' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.webhooks (org, project, name, workflow, secret, status_url, created_at)
+    VALUES (p_org, p_project, p_name, p_workflow, p_secret, p_status_url, cryo.now())
+    ON CONFLICT (org, project, name) DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook % already exists in %/% (delete it first)', p_name, p_org, p_project
+            USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.create_webhook(p_org text, p_project text, p_name text, p_workflow text, p_secret bytea, p_status_url text) IS 'Creates a webhook with its sealed signing secret; with p_workflow a delivery starts that workflow, without one it is published as event webhook.<event>; p_status_url receives the run''s outcome. Returns nothing. Raises CR005 for an unknown project or workflow, CR004 for a bad or taken name, a missing secret, or a status URL without a workflow.';
+
+CREATE FUNCTION cryo.delete_handler(p_org text, p_project text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM cryo.event_handlers WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no handler % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_handler(p_org text, p_project text, p_name text) IS 'Deletes an event handler (runs it started stay). Returns nothing. Raises CR005 for an unknown handler.';
+
 CREATE FUNCTION cryo.delete_project(p_org text, p_project text) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -1469,6 +1756,19 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs, cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
 
+CREATE FUNCTION cryo.delete_schedule(p_org text, p_project text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM cryo.schedules WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_schedule(p_org text, p_project text, p_name text) IS 'Deletes a schedule (runs it started stay). Returns nothing. Raises CR005 for an unknown schedule.';
+
 CREATE FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) RETURNS boolean
     LANGUAGE sql
     AS $$
@@ -1478,6 +1778,73 @@ CREATE FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) RETU
 $$;
 
 COMMENT ON FUNCTION cryo.delete_secret(p_org text, p_project text, p_name text) IS 'Deletes a secret; returns false when there was none. Raises nothing.';
+
+CREATE FUNCTION cryo.delete_webhook(p_org text, p_project text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM cryo.webhooks WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_webhook(p_org text, p_project text, p_name text) IS 'Deletes a webhook and its delivery records (runs it started stay). Returns nothing. Raises CR005 for an unknown webhook.';
+
+CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) RETURNS TABLE(outcome text, run_id text, event_id bigint, duplicate boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_hook cryo.webhooks;
+    v_wf cryo.workflows;
+    v_outcome text;
+    v_run text;
+    v_event bigint;
+BEGIN
+    SELECT * INTO v_hook FROM cryo.webhooks w
+     WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook %/%/%', p_org, p_project, p_name USING ERRCODE = 'CR005';
+    END IF;
+    PERFORM cryo._check_name('webhook event', p_event);
+    -- A concurrent redelivery waits here for the first one to commit, then finds it.
+    INSERT INTO cryo.webhook_deliveries (org, project, webhook, body_hash, event, created_at)
+    VALUES (p_org, p_project, p_name, p_body_hash, p_event, cryo.now())
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT d.outcome, d.run_id, d.event_id, true FROM cryo.webhook_deliveries d
+                      WHERE d.org = p_org AND d.project = p_project AND d.webhook = p_name
+                        AND d.body_hash = p_body_hash;
+        RETURN;
+    END IF;
+    IF v_hook.workflow IS NULL THEN
+        v_event := cryo._publish_event(p_org, p_project, 'webhook.' || p_event, p_payload, NULL,
+                                       NULL, p_untrusted);
+        v_outcome := 'published';
+    ELSE
+        v_wf := cryo._require_workflow(p_org, p_project, v_hook.workflow);
+        IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
+            v_outcome := 'ignored';
+        ELSE
+            v_run := cryo._start_triggered(
+                p_org, p_project, v_hook.workflow, p_input, NULL,
+                jsonb_build_object('trigger', p_trigger, 'input', jsonb_build_object('trigger', p_trigger)),
+                p_untrusted, NULL, 'webhook', p_name);
+            v_outcome := CASE WHEN v_run IS NULL THEN 'skipped' ELSE 'started' END;
+            IF v_run IS NOT NULL AND v_hook.status_url IS NOT NULL THEN
+                INSERT INTO cryo.status_posts (run_id, org, project, webhook, url, sha, created_at)
+                VALUES (v_run, p_org, p_project, p_name, v_hook.status_url, p_trigger ->> 'sha', cryo.now());
+            END IF;
+        END IF;
+    END IF;
+    UPDATE cryo.webhook_deliveries d SET outcome = v_outcome, run_id = v_run, event_id = v_event
+     WHERE d.org = p_org AND d.project = p_project AND d.webhook = p_name AND d.body_hash = p_body_hash;
+    RETURN QUERY SELECT v_outcome, v_run, v_event, false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false or its on.webhook leaves the event out) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
 
 CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb)
     LANGUAGE plpgsql
@@ -1665,6 +2032,46 @@ $$;
 
 COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome (exit codes and errors may be NULL arrays); returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
 
+CREATE FUNCTION cryo.finish_status_post(p_run_id text, p_error text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE cryo.status_posts
+       SET state = CASE WHEN p_error IS NULL THEN 'sent' ELSE 'failed' END, last_error = p_error
+     WHERE run_id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.finish_status_post(p_run_id text, p_error text) IS 'Records that a commit status was sent (p_error NULL) or refused or failed (p_error says why; it is not retried). Returns nothing. Raises nothing.';
+
+CREATE FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_s cryo.schedules;
+    v_id text;
+BEGIN
+    SELECT * INTO v_s FROM cryo.schedules s
+     WHERE s.org = p_org AND s.project = p_project AND s.name = p_name FOR UPDATE;
+    IF NOT FOUND OR v_s.paused OR v_s.next_fire_at IS DISTINCT FROM p_scheduled_at
+       OR p_scheduled_at > cryo.now() THEN
+        RETURN NULL;
+    END IF;
+    IF p_next IS NULL OR p_next <= p_scheduled_at THEN
+        RAISE EXCEPTION 'a schedule''s next fire time must come after the tick it fires' USING ERRCODE = 'CR004';
+    END IF;
+    v_id := cryo._start_triggered(
+        p_org, p_project, v_s.workflow, p_input, NULL, p_scope, false,
+        'schedule:' || p_name || ':' || to_char(p_scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'schedule', p_name);
+    UPDATE cryo.schedules
+       SET next_fire_at = p_next, last_fire_at = p_scheduled_at,
+           last_run_id = coalesce(v_id, last_run_id), updated_at = cryo.now()
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    RETURN v_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next; returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+
 CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql STABLE
     AS $$
@@ -1712,6 +2119,20 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run.';
+
+CREATE FUNCTION cryo.get_webhook(p_org text, p_project text, p_name text) RETURNS TABLE(workflow text, secret bytea, status_url text)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY SELECT w.workflow, w.secret, w.status_url FROM cryo.webhooks w
+                  WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook %/%/%', p_org, p_project, p_name USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.get_webhook(p_org text, p_project text, p_name text) IS 'Returns a webhook''s workflow, sealed secret and status URL. Raises CR005 for an unknown webhook.';
 
 CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb)
     LANGUAGE plpgsql STABLE
@@ -2130,16 +2551,26 @@ $$;
 
 COMMENT ON FUNCTION cryo.is_terminal(p_status text) IS 'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
 
-CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone)
+CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone, depth integer, untrusted boolean, refused text)
     LANGUAGE sql STABLE
     AS $$
-    SELECT e.id, e.name, e.payload, e.payload_clear, e.emitted_by_run, e.created_at
+    SELECT e.id, e.name, e.payload, e.payload_clear, e.emitted_by_run, e.created_at, e.depth,
+           e.untrusted, e.refused
       FROM cryo.events e
      WHERE e.org = p_org AND e.project = p_project AND (p_name IS NULL OR e.name = p_name)
      ORDER BY e.id DESC LIMIT greatest(p_limit, 0)
 $$;
 
-COMMENT ON FUNCTION cryo.list_events(p_org text, p_project text, p_name text, p_limit integer) IS 'Returns a project''s newest bus events first (payloads sealed unless sent in the clear from SQL). Raises nothing.';
+COMMENT ON FUNCTION cryo.list_events(p_org text, p_project text, p_name text, p_limit integer) IS 'Returns a project''s newest bus events first (payloads sealed unless sent in the clear from SQL), each with its depth in a chain of handler runs, whether it is untrusted, and why no handler run started (refused), if so. Raises nothing.';
+
+CREATE FUNCTION cryo.list_handlers(p_org text, p_project text) RETURNS TABLE(name text, event text, workflow text, source_workflow text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT h.name, h.event, h.workflow, h.source_workflow, h.created_at FROM cryo.event_handlers h
+     WHERE h.org = p_org AND h.project = p_project ORDER BY h.name
+$$;
+
+COMMENT ON FUNCTION cryo.list_handlers(p_org text, p_project text) IS 'Returns a project''s event handlers by name. Raises nothing.';
 
 CREATE FUNCTION cryo.list_members(p_org text) RETURNS TABLE(login text, role text, created_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -2196,7 +2627,8 @@ CREATE FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text DE
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
            CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id,
-           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent' ELSE 'manual' END,
+           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
            (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
@@ -2209,7 +2641,17 @@ CREATE FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text DE
      LIMIT least(greatest(p_limit, 0), 200)
 $$;
 
-COMMENT ON FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text, p_workflow text, p_parent text, p_before text, p_limit integer) IS 'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent or manual) and child count. Raises nothing.';
+COMMENT ON FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text, p_workflow text, p_parent text, p_before text, p_limit integer) IS 'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent, schedule, webhook, event or manual) and child count. Raises nothing.';
+
+CREATE FUNCTION cryo.list_schedules(p_org text, p_project text) RETURNS TABLE(name text, workflow text, cron text, timezone text, every_seconds double precision, paused boolean, source_workflow text, next_fire_at timestamp with time zone, last_fire_at timestamp with time zone, last_run_id text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.name, s.workflow, s.cron, s.timezone, s.every_seconds, s.paused, s.source_workflow,
+           s.next_fire_at, s.last_fire_at, s.last_run_id, s.created_at
+      FROM cryo.schedules s WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+
+COMMENT ON FUNCTION cryo.list_schedules(p_org text, p_project text) IS 'Returns a project''s schedules by name with their last and next fire times. Raises nothing.';
 
 CREATE FUNCTION cryo.list_secrets(p_org text, p_project text) RETURNS TABLE(name text, created_at timestamp with time zone, updated_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -2229,6 +2671,19 @@ CREATE FUNCTION cryo.list_tokens(p_org text) RETURNS TABLE(id text, kind text, n
 $$;
 
 COMMENT ON FUNCTION cryo.list_tokens(p_org text) IS 'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
+
+CREATE FUNCTION cryo.list_webhooks(p_org text, p_project text) RETURNS TABLE(name text, workflow text, status_url text, created_at timestamp with time zone, deliveries bigint, last_delivery_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT w.name, w.workflow, w.status_url, w.created_at,
+           (SELECT count(*) FROM cryo.webhook_deliveries d
+             WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name),
+           (SELECT max(d.created_at) FROM cryo.webhook_deliveries d
+             WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name)
+      FROM cryo.webhooks w WHERE w.org = p_org AND w.project = p_project ORDER BY w.name
+$$;
+
+COMMENT ON FUNCTION cryo.list_webhooks(p_org text, p_project text) IS 'Returns a project''s webhooks by name (never their secrets) with how many deliveries each accepted. Raises nothing.';
 
 CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE(after_id bigint, skipped_bytes bigint, total_bytes bigint)
     LANGUAGE sql STABLE
@@ -2296,6 +2751,32 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_seconds double precision, p_path text) IS 'Parks the claimed run until now + p_seconds (or the deadline an earlier pass pinned) and ends the claim; returns the wake time. Raises CR002 for a stale claim token, CR004 for a bad duration or identity, CR009 for a disagreeing path.';
+
+CREATE FUNCTION cryo.pause_schedule(p_org text, p_project text, p_name text, p_paused boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.schedules
+       SET paused = p_paused, updated_at = cryo.now(),
+           next_fire_at = CASE WHEN p_paused OR NOT paused THEN next_fire_at END
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.pause_schedule(p_org text, p_project text, p_name text, p_paused boolean) IS 'Pauses (p_paused true) or resumes a schedule; a resumed schedule fires next at its first tick after now, with no catch-up for the ticks it skipped. Returns nothing. Raises CR005 for an unknown schedule.';
+
+CREATE FUNCTION cryo.plan_schedule(p_org text, p_project text, p_name text, p_next timestamp with time zone) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE cryo.schedules
+       SET next_fire_at = p_next, paused = p_next IS NULL, updated_at = cryo.now()
+     WHERE org = p_org AND project = p_project AND name = p_name AND next_fire_at IS NULL
+$$;
+
+COMMENT ON FUNCTION cryo.plan_schedule(p_org text, p_project text, p_name text, p_next timestamp with time zone) IS 'Sets the next fire time of a schedule that has none; NULL pauses it (an expression the server could not read). Returns nothing. Raises nothing.';
 
 CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
@@ -2370,10 +2851,12 @@ BEGIN
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
            updated_at = excluded.updated_at;
+    -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
+    PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
 
 CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -2485,13 +2968,23 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs (values sealed) by key. Raises nothing.';
 
-CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text)
+CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text, trigger_kind text, trigger_name text, trigger_depth integer)
     LANGUAGE sql STABLE
     AS $$
-    SELECT r.input, r.input_clear, r.parent_run_id FROM cryo.runs r WHERE r.id = p_run_id
+    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth
+      FROM cryo.runs r WHERE r.id = p_run_id
 $$;
 
-COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it) and its parent run id; no row for an unknown run. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id and the trigger (kind, name, handler depth) that started it; no row for an unknown run. Raises nothing.';
+
+CREATE FUNCTION cryo.read_status_post(p_run_id text) RETURNS TABLE(webhook text, url text, state text, attempts integer, last_error text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT p.webhook, p.url, p.state, p.attempts, p.last_error FROM cryo.status_posts p
+     WHERE p.run_id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.read_status_post(p_run_id text) IS 'Returns the commit status of a webhook run: where it goes, whether it was sent, and why not. Raises nothing.';
 
 CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
@@ -3198,7 +3691,7 @@ COMMENT ON FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position
 CREATE FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL::jsonb, p_idempotency_key text DEFAULT NULL::text, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
-    AS $_$
+    AS $$
 DECLARE
     v_wf cryo.workflows;
     v_id text;
@@ -3215,12 +3708,11 @@ BEGIN
     END IF;
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
-        CASE WHEN v_wf.filename ~ '\.(sh|bash)$' OR v_wf.filename !~ '\.' THEN '{shell}'::text[]
-             ELSE '{polyglot}'::text[] END,
+        cryo._workflow_caps(v_wf.filename),
         p_workflow, p_input, p_concurrency, p_policy, p_graph => v_wf.graph) s;
     RETURN v_id;
 END
-$_$;
+$$;
 
 COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
 
@@ -3283,6 +3775,27 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
+
+CREATE FUNCTION cryo.take_status_posts(p_limit integer DEFAULT 20) RETURNS TABLE(run_id text, org text, project text, webhook text, url text, sha text, status text, exit_code integer, error text)
+    LANGUAGE sql
+    AS $$
+    WITH picked AS (
+        SELECT p.run_id FROM cryo.status_posts p JOIN cryo.runs r ON r.id = p.run_id
+         WHERE (p.state = 'waiting' OR (p.state = 'sending' AND p.taken_at < cryo.now() - interval '5 minutes'))
+           AND cryo.is_terminal(r.status)
+         ORDER BY p.created_at
+         LIMIT p_limit
+           FOR UPDATE OF p SKIP LOCKED
+    ), taken AS (
+        UPDATE cryo.status_posts p SET state = 'sending', taken_at = cryo.now(), attempts = p.attempts + 1
+          FROM picked WHERE p.run_id = picked.run_id
+        RETURNING p.run_id, p.org, p.project, p.webhook, p.url, p.sha
+    )
+    SELECT t.run_id, t.org, t.project, t.webhook, t.url, t.sha, r.status, r.exit_code, r.error
+      FROM taken t JOIN cryo.runs r ON r.id = t.run_id
+$$;
+
+COMMENT ON FUNCTION cryo.take_status_posts(p_limit integer) IS 'Takes up to p_limit commit statuses whose run has ended, for this server to send; returns each with the run''s status, exit code and error. Raises nothing.';
 
 CREATE FUNCTION cryo.tick(p_batch integer DEFAULT 1000) RETURNS TABLE(expired integer, woken integer)
     LANGUAGE plpgsql
@@ -3471,6 +3984,18 @@ CREATE TABLE cryo.agents (
     last_seen_at timestamp with time zone NOT NULL
 );
 
+CREATE TABLE cryo.event_handlers (
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    event text NOT NULL,
+    workflow text NOT NULL,
+    source_workflow text,
+    created_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.event_handlers IS 'Event handlers: each event of that name published on the project bus starts one run of the workflow, in the publishing transaction.';
+
 CREATE TABLE cryo.events (
     id bigint NOT NULL,
     org text NOT NULL,
@@ -3479,7 +4004,10 @@ CREATE TABLE cryo.events (
     payload bytea,
     payload_clear jsonb,
     emitted_by_run text,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    depth integer DEFAULT 0 NOT NULL,
+    untrusted boolean DEFAULT false NOT NULL,
+    refused text
 );
 
 CREATE SEQUENCE cryo.events_id_seq
@@ -3769,6 +4297,30 @@ CREATE VIEW cryo.run_overview AS
 
 COMMENT ON VIEW cryo.run_overview IS 'One row per run: status, substate, attempt, ages, and its live queue facts.';
 
+CREATE TABLE cryo.schedules (
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    workflow text NOT NULL,
+    cron text,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    every_seconds double precision,
+    input bytea,
+    paused boolean DEFAULT false NOT NULL,
+    source_workflow text,
+    next_fire_at timestamp with time zone,
+    last_fire_at timestamp with time zone,
+    last_run_id text,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT schedules_check CHECK (((cron IS NULL) <> (every_seconds IS NULL))),
+    CONSTRAINT schedules_every_seconds_check CHECK (((every_seconds IS NULL) OR (every_seconds >= (1)::double precision)))
+);
+
+COMMENT ON TABLE cryo.schedules IS 'Schedules: a stored workflow started on a cron expression (in a time zone) or every N seconds. next_fire_at is the tick not yet fired (NULL: the scheduler plans it on its next round); input is sealed.';
+
+COMMENT ON COLUMN cryo.schedules.source_workflow IS 'The workflow whose on.schedule registered this schedule (replaced when it is put again); NULL for one made with schedule create.';
+
 CREATE TABLE cryo.secrets (
     org text NOT NULL,
     project text NOT NULL,
@@ -3848,6 +4400,23 @@ CREATE VIEW cryo.state_overview AS
 
 COMMENT ON VIEW cryo.state_overview IS 'One row per state cell: scope, key, version, who created and last wrote it, and the sealed size. Values stay sealed and are not shown.';
 
+CREATE TABLE cryo.status_posts (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    webhook text NOT NULL,
+    url text NOT NULL,
+    sha text,
+    state text DEFAULT 'waiting'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    taken_at timestamp with time zone,
+    last_error text,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT status_posts_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'sending'::text, 'sent'::text, 'failed'::text])))
+);
+
+COMMENT ON TABLE cryo.status_posts IS 'Outbound commit statuses: a webhook run''s outcome to POST to its webhook''s status_url when the run ends. The server sends them outside any engine transaction.';
+
 CREATE TABLE cryo.tokens (
     id text NOT NULL,
     kind text NOT NULL,
@@ -3863,18 +4432,31 @@ CREATE TABLE cryo.tokens (
     CONSTRAINT tokens_user_has_member CHECK (((kind <> 'user'::text) OR (member_id IS NOT NULL)))
 );
 
-CREATE TABLE cryo.workflows (
+CREATE TABLE cryo.webhook_deliveries (
+    org text NOT NULL,
+    project text NOT NULL,
+    webhook text NOT NULL,
+    body_hash bytea NOT NULL,
+    event text NOT NULL,
+    outcome text,
+    run_id text,
+    event_id bigint,
+    created_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.webhook_deliveries IS 'One row per signed body a webhook accepted (SHA-256 of the raw body), so a redelivery creates nothing: outcome started | skipped (if was false) | ignored (event not in on.webhook) | published.';
+
+CREATE TABLE cryo.webhooks (
     org text NOT NULL,
     project text NOT NULL,
     name text NOT NULL,
-    filename text NOT NULL,
-    interpreter text,
-    source bytea NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    kind text DEFAULT 'script'::text NOT NULL,
-    graph jsonb,
-    CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
+    workflow text,
+    secret bytea NOT NULL,
+    status_url text,
+    created_at timestamp with time zone NOT NULL
 );
+
+COMMENT ON TABLE cryo.webhooks IS 'Webhooks: a signing secret (sealed) for deliveries to /api/v1/hooks/{org}/{project}/{name}; with a workflow a delivery starts it, without one it is published on the bus as webhook.<event>. status_url receives the run''s outcome when it ends.';
 
 ALTER TABLE ONLY cryo.events ALTER COLUMN id SET DEFAULT nextval('cryo.events_id_seq'::regclass);
 
@@ -3888,6 +4470,9 @@ ALTER TABLE ONLY cryo.signals ALTER COLUMN id SET DEFAULT nextval('cryo.signals_
 
 ALTER TABLE ONLY cryo.agents
     ADD CONSTRAINT agents_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.event_handlers
+    ADD CONSTRAINT event_handlers_pkey PRIMARY KEY (org, project, name);
 
 ALTER TABLE ONLY cryo.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
@@ -3937,6 +4522,9 @@ ALTER TABLE ONLY cryo.run_outputs
 ALTER TABLE ONLY cryo.runs
     ADD CONSTRAINT runs_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY cryo.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (org, project, name);
+
 ALTER TABLE ONLY cryo.secrets
     ADD CONSTRAINT secrets_pkey PRIMARY KEY (org, project, name);
 
@@ -3946,14 +4534,25 @@ ALTER TABLE ONLY cryo.signals
 ALTER TABLE ONLY cryo.state_cells
     ADD CONSTRAINT state_cells_pkey PRIMARY KEY (scope, key);
 
+ALTER TABLE ONLY cryo.status_posts
+    ADD CONSTRAINT status_posts_pkey PRIMARY KEY (run_id);
+
 ALTER TABLE ONLY cryo.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY cryo.tokens
     ADD CONSTRAINT tokens_secret_hash_key UNIQUE (secret_hash);
 
+ALTER TABLE ONLY cryo.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (org, project, webhook, body_hash);
+
+ALTER TABLE ONLY cryo.webhooks
+    ADD CONSTRAINT webhooks_pkey PRIMARY KEY (org, project, name);
+
 ALTER TABLE ONLY cryo.workflows
     ADD CONSTRAINT workflows_pkey PRIMARY KEY (org, project, name);
+
+CREATE INDEX event_handlers_event ON cryo.event_handlers USING btree (org, project, event);
 
 CREATE INDEX events_created ON cryo.events USING btree (created_at);
 
@@ -3985,6 +4584,8 @@ CREATE INDEX queue_pending ON cryo.queue USING btree (org, enqueued_at) WHERE (s
 
 CREATE UNIQUE INDEX runs_activity_name ON cryo.runs USING btree (parent_run_id, activity_name) WHERE (activity_name IS NOT NULL);
 
+CREATE INDEX runs_cancel_on ON cryo.runs USING btree (org, project, ((graph #>> '{cancel_on,event}'::text[]))) WHERE ((finished_at IS NULL) AND (graph ? 'cancel_on'::text));
+
 CREATE INDEX runs_id_prefix ON cryo.runs USING btree (id text_pattern_ops);
 
 CREATE UNIQUE INDEX runs_idempotency_key ON cryo.runs USING btree (org, project, idempotency_key) WHERE (idempotency_key IS NOT NULL);
@@ -3992,6 +4593,8 @@ CREATE UNIQUE INDEX runs_idempotency_key ON cryo.runs USING btree (org, project,
 CREATE INDEX runs_parent ON cryo.runs USING btree (parent_run_id) WHERE (parent_run_id IS NOT NULL);
 
 CREATE INDEX runs_project_created ON cryo.runs USING btree (org, project, created_at DESC);
+
+CREATE INDEX schedules_due ON cryo.schedules USING btree (next_fire_at NULLS FIRST) WHERE (NOT paused);
 
 CREATE INDEX signals_run ON cryo.signals USING btree (run_id);
 
@@ -4001,10 +4604,15 @@ CREATE INDEX state_cells_project ON cryo.state_cells USING btree (org, project);
 
 CREATE INDEX state_cells_run ON cryo.state_cells USING btree (run_id) WHERE (run_id IS NOT NULL);
 
+CREATE INDEX status_posts_open ON cryo.status_posts USING btree (created_at) WHERE (state = ANY (ARRAY['waiting'::text, 'sending'::text]));
+
 CREATE TRIGGER runs_inherit_untrusted BEFORE INSERT OR UPDATE OF parent_run_id ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._inherit_untrusted();
 
 ALTER TABLE ONLY cryo.agents
     ADD CONSTRAINT agents_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.event_handlers
+    ADD CONSTRAINT event_handlers_org_project_workflow_fkey FOREIGN KEY (org, project, workflow) REFERENCES cryo.workflows(org, project, name) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.history
     ADD CONSTRAINT history_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
@@ -4045,6 +4653,9 @@ ALTER TABLE ONLY cryo.runs
 ALTER TABLE ONLY cryo.runs
     ADD CONSTRAINT runs_parent_run_id_fkey FOREIGN KEY (parent_run_id) REFERENCES cryo.runs(id);
 
+ALTER TABLE ONLY cryo.schedules
+    ADD CONSTRAINT schedules_org_project_workflow_fkey FOREIGN KEY (org, project, workflow) REFERENCES cryo.workflows(org, project, name) ON DELETE CASCADE;
+
 ALTER TABLE ONLY cryo.secrets
     ADD CONSTRAINT secrets_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug);
 
@@ -4057,11 +4668,20 @@ ALTER TABLE ONLY cryo.state_cells
 ALTER TABLE ONLY cryo.state_cells
     ADD CONSTRAINT state_cells_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY cryo.status_posts
+    ADD CONSTRAINT status_posts_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
 ALTER TABLE ONLY cryo.tokens
     ADD CONSTRAINT tokens_member_id_fkey FOREIGN KEY (member_id) REFERENCES cryo.members(id);
 
 ALTER TABLE ONLY cryo.tokens
     ADD CONSTRAINT tokens_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_org_project_webhook_fkey FOREIGN KEY (org, project, webhook) REFERENCES cryo.webhooks(org, project, name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.webhooks
+    ADD CONSTRAINT webhooks_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.workflows
     ADD CONSTRAINT workflows_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug);

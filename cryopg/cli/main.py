@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import click
 
-from cryopg.cli import admin, processes
+from cryopg.cli import admin, processes, triggers
 from cryopg.cli.client import Client
 from cryopg.cli.target import resolve
 
@@ -68,7 +68,7 @@ def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 
 
-for command in [*processes.COMMANDS, *admin.COMMANDS]:
+for command in [*processes.COMMANDS, *admin.COMMANDS, *triggers.COMMANDS]:
     cli.add_command(command)
 
 
@@ -318,7 +318,8 @@ def events(name: str | None, limit: int, as_json: bool) -> None:
     for ev in listed:
         payload = json.dumps(ev["payload"], separators=(",", ":"))
         click.echo(f"{ev['id']}\t{ev['created_at'][:19].replace('T', ' ')}\t{ev['name']}\t"
-                   f"{payload}\t{ev['emitted_by_run'] or '-'}")
+                   f"{payload}\t{ev['emitted_by_run'] or '-'}"
+                   + (f"\t{ev['refused']}" if ev.get("refused") else ""))
 
 
 @cli.group()

@@ -98,6 +98,9 @@ class RunDetail:
     input: bytes | None
     input_clear: Any
     parent_run_id: str | None
+    trigger_kind: str | None
+    trigger_name: str | None
+    trigger_depth: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,3 +226,6 @@ class Event:
     payload_clear: Any
     emitted_by_run: str | None
     created_at: dt.datetime
+    depth: int
+    untrusted: bool
+    refused: str | None

@@ -21,6 +21,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.server import graph_nodes
+from cryopg.server.render import run_input
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
 DRIVER_ID = f"driver:{socket.gethostname()}"
@@ -71,7 +72,7 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     sealer = await app[KEYS].sealer(g.org)
     document = json.loads(sealer.open_text(g.source))
     configs = document.get("configs", {})
-    input_value = sealer.open_json(g.input) if g.input is not None else g.input_clear
+    input_value = run_input(sealer, g.input, g.input_clear)
     opened: dict[bytes, Any] = {}  # a turn opens each sealed output once
 
     def open_json(sealed: bytes) -> Any:

@@ -27,6 +27,20 @@ def answer(sealer: Sealer, sealed: bytes | None, clear: Any) -> Any:
     return sealer.open_json(sealed).get("answer") if sealed is not None else clear
 
 
+def run_input(sealer: Sealer, sealed: bytes | None, clear: Any) -> Any:
+    """A run's input: sealed, or in the clear (from SQL, until its first claim seals
+    it). Both at once is a handler run of a sealed event (cryo._start_triggered): the
+    clear part is {trigger: {...}} and the sealed part the event's payload, which goes
+    in as trigger.payload."""
+    if sealed is None:
+        return clear
+    if clear is None:
+        return sealer.open_json(sealed)
+    trigger = dict(clear.get("trigger") or {})
+    trigger["payload"] = sealer.open_json(sealed).get("answer")
+    return {**clear, "trigger": trigger}
+
+
 def cell_json(sealer: Sealer, cell: Cell) -> dict[str, Any]:
     return {"key": cell.key, "value": sealer.open_json(cell.value), "version": cell.version}
 

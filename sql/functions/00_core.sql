@@ -8,7 +8,9 @@
 --   50 waits        parking and waking: sleep, signals, events, leases, children
 --   60 finish       a run's end: outcome, retry, cancel, and what an end sets off
 --   70 state        cells of run and entity scope, add / cas / incr
+--   75 graphs       the graph interpreter: expressions, plans, node instances
 --   80 sweeps       tick (the poll behind every push), retention, project removal
+--   85 triggers     schedules, webhooks, event handlers and cancel_on: runs nobody submitted
 --   90 tenancy      orgs, keys, tokens, members, secrets
 --   95 reads        what the server and DBAs read: runs, logs, events, views
 --   99 roles        grants for applications and DBAs

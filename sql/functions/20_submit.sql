@@ -213,10 +213,21 @@ BEGIN
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
            updated_at = excluded.updated_at;
+    -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
+    PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
 END
 $$;
 COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb) IS
-    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+
+-- What an agent needs to run a stored workflow: a shell for a bash script (or a file
+-- without an extension), the polyglot runner for anything else.
+CREATE OR REPLACE FUNCTION cryo._workflow_caps(p_filename text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_filename ~ '\.(sh|bash)$' OR p_filename !~ '\.' THEN '{shell}'::text[]
+                ELSE '{polyglot}'::text[] END
+$$;
 
 -- The application's submit: call it inside your own transaction and the run exists
 -- only if that transaction commits. The input arrives in the clear (the application
@@ -244,8 +255,7 @@ BEGIN
     END IF;
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
-        CASE WHEN v_wf.filename ~ '\.(sh|bash)$' OR v_wf.filename !~ '\.' THEN '{shell}'::text[]
-             ELSE '{polyglot}'::text[] END,
+        cryo._workflow_caps(v_wf.filename),
         p_workflow, p_input, p_concurrency, p_policy, p_graph => v_wf.graph) s;
     RETURN v_id;
 END

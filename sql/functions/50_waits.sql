@@ -131,22 +131,37 @@ COMMENT ON FUNCTION cryo.wait_signal(text, uuid, integer, text, integer, double 
 
 -- -- the event bus ------------------------------------------------------------------------
 
--- Appends an event to a project's bus and wakes every run parked waiting on its name.
+-- Appends an event to a project's bus, wakes every run parked waiting on its name, and
+-- sets off what it triggers (cancel_on, handlers: cryo._on_event). An event emitted by a
+-- handler run is one deeper in its chain than the event that started that run, and an
+-- event from an untrusted run (or delivery, p_untrusted) is untrusted.
 CREATE OR REPLACE FUNCTION cryo._publish_event(
-    p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text)
+    p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text,
+    p_untrusted boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
     v_waiters text[];
+    v_depth integer := 0;
+    v_untrusted boolean := coalesce(p_untrusted, false);
 BEGIN
+    IF p_run_id IS NOT NULL THEN
+        -- A node job of a graph handler run emits on behalf of its graph run.
+        SELECT coalesce(r.trigger_depth + 1, g.trigger_depth + 1, 0), v_untrusted OR r.untrusted
+          INTO v_depth, v_untrusted
+          FROM cryo.runs r LEFT JOIN cryo.runs g ON g.id = r.parent_run_id
+         WHERE r.id = p_run_id;
+    END IF;
     PERFORM cryo._check_name('event', p_name);
     PERFORM cryo._require_project(p_org, p_project);
     -- Serialises with wait_event on this name: a waiter parks either before this event
     -- (and is woken by it) or after it (and waits for the next).
     PERFORM pg_advisory_xact_lock(hashtextextended(p_org || '/' || p_project || '/' || p_name, 7));
-    INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, created_at)
-    VALUES (p_org, p_project, p_name, p_sealed, p_clear, p_run_id, cryo.now())
+    INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, depth,
+                             untrusted, created_at)
+    VALUES (p_org, p_project, p_name, p_sealed, p_clear, p_run_id, coalesce(v_depth, 0),
+            coalesce(v_untrusted, false), cryo.now())
     RETURNING id INTO v_id;
     SELECT array_agg(j.run_id) INTO v_waiters
       FROM cryo.journal j JOIN cryo.queue q ON q.run_id = j.run_id AND q.park_path = j.path
@@ -160,6 +175,8 @@ BEGIN
        FROM (SELECT DISTINCT i.run_id FROM cryo.node_instances i
               WHERE i.org = p_org AND i.project = p_project AND i.wait_name = p_name
                 AND i.status = 'waiting' AND i.wait_kind = 'event' ORDER BY 1) w;
+    PERFORM cryo._on_event(p_org, p_project, p_name, v_id, p_sealed, p_clear, coalesce(v_depth, 0),
+                           coalesce(v_untrusted, false), p_run_id);
     RETURN v_id;
 END
 $$;

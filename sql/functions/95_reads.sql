@@ -69,7 +69,8 @@ LANGUAGE sql STABLE AS $$
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
            CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id,
-           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent' ELSE 'manual' END,
+           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
            (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
@@ -82,17 +83,19 @@ LANGUAGE sql STABLE AS $$
      LIMIT least(greatest(p_limit, 0), 200)
 $$;
 COMMENT ON FUNCTION cryo.list_runs_page(text, text, text, text, text, text, integer) IS
-    'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent or manual) and child count. Raises nothing.';
+    'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent, schedule, webhook, event or manual) and child count. Raises nothing.';
 
 -- What the run page shows beside get_run: the sealed input (or the clear one an
 -- application passed from SQL) and the parent that started the run.
 CREATE OR REPLACE FUNCTION cryo.read_run_detail(p_run_id text)
-RETURNS TABLE (input bytea, input_clear jsonb, parent_run_id text)
+RETURNS TABLE (input bytea, input_clear jsonb, parent_run_id text, trigger_kind text,
+               trigger_name text, trigger_depth integer)
 LANGUAGE sql STABLE AS $$
-    SELECT r.input, r.input_clear, r.parent_run_id FROM cryo.runs r WHERE r.id = p_run_id
+    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth
+      FROM cryo.runs r WHERE r.id = p_run_id
 $$;
 COMMENT ON FUNCTION cryo.read_run_detail(text) IS
-    'Returns a run''s input (sealed, or in the clear until its first claim seals it) and its parent run id; no row for an unknown run. Raises nothing.';
+    'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id and the trigger (kind, name, handler depth) that started it; no row for an unknown run. Raises nothing.';
 
 -- The entity cells a run touched, for the run page's State section: those it created or
 -- wrote last (a cell remembers no other writer). Values stay sealed.
@@ -176,15 +179,16 @@ COMMENT ON FUNCTION cryo.read_logs(text, bigint, integer) IS
 CREATE OR REPLACE FUNCTION cryo.list_events(
     p_org text, p_project text, p_name text DEFAULT NULL, p_limit integer DEFAULT 50)
 RETURNS TABLE (id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text,
-               created_at timestamptz)
+               created_at timestamptz, depth integer, untrusted boolean, refused text)
 LANGUAGE sql STABLE AS $$
-    SELECT e.id, e.name, e.payload, e.payload_clear, e.emitted_by_run, e.created_at
+    SELECT e.id, e.name, e.payload, e.payload_clear, e.emitted_by_run, e.created_at, e.depth,
+           e.untrusted, e.refused
       FROM cryo.events e
      WHERE e.org = p_org AND e.project = p_project AND (p_name IS NULL OR e.name = p_name)
      ORDER BY e.id DESC LIMIT greatest(p_limit, 0)
 $$;
 COMMENT ON FUNCTION cryo.list_events(text, text, text, integer) IS
-    'Returns a project''s newest bus events first (payloads sealed unless sent in the clear from SQL). Raises nothing.';
+    'Returns a project''s newest bus events first (payloads sealed unless sent in the clear from SQL), each with its depth in a chain of handler runs, whether it is untrusted, and why no handler run started (refused), if so. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.read_outputs(p_run_id text)
 RETURNS TABLE (key text, value bytea)

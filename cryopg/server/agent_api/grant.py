@@ -13,7 +13,7 @@ from cryopg.engine import Claim, Memo
 from cryopg.errors import Unreadable
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.in_run import finish_unreadable
-from cryopg.server.render import child_output
+from cryopg.server.render import child_output, run_input
 from cryopg.server.state import CONFIG, KEYS, POOL
 
 GRAPH_CALLS = ("graph.call", "node.call")
@@ -46,7 +46,7 @@ async def grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] 
         sealer = await app[KEYS].sealer(org)
         source = sealer.open_text(claim.source)
         if claim.input_clear is not None:
-            input_value = claim.input_clear
+            input_value = run_input(sealer, claim.input, claim.input_clear)
             async with connection(app[POOL]) as conn:
                 await engine.seal_run_input(conn, claim.run_id, claim.claim_token,
                                             sealer.seal_json(input_value))

@@ -9,9 +9,21 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cryopg.server.user_api import admin, graphs, live, logs, runs, secrets, signals_events, state
+from cryopg.server.user_api import (
+    admin,
+    graphs,
+    hooks,
+    live,
+    logs,
+    runs,
+    secrets,
+    signals_events,
+    state,
+    triggers,
+)
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (runs, graphs, logs, live, signals_events, state, admin, secrets):
+    for module in (runs, graphs, logs, live, signals_events, state, admin, secrets, triggers,
+                   hooks):
         module.add_routes(app)

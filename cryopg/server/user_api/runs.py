@@ -12,10 +12,11 @@ from cryopg.errors import InvalidArgument
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import json_body, query_int, script_fields
 from cryopg.server.caps import required_caps
-from cryopg.server.render import iso, run_json, run_outputs
+from cryopg.server.render import iso, run_input, run_json, run_outputs
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.graphs import admission_group, compiled_graph, graph_json
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
+from cryopg.triggers import cron
 
 
 async def submit(request: web.Request) -> web.Response:
@@ -117,12 +118,13 @@ async def _detail(request: web.Request, run: engine.Run) -> dict[str, Any]:
         detail = await engine.read_run_detail(conn, run.id)
     if detail is None:
         return {}
-    if detail.input is not None:
-        run_input = (await request.app[KEYS].sealer(run.org)).open_json(detail.input)
-    else:
-        run_input = detail.input_clear
-    return {"input": run_input, "parent_run_id": detail.parent_run_id,
-            "trigger": "parent" if detail.parent_run_id else "manual"}
+    opened = run_input(await request.app[KEYS].sealer(run.org), detail.input, detail.input_clear)
+    trigger = ("parent" if detail.parent_run_id else detail.trigger_kind or "manual")
+    extra: dict[str, Any] = {}
+    if detail.trigger_kind:
+        extra["triggered_by"] = {"kind": detail.trigger_kind, "name": detail.trigger_name,
+                                 "depth": detail.trigger_depth}
+    return {"input": opened, "parent_run_id": detail.parent_run_id, "trigger": trigger, **extra}
 
 
 async def checkpoints(request: web.Request) -> web.Response:
@@ -151,6 +153,11 @@ async def put_workflow(request: web.Request) -> web.Response:
     body = await json_body(request)
     source, filename, interpreter = script_fields(body)
     graph = compiled_graph(source)
+    for expr in (graph.structure.get("on", {}).get("schedule", []) if graph else []):
+        try:  # on.schedule registers schedules (in UTC): each cron text must read
+            cron.check_cron(expr)
+        except cron.ScheduleError as exc:
+            raise InvalidArgument(f"on.schedule: {exc}") from None
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         await engine.put_workflow(conn, org, project, request.match_info["name"], filename=filename,

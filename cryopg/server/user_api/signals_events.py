@@ -48,7 +48,8 @@ async def list_events(request: web.Request) -> web.Response:
         events = await engine.list_events(conn, org, project, request.query.get("name"), limit)
     return web.json_response({"events": [
         {"id": e.id, "name": e.name, "payload": answer(sealer, e.payload, e.payload_clear),
-         "emitted_by_run": e.emitted_by_run, "created_at": e.created_at.isoformat()}
+         "emitted_by_run": e.emitted_by_run, "created_at": e.created_at.isoformat(),
+         "depth": e.depth, "untrusted": e.untrusted, "refused": e.refused}
         for e in events]})
 
 

@@ -1,0 +1,123 @@
+"""The server's part of triggers, in the background: firing due schedule ticks and
+sending commit statuses of ended webhook runs.
+
+Every server runs both rounds; the database decides who does what (claim_schedules and
+take_status_posts lock rows with SKIP LOCKED), so any number of servers can share one
+database. A round's failure is logged and the next round tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import psycopg
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import CryoError
+from cryopg.server.state import CONFIG, KEYS, POOL
+from cryopg.triggers import cron, forge
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+async def fire_due_schedules(app: web.Application, conn: Any = None,
+                             limit: int = 100) -> list[str]:
+    """One scheduler round, in one transaction: every due tick this server claimed
+    starts its run (or, for a schedule without a next fire time, gets one). Returns the
+    runs started. Tests pass their own autocommit connection (with cryo.fake_now set)."""
+    if conn is None:
+        async with connection(app[POOL]) as pooled:
+            return await fire_due_schedules(app, pooled, limit)
+    started: list[str] = []
+    async with conn.transaction():
+        for s in await engine.claim_schedules(conn, limit):
+            try:
+                async with conn.transaction():  # a savepoint: one bad schedule stays alone
+                    if s.next_fire_at is None:
+                        try:
+                            nxt = cron.next_after(s.cron, s.timezone, s.every_seconds, s.now)
+                        except cron.ScheduleError as exc:
+                            print(f"cryopg: schedule {s.org}/{s.project}/{s.name} paused: {exc}",
+                                  file=sys.stderr)
+                            nxt = None
+                        await engine.plan_schedule(conn, s.org, s.project, s.name, nxt)
+                        continue
+                    nxt = cron.next_after(s.cron, s.timezone, s.every_seconds,
+                                          max(s.now, s.next_fire_at), anchor=s.next_fire_at)
+                    run_id = await _fire(app, conn, s, nxt)
+                    if run_id:
+                        started.append(run_id)
+            except (CryoError, psycopg.Error, cron.ScheduleError) as exc:
+                print(f"cryopg: schedule {s.org}/{s.project}/{s.name} did not fire: {exc}",
+                      file=sys.stderr)
+    return started
+
+
+async def _fire(app: web.Application, conn: Any, s: engine.DueSchedule, nxt: Any) -> str | None:
+    sealer = await app[KEYS].sealer(s.org)
+    base = sealer.open_json(s.input) if s.input is not None else {}
+    # The tick after the one fired is also past: downtime made this one run catch up.
+    after = cron.next_after(s.cron, s.timezone, s.every_seconds, s.next_fire_at,
+                            anchor=s.next_fire_at)
+    trigger = {"kind": "schedule", "name": s.name, "scheduled_at": _iso(s.next_fire_at),
+               "catch_up": after <= s.now}
+    value = {**base, "trigger": trigger} if isinstance(base, dict) else {"input": base,
+                                                                       "trigger": trigger}
+    return await engine.fire_schedule(conn, s.org, s.project, s.name,
+                                      scheduled_at=s.next_fire_at, next_fire_at=nxt,
+                                      input=sealer.seal_json(value),
+                                      scope={"trigger": trigger, "input": value})
+
+
+async def send_statuses(app: web.Application, limit: int = 20) -> int:
+    """Sends the commit statuses of webhook runs that ended; returns how many were sent."""
+    async with connection(app[POOL]) as conn:
+        posts = await engine.take_status_posts(conn, limit)
+    sent = 0
+    for p in posts:
+        url = p.url.replace("{sha}", p.sha or "")
+        body = {"state": forge.outcome_state(p.status), "context": f"cryopg/{p.webhook}",
+                "description": f"run {p.status}" + (f": {p.error}" if p.error else ""),
+                "run_id": p.run_id, "status": p.status, "exit_code": p.exit_code, "sha": p.sha}
+        error: str | None = None
+        try:
+            await forge.post_status(url, body)
+            sent += 1
+        except forge.Refused as exc:
+            error = str(exc)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            error = f"status URL failed: {type(exc).__name__}: {exc}".strip()
+        if error:
+            print(f"cryopg: commit status of {p.run_id} not sent: {error}", file=sys.stderr)
+        async with connection(app[POOL]) as conn:
+            await engine.finish_status_post(conn, p.run_id, error)
+    return sent
+
+
+async def _rounds_forever(app: web.Application) -> None:
+    interval = app[CONFIG].tick_interval
+    while True:
+        for round_ in (fire_due_schedules, send_statuses):
+            try:
+                await round_(app)
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad moment
+                print(f"cryopg: {round_.__name__} failed: {exc}", file=sys.stderr)
+        await asyncio.sleep(interval)
+
+
+async def triggers_ctx(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(_rounds_forever(app))
+    yield
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

@@ -1,0 +1,61 @@
+"""`POST /api/v1/hooks/{org}/{project}/{name}`: a webhook delivery from a forge.
+
+No token: the HMAC-SHA256 of the raw body under the webhook's secret is the
+authentication. A missing or wrong signature is 401 and stores nothing. Then one SQL
+call (cryo.deliver_webhook) dedups on the body's hash, decides the workflow's `if` and
+starts the run, or publishes webhook.<event> on the bus, in one transaction.
+
+Answers: 201 a run started; 202 accepted without a run (the `if` was false, the
+workflow's on.webhook leaves the event out, or the delivery went to the bus); 200 a
+redelivery of a body already accepted, with what its first delivery did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import InvalidArgument, Unauthorized
+from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api.triggers import HOOK_ROUTE
+from cryopg.triggers import webhook
+
+MAX_BODY = 25 << 20  # GitHub's own limit on a delivery
+
+
+async def deliver(request: web.Request) -> web.Response:
+    org, project, name = (request.match_info[k] for k in ("org", "project", "name"))
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise InvalidArgument(f"a delivery is at most {MAX_BODY} bytes")
+    body = await request.read()
+    async with connection(request.app[POOL]) as conn:
+        hook = await engine.get_webhook(conn, org, project, name)
+    sealer = await request.app[KEYS].sealer(org)
+    if not webhook.signature_ok(sealer.open_text(hook.secret), body, request.headers):
+        raise Unauthorized("missing or wrong signature (X-Hub-Signature-256 or "
+                           "X-Cryo-Signature: sha256=<HMAC-SHA256 of the body>)")
+    event = webhook.event_name(request.headers)
+    if event is None:
+        raise InvalidArgument("the event header is not a valid event name")
+    try:
+        payload = json.loads(body) if body.strip() else None
+    except ValueError:
+        raise InvalidArgument("the delivery's body must be JSON") from None
+    trigger, untrusted = webhook.trigger_of(name, event, payload)
+    async with connection(request.app[POOL]) as conn:
+        got = await engine.deliver_webhook(
+            conn, org, project, name, body_hash=hashlib.sha256(body).digest(), event=event,
+            trigger=trigger, input=sealer.seal_json({"trigger": trigger}),
+            payload=sealer.seal_json({"answer": trigger}), untrusted=untrusted)
+    status = 200 if got.duplicate else 201 if got.outcome == "started" else 202
+    return web.json_response({"outcome": got.outcome, "run_id": got.run_id,
+                              "event_id": got.event_id, "duplicate": got.duplicate,
+                              "untrusted": untrusted}, status=status)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post(HOOK_ROUTE, deliver)
