@@ -213,7 +213,8 @@ def test_each_kind_of_error_is_one_line_naming_job_and_key(text: str, message: s
     ("- just\n- a list\n", "a pipeline is a YAML mapping"),
     ("version: cryosleep/pipeline/v1\n---\nversion: x\n", "a pipeline file holds exactly one"),
     ("version: !!python/object:os.system x\n", "not valid YAML"),
-    ("version: cryosleep/pipeline/v1\nx: .nan\njobs: {a: {steps: [x]}}", "nan is not a JSON number"),
+    ("version: cryosleep/pipeline/v1\nx: .nan\njobs: {a: {steps: [x]}}",
+     "nan is not a JSON number"),
 ])
 def test_bad_yaml_and_wrong_versions(text: str, message: str) -> None:
     got = refused(text, head=False)
