@@ -53,6 +53,20 @@ def test_templates_in_steps_and_fan_out_items() -> None:
     assert n["config"]["run"] == {"$template": "# step 1\n./notify.sh {{ item }} {{ input.env }}"}
 
 
+def test_json_and_escaped_braces_in_steps() -> None:
+    source = HEAD + textwrap.dedent("""
+        jobs:
+          a: {steps: ["curl -d '{\\"a\\": {\\"b\\": 1}}' {{ input.url }}",
+                      "docker inspect -f '{{ '{{' }}.State{{ '}}' }}' x", "echo '{\\"c\\": {}}'"]}
+    """)
+    parts = compile_pipeline(source).document["configs"]["a"]["run"]["$template"]["tpl"]
+    assert parts == ["# step 1\ncurl -d '{\"a\": {\"b\": 1}}' ", {"path": ["input", "url"]},
+                     "\n# step 2\ndocker inspect -f '", {"lit": "{{"}, ".State", {"lit": "}}"},
+                     "' x\n# step 3\necho '{\"c\": {}}'"]
+    plain = node("""jobs: {a: {steps: ["echo '{\\"c\\": {\\"d\\": 1}}'"]}}""")
+    assert plain["config"]["run"] == "# step 1\necho '{\"c\": {\"d\": 1}}'"
+
+
 def test_needs_are_edges_and_node_fields_carry_over() -> None:
     g = graph_of("""
         jobs:

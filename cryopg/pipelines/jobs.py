@@ -30,7 +30,7 @@ def templated(value: Any) -> Any:
     """Text with {{ }} holes as a graph template; objects and lists walked; the rest kept.
     An explicit {"$expr": ...} or {"$template": ...} passes through as it is."""
     if isinstance(value, str):
-        return {"$template": value} if "{{" in value or "}}" in value else value
+        return {"$template": value} if "{{" in value else value
     if isinstance(value, dict):
         if set(value) & {"$expr", "$template"}:
             return value

@@ -69,6 +69,7 @@ jobs:
       - run: |
           echo two
           echo "$REGION $TIER"
+      - run: echo '{"a":{"b":1}}' {{ '{{' }}.State{{ '}}' }}
 """
     run_id = await srv.submit(source, filename="ci.yml", input={"who": "ann"})
     job = await until_claim(srv)
@@ -77,7 +78,7 @@ jobs:
     assert "export REGION=eu" in lines and "export TIER=silver" in lines
     body = lines[lines.index("# step 1: first"):]
     assert body == ["# step 1: first", "echo one ann > marker", "# step 2", "echo two",
-                    'echo "$REGION $TIER"']
+                    'echo "$REGION $TIER"', "# step 3", """echo '{"a":{"b":1}}' {{.State}}"""]
     # the same script under bash: a failing step ends it there
     failing = job["source"].replace("echo one ann > marker", "false")
     done = subprocess.run(["bash", "-c", failing], capture_output=True, text=True, check=False)
