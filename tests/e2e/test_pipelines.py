@@ -73,10 +73,12 @@ jobs:
     fan_out: {{items: input.recipients}}
     steps: [{{run: "echo notify {{{{ item }}}} >> {d}/order"}}]
   sub: {{needs: [notify], workflow: child, input: {{n: 7}}}}
+  web: {{needs: build, http: "{{{{ input.health }}}}"}}
 """)
     follow = subprocess.Popen(
         [sys.executable, "-m", "cryopg.cli.entry", "submit", "ci.yaml", "--follow", "--input",
-         json.dumps({"env": "prod", "id": 1, "recipients": ["ann", "bob"]})],
+         json.dumps({"env": "prod", "id": 1, "recipients": ["ann", "bob"],
+                     "health": stack.url + "/api/v1/health"})],
         cwd=d, env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         run_id = wait_for("the run", lambda: latest_run(stack), timeout=30)
@@ -114,6 +116,7 @@ jobs:
     assert sorted(lines(d / "order")[1:]) == ["notify ann", "notify bob"]
     assert len(got["notify"]["output"]) == 2
     assert got["sub"]["output"] == 7  # the workflow job: a stored pipeline as a child
+    assert got["web"]["output"]["status"] == 200  # the http job, on a connector agent
     assert run["concurrency_group"] == "ci-prod"
     shown = stack.cli("runs", "show", run_id).stdout
     assert "pipeline:" in shown and "never" in shown and "skipped" in shown

@@ -5,6 +5,7 @@ agent, the job an agent takes is the steps as one bash -eu script, and the SQL p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from typing import Any
@@ -90,7 +91,6 @@ jobs:
 
 
 async def until_claim(srv: Server) -> dict[str, Any]:
-    import asyncio
     import time
 
     deadline = time.monotonic() + 20
@@ -135,6 +135,7 @@ async def test_workflow_put_and_get_say_it_is_a_pipeline(srv: Server) -> None:
     assert got["kind"] == "pipeline" and got["filename"] == "gate.yaml"
     assert got["nodes"][1] == {"id": "wait-pr", "type": "wait", "needs": ["ledger"]}
     assert "source" not in got
+    (await srv.user("GET", "/workflows/gate?source=1", role="viewer")).refused(403, "forbidden")
     with_source = (await srv.user("GET", "/workflows/gate?source=1")).ok()
     assert with_source["source"] == GATED
     (await srv.user("PUT", "/workflows/plain", {"source": "echo hi\n",
@@ -219,3 +220,24 @@ async def test_an_application_stores_a_compiled_pipeline_from_sql(srv: Server) -
     (await srv.user("POST", f"/runs/{run_id}/approvals/approve", {"go": False})).ok()
     run = await until(srv, run_id, ended)
     assert run["status"] == "succeeded" and nodes_of(run)["approve"]["output"]["go"] is False
+
+
+async def test_sleep_and_wait_for_signal_jobs(srv: Server) -> None:
+    source = """\
+version: cryosleep/pipeline/v1
+output: nodes.go.output
+jobs:
+  nap: {sleep: 0s}
+  go: {needs: nap, wait_for_signal: {name: go, timeout: 1h}}
+  late: {wait_for_signal: {name: never, timeout: 1s}}
+"""
+    run_id = await srv.submit(source, filename="w.yaml")
+    await until(srv, run_id, lambda r: nodes_of(r)["go"]["status"] == "waiting")
+    assert nodes_of(await srv.show(run_id))["nap"]["output"] == {}
+    (await srv.user("POST", f"/runs/{run_id}/signal/go", {"payload": {"n": 1}})).ok(201)
+    await until(srv, run_id, lambda r: nodes_of(r)["go"]["status"] == "succeeded")
+    await asyncio.sleep(1.1)  # the timeout of `late` is due; the tick wakes the run
+    await srv.tick()
+    run = await until(srv, run_id, ended)
+    assert run["status"] == "succeeded" and run["outputs"]["output"] == {"n": 1}
+    assert nodes_of(run)["late"]["output"] == {"timed_out": True}

@@ -10,7 +10,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
-from cryopg.server.auth import MEMBER, require_user
+from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, query_int, script_fields
 from cryopg.server.caps import required_caps
 from cryopg.server.render import iso, open_document, run_json, run_outputs
@@ -176,8 +176,9 @@ def _kind(structure: dict[str, Any] | None) -> dict[str, Any]:
 
 async def get_workflow(request: web.Request) -> web.Response:
     """A stored workflow: its name, kind (script, graph or pipeline), filename and, with
-    `source=1`, what was stored (a pipeline's YAML as written)."""
-    await require_user(request)
+    `source=1` (Members), what was stored (a pipeline's YAML as written)."""
+    with_source = request.query.get("source") in ("1", "true")
+    await require_user(request, MEMBER if with_source else VIEWER)
     org, project = project_of(request)
     name = request.match_info["name"]
     async with connection(request.app[POOL]) as conn:
@@ -189,7 +190,7 @@ async def get_workflow(request: web.Request) -> web.Response:
         got["nodes"] = [{"id": n["id"], "type": n["type"], "needs": n.get("deps", [])}
                         for n in structure.get("nodes", [])]
         got.update({k: structure[k] for k in ("on", "cancel_on") if k in structure})
-    if request.query.get("source") in ("1", "true"):
+    if with_source:
         text = open_document(await request.app[KEYS].sealer(org), sealed)
         if structure is not None and structure.get("pipeline"):
             text = json.loads(text).get("pipeline_source", text)
