@@ -245,5 +245,8 @@ def test_an_alias_bomb_is_refused_not_expanded() -> None:
 def test_detection_by_extension_or_version_line() -> None:
     assert is_pipeline("echo hi", "ci.yml") and is_pipeline("x", "CI.YAML")
     assert is_pipeline("# ci\nversion: 'cryosleep/pipeline/v1'\n", "pipeline.txt")
+    assert is_pipeline("#!/usr/bin/env cryopg\n---\n\nversion: cryosleep/pipeline/v1\n")
     assert not is_pipeline("echo version: cryosleep/pipeline/v1", "job.sh")
+    heredoc = "cat > ci.yaml <<'Y'\nversion: cryosleep/pipeline/v1\njobs: {}\nY\n"
+    assert not is_pipeline(heredoc, "make-ci.sh") and not is_pipeline(heredoc)
     assert not is_pipeline('{"version": "cryosleep-graph/v1"}', "g.json")

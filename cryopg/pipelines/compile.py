@@ -21,7 +21,7 @@ TOP_KEYS = frozenset({"version", "name", "if", "concurrency", "cancel_on", "env"
                       "output"})
 SUFFIXES = (".yaml", ".yml")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-_VERSION_LINE = re.compile(r"^version:\s*['\"]?cryosleep/pipeline/", re.MULTILINE)
+_VERSION_LINE = re.compile(r"^version:\s*['\"]?cryosleep/pipeline/")
 
 
 class PipelineError(ValueError):
@@ -29,10 +29,16 @@ class PipelineError(ValueError):
 
 
 def is_pipeline(source: str, filename: str | None = None) -> bool:
-    """A .yaml/.yml file, or any file with a top-level `version: cryosleep/pipeline/...`."""
+    """A .yaml/.yml file, or a file whose first line (after blank lines, comments and a
+    `---`) is `version: cryosleep/pipeline/...`. Only the first line counts, so a shell
+    script that writes a pipeline with a heredoc stays a script."""
     if filename and filename.lower().endswith(SUFFIXES):
         return True
-    return bool(_VERSION_LINE.search(source))
+    for line in source.splitlines():
+        text = line.strip()
+        if text and not text.startswith("#") and text != "---":
+            return bool(_VERSION_LINE.match(line))
+    return False
 
 
 def compile_pipeline(source: str) -> Compiled:
