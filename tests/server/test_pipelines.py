@@ -241,3 +241,27 @@ jobs:
     run = await until(srv, run_id, ended)
     assert run["status"] == "succeeded" and run["outputs"]["output"] == {"n": 1}
     assert nodes_of(run)["late"]["output"] == {"timed_out": True}
+
+
+async def test_a_job_in_the_runs_own_admission_group_runs_under_the_runs_lease(
+        srv: Server) -> None:
+    """The issue's example has `concurrency: deploy-{{ input.env }}` on the run and on its
+    deploy job: the job must not wait behind its own run (it did: awaiting-lease forever),
+    while another run of that group still queues behind this one."""
+    source = """\
+version: cryosleep/pipeline/v1
+concurrency: "deploy-{{ input.env }}"
+jobs:
+  deploy: {concurrency: "deploy-{{ input.env }}", state: {op: incr, key: n, entity: d}}
+  hold: {needs: deploy, wait_for_signal: go}
+"""
+    first = await srv.submit(source, filename="d.yaml", input={"env": "prod"})
+    run = await until(srv, first, lambda r: nodes_of(r)["hold"]["status"] == "waiting")
+    assert nodes_of(run)["deploy"]["output"]["value"] == 1
+    assert run["concurrency_group"] == "deploy-prod"
+    second = await srv.submit(source, filename="d.yaml", input={"env": "prod"})
+    assert (await srv.show(second))["status"] == "queued"
+    (await srv.user("POST", f"/runs/{first}/signal/go", {})).ok(201)
+    assert (await until(srv, first, ended))["status"] == "succeeded"
+    run = await until(srv, second, lambda r: nodes_of(r)["hold"]["status"] == "waiting")
+    assert nodes_of(run)["deploy"]["output"]["value"] == 2
