@@ -2272,13 +2272,20 @@ BEGIN
                 RETURNING * INTO v_inst;
             END IF;
             -- A node's concurrency group is the same project lease scripts and submits use,
-            -- held by this run for as long as the instance runs.
+            -- held by this run for as long as the instance runs. When the run was admitted
+            -- through that very group it holds it already (no other run is in it), and the
+            -- instance runs under the run's lease instead of waiting behind its own run.
             IF v_def.def ? 'concurrency' THEN
                 v_group := cryo._eval(v_def.def -> 'concurrency', v_scope) #>> '{}';
                 PERFORM cryo._check_name('concurrency group', v_group);
                 PERFORM cryo._lock_group(v_q.org, v_q.project, v_group);
                 v_holder := cryo._group_holder(v_q.org, v_q.project, v_group);
-                IF v_holder IS NOT NULL AND NOT EXISTS (
+                IF v_holder = p_run_id AND EXISTS (
+                        SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
+                           AND l.grp = v_group AND l.holder_run_id = p_run_id
+                           AND l.kind = 'admission') THEN
+                    NULL;  -- the run's own admission lease covers the instance
+                ELSIF v_holder IS NOT NULL AND NOT EXISTS (
                         SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
                            AND l.grp = v_group AND l.holder_run_id = p_run_id
                            AND l.path = 'node/' || v_def.node_id || '/' || v_n) THEN
@@ -2788,6 +2795,27 @@ CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_pa
 $$;
 
 COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name.';
+
+CREATE FUNCTION cryo.put_compiled_workflow(p_org text, p_project text, p_name text, p_compiled jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF jsonb_typeof(p_compiled -> 'structure') IS DISTINCT FROM 'object'
+       OR jsonb_typeof(p_compiled #> '{structure,nodes}') IS DISTINCT FROM 'array'
+       OR jsonb_typeof(p_compiled -> 'document') IS DISTINCT FROM 'object'
+       OR jsonb_typeof(p_compiled #> '{document,configs}') IS DISTINCT FROM 'object'
+       OR p_compiled #>> '{document,version}' IS DISTINCT FROM 'cryosleep-graph/v1' THEN
+        RAISE EXCEPTION 'a compiled workflow is {filename, structure, document}, as `cryopg pipeline compile --compiled` prints it'
+            USING ERRCODE = 'CR004';
+    END IF;
+    PERFORM cryo.put_workflow(p_org, p_project, p_name,
+                              coalesce(nullif(p_compiled ->> 'filename', ''), p_name || '.json'),
+                              NULL, convert_to((p_compiled -> 'document')::text, 'UTF8'),
+                              p_compiled -> 'structure');
+END
+$$;
+
+COMMENT ON FUNCTION cryo.put_compiled_workflow(p_org text, p_project text, p_name text, p_compiled jsonb) IS 'Stores a graph or pipeline compiled by `cryopg pipeline compile --compiled` ({filename, structure, document}) under a name, its document in the clear, for cryo.submit_run. Returns nothing. Raises CR004 for a value of another shape or a bad name, CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import click
 
-from cryopg.cli import admin, processes, triggers
+from cryopg.cli import admin, pipeline, processes, triggers
 from cryopg.cli.client import Client
 from cryopg.cli.target import resolve
 
@@ -68,7 +68,7 @@ def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 
 
-for command in [*processes.COMMANDS, *admin.COMMANDS, *triggers.COMMANDS]:
+for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS]:
     cli.add_command(command)
 
 
@@ -121,9 +121,16 @@ def _parse_json(text: str | None, what: str) -> Any:
 def submit(file: Path, input_json: str | None, idempotency_key: str | None,
            interpreter: str | None, follow: bool, untrusted: bool, concurrency: str | None,
            policy: str | None) -> None:
-    """Submit FILE as a new run and print its id."""
+    """Submit FILE as a new run and print its id.
+
+    FILE is a script, a graph (JSON, version cryosleep-graph/v1) or a YAML pipeline
+    (.yaml/.yml, version cryosleep/pipeline/v1; a pipeline that does not compile is one
+    line naming the job and key, exit code 2, and nothing is submitted).
+    """
     value = _parse_json(input_json, "--input")
     source = _read_script(file)
+    if pipeline.is_pipeline_file(file, source):
+        pipeline.check(file, source)
     client = Client(resolve())
     made = client.call("POST", "/runs", {"source": source, "filename": file.name, "input": value,
                                          "interpreter": interpreter,
@@ -187,7 +194,7 @@ def runs_show(run: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(got, indent=2))
         return
-    fields = [k for k in ("id", "status", "substate", "attempt", "exit_code", "error",
+    fields = [k for k in ("id", "pipeline", "status", "substate", "attempt", "exit_code", "error",
                           "filename", "workflow", "parent_run_id", "activity_name",
                           "concurrency_group",
                           "queue_position", "idempotency_key", "created_at", "started_at",
@@ -332,12 +339,45 @@ def workflow() -> None:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--interpreter", metavar="I", help="Run it with I instead of choosing by extension.")
 def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
-    """Store FILE under NAME in the active project."""
+    """Store FILE (a script, graph or YAML pipeline) under NAME in the active project."""
     source = _read_script(file)
+    if pipeline.is_pipeline_file(file, source):
+        pipeline.check(file, source)
     target = resolve()
-    Client(target).call("PUT", f"/workflows/{name}",
-                        {"source": source, "filename": file.name, "interpreter": interpreter})
-    click.echo(f"stored workflow {name} in {target.org}/{target.project}")
+    got = Client(target).call("PUT", f"/workflows/{name}",
+                              {"source": source, "filename": file.name,
+                               "interpreter": interpreter})
+    kind = {"pipeline": "pipeline", "graph": "graph"}.get(got.get("kind"), "script")
+    click.echo(f"stored {kind} workflow {name} in {target.org}/{target.project}")
+
+
+@workflow.command("get")
+@click.argument("name")
+@click.option("--source", "with_source", is_flag=True,
+              help="Print what was stored (a pipeline's YAML as written) instead.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def workflow_get(name: str, with_source: bool, as_json: bool) -> None:
+    """Show stored workflow NAME: its kind (script, graph or pipeline), file and jobs."""
+    target = resolve()
+    got = Client(target).call("GET", f"/workflows/{quote(name, safe='')}"
+                              + ("?source=1" if with_source else ""))
+    if as_json:
+        click.echo(json.dumps(got, indent=2))
+        return
+    if with_source:
+        click.echo(got["source"], nl=not got["source"].endswith("\n"))
+        return
+    kind = got["kind"] + (f" ({got['pipeline']})" if got.get("pipeline") else "")
+    click.echo(f"name:      {got['name']}\nkind:      {kind}\nfilename:  {got['filename']}")
+    if got.get("interpreter"):
+        click.echo(f"interpreter: {got['interpreter']}")
+    for key in ("on", "cancel_on"):
+        if got.get(key):
+            click.echo(f"{key + ':':<11}{json.dumps(got[key], separators=(',', ':'))}")
+    word = "jobs" if got["kind"] == "pipeline" else "nodes"
+    for n in got.get("nodes") or []:
+        needs = f"  needs {', '.join(n['needs'])}" if n["needs"] else ""
+        click.echo(f"  {word[:-1]} {n['id']} ({n['type']}){needs}")
 
 
 # -- durable state, read from outside a run ------------------------------------------------

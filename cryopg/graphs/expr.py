@@ -159,18 +159,27 @@ def parse(text: Any, node_ids: frozenset[str]) -> dict[str, Any]:
     return _Parser(text, node_ids).parse()
 
 
+# A hole: {{ expr }}, where a quoted text inside may hold braces, so literal braces are
+# written {{ '{{' }} and {{ '}}' }} (as in Helm). A lone }} outside a hole is text (JSON
+# in a shell command has plenty); a {{ that never closes is an error.
+_HOLE = re.compile(r"""\{\{((?:[^}'"]|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\}(?!\}))*)\}\}""",
+                   re.S)
+
+
 def parse_template(text: Any, node_ids: frozenset[str]) -> dict[str, Any]:
     """The compiled form of a template: text with {{ expr }} holes."""
     if not isinstance(text, str):
         raise ExprError("a template must be a string")
     parts: list[Any] = []
     pos = 0
-    for m in re.finditer(r"\{\{(.*?)\}\}", text, re.S):
+    for m in _HOLE.finditer(text):
+        if "{{" in text[pos:m.start()]:
+            break  # a hole opened before this one never closed
         if m.start() > pos:
             parts.append(text[pos:m.start()])
         parts.append(parse(m.group(1).strip(), node_ids))
         pos = m.end()
-    if "{{" in text[pos:] or "}}" in text[pos:]:
+    if "{{" in text[pos:]:
         raise ExprError(f"unbalanced {{{{ }}}} in template {text!r}")
     if pos < len(text):
         parts.append(text[pos:])

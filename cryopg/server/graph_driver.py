@@ -21,7 +21,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.server import graph_nodes
-from cryopg.server.render import run_input
+from cryopg.server.render import open_document, run_input
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
 DRIVER_ID = f"driver:{socket.gethostname()}"
@@ -70,7 +70,7 @@ def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
 async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     """One turn on one driven run; returns how it settled."""
     sealer = await app[KEYS].sealer(g.org)
-    document = json.loads(sealer.open_text(g.source))
+    document = json.loads(open_document(sealer, g.source))
     configs = document.get("configs", {})
     input_value = run_input(sealer, g.input, g.input_clear)
     opened: dict[bytes, Any] = {}  # a turn opens each sealed output once

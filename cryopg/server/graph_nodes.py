@@ -23,7 +23,7 @@ from cryopg.graphs.document import seconds
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.state import incr_in
 from cryopg.server.caps import required_caps
-from cryopg.server.render import answer, child_output, run_outputs
+from cryopg.server.render import answer, child_output, open_document, run_outputs
 
 HTTP_JOB = (Path(__file__).resolve().parent.parent / "graphs" / "http_request.py").read_text()
 
@@ -207,7 +207,7 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
             turn.conn, turn.org, turn.project, str(c["graph"]))
         if kind != "graph":
             raise ValueError(f"workflow {c['graph']!r} is a script; use a script node")
-        workflow, source, caps = str(c["graph"]), seal.open_text(sealed), []
+        workflow, source, caps = str(c["graph"]), open_document(seal, sealed), []
         job_input = c.get("input")
     await engine.graph_start_job(
         turn.conn, turn.run_id, turn.token, p.node_id, p.item, filename=filename,

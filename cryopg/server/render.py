@@ -67,3 +67,12 @@ async def child_output(conn: AsyncConnection, sealer: Sealer, run_id: str) -> st
 async def run_outputs(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict[str, Any]:
     return {key: sealer.open_json(value).get("answer")
             for key, value in await engine.read_outputs(conn, run_id)}
+
+
+def open_document(sealer: Sealer, source: bytes) -> str:
+    """A graph's document: sealed by the server, or, stored by an application from SQL
+    (cryo.put_compiled_workflow, which cannot seal), a JSON object in the clear."""
+    raw = bytes(source)
+    if not raw.startswith(b"CRY1") and raw.lstrip().startswith(b"{"):
+        return raw.decode("utf-8", errors="replace")
+    return sealer.open_text(raw)

@@ -229,6 +229,33 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE '{polyglot}'::text[] END
 $$;
 
+-- An application stores a graph or YAML pipeline it compiled with `cryopg pipeline
+-- compile --compiled FILE` (SQL holds no compiler and no key), then starts it with
+-- submit_run like any stored workflow. The compiled document stays in the clear, as an
+-- input given from SQL does: the application already held it in the clear. The server
+-- reads a graph source that is not a sealed envelope as such a document.
+CREATE OR REPLACE FUNCTION cryo.put_compiled_workflow(
+    p_org text, p_project text, p_name text, p_compiled jsonb)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF jsonb_typeof(p_compiled -> 'structure') IS DISTINCT FROM 'object'
+       OR jsonb_typeof(p_compiled #> '{structure,nodes}') IS DISTINCT FROM 'array'
+       OR jsonb_typeof(p_compiled -> 'document') IS DISTINCT FROM 'object'
+       OR jsonb_typeof(p_compiled #> '{document,configs}') IS DISTINCT FROM 'object'
+       OR p_compiled #>> '{document,version}' IS DISTINCT FROM 'cryosleep-graph/v1' THEN
+        RAISE EXCEPTION 'a compiled workflow is {filename, structure, document}, as `cryopg pipeline compile --compiled` prints it'
+            USING ERRCODE = 'CR004';
+    END IF;
+    PERFORM cryo.put_workflow(p_org, p_project, p_name,
+                              coalesce(nullif(p_compiled ->> 'filename', ''), p_name || '.json'),
+                              NULL, convert_to((p_compiled -> 'document')::text, 'UTF8'),
+                              p_compiled -> 'structure');
+END
+$$;
+COMMENT ON FUNCTION cryo.put_compiled_workflow(text, text, text, jsonb) IS
+    'Stores a graph or pipeline compiled by `cryopg pipeline compile --compiled` ({filename, structure, document}) under a name, its document in the clear, for cryo.submit_run. Returns nothing. Raises CR004 for a value of another shape or a bad name, CR005 for an unknown project.';
+
 -- The application's submit: call it inside your own transaction and the run exists
 -- only if that transaction commits. The input arrives in the clear (the application
 -- already holds it); it is kept in runs.input_clear until the first claim, when the

@@ -367,13 +367,20 @@ BEGIN
                 RETURNING * INTO v_inst;
             END IF;
             -- A node's concurrency group is the same project lease scripts and submits use,
-            -- held by this run for as long as the instance runs.
+            -- held by this run for as long as the instance runs. When the run was admitted
+            -- through that very group it holds it already (no other run is in it), and the
+            -- instance runs under the run's lease instead of waiting behind its own run.
             IF v_def.def ? 'concurrency' THEN
                 v_group := cryo._eval(v_def.def -> 'concurrency', v_scope) #>> '{}';
                 PERFORM cryo._check_name('concurrency group', v_group);
                 PERFORM cryo._lock_group(v_q.org, v_q.project, v_group);
                 v_holder := cryo._group_holder(v_q.org, v_q.project, v_group);
-                IF v_holder IS NOT NULL AND NOT EXISTS (
+                IF v_holder = p_run_id AND EXISTS (
+                        SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
+                           AND l.grp = v_group AND l.holder_run_id = p_run_id
+                           AND l.kind = 'admission') THEN
+                    NULL;  -- the run's own admission lease covers the instance
+                ELSIF v_holder IS NOT NULL AND NOT EXISTS (
                         SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
                            AND l.grp = v_group AND l.holder_run_id = p_run_id
                            AND l.path = 'node/' || v_def.node_id || '/' || v_n) THEN

@@ -246,7 +246,8 @@ async def test_a_stored_workflow_runs_from_an_sql_submit(srv: Server) -> None:
     (await srv.user("PUT", "/workflows/nightly", body, role="viewer")).refused(403, "forbidden")
     (await srv.user("PUT", "/workflows/nightly", {"filename": "x.sh"})).refused(
         400, "invalid_argument")
-    assert (await srv.user("PUT", "/workflows/nightly", body, role="member")).ok() == {}
+    assert (await srv.user("PUT", "/workflows/nightly", body, role="member")).ok() == {
+        "name": "nightly", "kind": "script"}
     async with await srv.connect() as app:  # an application's own transaction
         async with app.transaction():
             cur = await app.execute("SELECT cryo.submit_run('dev', 'default', 'nightly', "

@@ -13,22 +13,28 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, NotFound, RunFinished
 from cryopg.graphs.document import Compiled, GraphError, compile_graph, is_graph, load
+from cryopg.pipelines import PipelineError, compile_pipeline, is_pipeline
 from cryopg.seal import Sealer
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import json_body, str_field
-from cryopg.server.render import run_json
+from cryopg.server.render import open_document, run_json
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 
 
-def compiled_graph(source: str) -> Compiled | None:
-    """The compiled document when a submitted source is a graph, else None (a script)."""
-    if not is_graph(source):
-        return None
+def compiled_graph(source: str, filename: str | None = None) -> Compiled | None:
+    """The compiled document when a submitted source is a graph or a YAML pipeline (by
+    its .yaml/.yml name or its `version:` line), else None (a script)."""
     try:
-        return compile_graph(load(source))
+        if is_pipeline(source, filename):
+            return compile_pipeline(source)
+        if is_graph(source):
+            return compile_graph(load(source))
+    except PipelineError as exc:
+        raise InvalidArgument(f"{filename}: {exc}" if filename else str(exc)) from None
     except GraphError as exc:
         raise InvalidArgument(str(exc)) from None
+    return None
 
 
 async def admission_group(conn: AsyncConnection, compiled: Compiled,
@@ -47,7 +53,7 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
     if got is None:
         return {}
     structure, source = got
-    configs = json.loads(sealer.open_text(source)).get("configs", {})
+    configs = json.loads(open_document(sealer, source)).get("configs", {})
     rows = await engine.read_graph_nodes(conn, run_id)
     nodes: dict[str, dict[str, Any]] = {}
     outputs: dict[str, dict[int, Any]] = {}
@@ -75,7 +81,10 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
             n["approval"] = {"fields": configs.get(nid, {}).get("fields", {})}
     order = [d["id"] for d in structure.get("nodes", [])]
     edges = [{"from": dep, "to": d["id"]} for d in structure.get("nodes", []) for dep in d["deps"]]
-    return {"nodes": [nodes[i] for i in order if i in nodes], "edges": edges}
+    got_graph = {"nodes": [nodes[i] for i in order if i in nodes], "edges": edges}
+    if structure.get("pipeline"):
+        got_graph["pipeline"] = structure["pipeline"]
+    return got_graph
 
 
 async def approve(request: web.Request) -> web.Response:
@@ -89,7 +98,7 @@ async def approve(request: web.Request) -> web.Response:
         got = await engine.read_graph(conn, run.id)
         if got is None:
             raise NotFound(f"run {run.id} is not a graph run")
-        config = json.loads(sealer.open_text(got[1])).get("configs", {}).get(node)
+        config = json.loads(open_document(sealer, got[1])).get("configs", {}).get(node)
         kinds = {d["id"]: d["type"] for d in got[0].get("nodes", [])}
         if kinds.get(node) != "approval" or config is None:
             raise NotFound(f"run {run.id} has no approval node {node!r}")

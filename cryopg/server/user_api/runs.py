@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
@@ -9,10 +10,10 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
-from cryopg.server.auth import MEMBER, require_user
+from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, query_int, script_fields
 from cryopg.server.caps import required_caps
-from cryopg.server.render import iso, run_input, run_json, run_outputs
+from cryopg.server.render import iso, open_document, run_input, run_json, run_outputs
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.graphs import admission_group, compiled_graph, graph_json
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
@@ -33,7 +34,7 @@ async def submit(request: web.Request) -> web.Response:
     group, policy = body.get("concurrency"), body.get("policy")
     if any(v is not None and not isinstance(v, str) for v in (group, policy)):
         raise InvalidArgument("concurrency and policy must be strings")
-    graph = compiled_graph(source)
+    graph = compiled_graph(source, filename)
     workdir = body.get("workdir")
     if workdir is not None and not isinstance(workdir, str):
         raise InvalidArgument("workdir must be a string (an absolute path)")
@@ -107,7 +108,9 @@ async def show_run(request: web.Request) -> web.Response:
             item["text"] = sealer.open_text(ev.payload)
         history.append(item)
     detail = await _detail(request, run)
-    extra = {"graph": graph} if graph is not None else {}
+    extra: dict[str, Any] = {"graph": graph} if graph is not None else {}
+    if graph and graph.get("pipeline"):
+        extra["pipeline"] = graph["pipeline"]
     return web.json_response({**run_json(run), **detail, "outputs": outputs,
                               "history": history, **extra})
 
@@ -152,7 +155,7 @@ async def put_workflow(request: web.Request) -> web.Response:
     org, project = project_of(request)
     body = await json_body(request)
     source, filename, interpreter = script_fields(body)
-    graph = compiled_graph(source)
+    graph = compiled_graph(source, filename)
     for expr in (graph.structure.get("on", {}).get("schedule", []) if graph else []):
         try:  # on.schedule registers schedules (in UTC): each cron text must read
             cron.check_cron(expr)
@@ -164,7 +167,42 @@ async def put_workflow(request: web.Request) -> web.Response:
                                   interpreter=interpreter,
                                   source=sealer.seal_text(graph.source() if graph else source),
                                   graph=graph and graph.structure)
-    return web.json_response({})
+    return web.json_response({"name": request.match_info["name"],
+                              **_kind(graph and graph.structure)})
+
+
+def _kind(structure: dict[str, Any] | None) -> dict[str, Any]:
+    """What a stored workflow or a run is: a script, a graph, or a graph compiled from a
+    YAML pipeline (its structure carries the pipeline's version)."""
+    if structure is None:
+        return {"kind": "script"}
+    if structure.get("pipeline"):
+        return {"kind": "pipeline", "pipeline": structure["pipeline"]}
+    return {"kind": "graph"}
+
+
+async def get_workflow(request: web.Request) -> web.Response:
+    """A stored workflow: its name, kind (script, graph or pipeline), filename and, with
+    `source=1` (Members), what was stored (a pipeline's YAML as written)."""
+    with_source = request.query.get("source") in ("1", "true")
+    await require_user(request, MEMBER if with_source else VIEWER)
+    org, project = project_of(request)
+    name = request.match_info["name"]
+    async with connection(request.app[POOL]) as conn:
+        filename, interpreter, sealed, _, structure = await engine.get_workflow(
+            conn, org, project, name)
+    got: dict[str, Any] = {"name": name, "filename": filename, "interpreter": interpreter,
+                           **_kind(structure)}
+    if structure is not None:
+        got["nodes"] = [{"id": n["id"], "type": n["type"], "needs": n.get("deps", [])}
+                        for n in structure.get("nodes", [])]
+        got.update({k: structure[k] for k in ("on", "cancel_on") if k in structure})
+    if with_source:
+        text = open_document(await request.app[KEYS].sealer(org), sealed)
+        if structure is not None and structure.get("pipeline"):
+            text = json.loads(text).get("pipeline_source", text)
+        got["source"] = text
+    return web.json_response(got)
 
 
 def add_routes(app: web.Application) -> None:
@@ -174,3 +212,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(f"{PROJECT_ROUTE}/runs/{{run}}/checkpoints", checkpoints)
     app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/cancel", cancel)
     app.router.add_put(f"{PROJECT_ROUTE}/workflows/{{name}}", put_workflow)
+    app.router.add_get(f"{PROJECT_ROUTE}/workflows/{{name}}", get_workflow)
