@@ -477,3 +477,37 @@ async def test_cancel_on_cancels_a_graph_run_when_its_event_is_published(srv: Se
     # A run started after the event is not cancelled by it.
     later = (await srv.user("POST", "/runs", {"source": doc, "filename": "g.json"})).ok(201)
     await wait_status(srv, later["run_id"], "parked")
+
+
+# -- pipelines carry their triggers -------------------------------------------------------
+
+PIPELINE = """\
+version: cryosleep/pipeline/v1
+if: "trigger.ref == 'refs/heads/main'"
+cancel_on: {event: pr.closed}
+on:
+  schedule: "*/5 * * * *"
+  webhook: [push]
+  event: order.created
+jobs:
+  hold: {wait_for_signal: {name: go}}
+"""
+
+
+async def test_a_stored_pipeline_registers_its_triggers_and_keeps_if_and_cancel_on(
+        srv: Server) -> None:
+    await put_workflow(srv, "ci", PIPELINE, "ci.yaml")
+    assert [s["name"] for s in (await srv.user("GET", "/schedules")).ok()["schedules"]] == ["ci:1"]
+    handlers = (await srv.user("GET", "/handlers")).ok()["handlers"]
+    assert [(h["event"], h["workflow"]) for h in handlers] == [("order.created", "ci")]
+    made = await hook(srv, "gh", workflow="ci")
+    status, got = await deliver(srv, made["path"], {**PUSH, "ref": "refs/heads/dev"},
+                                secret=made["secret"])
+    assert (status, got["outcome"]) == (202, "skipped")  # the pipeline's if, before any run
+    status, got = await deliver(srv, made["path"], PUSH, secret=made["secret"])
+    assert (status, got["outcome"]) == (201, "started")
+    run_id = got["run_id"]
+    assert (await srv.show(run_id))["pipeline"]
+    await wait_status(srv, run_id, "parked")
+    (await srv.user("POST", "/events/pr.closed", {})).ok(201)
+    assert (await srv.show(run_id))["status"] == "cancelled"  # the pipeline's cancel_on
