@@ -56,6 +56,7 @@ class Job:
         self._local = local
         self._end: End | None = None
         self._error: str | None = None
+        self._exited = False  # the script's process has exited (its group is killed next)
         self._proc: PtyProcess | None = None
         claim_seconds = float(grant.get("claim_seconds") or 30)
         self._logs = LogStreamer(
@@ -95,6 +96,9 @@ class Job:
 
     def ending(self) -> bool:
         return self._end is not None
+
+    def script_exited(self) -> bool:
+        return self._exited
 
     def claim_deadline(self) -> float:
         return self._logs.claim_deadline()
@@ -177,6 +181,7 @@ class Job:
             if not exited.done():
                 self._finish_early(End.STOPPED)
             code = await exited
+            self._exited = True
             self._proc.kill()  # whatever the script left running in its group
             if self._end is None:
                 await verbs.settle(SETTLE_SECONDS)  # e.g. a park racing a natural exit

@@ -35,6 +35,7 @@ class JobHooks(Protocol):
     def stale(self) -> None: ...
     def diverged(self, message: str) -> None: ...
     def ending(self) -> bool: ...
+    def script_exited(self) -> bool: ...
     def claim_deadline(self) -> float: ...
 
 
@@ -102,6 +103,10 @@ class JournalCursor:
             return
         other = str(recorded["path"])
         while other not in self._reached:
+            if self._job.script_exited():
+                # Its group is killed: the sibling will never come, and nobody reads
+                # this answer. Dropped like any call in flight at the end of a pass.
+                raise VerbError("engine", "the script exited while this call waited")
             left = self._last_arrival + REPLAY_GRACE_SECONDS - asyncio.get_running_loop().time()
             if left <= 0:
                 raise VerbError(
@@ -111,7 +116,7 @@ class JournalCursor:
                 )
             self._arrived.clear()
             try:
-                async with asyncio.timeout(left):
+                async with asyncio.timeout(min(left, 0.1)):  # also looks at script_exited
                     await self._arrived.wait()
             except TimeoutError:
                 pass

@@ -22,8 +22,13 @@ class FakeJob:
     secret_names: frozenset[str] = frozenset()
     withheld: frozenset[str] = frozenset()
 
+    exited = False
+
     def ending(self) -> bool:
         return False
+
+    def script_exited(self) -> bool:
+        return self.exited
 
     def claim_deadline(self) -> float:
         return float("inf")
@@ -79,6 +84,26 @@ def test_the_grace_counts_from_the_latest_arrival(monkeypatch: pytest.MonkeyPatc
         await asyncio.sleep(0.3)
         assert (await _begin(verbs, "p6"))["hit"] is True
         assert (await first)["hit"] is False
+
+    asyncio.run(main())
+
+
+def test_a_call_waiting_when_the_script_exits_is_dropped_not_diverged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal, "REPLAY_GRACE_SECONDS", 30.0)
+
+    async def main() -> None:
+        # The replay exits before a late sibling could start: the call that waited for
+        # it ends quietly (an engine error nobody reads), not as a determinism error.
+        job = FakeJob()
+        verbs = DurableVerbs(job, _recorded("step/p6/0"), strict=True)
+        waiting = asyncio.create_task(_begin(verbs, "p1"))
+        await asyncio.sleep(0.2)
+        job.exited = True
+        async with asyncio.timeout(2):
+            with pytest.raises(VerbError) as exc:
+                await waiting
+        assert exc.value.code == "engine"
 
     asyncio.run(main())
 
