@@ -249,7 +249,9 @@ class AgentAPI:
         outcome: str,
         exit_code: int | None = None,
         error: str | None = None,
+        data: bytes = b"",
     ) -> None:
+        """End the run, carrying the script's last output (one request for both)."""
         await self._post(
             self._run_path(run_id, "finish"),
             {
@@ -257,6 +259,7 @@ class AgentAPI:
                 "outcome": outcome,
                 "exit_code": exit_code,
                 "error": error,
+                "data": base64.b64encode(data).decode("ascii"),
             },
             retry_for=RECORD_RETRY_SECONDS,
         )

@@ -57,6 +57,7 @@ class Job:
         self._end: End | None = None
         self._error: str | None = None
         self._proc: PtyProcess | None = None
+        self._last_output = b""  # what the finish request carries
         claim_seconds = float(grant.get("claim_seconds") or 30)
         self._logs = LogStreamer(
             api,
@@ -211,7 +212,7 @@ class Job:
         if why in (End.PARKED, End.STALE):
             return
         try:
-            await self._logs.flush(final=True)
+            self._last_output = await self._logs.take_final()
         except StaleClaim:
             return
         except AgentAPIError as e:
@@ -233,6 +234,7 @@ class Job:
                 outcome=outcome,
                 exit_code=exit_code,
                 error=error,
+                data=self._last_output,
             )
         except StaleClaim:
             pass  # someone else owns the run now; nothing to report

@@ -74,7 +74,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -82,12 +82,16 @@ DECLARE
     v_token uuid;
     v_run text;
 BEGIN
+    IF p_agent_ids IS NOT NULL THEN
+        p_limit := cardinality(p_agent_ids);
+    END IF;
     IF p_limit = 1 THEN
         -- One job (an agent's claim): two point updates by key instead of the joins
         -- below, the cheapest form of the hottest call.
         v_token := gen_random_uuid();
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = v_token, agent_id = p_agent_id,
+           SET state = 'claimed', claim_token = v_token,
+               agent_id = coalesce(p_agent_ids[1], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
                             WHERE c.org = p_org AND c.state = 'pending'
@@ -107,16 +111,19 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    WITH picked AS (
+    WITH locked AS (
         SELECT c.run_id FROM cryo.queue c
          WHERE c.org = p_org AND c.state = 'pending'
            AND c.required_caps <@ p_capabilities
          ORDER BY c.enqueued_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT l.run_id, row_number() OVER () AS n FROM locked l
     ), claimed AS (
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_agent_id,
+           SET state = 'claimed', claim_token = gen_random_uuid(),
+               agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
         RETURNING q.run_id, q.claim_token
@@ -1330,6 +1337,48 @@ $$;
 
 COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
+CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(agent_id text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_c record;
+BEGIN
+    IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
+       OR array_position(p_agent_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
+            USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_c IN SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
+                                          cardinality(p_agent_ids), p_agent_ids)
+    LOOP
+        agent_id := (SELECT q.agent_id FROM cryo.queue q WHERE q.run_id = v_c.run_id);
+        run_id := v_c.run_id;
+        claim_token := v_c.claim_token;
+        attempt := v_c.attempt;
+        filename := v_c.filename;
+        interpreter := v_c.interpreter;
+        source := v_c.source;
+        input := v_c.input;
+        input_clear := v_c.input_clear;
+        workdir := v_c.workdir;
+        journal := (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                               'seq', j.seq, 'path', j.path, 'family', j.family, 'name', j.name,
+                               'ordinal', j.ordinal, 'status', j.status,
+                               'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                               'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                               ORDER BY j.seq), '[]'::jsonb)
+                      FROM cryo.read_journal(v_c.run_id, v_c.claim_token) j);
+        secrets := (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                               'name', s.name, 'value', encode(s.value, 'base64'),
+                               'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+                      FROM cryo.claim_secrets(v_c.run_id, v_c.claim_token) s);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+
 CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
@@ -1611,16 +1660,18 @@ $$;
 
 COMMENT ON FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer, p_error text) IS 'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
 
-CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[]) RETURNS TABLE(run_id text, finished boolean)
+CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[] DEFAULT NULL::bytea[]) RETURNS TABLE(run_id text, finished boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
     v_row record;
+    v_retried boolean;
 BEGIN
     IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
        OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
-       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n) THEN
+       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n)
+       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n) THEN
         RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
             USING ERRCODE = 'CR004';
     END IF;
@@ -1631,12 +1682,13 @@ BEGIN
     -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
     -- a run listed twice is finished once.
     FOR v_row IN
-        SELECT i.run_id, i.outcome, i.exit_code, i.error, (q.run_id IS NOT NULL) AS live
+        SELECT i.run_id, i.outcome, i.exit_code, i.error, i.log, (q.run_id IS NOT NULL) AS live
           FROM (SELECT DISTINCT ON (u.run_id) u.*
                   FROM unnest(p_run_ids, p_tokens, p_outcomes,
                               coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
-                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])))
-                       AS u(run_id, token, outcome, exit_code, error)
+                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])),
+                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error, log)
                  ORDER BY u.run_id) i
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
@@ -1646,7 +1698,22 @@ BEGIN
          ORDER BY i.run_id
     LOOP
         IF v_row.live THEN
-            PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code, v_row.error);
+            IF length(v_row.log) > 0 THEN
+                INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
+                SELECT r.id, r.org, r.project, r.attempt, v_row.log, cryo.now()
+                  FROM cryo.runs r WHERE r.id = v_row.run_id;
+                PERFORM cryo._notify_run(v_row.run_id);
+            END IF;
+            -- Nested, not OR: SQL does not promise to skip the retry for a success.
+            IF v_row.outcome = 'failed' THEN
+                v_retried := cryo._retry_if_allowed(v_row.run_id, v_row.exit_code);
+            ELSE
+                v_retried := false;
+            END IF;
+            IF NOT v_retried THEN
+                PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code,
+                                       v_row.error);
+            END IF;
         END IF;
         run_id := v_row.run_id;
         finished := v_row.live;
@@ -1655,7 +1722,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome (exit codes and errors may be NULL arrays); returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
+COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors and logs may be NULL arrays); a failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
 
 CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql STABLE

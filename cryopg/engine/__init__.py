@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from cryopg.engine.claim import (
     append_log,
+    claim_grants,
     claim_job,
     claim_jobs,
-    claim_secrets,
     release_claim,
 )
 from cryopg.engine.finish import (
@@ -48,7 +48,6 @@ from cryopg.engine.journal import (
     annotate_run,
     mark_step,
     read_history,
-    read_journal,
     read_last_attempt_log,
     read_logs,
     record_step,
@@ -112,6 +111,7 @@ from cryopg.engine.types import (
     Cell,
     Checkpoint,
     Claim,
+    ClaimGrant,
     ClaimSecret,
     EntityCell,
     Event,
@@ -176,6 +176,7 @@ __all__ = [
     "Cell",
     "Checkpoint",
     "Claim",
+    "ClaimGrant",
     "ClaimSecret",
     "EntityCell",
     "Event",
@@ -200,9 +201,9 @@ __all__ = [
     "authenticate_token",
     "authorize_user",
     "cancel_run",
+    "claim_grants",
     "claim_job",
     "claim_jobs",
-    "claim_secrets",
     "collect_activity",
     "create_token",
     "delete_project",
@@ -232,7 +233,6 @@ __all__ = [
     "read_checkpoints",
     "read_run_detail",
     "read_history",
-    "read_journal",
     "read_last_attempt_log",
     "read_logs",
     "read_outputs",

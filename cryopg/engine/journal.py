@@ -8,13 +8,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import class_row
 
 from cryopg.engine._sql import _one
-from cryopg.engine.types import HistoryEvent, LogChunk, Memo
-
-
-async def read_journal(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[Memo]:
-    cur = conn.cursor(row_factory=class_row(Memo))
-    await cur.execute("SELECT * FROM cryo.read_journal(%s, %s)", (run_id, token))
-    return await cur.fetchall()
+from cryopg.engine.types import HistoryEvent, LogChunk
 
 
 async def record_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,

@@ -35,6 +35,57 @@ $$;
 COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, integer) IS
     'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
 
+-- What the server calls for agents waiting on long-polls: claims one run for each
+-- listed agent (fewer when fewer are pending), and returns with each claim everything
+-- its grant needs, read in the same transaction: the run's recorded memos (the step
+-- cache the agent replays from; results sealed and base64-encoded) and the secrets the
+-- claim may see (as cryo.claim_secrets gives them: sealed values, or names only for an
+-- untrusted run). One call, one commit, however many agents were waiting.
+CREATE OR REPLACE FUNCTION cryo.claim_grants(
+    p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision)
+RETURNS TABLE (agent_id text, run_id text, claim_token uuid, attempt integer, filename text,
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
+               journal jsonb, secrets jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_c record;
+BEGIN
+    IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
+       OR array_position(p_agent_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
+            USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_c IN SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
+                                          cardinality(p_agent_ids), p_agent_ids)
+    LOOP
+        agent_id := (SELECT q.agent_id FROM cryo.queue q WHERE q.run_id = v_c.run_id);
+        run_id := v_c.run_id;
+        claim_token := v_c.claim_token;
+        attempt := v_c.attempt;
+        filename := v_c.filename;
+        interpreter := v_c.interpreter;
+        source := v_c.source;
+        input := v_c.input;
+        input_clear := v_c.input_clear;
+        workdir := v_c.workdir;
+        journal := (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                               'seq', j.seq, 'path', j.path, 'family', j.family, 'name', j.name,
+                               'ordinal', j.ordinal, 'status', j.status,
+                               'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                               'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                               ORDER BY j.seq), '[]'::jsonb)
+                      FROM cryo.read_journal(v_c.run_id, v_c.claim_token) j);
+        secrets := (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                               'name', s.name, 'value', encode(s.value, 'base64'),
+                               'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+                      FROM cryo.claim_secrets(v_c.run_id, v_c.claim_token) s);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision) IS
+    'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+
 -- Pushes back the claim's expiry; the answer tells the agent to stop the script.
 CREATE OR REPLACE FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision)
 RETURNS boolean

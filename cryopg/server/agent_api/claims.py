@@ -1,5 +1,10 @@
 """`/api/v1/agent/claim` (the long poll) and the calls that keep or end a claim: logs
-(which double as the heartbeat), finish and release."""
+(which double as the heartbeat), finish and release.
+
+A claim is one round trip: the long poll answers with the whole grant (script, input,
+memos, secrets), read in the claim's own transaction. A finish is one round trip too:
+it carries the script's last log bytes. Both go through batching.py, which commits
+what several agents ask at once in one transaction."""
 
 from __future__ import annotations
 
@@ -12,11 +17,12 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.server.agent_api.batching import CLAIMS, FINISHES
 from cryopg.server.agent_api.grant import grant
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_run, require_agent
 from cryopg.server.bodies import claim_token, json_body
-from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
+from cryopg.server.state import CONFIG, KEYS, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
 # How often a claiming agent's row in cryo.agents is refreshed (last_seen_at, caps).
@@ -46,27 +52,19 @@ async def claim(request: web.Request) -> web.StreamResponse:
         if len(seen) > 10_000:
             seen.clear()
         seen[key] = loop.time() + AGENT_REFRESH_SECONDS
-    while True:
-        woken = request.app[NOTIFIER].work_event()
+
+    def alive() -> bool:  # an agent that hung up gets nothing claimed for it
         transport = request.transport
-        if transport is None or transport.is_closing() or request.app[NOTIFIER].closing:
-            # The agent hung up, or the server is stopping: claim nothing for it.
+        return transport is not None and not transport.is_closing()
+
+    while True:
+        got = await request.app[CLAIMS].claim(info.org, agent_id, caps,
+                                              max(0.0, deadline - loop.time()), alive)
+        if got is None:
             return web.Response(status=204)
-        async with connection(request.app[POOL]) as conn:
-            got = await engine.claim_job(conn, info.org, agent_id, caps, cfg.claim_seconds)
-        if got is not None:
-            granted = await grant(request, info.org, got)
-            if granted is not None:
-                return web.json_response(granted)
-            continue
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return web.Response(status=204)
-        try:
-            # Re-check every few seconds even without a notify: the poll backstop.
-            await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
-        except TimeoutError:
-            pass
+        granted = await grant(request, info.org, got)
+        if granted is not None:
+            return web.json_response(granted)
 
 
 async def logs(request: web.Request) -> web.Response:
@@ -84,15 +82,20 @@ async def logs(request: web.Request) -> web.Response:
 
 
 async def finish(request: web.Request) -> web.Response:
-    run_id, _, _ = await agent_run(request)
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     exit_code = body.get("exit_code")
     if exit_code is not None and not isinstance(exit_code, int):
         raise InvalidArgument("exit_code must be an integer")
     error = body.get("error")
-    async with connection(request.app[POOL]) as conn:
-        await engine.finish_run(conn, run_id, claim_token(body), str(body.get("outcome") or ""),
-                                exit_code, None if error is None else str(error))
+    # The script's last output comes with its end, so a short job costs one request.
+    try:
+        data = base64.b64decode(body.get("data") or "", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidArgument("data must be base64") from exc
+    sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
+    await request.app[FINISHES].finish(run_id, claim_token(body), str(body.get("outcome") or ""),
+                                       exit_code, None if error is None else str(error), sealed)
     return web.json_response({})
 
 

@@ -1,0 +1,263 @@
+"""Group commit for the agent path: one transaction for what several agents ask at once.
+
+Claims: every long-polling agent waits here, and one task claims for all the agents
+waiting with the same org and capabilities in one call of cryo.claim_grants (one
+statement, one commit), then hands each its own claim. Finishes: agents' finishes
+queue here, and one task ends every finish that arrived while the previous batch was
+committing in one call of cryo.finish_runs. A finish costs one WAL flush however many
+share it, and nothing is answered before the transaction that holds it has committed.
+
+Each call is still one SQL function applying one transition to N rows; a batch that
+fails as a whole (one bad outcome) is retried item by item, so only the bad item fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.engine import ClaimGrant
+from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim
+from cryopg.server.notifier import Notifier
+from cryopg.server.state import CONFIG, NOTIFIER, POOL
+
+# Without a notify, waiting agents are re-checked this often (the poll backstop).
+POLL_SECONDS = 5.0
+# The most claims or finishes one transaction takes.
+BATCH_MAX = 500
+
+
+@dataclasses.dataclass(eq=False)
+class _Waiter:
+    agent_id: str
+    deadline: float
+    alive: Callable[[], bool]
+    future: asyncio.Future[ClaimGrant | None]
+    tried: bool = False
+
+
+class ClaimDispatcher:
+    """Claims for waiting agents in batches; see the module's docstring."""
+
+    def __init__(self, pool: AsyncConnectionPool, notifier: Notifier,
+                 claim_seconds: float) -> None:
+        self._pool = pool
+        self._notifier = notifier
+        self._claim_seconds = claim_seconds
+        self._waiting: dict[tuple[str, tuple[str, ...]], list[_Waiter]] = {}
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def claim(self, org: str, agent_id: str, caps: list[str], wait: float,
+                    alive: Callable[[], bool]) -> ClaimGrant | None:
+        """A claim for this agent, or None when nothing came within `wait` seconds (one
+        try at least), the agent hung up, or the server is stopping."""
+        loop = asyncio.get_running_loop()
+        if self._notifier.closing:
+            return None
+        waiter = _Waiter(agent_id, loop.time() + wait, alive, loop.create_future())
+        self._waiting.setdefault((org, tuple(caps)), []).append(waiter)
+        self._kick.set()
+        try:
+            return await asyncio.shield(waiter.future)
+        except asyncio.CancelledError:
+            # The request went away. A claim already made for it is not lost: it expires
+            # and tick() hands the run on, as for any agent that vanished.
+            if not waiter.future.done():
+                waiter.future.cancel()
+            raise
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._resolve_all(None)
+
+    def _resolve_all(self, value: ClaimGrant | None) -> None:
+        for waiters in self._waiting.values():
+            for w in waiters:
+                if not w.future.done():
+                    w.future.set_result(value)
+        self._waiting.clear()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        everyone = True  # the first pass tries every key
+        while True:
+            woken = self._notifier.work_event()  # taken before the database is read
+            self._kick.clear()
+            if self._notifier.closing:
+                self._resolve_all(None)
+            else:
+                keys = [k for k, ws in self._waiting.items()
+                        if everyone or any(not w.tried for w in ws)]
+                if keys:
+                    await asyncio.gather(*(self._serve(k) for k in keys))
+            now = loop.time()
+            deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
+            timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
+            everyone = await _first_of(woken, self._kick, max(timeout, 0.0)) is not self._kick
+
+    async def _serve(self, key: tuple[str, tuple[str, ...]]) -> None:
+        org, caps = key
+        waiters = [w for w in self._waiting.get(key, []) if not w.future.done()]
+        now = asyncio.get_running_loop().time()
+        asking: list[_Waiter] = []
+        for w in waiters:
+            if not w.alive():
+                w.future.set_result(None)
+            elif len(asking) < BATCH_MAX:
+                asking.append(w)
+        if asking:
+            try:
+                async with connection(self._pool) as conn:
+                    got = await engine.claim_grants(conn, org, [w.agent_id for w in asking],
+                                                    list(caps), self._claim_seconds)
+            except Exception as exc:  # noqa: BLE001 - each waiter gets the error itself
+                for w in asking:
+                    if not w.future.done():
+                        w.future.set_exception(exc)
+                got = []
+            for g in got:
+                w = next(w for w in asking if w.agent_id == g.agent_id and not w.future.done())
+                w.future.set_result(g)
+            for w in asking:
+                w.tried = True
+                if not w.future.done() and w.deadline <= now:
+                    w.future.set_result(None)
+        left = [w for w in self._waiting.get(key, []) if not w.future.done()]
+        if left:
+            self._waiting[key] = left
+        else:
+            self._waiting.pop(key, None)
+
+
+async def _first_of(a: asyncio.Event, b: asyncio.Event, timeout: float) -> asyncio.Event | None:
+    """Which of two events was set first, or None after `timeout` seconds."""
+    if a.is_set():
+        return a
+    if b.is_set():
+        return b
+    ta = asyncio.ensure_future(a.wait())
+    tb = asyncio.ensure_future(b.wait())
+    try:
+        done, _ = await asyncio.wait({ta, tb}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ta.cancel()
+        tb.cancel()
+    if ta in done:
+        return a
+    if tb in done:
+        return b
+    return None
+
+
+@dataclasses.dataclass(eq=False)
+class _Finish:
+    run_id: str
+    token: uuid.UUID
+    outcome: str
+    exit_code: int | None
+    error: str | None
+    log: bytes | None
+    future: asyncio.Future[None]
+
+
+class FinishBatcher:
+    """Ends runs in batches; see the module's docstring."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+        self._pending: list[_Finish] = []
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def finish(self, run_id: str, token: uuid.UUID, outcome: str, exit_code: int | None,
+                     error: str | None, log: bytes | None) -> None:
+        """Ends the run once its batch has committed. Raises StaleClaim for a claim that
+        is no longer live, and what cryo.finish_runs raises for a bad outcome."""
+        item = _Finish(run_id, token, outcome, exit_code, error, log,
+                       asyncio.get_running_loop().create_future())
+        self._pending.append(item)
+        self._kick.set()
+        await asyncio.shield(item.future)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for item in self._pending:
+            if not item.future.done():
+                item.future.set_exception(DatabaseUnavailable("the server is stopping"))
+
+    async def _run(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            while self._pending:
+                batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
+                try:
+                    await self._commit(batch)
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
+                    print(f"cryopg: finish batch failed: {exc}", file=sys.stderr)
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_exception(exc)
+
+    async def _commit(self, batch: list[_Finish]) -> None:
+        try:
+            async with connection(self._pool) as conn:
+                done = await engine.finish_runs(
+                    conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
+                           for f in batch])
+        except CryoError as exc:
+            if len(batch) == 1 or isinstance(exc, DatabaseUnavailable):
+                for item in batch:
+                    item.future.set_exception(exc)
+                return
+            for item in batch:  # one bad item must not fail the others
+                await self._commit([item])
+            return
+        for f in batch:
+            if f.future.done():
+                continue
+            if done.get(f.run_id):
+                f.future.set_result(None)
+            else:
+                f.future.set_exception(
+                    StaleClaim(f"claim token is not the live claim of run {f.run_id}"))
+
+
+CLAIMS = web.AppKey("claim_dispatcher", ClaimDispatcher)
+FINISHES = web.AppKey("finish_batcher", FinishBatcher)
+
+
+async def batching_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[CLAIMS] = ClaimDispatcher(app[POOL], app[NOTIFIER], app[CONFIG].claim_seconds)
+    app[FINISHES] = FinishBatcher(app[POOL])
+    app[CLAIMS].start()
+    app[FINISHES].start()
+    yield
+    await app[CLAIMS].stop()
+    await app[FINISHES].stop()
