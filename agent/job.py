@@ -45,8 +45,12 @@ class Job:
         stop: asyncio.Event,
         agent_token: str | None = None,
         local: bool = False,
+        claim_next: dict[str, Any] | None = None,
     ) -> None:
         self.api = api
+        # What the finish asks for next (see AgentAPI.finish), and the grant it got.
+        self._claim_next = claim_next
+        self.next_grant: dict[str, Any] | None = None
         self.grant = grant
         self.run_id: str = grant["run_id"]
         self.claim_token: str = grant["claim_token"]
@@ -227,14 +231,17 @@ class Job:
             await self._finish("failed", code, error)
 
     async def _finish(self, outcome: str, exit_code: int | None, error: str | None) -> None:
+        # An agent that is stopping asks for nothing more.
+        claim_next = None if self._stop.is_set() else self._claim_next
         try:
-            await self.api.finish(
+            self.next_grant = await self.api.finish(
                 self.run_id,
                 self.claim_token,
                 outcome=outcome,
                 exit_code=exit_code,
                 error=error,
                 data=self._last_output,
+                claim_next=claim_next,
             )
         except StaleClaim:
             pass  # someone else owns the run now; nothing to report

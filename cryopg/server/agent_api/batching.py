@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import ClaimGrant
-from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim
+from cryopg.errors import DatabaseUnavailable, StaleClaim
 from cryopg.server.notifier import Notifier
 from cryopg.server.state import CONFIG, NOTIFIER, POOL
 
@@ -231,7 +231,7 @@ class FinishBatcher:
                 done = await engine.finish_runs(
                     conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
                            for f in batch])
-        except CryoError as exc:
+        except Exception as exc:  # noqa: BLE001 - each item learns its own fate below
             if len(batch) == 1 or isinstance(exc, DatabaseUnavailable):
                 for item in batch:
                     item.future.set_exception(exc)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+from typing import Any
 
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
+from cryopg.engine import TokenInfo
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES
 from cryopg.server.agent_api.grant import grant
@@ -32,16 +34,34 @@ AGENTS_SEEN = web.AppKey("agents_seen", dict)
 
 async def claim(request: web.Request) -> web.StreamResponse:
     info = await require_agent(request)
-    body = await json_body(request)
-    agent_id = str(body.get("agent_id") or "")
-    if not agent_id:
+    ask = _claim_ask(request, info, await json_body(request))
+    granted = await _long_poll(request, info, *ask)
+    return web.Response(status=204) if granted is None else web.json_response(granted)
+
+
+def _claim_ask(request: web.Request, info: TokenInfo,
+               body: dict[str, Any]) -> tuple[str, list[str], float]:
+    """(agent_id, capabilities, wait) from a claim's body, checked."""
+    agent_id = body.get("agent_id")
+    if not isinstance(agent_id, str) or not agent_id:
         raise InvalidArgument("agent_id is required")
-    asked = [str(c) for c in body.get("capabilities") or DEFAULT_CAPS]
+    asked = body.get("capabilities") or DEFAULT_CAPS
+    if not isinstance(asked, list):
+        raise InvalidArgument("capabilities must be a list")
     # The token's ceiling bounds what a claim may serve, whatever the agent advertises.
     # "graph" is the server drivers' own: no agent ever takes a graph run.
-    caps = [c for c in asked if c in info.capabilities and c != "graph"]
+    caps = [str(c) for c in asked if str(c) in info.capabilities and c != "graph"]
     cfg = request.app[CONFIG]
-    wait = max(0.0, min(float(body.get("wait", cfg.claim_wait_max)), cfg.claim_wait_max))
+    wait = body.get("wait", cfg.claim_wait_max)
+    if isinstance(wait, bool) or not isinstance(wait, int | float):
+        raise InvalidArgument("wait must be a number of seconds")
+    return agent_id, caps, max(0.0, min(float(wait), cfg.claim_wait_max))
+
+
+async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps: list[str],
+                     wait: float) -> dict[str, Any] | None:
+    """The grant of a run claimed for this agent, or None when nothing came within
+    `wait` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     seen = request.app[AGENTS_SEEN]
@@ -61,10 +81,10 @@ async def claim(request: web.Request) -> web.StreamResponse:
         got = await request.app[CLAIMS].claim(info.org, agent_id, caps,
                                               max(0.0, deadline - loop.time()), alive)
         if got is None:
-            return web.Response(status=204)
+            return None
         granted = await grant(request, info.org, got)
         if granted is not None:
-            return web.json_response(granted)
+            return granted
 
 
 async def logs(request: web.Request) -> web.Response:
@@ -82,11 +102,20 @@ async def logs(request: web.Request) -> web.Response:
 
 
 async def finish(request: web.Request) -> web.Response:
+    """Ends the run. With "claim" (what a claim's body holds), the same request then
+    long-polls for the agent's next run: {"next": grant or null}. The run's end has
+    committed before the claim starts, whatever the claim's fate."""
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    ask = body.get("claim")
+    if ask is not None and not isinstance(ask, dict):
+        raise InvalidArgument("claim must be an object")
+    info = await require_agent(request)
+    claim_ask = None if ask is None else _claim_ask(request, info, ask)
     exit_code = body.get("exit_code")
-    if exit_code is not None and not isinstance(exit_code, int):
-        raise InvalidArgument("exit_code must be an integer")
+    if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)
+                                  or not -2**31 <= exit_code < 2**31):
+        raise InvalidArgument("exit_code must be an integer (32-bit)")
     error = body.get("error")
     # The script's last output comes with its end, so a short job costs one request.
     try:
@@ -96,7 +125,9 @@ async def finish(request: web.Request) -> web.Response:
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     await request.app[FINISHES].finish(run_id, claim_token(body), str(body.get("outcome") or ""),
                                        exit_code, None if error is None else str(error), sealed)
-    return web.json_response({})
+    if claim_ask is None:
+        return web.json_response({})
+    return web.json_response({"next": await _long_poll(request, info, *claim_ask)})
 
 
 async def release(request: web.Request) -> web.Response:
