@@ -216,7 +216,7 @@ class FinishBatcher:
             await self._kick.wait()
             self._kick.clear()
             while self._pending:
-                batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
+                batch = self._take()
                 try:
                     await self._commit(batch)
                 except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
@@ -224,6 +224,22 @@ class FinishBatcher:
                     for item in batch:
                         if not item.future.done():
                             item.future.set_exception(exc)
+
+    def _take(self) -> list[_Finish]:
+        """The next batch: one finish per run (cryo.finish_runs answers per run, so a
+        second finish of a run, say a retry with the same or another token, waits for
+        the next batch), at most BATCH_MAX."""
+        batch: list[_Finish] = []
+        later: list[_Finish] = []
+        runs: set[str] = set()
+        for item in self._pending:
+            if item.run_id in runs or len(batch) >= BATCH_MAX:
+                later.append(item)
+            else:
+                runs.add(item.run_id)
+                batch.append(item)
+        self._pending = later
+        return batch
 
     async def _commit(self, batch: list[_Finish]) -> None:
         try:
