@@ -160,3 +160,14 @@ async def test_a_grant_brings_the_memos_and_secrets_in_the_claim(srv: Server) ->
     # The old claim is refused everywhere, the new one works.
     (await srv.in_run(grant, "finish", outcome="succeeded")).refused(409, "stale_claim")
     await srv.finish(again)
+
+
+async def test_a_stale_finish_claims_nothing_for_its_agent(srv: Server) -> None:
+    run_id = await srv.submit()
+    grant = await srv.claim_run(run_id)
+    waiting = await srv.submit()
+    stale = {**grant, "claim_token": str(uuid.uuid4())}
+    (await srv.in_run(stale, "finish", outcome="succeeded",
+                      claim={"agent_id": "agent-1", "wait": 0})).refused(409, "stale_claim")
+    assert await srv.status(run_id) == "running"
+    assert await srv.status(waiting) == "pending"  # not claimed for an agent that got a 409

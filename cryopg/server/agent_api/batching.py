@@ -20,10 +20,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
-from cryopg.db import connection
+from cryopg.db import connection, translated
 from cryopg.engine import ClaimGrant
 from cryopg.errors import DatabaseUnavailable, StaleClaim
 from cryopg.server.notifier import Notifier
@@ -175,27 +176,39 @@ class _Finish:
     exit_code: int | None
     error: str | None
     log: bytes | None
-    future: asyncio.Future[None]
+    ask: ClaimAsk | None  # the agent's next claim, made in the same transaction
+    future: asyncio.Future[ClaimGrant | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimAsk:
+    org: str
+    agent_id: str
+    caps: tuple[str, ...]
 
 
 class FinishBatcher:
     """Ends runs in batches; see the module's docstring."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, claim_seconds: float) -> None:
         self._pool = pool
+        self._claim_seconds = claim_seconds
         self._pending: list[_Finish] = []
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def finish(self, run_id: str, token: uuid.UUID, outcome: str, exit_code: int | None,
-                     error: str | None, log: bytes | None) -> None:
-        """Ends the run once its batch has committed. Raises StaleClaim for a claim that
-        is no longer live, and what cryo.finish_runs raises for a bad outcome."""
-        item = _Finish(run_id, token, outcome, exit_code, error, log,
+                     error: str | None, log: bytes | None,
+                     ask: ClaimAsk | None = None) -> ClaimGrant | None:
+        """Ends the run once its batch has committed; with `ask`, claims the agent's next
+        run in the same transaction and returns it (None when none was pending). Raises
+        StaleClaim for a claim that is no longer live, and what cryo.finish_runs raises
+        for a bad outcome."""
+        item = _Finish(run_id, token, outcome, exit_code, error, log, ask,
                        asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self._kick.set()
-        await asyncio.shield(item.future)
+        return await asyncio.shield(item.future)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -215,15 +228,21 @@ class FinishBatcher:
         while True:
             await self._kick.wait()
             self._kick.clear()
-            while self._pending:
-                batch = self._take()
-                try:
-                    await self._commit(batch)
-                except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
-                    print(f"cryopg: finish batch failed: {exc}", file=sys.stderr)
-                    for item in batch:
-                        if not item.future.done():
-                            item.future.set_exception(exc)
+            batch: list[_Finish] = []
+            try:
+                # One connection for as long as finishes keep coming.
+                async with connection(self._pool) as conn:
+                    while self._pending:
+                        batch = self._take()
+                        await self._commit(conn, batch)
+                        batch = []
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
+                print(f"cryopg: finish batch failed: {exc}", file=sys.stderr)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                if self._pending:
+                    self._kick.set()
 
     def _take(self) -> list[_Finish]:
         """The next batch: one finish per run (cryo.finish_runs answers per run, so a
@@ -241,25 +260,44 @@ class FinishBatcher:
         self._pending = later
         return batch
 
-    async def _commit(self, batch: list[_Finish]) -> None:
+    async def _commit(self, conn: AsyncConnection, batch: list[_Finish]) -> None:
+        """One transaction: cryo.finish_runs for the batch, then one cryo.claim_grants per
+        org and capability set for the agents that asked for their next run. Raises
+        DatabaseUnavailable (the connection is gone); any other error is the items'."""
         try:
-            async with connection(self._pool) as conn:
-                done = await engine.finish_runs(
-                    conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
-                           for f in batch])
+            with translated():
+                async with conn.transaction():
+                    done = await engine.finish_runs(
+                        conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
+                               for f in batch])
+                    asking: dict[ClaimAsk, list[_Finish]] = {}
+                    for f in batch:
+                        if f.ask is not None and done.get(f.run_id):
+                            asking.setdefault(dataclasses.replace(f.ask, agent_id=""),
+                                              []).append(f)
+                    got: dict[_Finish, ClaimGrant] = {}
+                    for key, items in asking.items():
+                        rows = await engine.claim_grants(
+                            conn, key.org, [f.ask.agent_id for f in items if f.ask],
+                            list(key.caps), self._claim_seconds)
+                        for g in rows:
+                            f = next(f for f in items if f.ask and f.ask.agent_id == g.agent_id
+                                     and f not in got)
+                            got[f] = g
+        except DatabaseUnavailable:
+            raise
         except Exception as exc:  # noqa: BLE001 - each item learns its own fate below
-            if len(batch) == 1 or isinstance(exc, DatabaseUnavailable):
-                for item in batch:
-                    item.future.set_exception(exc)
+            if len(batch) == 1:
+                batch[0].future.set_exception(exc)
                 return
             for item in batch:  # one bad item must not fail the others
-                await self._commit([item])
+                await self._commit(conn, [item])
             return
         for f in batch:
             if f.future.done():
                 continue
             if done.get(f.run_id):
-                f.future.set_result(None)
+                f.future.set_result(got.get(f))
             else:
                 f.future.set_exception(
                     StaleClaim(f"claim token is not the live claim of run {f.run_id}"))
@@ -271,7 +309,7 @@ FINISHES = web.AppKey("finish_batcher", FinishBatcher)
 
 async def batching_ctx(app: web.Application) -> AsyncIterator[None]:
     app[CLAIMS] = ClaimDispatcher(app[POOL], app[NOTIFIER], app[CONFIG].claim_seconds)
-    app[FINISHES] = FinishBatcher(app[POOL])
+    app[FINISHES] = FinishBatcher(app[POOL], app[CONFIG].claim_seconds)
     app[CLAIMS].start()
     app[FINISHES].start()
     yield

@@ -19,7 +19,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo
 from cryopg.errors import InvalidArgument
-from cryopg.server.agent_api.batching import CLAIMS, FINISHES
+from cryopg.server.agent_api.batching import CLAIMS, FINISHES, ClaimAsk
 from cryopg.server.agent_api.grant import grant
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_run, require_agent
@@ -64,14 +64,7 @@ async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps:
     `wait` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    seen = request.app[AGENTS_SEEN]
-    key = (info.org, agent_id, tuple(caps))
-    if seen.get(key, 0.0) < loop.time():  # a write per claim would tax every job
-        async with connection(request.app[POOL]) as conn:
-            await engine.register_agent(conn, info.org, agent_id, caps)
-        if len(seen) > 10_000:
-            seen.clear()
-        seen[key] = loop.time() + AGENT_REFRESH_SECONDS
+    await _seen(request, info, agent_id, caps)
 
     def alive() -> bool:  # an agent that hung up gets nothing claimed for it
         transport = request.transport
@@ -85,6 +78,20 @@ async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps:
         granted = await grant(request, info.org, got)
         if granted is not None:
             return granted
+
+
+async def _seen(request: web.Request, info: TokenInfo, agent_id: str, caps: list[str]) -> None:
+    """Refreshes the agent's row in cryo.agents now and then (a write per claim would tax
+    every job)."""
+    now = asyncio.get_running_loop().time()
+    seen = request.app[AGENTS_SEEN]
+    key = (info.org, agent_id, tuple(caps))
+    if seen.get(key, 0.0) < now:
+        async with connection(request.app[POOL]) as conn:
+            await engine.register_agent(conn, info.org, agent_id, caps)
+        if len(seen) > 10_000:
+            seen.clear()
+        seen[key] = now + AGENT_REFRESH_SECONDS
 
 
 async def logs(request: web.Request) -> web.Response:
@@ -102,9 +109,9 @@ async def logs(request: web.Request) -> web.Response:
 
 
 async def finish(request: web.Request) -> web.Response:
-    """Ends the run. With "claim" (what a claim's body holds), the same request then
-    long-polls for the agent's next run: {"next": grant or null}. The run's end has
-    committed before the claim starts, whatever the claim's fate."""
+    """Ends the run. With "claim" (what a claim's body holds), the same transaction also
+    claims the agent's next run, and the answer is {"next": grant or null}; with nothing
+    pending and a wait, the request then long-polls like a claim."""
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
     ask = body.get("claim")
@@ -123,11 +130,19 @@ async def finish(request: web.Request) -> web.Response:
     except (binascii.Error, ValueError) as exc:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
-    await request.app[FINISHES].finish(run_id, claim_token(body), str(body.get("outcome") or ""),
-                                       exit_code, None if error is None else str(error), sealed)
+    ask = None
+    if claim_ask is not None:
+        await _seen(request, info, claim_ask[0], claim_ask[1])
+        ask = ClaimAsk(info.org, claim_ask[0], tuple(claim_ask[1]))
+    got = await request.app[FINISHES].finish(
+        run_id, claim_token(body), str(body.get("outcome") or ""), exit_code,
+        None if error is None else str(error), sealed, ask)
     if claim_ask is None:
         return web.json_response({})
-    return web.json_response({"next": await _long_poll(request, info, *claim_ask)})
+    granted = None if got is None else await grant(request, info.org, got)
+    if granted is None and claim_ask[2] > 0:
+        granted = await _long_poll(request, info, *claim_ask)
+    return web.json_response({"next": granted})
 
 
 async def release(request: web.Request) -> web.Response:
