@@ -74,7 +74,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, agent_id text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -106,7 +106,7 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear, r.workdir;
+                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id);
         END IF;
         RETURN;
     END IF;
@@ -126,14 +126,14 @@ BEGIN
                agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
-        RETURNING q.run_id, q.claim_token
+        RETURNING q.run_id, q.claim_token, q.agent_id
     ), started AS (
         UPDATE cryo.runs r
            SET status = 'running', substate = NULL, attempt = r.attempt + 1,
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear, r.workdir
+                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id
     )
     SELECT * FROM started;
 END
@@ -441,6 +441,14 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
+$$;
+
+CREATE FUNCTION cryo._grant_secrets(p_org text, p_project text, p_untrusted boolean) RETURNS TABLE(name text, value bytea, withheld boolean)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.name, CASE WHEN p_untrusted THEN NULL ELSE s.value END, p_untrusted
+      FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
 $$;
 
 CREATE FUNCTION cryo._graph_call_memo(p_child_id text) RETURNS TABLE(result bytea, answer jsonb, exit_code integer)
@@ -1340,40 +1348,32 @@ COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unf
 CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(agent_id text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb)
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_c record;
 BEGIN
     IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
        OR array_position(p_agent_ids, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
             USING ERRCODE = 'CR004';
     END IF;
-    FOR v_c IN SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
-                                          cardinality(p_agent_ids), p_agent_ids)
-    LOOP
-        agent_id := (SELECT q.agent_id FROM cryo.queue q WHERE q.run_id = v_c.run_id);
-        run_id := v_c.run_id;
-        claim_token := v_c.claim_token;
-        attempt := v_c.attempt;
-        filename := v_c.filename;
-        interpreter := v_c.interpreter;
-        source := v_c.source;
-        input := v_c.input;
-        input_clear := v_c.input_clear;
-        workdir := v_c.workdir;
-        journal := (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                               'seq', j.seq, 'path', j.path, 'family', j.family, 'name', j.name,
-                               'ordinal', j.ordinal, 'status', j.status,
-                               'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
-                               'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
-                               ORDER BY j.seq), '[]'::jsonb)
-                      FROM cryo.read_journal(v_c.run_id, v_c.claim_token) j);
-        secrets := (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                               'name', s.name, 'value', encode(s.value, 'base64'),
-                               'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-                      FROM cryo.claim_secrets(v_c.run_id, v_c.claim_token) s);
-        RETURN NEXT;
-    END LOOP;
+    RETURN QUERY
+    WITH c AS MATERIALIZED (
+        SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
+                                  cardinality(p_agent_ids), p_agent_ids)
+    )
+    SELECT c.agent_id, c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter,
+           c.source, c.input, c.input_clear, c.workdir,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = c.run_id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
+             WHERE r.id = c.run_id)
+      FROM c;
 END
 $$;
 
@@ -1383,7 +1383,9 @@ CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1);
+    RETURN QUERY SELECT c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter, c.source,
+                        c.input, c.input_clear, c.workdir
+                   FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1) c;
 END
 $$;
 
@@ -1397,7 +1399,9 @@ BEGIN
         RAISE EXCEPTION 'a batch claim takes between 1 and 1000 jobs, not %', p_limit
             USING ERRCODE = 'CR004';
     END IF;
-    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit);
+    RETURN QUERY SELECT c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter, c.source,
+                        c.input, c.input_clear, c.workdir
+                   FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit) c;
 END
 $$;
 
@@ -1410,10 +1414,7 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
 BEGIN
-    RETURN QUERY
-        SELECT s.name, CASE WHEN v_untrusted THEN NULL ELSE s.value END, v_untrusted
-          FROM cryo.secrets s
-         WHERE s.org = v_q.org AND s.project = v_q.project ORDER BY s.name;
+    RETURN QUERY SELECT * FROM cryo._grant_secrets(v_q.org, v_q.project, v_untrusted);
 END
 $$;
 

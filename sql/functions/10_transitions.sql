@@ -108,7 +108,8 @@ CREATE OR REPLACE FUNCTION cryo._claim(
     p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision,
     p_limit integer, p_agent_ids text[] DEFAULT NULL)
 RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
-               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
+               agent_id text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := cryo.now();
@@ -139,7 +140,7 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear, r.workdir;
+                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id);
         END IF;
         RETURN;
     END IF;
@@ -159,14 +160,14 @@ BEGIN
                agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
-        RETURNING q.run_id, q.claim_token
+        RETURNING q.run_id, q.claim_token, q.agent_id
     ), started AS (
         UPDATE cryo.runs r
            SET status = 'running', substate = NULL, attempt = r.attempt + 1,
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear, r.workdir
+                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id
     )
     SELECT * FROM started;
 END
