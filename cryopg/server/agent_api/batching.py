@@ -19,6 +19,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+import psycopg
 from aiohttp import web
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
@@ -48,9 +49,11 @@ class _Waiter:
 class ClaimDispatcher:
     """Claims for waiting agents in batches; see the module's docstring."""
 
-    def __init__(self, pool: AsyncConnectionPool, notifier: Notifier,
-                 claim_seconds: float) -> None:
-        self._pool = pool
+    def __init__(self, dsn: str, notifier: Notifier, claim_seconds: float) -> None:
+        self._dsn = dsn
+        # Its own connection, outside the pool (as the notifier's): a pooled one is
+        # checked with a round trip at every checkout, which a waiting agent would feel.
+        self._conn: AsyncConnection | None = None
         self._notifier = notifier
         self._claim_seconds = claim_seconds
         self._waiting: dict[tuple[str, tuple[str, ...]], list[_Waiter]] = {}
@@ -87,6 +90,25 @@ class ClaimDispatcher:
             except asyncio.CancelledError:
                 pass
         self._resolve_all(None)
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def _claim_grants(self, org: str, agent_ids: list[str],
+                            caps: list[str]) -> list[ClaimGrant]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = await AsyncConnection.connect(self._dsn, autocommit=True,
+                                                           connect_timeout=10)
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(f"database unavailable: {exc}".splitlines()[0]) from exc
+        try:
+            with translated():
+                return await engine.claim_grants(self._conn, org, agent_ids, caps,
+                                                 self._claim_seconds)
+        except Exception:
+            if self._conn.broken:  # reconnect on the next call
+                await self._conn.close()
+            raise
 
     def _resolve_all(self, value: ClaimGrant | None) -> None:
         for waiters in self._waiting.values():
@@ -106,8 +128,8 @@ class ClaimDispatcher:
             else:
                 keys = [k for k, ws in self._waiting.items()
                         if everyone or any(not w.tried for w in ws)]
-                if keys:
-                    await asyncio.gather(*(self._serve(k) for k in keys))
+                for key in keys:
+                    await self._serve(key)
             now = loop.time()
             deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
             timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
@@ -125,9 +147,7 @@ class ClaimDispatcher:
                 asking.append(w)
         if asking:
             try:
-                async with connection(self._pool) as conn:
-                    got = await engine.claim_grants(conn, org, [w.agent_id for w in asking],
-                                                    list(caps), self._claim_seconds)
+                got = await self._claim_grants(org, [w.agent_id for w in asking], list(caps))
             except Exception as exc:  # noqa: BLE001 - each waiter gets the error itself
                 for w in asking:
                     if not w.future.done():
@@ -308,7 +328,8 @@ FINISHES = web.AppKey("finish_batcher", FinishBatcher)
 
 
 async def batching_ctx(app: web.Application) -> AsyncIterator[None]:
-    app[CLAIMS] = ClaimDispatcher(app[POOL], app[NOTIFIER], app[CONFIG].claim_seconds)
+    app[CLAIMS] = ClaimDispatcher(app[CONFIG].database_url, app[NOTIFIER],
+                                  app[CONFIG].claim_seconds)
     app[FINISHES] = FinishBatcher(app[POOL], app[CONFIG].claim_seconds)
     app[CLAIMS].start()
     app[FINISHES].start()
