@@ -45,12 +45,13 @@ from cryopg.engine.graphs import (
     rerun_graph,
 )
 from cryopg.engine.journal import (
+    StepItem,
     annotate_run,
     mark_step,
     read_history,
     read_last_attempt_log,
     read_logs,
-    record_step,
+    record_steps,
 )
 from cryopg.engine.reads import (
     get_run,
@@ -236,7 +237,8 @@ __all__ = [
     "read_last_attempt_log",
     "read_logs",
     "read_outputs",
-    "record_step",
+    "StepItem",
+    "record_steps",
     "register_agent",
     "release_claim",
     "release_lease",

@@ -171,3 +171,28 @@ async def test_a_stale_finish_claims_nothing_for_its_agent(srv: Server) -> None:
                       claim={"agent_id": "agent-1", "wait": 0})).refused(409, "stale_claim")
     assert await srv.status(run_id) == "running"
     assert await srv.status(waiting) == "pending"  # not claimed for an agent that got a 409
+
+
+async def test_steps_reported_together_commit_together_and_fail_alone(srv: Server) -> None:
+    runs = [await srv.submit() for _ in range(3)]
+    grants = [await srv.claim_run(r) for r in runs]
+    stale = {**grants[1], "claim_token": str(uuid.uuid4())}
+
+    def step(name: str) -> dict[str, Any]:
+        return {"path": f"step/{name}/0", "family": "step", "name": name, "ordinal": 0,
+                "label": None, "stdout": name, "exit_code": 0}
+
+    replies = await asyncio.gather(srv.in_run(grants[0], "steps", **step("a")),
+                                   srv.in_run(stale, "steps", **step("b")),
+                                   srv.in_run(grants[2], "steps", **{**step("c"),
+                                                                     "path": "step/other/0"}),
+                                   srv.in_run(grants[1], "steps", **step("d")))
+    assert replies[0].ok() == {"seq": 0}
+    replies[1].refused(409, "stale_claim")
+    replies[2].refused(400, "identity_mismatch")
+    assert replies[3].ok() == {"seq": 0}
+    (await srv.in_run(grants[0], "steps", **{**step("e"), "ordinal": 2**40})).refused(
+        400, "invalid_argument")
+    (await srv.in_run(grants[0], "release")).ok()
+    again = await srv.claim_run(runs[0])
+    assert [(m["path"], m["stdout"]) for m in again["journal"]] == [("step/a/0", "a")]

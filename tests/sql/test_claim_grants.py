@@ -126,3 +126,24 @@ def test_a_failed_activity_in_a_finish_batch_is_retried(db: psycopg.Connection) 
     assert g["run_id"] == child
     assert finish(db, [(child, g["claim_token"], "failed", 1, None)]) == {child: True}
     assert status(db, child) == ("parked", "retry-backoff")
+
+
+def test_record_steps_records_each_and_refuses_one_alone(db: psycopg.Connection) -> None:
+    runs = [submit(db) for _ in range(2)]
+    got = {g["run_id"]: g["claim_token"] for g in grants(db, ["a1", "a2"])}
+    items = [(runs[1], got[runs[1]], 0, "step", "b", 0, None, b"\x02", 0, None),
+             (runs[0], uuid.uuid4(), 0, "step", "x", 0, None, b"\x00", 0, None),
+             (runs[0], got[runs[0]], 0, "step", "a", 0, "lbl", b"\x01", 7, "step/a/0"),
+             (runs[0], got[runs[0]], 1, "step", "c", 0, None, b"\x03", 0, "step/WRONG/0")]
+    rows = db.execute(
+        "SELECT n, seq, error_code FROM cryo.record_steps(%s::text[], %s::uuid[], %s::int[],"
+        " %s::text[], %s::text[], %s::int[], %s::text[], %s::bytea[], %s::int[], %s::text[])",
+        [list(c) for c in zip(*items, strict=True)]).fetchall()
+    assert sorted(rows) == [(1, 0, None), (2, None, "CR002"), (3, 0, None), (4, None, "CR009")]
+    memos = db.execute("SELECT run_id, path, result, exit_code FROM cryo.journal"
+                       " ORDER BY run_id, seq").fetchall()
+    assert memos == [(runs[0], "step/a/0", b"\x01", 7), (runs[1], "step/b/0", b"\x02", 0)]
+    with pytest.raises(psycopg.Error) as exc:
+        db.execute("SELECT * FROM cryo.record_steps('{a}', '{}', '{}', '{}', '{}', '{}', '{}',"
+                   " '{}', '{}', '{}')")
+    assert exc.value.sqlstate == "CR004"

@@ -4,8 +4,10 @@ Claims: every long-polling agent waits here, and one task claims for all the age
 waiting with the same org and capabilities in one call of cryo.claim_grants (one
 statement, one commit), then hands each its own claim. Finishes: agents' finishes
 queue here, and one task ends every finish that arrived while the previous batch was
-committing in one call of cryo.finish_runs. A finish costs one WAL flush however many
-share it, and nothing is answered before the transaction that holds it has committed.
+committing in one call of cryo.finish_runs (and claims the next run of each agent that
+asks, in the same transaction). Recorded steps likewise, in one call of
+cryo.record_steps. A finish or a step costs one WAL flush however many share it, and
+nothing is answered before the transaction that holds it has committed.
 
 Each call is still one SQL function applying one transition to N rows; a batch that
 fails as a whole (one bad outcome) is retried item by item, so only the bad item fails.
@@ -27,7 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 from cryopg import engine
 from cryopg.db import connection, translated
 from cryopg.engine import ClaimGrant
-from cryopg.errors import DatabaseUnavailable, StaleClaim
+from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim, from_sqlstate
 from cryopg.server.notifier import Notifier
 from cryopg.server.state import CONFIG, NOTIFIER, POOL
 
@@ -323,7 +325,87 @@ class FinishBatcher:
                     StaleClaim(f"claim token is not the live claim of run {f.run_id}"))
 
 
+@dataclasses.dataclass(eq=False)
+class _Step:
+    item: engine.StepItem
+    future: asyncio.Future[int]
+
+
+class StepBatcher:
+    """Records steps in batches (one cryo.record_steps call for what arrived while the
+    previous batch was committing); see the module's docstring."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+        self._pending: list[_Step] = []
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def record(self, item: engine.StepItem) -> int:
+        """The step's seq once its batch has committed; raises what record_step would."""
+        step = _Step(item, asyncio.get_running_loop().create_future())
+        self._pending.append(step)
+        self._kick.set()
+        return await asyncio.shield(step.future)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for step in self._pending:
+            if not step.future.done():
+                step.future.set_exception(DatabaseUnavailable("the server is stopping"))
+
+    async def _run(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            batch: list[_Step] = []
+            try:
+                async with connection(self._pool) as conn:
+                    while self._pending:
+                        batch = self._pending[:BATCH_MAX]
+                        self._pending = self._pending[BATCH_MAX:]
+                        await self._commit(conn, batch)
+                        batch = []
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
+                print(f"cryopg: step batch failed: {exc}", file=sys.stderr)
+                for step in batch:
+                    if not step.future.done():
+                        step.future.set_exception(exc)
+                if self._pending:
+                    self._kick.set()
+
+
+    async def _commit(self, conn: AsyncConnection, batch: list[_Step]) -> None:
+        try:
+            with translated():
+                got = await engine.record_steps(conn, [s.item for s in batch])
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a batch that fails whole: item by item
+            if len(batch) == 1:
+                batch[0].future.set_exception(exc)
+                return
+            for step in batch:
+                await self._commit(conn, [step])
+            return
+        for step, (seq, code, message) in zip(batch, got, strict=True):
+            if seq is not None:
+                step.future.set_result(seq)
+            else:
+                step.future.set_exception(from_sqlstate(code, message or "")
+                                          or CryoError(message or f"step refused ({code})"))
+
+
 CLAIMS = web.AppKey("claim_dispatcher", ClaimDispatcher)
+STEPS = web.AppKey("step_batcher", StepBatcher)
 FINISHES = web.AppKey("finish_batcher", FinishBatcher)
 
 
@@ -331,8 +413,11 @@ async def batching_ctx(app: web.Application) -> AsyncIterator[None]:
     app[CLAIMS] = ClaimDispatcher(app[CONFIG].database_url, app[NOTIFIER],
                                   app[CONFIG].claim_seconds)
     app[FINISHES] = FinishBatcher(app[POOL], app[CONFIG].claim_seconds)
+    app[STEPS] = StepBatcher(app[POOL])
     app[CLAIMS].start()
     app[FINISHES].start()
+    app[STEPS].start()
     yield
     await app[CLAIMS].stop()
     await app[FINISHES].stop()
+    await app[STEPS].stop()
