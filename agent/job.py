@@ -123,9 +123,16 @@ class Job:
 
     async def run(self) -> None:
         retry_until(self.claim_deadline)  # reporting the outcome waits out an outage too
-        scratch = tempfile.mkdtemp(prefix="cryo-")
+        # The agent's own files for the pass (the script's pinned copy, its input, the
+        # verb socket) go to a memory file system when there is one: creating and
+        # removing them on a disk shared with the database's WAL flushes is what a short
+        # job's agent spent most of its time on. The script's working directory (a
+        # deployed agent's fresh scratch directory) stays where TMPDIR says.
+        private = tempfile.mkdtemp(prefix="cryo-", dir=_memory_dir())
+        scratch = private if self._local or _memory_dir() is None else tempfile.mkdtemp(
+            prefix="cryo-")
         try:
-            await self._run_in(scratch)
+            await self._run_in(private, scratch)
         except Exception as e:  # a bug or a local failure must not take the agent down
             _log(f"run {self.run_id}: agent error: {type(e).__name__}: {e}")
             if self._end is None:
@@ -134,19 +141,21 @@ class Job:
             if self._proc is not None:
                 self._proc.kill()
                 self._proc.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(private, ignore_errors=True)
+            if scratch != private:
+                shutil.rmtree(scratch, ignore_errors=True)
 
-    async def _run_in(self, scratch: str) -> None:
+    async def _run_in(self, private: str, scratch: str) -> None:
         g = self.grant
         filename = os.path.basename(str(g.get("filename") or "")) or "script"
-        script_path = os.path.join(scratch, filename)
+        script_path = os.path.join(private, filename)
         with open(script_path, "w", encoding="utf-8") as f:
             f.write(g.get("source") or "")
         os.chmod(script_path, 0o700)
-        input_path = os.path.join(scratch, "input.json")
+        input_path = os.path.join(private, "input.json")
         with open(input_path, "w", encoding="utf-8") as f:
             json.dump(g.get("input"), f)
-        socket_path = os.path.join(scratch, "cryo.sock")
+        socket_path = os.path.join(private, "cryo.sock")
         env = sealed_env(
             os.environ,
             run_id=self.run_id,
@@ -197,8 +206,9 @@ class Job:
     def _workdir(self, scratch: str) -> str:
         """Where the script runs: a local agent runs it in the directory it was submitted
         from (relative paths, virtualenvs, node_modules resolve as by hand); the script
-        itself, its input and the socket stay in the scratch directory, so the source is
-        the one pinned at submit time. Any other agent runs it in the scratch directory."""
+        itself, its input and the socket stay in the agent's private directory, so the
+        source is the one pinned at submit time. Any other agent runs it in a fresh
+        scratch directory."""
         wanted = self.grant.get("workdir")
         if not self._local or not wanted:
             return scratch
@@ -247,6 +257,18 @@ class Job:
             pass  # someone else owns the run now; nothing to report
         except AgentAPIError as e:
             _log(f"run {self.run_id}: could not report {outcome}: {e.message}")
+
+
+def _memory_dir() -> str | None:
+    """/dev/shm when it is a writable memory file system here, else None (TMPDIR)."""
+    global _MEMORY_DIR
+    if _MEMORY_DIR is None:
+        ok = os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK)
+        _MEMORY_DIR = "/dev/shm" if ok else ""
+    return _MEMORY_DIR or None
+
+
+_MEMORY_DIR: str | None = None
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:
