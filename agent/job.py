@@ -14,7 +14,7 @@ from typing import Any
 from agent.api import AgentAPI, AgentAPIError, StaleClaim, retry_until
 from agent.env import sealed_env
 from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
-from agent.runner import PtyProcess, script_command
+from agent.runner import PtyProcess, close_fd, script_command
 from agent.socket_server import DurableVerbs
 
 # How long to keep reading the PTY after the script exits (a grandchild may hold it).
@@ -138,12 +138,14 @@ class Job:
             if self._end is None:
                 await self._finish("failed", None, f"agent error: {type(e).__name__}: {e}")
         finally:
+            fd = None
             if self._proc is not None:
                 self._proc.kill()
-                self._proc.close()
-            shutil.rmtree(private, ignore_errors=True)
-            if scratch != private:
-                shutil.rmtree(scratch, ignore_errors=True)
+                fd = self._proc.release_fd()
+            # Closing the PTY and removing the directories wait on the kernel and the
+            # disk, not on us: a worker thread does it while the next job starts.
+            asyncio.get_running_loop().run_in_executor(
+                None, _clean_up, fd, [private] if scratch == private else [private, scratch])
 
     async def _run_in(self, private: str, scratch: str) -> None:
         g = self.grant
@@ -257,6 +259,13 @@ class Job:
             pass  # someone else owns the run now; nothing to report
         except AgentAPIError as e:
             _log(f"run {self.run_id}: could not report {outcome}: {e.message}")
+
+
+def _clean_up(fd: int | None, dirs: list[str]) -> None:
+    if fd is not None:
+        close_fd(fd)
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _memory_dir() -> str | None:

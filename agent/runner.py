@@ -149,12 +149,21 @@ class PtyProcess:
             pass
 
     def close(self) -> None:
+        close_fd(self.release_fd())
+
+    def release_fd(self) -> int:
+        """Stops reading and hands the PTY's master over; the caller closes it (see
+        close_fd), which need not happen on the event loop."""
         self.pause_reading()
         self._closed.set()
-        try:
-            os.close(self._master)
-        except OSError:
-            pass
+        return self._master
+
+
+def close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 class _Child:
