@@ -511,7 +511,14 @@ def backlog(bench: Bench, batch: int) -> dict[str, Any]:
                            (CAPS,)).fetchone()[0]:
             pass
     out["plans"] = plans
-    out["http"] = http_throughput(bench, db, "cryopg HTTP (backlog)")
+    # The HTTP path level by level beside a fresh empty database, so each ratio compares
+    # figures taken within seconds of each other (the figures of the throughput section
+    # are minutes older, and this machine's noise between them is 10-20%).
+    out["http"], out["http_empty"] = {}, {}
+    for n in LEVELS:
+        out["http_empty"].update(http_throughput(bench, None, "cryopg HTTP (empty, beside)", (n,)))
+        out["http"].update(http_throughput(bench, db, "cryopg HTTP (backlog)", (n,)))
+        log(f"cryopg HTTP backlog / empty at {n}: {out['http'][n] / out['http_empty'][n]:.2f}")
     out["sql"] = sql_throughput(bench, db, 1, "cryopg SQL (backlog)")
     if batch > 1:
         out["sql_batched"] = sql_throughput(bench, db, batch, f"cryopg SQL batch {batch} (backlog)")

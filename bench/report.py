@@ -123,13 +123,20 @@ def render(r: dict[str, Any]) -> str:
                 f"events each) and {bl['parked']:,} parked sleeping runs present, loaded as "
                 f"fixture data. One cryo.tick() over that backlog took {bl['tick_ms']:.1f} ms.",
                 "", _row("", [str(n) for n in levels]), _row("---", ["---:"] * len(levels))]
+        if bl.get("http_empty"):
+            out += [_row("cryopg HTTP agent API, empty, measured beside it (jobs/s)",
+                         [_f(_at(bl["http_empty"], n)) for n in levels])]
         for key, name in (("http", "cryopg HTTP agent API"), ("sql", "cryopg SQL"),
                           ("sql_batched", f"cryopg SQL batch {r['batch']}")):
-            if bl.get(key) and r.get(key):
+            # The HTTP path has its empty figure taken beside the backlog's; the others
+            # compare with the throughput section's.
+            empty = bl.get("http_empty") if key == "http" else None
+            empty = empty or r.get(key)
+            if bl.get(key) and empty:
                 out.append(_row(f"{name}, backlog (jobs/s)",
                                 [_f(_at(bl[key], n)) for n in levels]))
                 out.append(_row(f"{name}, backlog / empty",
-                                [_f(_at(bl[key], n) / _at(r[key], n), 2) for n in levels]))
+                                [_f(_at(bl[key], n) / _at(empty, n), 2) for n in levels]))
         out.append("")
         for name, plan in bl["plans"].items():
             out += [f"EXPLAIN ANALYZE of the {name} query over the backlog:", "", "```",
