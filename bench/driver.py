@@ -710,7 +710,7 @@ def steps(bench: Bench) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="reduced sizes, under two minutes")
+    ap.add_argument("--quick", action="store_true", help="reduced sizes, about three minutes")
     ap.add_argument("--batch", type=int, default=10, help="jobs per batched claim/finish")
     ap.add_argument("--out", type=Path, default=BENCH / "results")
     ap.add_argument("--only", default="", help="comma list of sections (for development)")
