@@ -140,9 +140,7 @@ class AgentAPI:
     ) -> dict[str, Any] | None:
         """Long-poll for a grant; None when nothing arrived within `wait` seconds."""
         status, payload = await self._post(
-            "/claim",
-            {"agent_id": agent_id, "capabilities": list(capabilities), "wait": wait},
-            timeout=wait + 15,
+            "/claim", claim_body(agent_id, capabilities, wait), timeout=wait + 15,
         )
         return payload if status != 204 and payload else None
 
@@ -249,23 +247,38 @@ class AgentAPI:
         outcome: str,
         exit_code: int | None = None,
         error: str | None = None,
-    ) -> None:
-        await self._post(
-            self._run_path(run_id, "finish"),
-            {
-                "claim_token": claim_token,
-                "outcome": outcome,
-                "exit_code": exit_code,
-                "error": error,
-            },
-            retry_for=RECORD_RETRY_SECONDS,
+        data: bytes = b"",
+        claim_next: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """End the run, carrying the script's last output (one request for both). With
+        `claim_next` (what claim() sends), the same request then long-polls for the
+        agent's next run: returns its grant, or None when none came."""
+        body: dict[str, Any] = {
+            "claim_token": claim_token,
+            "outcome": outcome,
+            "exit_code": exit_code,
+            "error": error,
+            "data": base64.b64encode(data).decode("ascii"),
+        }
+        if claim_next is not None:
+            body["claim"] = claim_next
+        wait = float(claim_next.get("wait") or 0) if claim_next else 0.0
+        _, payload = await self._post(
+            self._run_path(run_id, "finish"), body, retry_for=RECORD_RETRY_SECONDS,
+            timeout=max(CALL_TIMEOUT_SECONDS, wait + 15),
         )
+        return (payload or {}).get("next") or None
 
     async def release(self, run_id: str, claim_token: str, timeout: float) -> None:
         """Hand the run back now (the agent is stopping); one short try, since a lapsed
         lease does the same later."""
         await self._post_once(self._run_path(run_id, "release"), {"claim_token": claim_token},
                               timeout)
+
+
+def claim_body(agent_id: str, capabilities: list[str], wait: float) -> dict[str, Any]:
+    """What a claim asks for, alone or riding on a finish."""
+    return {"agent_id": agent_id, "capabilities": list(capabilities), "wait": wait}
 
 
 def _error_from(status: int, payload: Any) -> AgentAPIError:

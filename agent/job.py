@@ -14,7 +14,7 @@ from typing import Any
 from agent.api import AgentAPI, AgentAPIError, StaleClaim, retry_until
 from agent.env import sealed_env
 from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
-from agent.runner import PtyProcess, script_command
+from agent.runner import PtyProcess, close_fd, script_command
 from agent.socket_server import DurableVerbs
 
 # How long to keep reading the PTY after the script exits (a grandchild may hold it).
@@ -45,8 +45,12 @@ class Job:
         stop: asyncio.Event,
         agent_token: str | None = None,
         local: bool = False,
+        claim_next: dict[str, Any] | None = None,
     ) -> None:
         self.api = api
+        # What the finish asks for next (see AgentAPI.finish), and the grant it got.
+        self._claim_next = claim_next
+        self.next_grant: dict[str, Any] | None = None
         self.grant = grant
         self.run_id: str = grant["run_id"]
         self.claim_token: str = grant["claim_token"]
@@ -58,6 +62,7 @@ class Job:
         self._error: str | None = None
         self._exited = False  # the script's process has exited (its group is killed next)
         self._proc: PtyProcess | None = None
+        self._last_output = b""  # what the finish request carries
         claim_seconds = float(grant.get("claim_seconds") or 30)
         self._logs = LogStreamer(
             api,
@@ -122,30 +127,41 @@ class Job:
 
     async def run(self) -> None:
         retry_until(self.claim_deadline)  # reporting the outcome waits out an outage too
-        scratch = tempfile.mkdtemp(prefix="cryo-")
+        # The agent's own files for the pass (the script's pinned copy, its input, the
+        # verb socket) go to a memory file system when there is one: creating and
+        # removing them on a disk shared with the database's WAL flushes is what a short
+        # job's agent spent most of its time on. The script's working directory (a
+        # deployed agent's fresh scratch directory) stays where TMPDIR says.
+        private = tempfile.mkdtemp(prefix="cryo-", dir=_memory_dir())
+        scratch = private if self._local or _memory_dir() is None else tempfile.mkdtemp(
+            prefix="cryo-")
         try:
-            await self._run_in(scratch)
+            await self._run_in(private, scratch)
         except Exception as e:  # a bug or a local failure must not take the agent down
             _log(f"run {self.run_id}: agent error: {type(e).__name__}: {e}")
             if self._end is None:
                 await self._finish("failed", None, f"agent error: {type(e).__name__}: {e}")
         finally:
+            fd = None
             if self._proc is not None:
                 self._proc.kill()
-                self._proc.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+                fd = self._proc.release_fd()
+            # Closing the PTY and removing the directories wait on the kernel and the
+            # disk, not on us: a worker thread does it while the next job starts.
+            asyncio.get_running_loop().run_in_executor(
+                None, _clean_up, fd, [private] if scratch == private else [private, scratch])
 
-    async def _run_in(self, scratch: str) -> None:
+    async def _run_in(self, private: str, scratch: str) -> None:
         g = self.grant
         filename = os.path.basename(str(g.get("filename") or "")) or "script"
-        script_path = os.path.join(scratch, filename)
+        script_path = os.path.join(private, filename)
         with open(script_path, "w", encoding="utf-8") as f:
             f.write(g.get("source") or "")
         os.chmod(script_path, 0o700)
-        input_path = os.path.join(scratch, "input.json")
+        input_path = os.path.join(private, "input.json")
         with open(input_path, "w", encoding="utf-8") as f:
             json.dump(g.get("input"), f)
-        socket_path = os.path.join(scratch, "cryo.sock")
+        socket_path = os.path.join(private, "cryo.sock")
         env = sealed_env(
             os.environ,
             run_id=self.run_id,
@@ -197,8 +213,9 @@ class Job:
     def _workdir(self, scratch: str) -> str:
         """Where the script runs: a local agent runs it in the directory it was submitted
         from (relative paths, virtualenvs, node_modules resolve as by hand); the script
-        itself, its input and the socket stay in the scratch directory, so the source is
-        the one pinned at submit time. Any other agent runs it in the scratch directory."""
+        itself, its input and the socket stay in the agent's private directory, so the
+        source is the one pinned at submit time. Any other agent runs it in a fresh
+        scratch directory."""
         wanted = self.grant.get("workdir")
         if not self._local or not wanted:
             return scratch
@@ -216,7 +233,7 @@ class Job:
         if why in (End.PARKED, End.STALE):
             return
         try:
-            await self._logs.flush(final=True)
+            self._last_output = await self._logs.take_final()
         except StaleClaim:
             return
         except AgentAPIError as e:
@@ -231,18 +248,41 @@ class Job:
             await self._finish("failed", code, error)
 
     async def _finish(self, outcome: str, exit_code: int | None, error: str | None) -> None:
+        # An agent that is stopping asks for nothing more.
+        claim_next = None if self._stop.is_set() else self._claim_next
         try:
-            await self.api.finish(
+            self.next_grant = await self.api.finish(
                 self.run_id,
                 self.claim_token,
                 outcome=outcome,
                 exit_code=exit_code,
                 error=error,
+                data=self._last_output,
+                claim_next=claim_next,
             )
         except StaleClaim:
             pass  # someone else owns the run now; nothing to report
         except AgentAPIError as e:
             _log(f"run {self.run_id}: could not report {outcome}: {e.message}")
+
+
+def _clean_up(fd: int | None, dirs: list[str]) -> None:
+    if fd is not None:
+        close_fd(fd)
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _memory_dir() -> str | None:
+    """/dev/shm when it is a writable memory file system here, else None (TMPDIR)."""
+    global _MEMORY_DIR
+    if _MEMORY_DIR is None:
+        ok = os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK)
+        _MEMORY_DIR = "/dev/shm" if ok else ""
+    return _MEMORY_DIR or None
+
+
+_MEMORY_DIR: str | None = None
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:

@@ -102,6 +102,22 @@ class LogStreamer:
                 self._high = False
                 self._on_pressure(False)
 
+    async def take_final(self) -> bytes:
+        """The run's last output, for the finish request to carry: posts all but the last
+        chunk (a long tail stays within one request's size) and hands back the rest,
+        which leaves the buffer. Raises as flush does."""
+        async with self._lock:
+            while len(self._buf) > CHUNK_BYTES:
+                data = bytes(self._buf[:CHUNK_BYTES])
+                left = self.claim_deadline() - time.monotonic()
+                await self._api.logs(self._run_id, self._claim_token, data,
+                                     timeout=min(CALL_TIMEOUT_SECONDS, max(left, 1.0)))
+                del self._buf[:CHUNK_BYTES]
+                self._last_post = time.monotonic()
+            data = bytes(self._buf)
+            self._buf.clear()
+            return data
+
     async def stop(self, ticker: asyncio.Task[None]) -> None:
         """End the `run` task between posts, so no chunk is cut off mid-flight and resent."""
         async with self._lock:

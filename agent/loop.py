@@ -6,9 +6,9 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from agent.api import AgentAPI, AgentAPIError, ServerUnavailable
+from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, claim_body
 from agent.job import Job, release
 
 T = TypeVar("T")
@@ -42,8 +42,23 @@ async def run_agent(
     strict = mode != "lenient"
     backoff = BACKOFF_START
     outage = False
+    # A job's finish asks for the next run in the same request, without waiting (so a
+    # stopping agent is never held in a finish); the loop long-polls on its own only
+    # when that brought none, or the job ended without a finish.
+    claim_next = claim_body(agent_id, capabilities, 0)
+    grant: dict[str, Any] | None = None
     async with AgentAPI(url, token) as api:
-        while not stop.is_set():
+        while True:
+            if stop.is_set():
+                if grant is not None:
+                    await release(api, grant["run_id"], grant["claim_token"])
+                break
+            if grant is not None:
+                job = Job(api, grant, strict=strict, stop=stop, agent_token=token,
+                          local=local, claim_next=claim_next)
+                await job.run()
+                grant = job.next_grant
+                continue
             try:
                 grant = await _unless_stopped(
                     api.claim(agent_id, capabilities, wait=CLAIM_WAIT), stop
@@ -62,13 +77,6 @@ async def run_agent(
                 _log(f"{agent_id}: server reachable again")
                 outage = False
             backoff = BACKOFF_START
-            if grant is None:
-                continue
-            if stop.is_set():
-                await release(api, grant["run_id"], grant["claim_token"])
-                continue
-            await Job(api, grant, strict=strict, stop=stop, agent_token=token,
-                      local=local).run()
 
 
 async def _unless_stopped(call: Awaitable[T], stop: asyncio.Event) -> T:

@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import struct
+import subprocess
 import termios
 from collections.abc import Callable
 
@@ -43,7 +44,7 @@ class PtyProcess:
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: _Child,
         master_fd: int,
         on_output: Callable[[bytes], None],
     ) -> None:
@@ -67,15 +68,15 @@ class PtyProcess:
         master, slave = os.openpty()
         try:
             _configure_tty(slave)
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            proc = _Child(subprocess.Popen(
+                argv,
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,
                 cwd=cwd,
                 env=env,
                 start_new_session=True,
-            )
+            ))
         except BaseException:
             os.close(master)
             raise
@@ -148,12 +149,56 @@ class PtyProcess:
             pass
 
     def close(self) -> None:
+        close_fd(self.release_fd())
+
+    def release_fd(self) -> int:
+        """Stops reading and hands the PTY's master over; the caller closes it (see
+        close_fd), which need not happen on the event loop."""
         self.pause_reading()
         self._closed.set()
+        return self._master
+
+
+def close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class _Child:
+    """A started process whose exit the event loop learns from a pidfd: no thread per
+    child (asyncio's default watcher starts one for every process), and nothing else
+    to wake. Where pidfds are missing (Linux before 5.3), a thread waits instead."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        loop = asyncio.get_running_loop()
+        self._exit: asyncio.Future[int] = loop.create_future()
         try:
-            os.close(self._master)
-        except OSError:
-            pass
+            self._pidfd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            self._pidfd = -1
+            waiter = loop.run_in_executor(None, popen.wait)
+            waiter.add_done_callback(lambda f: self._settle(f.result()))
+        else:
+            loop.add_reader(self._pidfd, self._reap)
+
+    def _reap(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        _, status = os.waitpid(self.pid, 0)
+        self._popen.returncode = os.waitstatus_to_exitcode(status)
+        self._settle(self._popen.returncode)
+
+    def _settle(self, returncode: int) -> None:
+        if not self._exit.done():
+            self._exit.set_result(returncode)
+
+    async def wait(self) -> int:
+        """The return code, negative for a death by signal (as Popen has it)."""
+        return await asyncio.shield(self._exit)
 
 
 def _configure_tty(fd: int) -> None:

@@ -66,12 +66,14 @@ class Sizes:
     finished_backlog: int
     parked_backlog: int
     steps: int
+    e2e_runs: int
 
 
 FULL = Sizes(jobs={1: 4000, 4: 12000, 16: 12000}, pgbench_seconds=10, latency_samples=1000,
-             finished_backlog=1_000_000, parked_backlog=100_000, steps=1000)
+             finished_backlog=1_000_000, parked_backlog=100_000, steps=1000, e2e_runs=1000)
 QUICK = Sizes(jobs={1: 500, 4: 1500, 16: 1500}, pgbench_seconds=3, latency_samples=100,
-              finished_backlog=50_000, parked_backlog=5_000, steps=50)
+              finished_backlog=50_000, parked_backlog=5_000, steps=50, e2e_runs=200)
+E2E_AGENTS = (4, 8)
 
 
 def log(msg: str) -> None:
@@ -126,7 +128,7 @@ class Bench:
     def drop_db(self, name: str) -> None:
         self.sql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
-    def enqueue(self, db: str, n: int) -> None:
+    def enqueue(self, db: str, n: int, vacuum: bool = True) -> None:
         """n no-op runs through cryo.submit_script, in one transaction."""
         with psycopg.connect(self.dsn(db), autocommit=True) as conn:
             conn.execute(
@@ -136,8 +138,9 @@ class Bench:
             # A database reused across levels (the backlog one) still holds the dead
             # queue rows of the last drain; a live system's autovacuum clears them between
             # bursts, and a fresh database has none. Clear them here so both compare.
-            conn.execute("VACUUM ANALYZE cryo.queue")
-            conn.execute("ANALYZE cryo.runs")
+            if vacuum:
+                conn.execute("VACUUM ANALYZE cryo.queue")
+                conn.execute("ANALYZE cryo.runs")
 
     def stop(self) -> None:
         try:
@@ -236,29 +239,29 @@ def _sql_claimer(dsn: str, batch: int, ready: Any, results: Any) -> None:
 
 
 def _http_claimer(port: int, index: int, ready: Any, results: Any) -> None:
+    """What agent/api.py does per job, with a no-op job: a claim, then finishes that each
+    ask for the next run in the same request, until one brings none."""
     import http.client
 
     headers = {"Authorization": f"Bearer {AGENT_SECRET}", "Content-Type": "application/json"}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    claim_body = json.dumps({"agent_id": f"bench-{index}", "capabilities": ["shell"],
-                             "wait": 0})
+    ask = {"agent_id": f"bench-{index}", "capabilities": ["shell"], "wait": 0}
     done = 0
     ready.wait()
-    while True:
-        conn.request("POST", "/api/v1/agent/claim", claim_body, headers)
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.status == 204:
-            break
-        grant = json.loads(body)
+    conn.request("POST", "/api/v1/agent/claim", json.dumps(ask), headers)
+    resp = conn.getresponse()
+    body = resp.read()
+    grant = json.loads(body) if resp.status == 200 else None
+    while grant is not None:
         conn.request("POST", f"/api/v1/agent/runs/{grant['run_id']}/finish",
                      json.dumps({"claim_token": grant["claim_token"], "outcome": "succeeded",
-                                 "exit_code": 0}), headers)
+                                 "exit_code": 0, "claim": ask}), headers)
         resp = conn.getresponse()
-        resp.read()
+        body = resp.read()
         if resp.status != 200:
-            raise RuntimeError(f"finish answered {resp.status}")
+            raise RuntimeError(f"finish answered {resp.status}: {body[:200]!r}")
         done += 1
+        grant = json.loads(body)["next"]
     conn.close()
     results.put((done, time.monotonic()))
 
@@ -326,19 +329,23 @@ def cryopg_server(bench: Bench, db: str) -> Iterator[int]:
             proc.wait()
 
 
-def http_throughput(bench: Bench) -> dict[int, float]:
+def http_throughput(bench: Bench, db: str | None = None, label: str = "cryopg HTTP",
+                    levels: tuple[int, ...] = LEVELS) -> dict[int, float]:
+    """The agent path through a real `cryopg server`: each claimer is an HTTP client
+    doing what an agent does per job (the claim's long-poll, then the finish)."""
     out: dict[int, float] = {}
-    for n in LEVELS:
-        db = bench.fresh_db()
-        jobs = bench.sizes.jobs[n] // 2
-        bench.enqueue(db, jobs)
-        with cryopg_server(bench, db) as port:
+    for n in levels:
+        use = db or bench.fresh_db()
+        jobs = bench.sizes.jobs[n]
+        bench.enqueue(use, jobs)
+        with cryopg_server(bench, use) as port:
             done, secs = _drive(_http_claimer, lambda i, port=port: (port, i), n)
         if done != jobs:
-            raise RuntimeError(f"http: {done} of {jobs} jobs finished")
+            raise RuntimeError(f"{label}: {done} of {jobs} jobs finished")
         out[n] = done / secs
-        log(f"cryopg HTTP {n} claimers: {out[n]:.0f} jobs/s ({done} in {secs:.2f} s)")
-        bench.spent.append(db)
+        log(f"{label} {n} claimers: {out[n]:.0f} jobs/s ({done} in {secs:.2f} s)")
+        if db is None:
+            bench.spent.append(use)
     return out
 
 
@@ -504,6 +511,14 @@ def backlog(bench: Bench, batch: int) -> dict[str, Any]:
                            (CAPS,)).fetchone()[0]:
             pass
     out["plans"] = plans
+    # The HTTP path level by level beside a fresh empty database, so each ratio compares
+    # figures taken within seconds of each other (the figures of the throughput section
+    # are minutes older, and this machine's noise between them is 10-20%).
+    out["http"], out["http_empty"] = {}, {}
+    for n in LEVELS:
+        out["http_empty"].update(http_throughput(bench, None, "cryopg HTTP (empty, beside)", (n,)))
+        out["http"].update(http_throughput(bench, db, "cryopg HTTP (backlog)", (n,)))
+        log(f"cryopg HTTP backlog / empty at {n}: {out['http'][n] / out['http_empty'][n]:.2f}")
     out["sql"] = sql_throughput(bench, db, 1, "cryopg SQL (backlog)")
     if batch > 1:
         out["sql_batched"] = sql_throughput(bench, db, batch, f"cryopg SQL batch {batch} (backlog)")
@@ -515,14 +530,15 @@ def backlog(bench: Bench, batch: int) -> dict[str, Any]:
 
 def peers(bench: Bench) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
-    for peer in ("procrastinate", "pgqueuer"):
-        bench.sql("postgres", f"CREATE DATABASE {peer}")
+    for peer in ("procrastinate", "pgqueuer", "pgqueuer-fast"):
+        db = peer.replace("-", "_")
+        bench.sql("postgres", f"CREATE DATABASE {db}")
         out[peer] = {}
         for n in LEVELS:
             # procrastinate is the slower of the two here: half the jobs keeps its runs short.
             jobs = bench.sizes.jobs[n] // (2 if peer == "procrastinate" else 1)
             proc = subprocess.run([str(PEERS_PY), str(BENCH / "peers.py"), peer,
-                                   bench.dsn(peer), str(n), str(jobs), "120"],
+                                   bench.dsn(db), str(n), str(jobs), "120"],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"{peer}: {proc.stderr.strip()[-2000:]}")
@@ -530,6 +546,81 @@ def peers(bench: Bench) -> dict[str, dict[int, float]]:
             out[peer][n] = res["rate"]
             log(f"{peer} {n} workers: {res['rate']:.0f} jobs/s ({res['jobs']} in"
                 f" {res['seconds']:.2f} s{'' if res['complete'] else ', stopped at the time cap'})")
+    return out
+
+
+# -- end to end: real agents running a trivial bash script ---------------------------------
+
+NOOP_SH = "#!/bin/sh\ntrue\n"  # what bench.sealed_source holds
+
+
+def spawn_limit(work: Path, parallel: int, runs: int) -> float:
+    """Processes per second the machine starts the way an agent does (a PTY, then bash
+    on the script): `script -qec 'bash noop.sh'` under `xargs -P`."""
+    t = time.monotonic()
+    subprocess.run(f"seq {runs} | xargs -P {parallel} -I{{}} script -qec 'bash noop.sh' /dev/null",
+                   shell=True, cwd=work, check=True, stdout=subprocess.DEVNULL)
+    return runs / (time.monotonic() - t)
+
+
+def _agents(bench: Bench, port: int, n: int, work: Path) -> list[subprocess.Popen[bytes]]:
+    env = dict(os.environ, CRYOPG_URL=f"http://127.0.0.1:{port}",
+               CRYOPG_AGENT_TOKEN=AGENT_SECRET)
+    return [subprocess.Popen([str(CLI), "agent", "--id", f"bench-e2e-{i}", "--scratch"],
+                             cwd=work, env=env, stdout=subprocess.DEVNULL,
+                             stderr=open(work / f"agent-{i}.log", "wb"))
+            for i in range(n)]
+
+
+def _finished(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM cryo.runs WHERE status = 'succeeded'",
+                        prepare=True).fetchone()[0]
+
+
+def e2e(bench: Bench) -> dict[str, Any]:
+    """Runs/s of a trivial bash script through real `cryopg agent` processes (one job
+    at a time each), beside the spawn limit measured the same way in the same minute.
+    The agents are up and long-polling before the runs are enqueued in one commit; the
+    clock stops when the last run's success has committed."""
+    runs = bench.sizes.e2e_runs
+    work = Path(tempfile.mkdtemp(prefix="cryopg-bench-e2e-"))
+    (work / "noop.sh").write_text(NOOP_SH)
+    out: dict[str, Any] = {"runs": runs, "e2e": {}, "spawn": {}}
+    try:
+        for n in E2E_AGENTS:
+            out["spawn"][n] = spawn_limit(work, n, runs)
+            db = bench.fresh_db()
+            with cryopg_server(bench, db) as port:
+                agents = _agents(bench, port, n, work)
+                try:
+                    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+                        deadline = time.monotonic() + 60
+                        while conn.execute("SELECT count(*) FROM cryo.agents").fetchone()[0] < n:
+                            if time.monotonic() > deadline:
+                                raise RuntimeError("e2e: the agents did not come up")
+                            time.sleep(0.05)
+                        time.sleep(0.5)  # every agent is in its long-poll
+                        t = time.monotonic()
+                        bench.enqueue(db, runs, vacuum=False)  # agents are waiting
+                        deadline = time.monotonic() + 600
+                        while (done := _finished(conn)) < runs:
+                            if time.monotonic() > deadline:
+                                raise RuntimeError(f"e2e: {done} of {runs} runs finished")
+                            time.sleep(0.005)
+                        out["e2e"][n] = runs / (time.monotonic() - t)
+                finally:
+                    for a in agents:
+                        a.terminate()
+                    for a in agents:
+                        try:
+                            a.wait(timeout=20)
+                        except subprocess.TimeoutExpired:
+                            a.kill()
+            bench.spent.append(db)
+            log(f"e2e {n} agents: {out['e2e'][n]:.0f} runs/s; spawn limit "
+                f"{out['spawn'][n]:.0f} /s; ratio {out['e2e'][n] / out['spawn'][n]:.2f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -619,7 +710,7 @@ def steps(bench: Bench) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="reduced sizes, under two minutes")
+    ap.add_argument("--quick", action="store_true", help="reduced sizes, about three minutes")
     ap.add_argument("--batch", type=int, default=10, help="jobs per batched claim/finish")
     ap.add_argument("--out", type=Path, default=BENCH / "results")
     ap.add_argument("--only", default="", help="comma list of sections (for development)")
@@ -655,6 +746,8 @@ def main() -> int:
             r["http"] = http_throughput(bench)
         if want("peers"):
             r["peers"] = peers(bench)
+        if want("e2e"):
+            r["e2e"] = e2e(bench)
         if want("latency"):
             r["latency"] = latency(bench)
         if want("backlog"):
@@ -668,10 +761,10 @@ def main() -> int:
         r["elapsed_s"] = time.monotonic() - started
     finally:
         bench.stop()
-    from report import write_all  # bench/report.py, beside this file
+    from report import check, write_all  # bench/report.py, beside this file
 
     write_all(bench.results, args.out, PEERS_PY)
-    return 0
+    return check(args.out / "latest.md")
 
 
 if __name__ == "__main__":

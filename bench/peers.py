@@ -1,13 +1,18 @@
 """Peer queues on the bench cluster: procrastinate and pgqueuer, defer -> process.
 
 Runs in bench/.venv-peers (they come from PyPI, apart from the project's own venv).
-Usage: peers.py {procrastinate|pgqueuer} DSN WORKERS JOBS  -> one JSON line on stdout.
+Usage: peers.py {procrastinate|pgqueuer|pgqueuer-fast} DSN WORKERS JOBS
+  -> one JSON line on stdout.
 
 Each peer gets its own database with its own schema. The jobs are deferred up front
-with the peer's own batch enqueue; then WORKERS processes, each one worker of the
-peer with its default settings and its own connections, start together and process
-no-op jobs. The clock runs from the start signal until the peer's table shows no job
-left unfinished (its completion committed), polled every few milliseconds.
+with the peer's own batch enqueue; then the workers start together and process no-op
+jobs. procrastinate and pgqueuer: WORKERS processes, each one worker of the peer with
+its default settings and its own connections (psycopg). pgqueuer-fast: the
+configuration pgqueuer's own benchmark (tools/benchmark.py) uses, WORKERS queue
+managers in one process, each on its own asyncpg connection, dequeuing in batches of
+10 with its buffered completion log. The clock runs from the start signal until the
+peer's table shows no job left unfinished (its completion committed), polled every few
+milliseconds.
 """
 
 from __future__ import annotations
@@ -115,22 +120,57 @@ def _pgqueuer_worker(dsn: str, ready, go) -> None:  # type: ignore[no-untyped-de
 PGQUEUER_LEFT = "SELECT count(*) FROM pgqueuer WHERE status IN ('queued', 'picked')"
 
 
+def _pgqueuer_fast_workers(workers: int, dsn: str, ready, go) -> None:  # type: ignore[no-untyped-def]
+    async def one(qm) -> None:  # type: ignore[no-untyped-def]
+        from pgqueuer.domain.types import QueueExecutionMode
+
+        @qm.entrypoint("noop")
+        async def noop(job) -> None:  # type: ignore[no-untyped-def]
+            return None
+
+        await qm.run(batch_size=10, mode=QueueExecutionMode.drain)
+
+    async def run() -> None:
+        import asyncpg
+        from pgqueuer import AsyncpgDriver, Queries, QueueManager
+
+        # asyncpg takes no libpq key=value string: the same settings as keywords.
+        from psycopg.conninfo import conninfo_to_dict
+
+        kw = conninfo_to_dict(dsn)
+        kw["database"] = kw.pop("dbname")
+        kw["port"] = int(kw["port"]) if "port" in kw else None
+        qms = [QueueManager(Queries(AsyncpgDriver(await asyncpg.connect(**kw))))
+               for _ in range(workers)]
+        ready.wait()
+        go.wait()
+        await asyncio.gather(*(one(qm) for qm in qms))
+
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    asyncio.run(run())
+
+
 # -- the common harness --------------------------------------------------------------------
 
+# peer -> (setup, worker, left query, one process for all workers)
 PEERS = {
-    "procrastinate": (_procrastinate_setup, _procrastinate_worker, PROCRASTINATE_LEFT),
-    "pgqueuer": (_pgqueuer_setup, _pgqueuer_worker, PGQUEUER_LEFT),
+    "procrastinate": (_procrastinate_setup, _procrastinate_worker, PROCRASTINATE_LEFT, False),
+    "pgqueuer": (_pgqueuer_setup, _pgqueuer_worker, PGQUEUER_LEFT, False),
+    "pgqueuer-fast": (_pgqueuer_setup, _pgqueuer_fast_workers, PGQUEUER_LEFT, True),
 }
 
 
 def measure(peer: str, dsn: str, workers: int, jobs: int, timeout: float) -> dict[str, object]:
-    setup, worker, left_sql = PEERS[peer]
+    setup, worker, left_sql, one_process = PEERS[peer]
     asyncio.run(setup(dsn, jobs))
     ctx = mp.get_context("spawn")
-    ready = ctx.Barrier(workers + 1)
+    nprocs = 1 if one_process else workers
+    ready = ctx.Barrier(nprocs + 1)
     go = ctx.Event()
-    procs = [ctx.Process(target=worker, args=(dsn, ready, go), daemon=True)
-             for _ in range(workers)]
+    args = (workers, dsn, ready, go) if one_process else (dsn, ready, go)
+    procs = [ctx.Process(target=worker, args=args, daemon=True) for _ in range(nprocs)]
     for p in procs:
         p.start()
     ready.wait(timeout=120)
@@ -157,7 +197,7 @@ def measure(peer: str, dsn: str, workers: int, jobs: int, timeout: float) -> dic
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    return {p: version(p) for p in PEERS}
+    return {p: version(p) for p in ("procrastinate", "pgqueuer", "asyncpg")}
 
 
 def main(argv: list[str]) -> int:

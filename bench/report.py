@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,9 @@ def render(r: dict[str, Any]) -> str:
         (f"cryopg SQL batch {r['batch']} (claim_jobs + finish_runs)", r.get("sql_batched")),
         ("cryopg HTTP agent API (claim + finish)", r.get("http")),
         ("procrastinate", (r.get("peers") or {}).get("procrastinate")),
-        ("pgqueuer", (r.get("peers") or {}).get("pgqueuer")),
+        ("pgqueuer (psycopg, one process per worker)", (r.get("peers") or {}).get("pgqueuer")),
+        ("pgqueuer fast (asyncpg, queue managers in one process, batch 10)",
+         (r.get("peers") or {}).get("pgqueuer-fast")),
     ]
     for name, s in series:
         if s:
@@ -74,7 +77,30 @@ def render(r: dict[str, Any]) -> str:
     if best_peer and cryo:
         out.append(_row(f"ratio {label} / best peer",
                         [_f(_at(cryo, n) / best_peer[n], 2) for n in levels]))
+    http = r.get("http")
+    if best_peer and http:
+        out.append(_row("ratio cryopg HTTP agent API / best peer",
+                        [_f(_at(http, n) / best_peer[n], 2) for n in levels]))
     out.append("")
+    if peers:
+        out += ["The best peer at each level is the fastest configuration of any peer.", ""]
+
+    e2e = r.get("e2e")
+    if e2e:
+        agents = sorted(int(n) for n in e2e["e2e"])
+        out += ["## End to end: real agents, a trivial bash script", "",
+                f"{e2e['runs']:,} runs of a one-line bash script (`true`) enqueued in one commit "
+                "while real `cryopg agent` processes (one job at a time each) wait on their "
+                "long-polls, through a real `cryopg server`; the clock stops when the last "
+                "success has committed. The spawn limit is measured the same way in the same "
+                "minute: as many `script -qec 'bash noop.sh'` (a PTY, then bash on the script) "
+                "under `xargs -P` as there are agents.", "",
+                _row("agents", ["runs/s", "spawn limit /s", "ratio"]),
+                _row("---", ["---:"] * 3)]
+        for n in agents:
+            got, lim = _at(e2e["e2e"], n), _at(e2e["spawn"], n)
+            out.append(_row(str(n), [_f(got), _f(lim), _f(got / lim, 2)]))
+        out.append("")
 
     lat = r.get("latency")
     if lat:
@@ -93,16 +119,24 @@ def render(r: dict[str, Any]) -> str:
     bl = r.get("backlog")
     if bl:
         out += ["## Backlog insensitivity", "",
-                f"The same SQL claimers with {bl['finished']:,} finished runs (and two history "
+                f"The same claimers with {bl['finished']:,} finished runs (and two history "
                 f"events each) and {bl['parked']:,} parked sleeping runs present, loaded as "
                 f"fixture data. One cryo.tick() over that backlog took {bl['tick_ms']:.1f} ms.",
                 "", _row("", [str(n) for n in levels]), _row("---", ["---:"] * len(levels))]
-        for key, name in (("sql", "cryopg SQL"), ("sql_batched", f"cryopg SQL batch {r['batch']}")):
-            if bl.get(key) and r.get(key):
+        if bl.get("http_empty"):
+            out += [_row("cryopg HTTP agent API, empty, measured beside it (jobs/s)",
+                         [_f(_at(bl["http_empty"], n)) for n in levels])]
+        for key, name in (("http", "cryopg HTTP agent API"), ("sql", "cryopg SQL"),
+                          ("sql_batched", f"cryopg SQL batch {r['batch']}")):
+            # The HTTP path has its empty figure taken beside the backlog's; the others
+            # compare with the throughput section's.
+            empty = bl.get("http_empty") if key == "http" else None
+            empty = empty or r.get(key)
+            if bl.get(key) and empty:
                 out.append(_row(f"{name}, backlog (jobs/s)",
                                 [_f(_at(bl[key], n)) for n in levels]))
                 out.append(_row(f"{name}, backlog / empty",
-                                [_f(_at(bl[key], n) / _at(r[key], n), 2) for n in levels]))
+                                [_f(_at(bl[key], n) / _at(empty, n), 2) for n in levels]))
         out.append("")
         for name, plan in bl["plans"].items():
             out += [f"EXPLAIN ANALYZE of the {name} query over the backlog:", "", "```",
@@ -151,7 +185,52 @@ def render(r: dict[str, Any]) -> str:
     p4 = None if not (cryo and best_peer) else _at(cryo, 4) / best_peer[4]
     out.append(f"ratio cryopg/pgbench at 4: {'n/a' if r4 is None else f'{r4:.2f}'}")
     out.append(f"ratio cryopg/best-peer at 4: {'n/a' if p4 is None else f'{p4:.2f}'}")
+    # The product path. These four lines end the file; check() reads them back.
+    h4 = None if not (http and best_peer) else _at(http, 4) / best_peer[4]
+    out.append(f"ratio cryopg-http/best-peer at 4: {_fmt(h4)}")
+    for n in E2E_LEVELS:
+        e = None if not e2e else _at(e2e["e2e"], n) / _at(e2e["spawn"], n)
+        out.append(f"ratio e2e/spawn-limit at {n}: {_fmt(e)}")
+    p50 = None if not lat else lat["http"]["p50_ms"]
+    out.append(f"p50 enqueue-to-start http ms: {_fmt(p50)}")
     return "\n".join(out) + "\n"
+
+
+E2E_LEVELS = (4, 8)
+# (regex of the line, the target it states, whether a figure meets it)
+TARGETS = [
+    (r"ratio cryopg-http/best-peer at 4: (\S+)", "HTTP agent path >= 1.0x the best peer at 4",
+     lambda v: v >= 1.0),
+    (r"ratio e2e/spawn-limit at 4: (\S+)", "end to end >= 0.8x the spawn limit at 4",
+     lambda v: v >= 0.8),
+    (r"ratio e2e/spawn-limit at 8: (\S+)", "end to end >= 0.8x the spawn limit at 8",
+     lambda v: v >= 0.8),
+    (r"p50 enqueue-to-start http ms: (\S+)", "p50 enqueue -> start over HTTP < 2 ms",
+     lambda v: v < 2.0),
+]
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def check(path: Path) -> int:
+    """Reads back the last four lines of latest.md: each must be the line the issue
+    names, with a figure (N.NN) or n/a for a section not run. Prints whether each
+    target is met; returns 1 if the lines are not there as named, else 0."""
+    lines = path.read_text().rstrip("\n").splitlines()[-len(TARGETS):]
+    status = 0
+    for line, (pattern, target, met) in zip(lines, TARGETS, strict=True):
+        m = re.fullmatch(pattern, line)
+        if m is None or not re.fullmatch(r"\d+\.\d\d|n/a", m.group(1)):
+            print(f"bench: check: expected a line like {pattern!r}, found {line!r}",
+                  file=sys.stderr)
+            status = 1
+            continue
+        value = m.group(1)
+        verdict = "not measured" if value == "n/a" else ("met" if met(float(value)) else "NOT met")
+        print(f"bench: target {target}: {value} ({verdict})", file=sys.stderr)
+    return status
 
 
 def chart(r: dict[str, Any], path: Path, python: Path) -> None:
@@ -161,7 +240,8 @@ def chart(r: dict[str, Any], path: Path, python: Path) -> None:
                     (f"cryopg SQL batch {r['batch']}", r.get("sql_batched")),
                     ("cryopg HTTP", r.get("http")),
                     ("procrastinate", (r.get("peers") or {}).get("procrastinate")),
-                    ("pgqueuer", (r.get("peers") or {}).get("pgqueuer"))):
+                    ("pgqueuer", (r.get("peers") or {}).get("pgqueuer")),
+                    ("pgqueuer fast", (r.get("peers") or {}).get("pgqueuer-fast"))):
         if s:
             data["series"][name] = [_at(s, n) for n in r["levels"]]
     code = r"""

@@ -86,7 +86,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, agent_id text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -94,12 +94,16 @@ DECLARE
     v_token uuid;
     v_run text;
 BEGIN
+    IF p_agent_ids IS NOT NULL THEN
+        p_limit := cardinality(p_agent_ids);
+    END IF;
     IF p_limit = 1 THEN
         -- One job (an agent's claim): two point updates by key instead of the joins
         -- below, the cheapest form of the hottest call.
         v_token := gen_random_uuid();
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = v_token, agent_id = p_agent_id,
+           SET state = 'claimed', claim_token = v_token,
+               agent_id = coalesce(p_agent_ids[1], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
                             WHERE c.org = p_org AND c.state = 'pending'
@@ -114,31 +118,34 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear, r.workdir;
+                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id);
         END IF;
         RETURN;
     END IF;
     RETURN QUERY
-    WITH picked AS (
+    WITH locked AS (
         SELECT c.run_id FROM cryo.queue c
          WHERE c.org = p_org AND c.state = 'pending'
            AND c.required_caps <@ p_capabilities
          ORDER BY c.enqueued_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT l.run_id, row_number() OVER () AS n FROM locked l
     ), claimed AS (
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_agent_id,
+           SET state = 'claimed', claim_token = gen_random_uuid(),
+               agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
-        RETURNING q.run_id, q.claim_token
+        RETURNING q.run_id, q.claim_token, q.agent_id
     ), started AS (
         UPDATE cryo.runs r
            SET status = 'running', substate = NULL, attempt = r.attempt + 1,
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear, r.workdir
+                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id
     )
     SELECT * FROM started;
 END
@@ -446,6 +453,14 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
+$$;
+
+CREATE FUNCTION cryo._grant_secrets(p_org text, p_project text, p_untrusted boolean) RETURNS TABLE(name text, value bytea, withheld boolean)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.name, CASE WHEN p_untrusted THEN NULL ELSE s.value END, p_untrusted
+      FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
 $$;
 
 CREATE FUNCTION cryo._graph_call_memo(p_child_id text) RETURNS TABLE(result bytea, answer jsonb, exit_code integer)
@@ -1516,11 +1531,47 @@ $$;
 
 COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
+CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(agent_id text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
+       OR array_position(p_agent_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
+            USING ERRCODE = 'CR004';
+    END IF;
+    RETURN QUERY
+    WITH c AS MATERIALIZED (
+        SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
+                                  cardinality(p_agent_ids), p_agent_ids)
+    )
+    SELECT c.agent_id, c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter,
+           c.source, c.input, c.input_clear, c.workdir,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = c.run_id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
+             WHERE r.id = c.run_id)
+      FROM c;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+
 CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1);
+    RETURN QUERY SELECT c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter, c.source,
+                        c.input, c.input_clear, c.workdir
+                   FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1) c;
 END
 $$;
 
@@ -1534,7 +1585,9 @@ BEGIN
         RAISE EXCEPTION 'a batch claim takes between 1 and 1000 jobs, not %', p_limit
             USING ERRCODE = 'CR004';
     END IF;
-    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit);
+    RETURN QUERY SELECT c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter, c.source,
+                        c.input, c.input_clear, c.workdir
+                   FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit) c;
 END
 $$;
 
@@ -1561,10 +1614,7 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
 BEGIN
-    RETURN QUERY
-        SELECT s.name, CASE WHEN v_untrusted THEN NULL ELSE s.value END, v_untrusted
-          FROM cryo.secrets s
-         WHERE s.org = v_q.org AND s.project = v_q.project ORDER BY s.name;
+    RETURN QUERY SELECT * FROM cryo._grant_secrets(v_q.org, v_q.project, v_untrusted);
 END
 $$;
 
@@ -1986,16 +2036,18 @@ $$;
 
 COMMENT ON FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer, p_error text) IS 'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
 
-CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[]) RETURNS TABLE(run_id text, finished boolean)
+CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[] DEFAULT NULL::bytea[]) RETURNS TABLE(run_id text, finished boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
     v_row record;
+    v_retried boolean;
 BEGIN
     IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
        OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
-       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n) THEN
+       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n)
+       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n) THEN
         RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
             USING ERRCODE = 'CR004';
     END IF;
@@ -2006,12 +2058,13 @@ BEGIN
     -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
     -- a run listed twice is finished once.
     FOR v_row IN
-        SELECT i.run_id, i.outcome, i.exit_code, i.error, (q.run_id IS NOT NULL) AS live
+        SELECT i.run_id, i.outcome, i.exit_code, i.error, i.log, (q.run_id IS NOT NULL) AS live
           FROM (SELECT DISTINCT ON (u.run_id) u.*
                   FROM unnest(p_run_ids, p_tokens, p_outcomes,
                               coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
-                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])))
-                       AS u(run_id, token, outcome, exit_code, error)
+                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])),
+                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error, log)
                  ORDER BY u.run_id) i
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
@@ -2021,7 +2074,22 @@ BEGIN
          ORDER BY i.run_id
     LOOP
         IF v_row.live THEN
-            PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code, v_row.error);
+            IF length(v_row.log) > 0 THEN
+                INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
+                SELECT r.id, r.org, r.project, r.attempt, v_row.log, cryo.now()
+                  FROM cryo.runs r WHERE r.id = v_row.run_id;
+                PERFORM cryo._notify_run(v_row.run_id);
+            END IF;
+            -- Nested, not OR: SQL does not promise to skip the retry for a success.
+            IF v_row.outcome = 'failed' THEN
+                v_retried := cryo._retry_if_allowed(v_row.run_id, v_row.exit_code);
+            ELSE
+                v_retried := false;
+            END IF;
+            IF NOT v_retried THEN
+                PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code,
+                                       v_row.error);
+            END IF;
         END IF;
         run_id := v_row.run_id;
         finished := v_row.live;
@@ -2030,7 +2098,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome (exit codes and errors may be NULL arrays); returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
+COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors and logs may be NULL arrays); a failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
 
 CREATE FUNCTION cryo.finish_status_post(p_run_id text, p_error text) RETURNS void
     LANGUAGE sql
@@ -3041,6 +3109,45 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text) IS 'Records a durable call''s sealed result at the agent''s position p_position for the claimed run; the path is derived from (family, name, ordinal) and p_path, when given, must agree. Returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path, CR007 when an earlier attempt recorded the path.';
+
+CREATE FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[]) RETURNS TABLE(n integer, seq integer, error_code text, error_message text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_run_ids), 0);
+    v_i integer;
+BEGIN
+    IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_positions), 0) <> v_n
+       OR coalesce(cardinality(p_families), 0) <> v_n OR coalesce(cardinality(p_names), 0) <> v_n
+       OR coalesce(cardinality(p_ordinals), 0) <> v_n OR coalesce(cardinality(p_labels), 0) <> v_n
+       OR coalesce(cardinality(p_results), 0) <> v_n
+       OR coalesce(cardinality(p_exit_codes), 0) <> v_n
+       OR coalesce(cardinality(p_paths), 0) <> v_n THEN
+        RAISE EXCEPTION 'record_steps needs arrays of one length (% run ids)', v_n
+            USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_i IN SELECT u.i FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, i)
+                ORDER BY u.run_id, u.i
+    LOOP
+        n := v_i;
+        BEGIN
+            seq := cryo.record_step(p_run_ids[v_i], p_tokens[v_i], p_positions[v_i],
+                                    p_families[v_i], p_names[v_i], p_ordinals[v_i],
+                                    p_labels[v_i], p_results[v_i], p_exit_codes[v_i],
+                                    p_paths[v_i]);
+            error_code := NULL;
+            error_message := NULL;
+        EXCEPTION WHEN OTHERS THEN
+            seq := NULL;
+            GET STACKED DIAGNOSTICS error_code = RETURNED_SQLSTATE,
+                                    error_message = MESSAGE_TEXT;
+        END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[]) IS 'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
 
 CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) RETURNS void
     LANGUAGE sql

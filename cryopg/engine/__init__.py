@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from cryopg.engine.claim import (
     append_log,
+    claim_grants,
     claim_job,
     claim_jobs,
-    claim_secrets,
     release_claim,
 )
 from cryopg.engine.finish import (
@@ -45,13 +45,13 @@ from cryopg.engine.graphs import (
     rerun_graph,
 )
 from cryopg.engine.journal import (
+    StepItem,
     annotate_run,
     mark_step,
     read_history,
-    read_journal,
     read_last_attempt_log,
     read_logs,
-    record_step,
+    record_steps,
 )
 from cryopg.engine.reads import (
     get_run,
@@ -141,6 +141,7 @@ from cryopg.engine.types import (
     Cell,
     Checkpoint,
     Claim,
+    ClaimGrant,
     ClaimSecret,
     EntityCell,
     Event,
@@ -232,6 +233,7 @@ __all__ = [
     "Cell",
     "Checkpoint",
     "Claim",
+    "ClaimGrant",
     "ClaimSecret",
     "EntityCell",
     "Event",
@@ -256,9 +258,9 @@ __all__ = [
     "authenticate_token",
     "authorize_user",
     "cancel_run",
+    "claim_grants",
     "claim_job",
     "claim_jobs",
-    "claim_secrets",
     "collect_activity",
     "create_token",
     "delete_project",
@@ -288,11 +290,11 @@ __all__ = [
     "read_checkpoints",
     "read_run_detail",
     "read_history",
-    "read_journal",
     "read_last_attempt_log",
     "read_logs",
     "read_outputs",
-    "record_step",
+    "StepItem",
+    "record_steps",
     "register_agent",
     "release_claim",
     "release_lease",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
+from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 
 from cryopg.engine._sql import _one
-from cryopg.engine.types import Claim, ClaimSecret
+from cryopg.engine.types import Claim, ClaimGrant, ClaimSecret, Memo
 
 
 async def claim_job(conn: AsyncConnection, org: str, agent_id: str, caps: list[str],
@@ -27,6 +29,34 @@ async def claim_jobs(conn: AsyncConnection, org: str, agent_id: str, caps: list[
     return await cur.fetchall()
 
 
+def _b64(value: str | None) -> bytes | None:
+    return None if value is None else base64.b64decode(value)
+
+
+def _claim_grant(row: dict[str, Any]) -> ClaimGrant:
+    claim = Claim(run_id=row["run_id"], claim_token=row["claim_token"], attempt=row["attempt"],
+                  filename=row["filename"], interpreter=row["interpreter"],
+                  source=row["source"], input=row["input"], input_clear=row["input_clear"],
+                  workdir=row["workdir"])
+    journal = [Memo(seq=m["seq"], path=m["path"], family=m["family"], name=m["name"],
+                    ordinal=m["ordinal"], status=m["status"], result=_b64(m["result"]),
+                    exit_code=m["exit_code"], answer_clear=m["answer_clear"],
+                    ref_run_id=m["ref_run_id"]) for m in row["journal"]]
+    secrets = [ClaimSecret(name=s["name"], value=_b64(s["value"]), withheld=s["withheld"])
+               for s in row["secrets"]]
+    return ClaimGrant(agent_id=row["agent_id"], claim=claim, journal=journal, secrets=secrets)
+
+
+async def claim_grants(conn: AsyncConnection, org: str, agent_ids: list[str], caps: list[str],
+                       claim_seconds: float) -> list[ClaimGrant]:
+    """One claim per waiting agent (fewer when fewer runs are pending), each with the
+    run's memos and the secrets its grant may carry, in one transaction."""
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute("SELECT * FROM cryo.claim_grants(%s, %s, %s, %s)",
+                      (org, agent_ids, caps, claim_seconds), prepare=True)
+    return [_claim_grant(row) for row in await cur.fetchall()]
+
+
 async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data: bytes | None,
                      claim_seconds: float) -> bool:
     return await _one(conn, "SELECT cryo.append_log(%s, %s, %s, %s)",
@@ -35,9 +65,3 @@ async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data:
 
 async def release_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
     await conn.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token))
-
-
-async def claim_secrets(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[ClaimSecret]:
-    cur = conn.cursor(row_factory=class_row(ClaimSecret))
-    await cur.execute("SELECT * FROM cryo.claim_secrets(%s, %s)", (run_id, token))
-    return await cur.fetchall()

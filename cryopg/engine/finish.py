@@ -16,13 +16,15 @@ async def finish_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, outco
 
 
 async def finish_runs(
-        conn: AsyncConnection, runs: list[tuple[str, uuid.UUID, str, int | None, str | None]],
+        conn: AsyncConnection,
+        runs: list[tuple[str, uuid.UUID, str, int | None, str | None, bytes | None]],
 ) -> dict[str, bool]:
-    """Each item is (run_id, token, outcome, exit_code, error); returns run_id -> finished."""
+    """Each item is (run_id, token, outcome, exit_code, error, last sealed log bytes or
+    None); returns run_id -> finished (False for a stale claim)."""
     cur = await conn.execute(
-        "SELECT * FROM cryo.finish_runs(%s, %s, %s, %s, %s)",
+        "SELECT * FROM cryo.finish_runs(%s, %s, %s, %s, %s, %s)",
         ([r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs],
-         [r[3] for r in runs], [r[4] for r in runs]))
+         [r[3] for r in runs], [r[4] for r in runs], [r[5] for r in runs]), prepare=True)
     return dict(await cur.fetchall())
 
 

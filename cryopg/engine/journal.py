@@ -7,23 +7,24 @@ import uuid
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
 
-from cryopg.engine._sql import _one
-from cryopg.engine.types import HistoryEvent, LogChunk, Memo
+from cryopg.engine.types import HistoryEvent, LogChunk
+
+# (run_id, token, position, family, name, ordinal, label, result, exit_code, path)
+StepItem = tuple[str, uuid.UUID, int | None, str, str, int, str | None, bytes | None,
+                 int | None, str | None]
 
 
-async def read_journal(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> list[Memo]:
-    cur = conn.cursor(row_factory=class_row(Memo))
-    await cur.execute("SELECT * FROM cryo.read_journal(%s, %s)", (run_id, token))
-    return await cur.fetchall()
-
-
-async def record_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
-                      position: int | None = None, family: str, name: str, ordinal: int,
-                      label: str | None, result: bytes | None, exit_code: int | None,
-                      path: str | None = None) -> int:
-    return await _one(conn, "SELECT cryo.record_step(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, position, family, name, ordinal, label, result, exit_code,
-                       path))
+async def record_steps(conn: AsyncConnection,
+                       items: list[StepItem]) -> list[tuple[int | None, str | None, str | None]]:
+    """Each item as record_step takes it; returns per item, in order, (seq, None, None) or
+    (None, SQLSTATE, message) for one refused alone."""
+    cols = list(zip(*items, strict=True)) if items else [()] * 10
+    cur = await conn.execute(
+        "SELECT * FROM cryo.record_steps(%s::text[], %s::uuid[], %s::int[], %s::text[],"
+        " %s::text[], %s::int[], %s::text[], %s::bytea[], %s::int[], %s::text[])",
+        [list(c) for c in cols], prepare=True)
+    rows = {r[0]: (r[1], r[2], r[3]) for r in await cur.fetchall()}
+    return [rows[i + 1] for i in range(len(items))]
 
 
 async def mark_step(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,

@@ -22,6 +22,17 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClaimGrant:
+    """One row of cryo.claim_grants: a claim, the agent it went to, and what its grant
+    needs (the run's memos and the secrets the claim may see, still sealed)."""
+
+    agent_id: str
+    claim: Claim
+    journal: list[Memo]
+    secrets: list[ClaimSecret]
+
+
+@dataclasses.dataclass(frozen=True)
 class Memo:
     seq: int
     path: str

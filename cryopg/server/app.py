@@ -12,6 +12,7 @@ from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
 from cryopg.server import agent_api, graph_driver, triggers, ui, user_api
+from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.agent_api.claims import AGENTS_SEEN
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
@@ -90,8 +91,8 @@ def build_app(config: ServerConfig) -> web.Application:
     app[CONFIG] = config
     app[AGENT_TOKENS] = {}
     app[AGENTS_SEEN] = {}
-    app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, _ticker_ctx, graph_driver.driver_ctx,
-                           triggers.triggers_ctx])
+    app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, _ticker_ctx,
+                            graph_driver.driver_ctx, triggers.triggers_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
     user_api.add_routes(app)

@@ -102,24 +102,30 @@ $$;
 -- Hands up to p_limit of the org's oldest pending runs this agent can serve to it, each
 -- with its own single-use token and a claim that expires after p_seconds. One
 -- statement with SKIP LOCKED, so concurrent claimers never wait on each other and never
--- win the same row.
+-- win the same row. With p_agent_ids (a server claiming for several waiting agents at
+-- once) the k-th run taken goes to the k-th agent, and p_limit is their number.
 CREATE OR REPLACE FUNCTION cryo._claim(
     p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision,
-    p_limit integer)
+    p_limit integer, p_agent_ids text[] DEFAULT NULL)
 RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
-               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
+               agent_id text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := cryo.now();
     v_token uuid;
     v_run text;
 BEGIN
+    IF p_agent_ids IS NOT NULL THEN
+        p_limit := cardinality(p_agent_ids);
+    END IF;
     IF p_limit = 1 THEN
         -- One job (an agent's claim): two point updates by key instead of the joins
         -- below, the cheapest form of the hottest call.
         v_token := gen_random_uuid();
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = v_token, agent_id = p_agent_id,
+           SET state = 'claimed', claim_token = v_token,
+               agent_id = coalesce(p_agent_ids[1], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
                             WHERE c.org = p_org AND c.state = 'pending'
@@ -134,31 +140,34 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear, r.workdir;
+                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id);
         END IF;
         RETURN;
     END IF;
     RETURN QUERY
-    WITH picked AS (
+    WITH locked AS (
         SELECT c.run_id FROM cryo.queue c
          WHERE c.org = p_org AND c.state = 'pending'
            AND c.required_caps <@ p_capabilities
          ORDER BY c.enqueued_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT l.run_id, row_number() OVER () AS n FROM locked l
     ), claimed AS (
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_agent_id,
+           SET state = 'claimed', claim_token = gen_random_uuid(),
+               agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
-        RETURNING q.run_id, q.claim_token
+        RETURNING q.run_id, q.claim_token, q.agent_id
     ), started AS (
         UPDATE cryo.runs r
            SET status = 'running', substate = NULL, attempt = r.attempt + 1,
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
         RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear, r.workdir
+                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id
     )
     SELECT * FROM started;
 END

@@ -8,7 +8,9 @@ RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
                interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
 LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1);
+    RETURN QUERY SELECT c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter, c.source,
+                        c.input, c.input_clear, c.workdir
+                   FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, 1) c;
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_job(text, text, text[], double precision) IS
@@ -29,11 +31,58 @@ BEGIN
         RAISE EXCEPTION 'a batch claim takes between 1 and 1000 jobs, not %', p_limit
             USING ERRCODE = 'CR004';
     END IF;
-    RETURN QUERY SELECT * FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit);
+    RETURN QUERY SELECT c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter, c.source,
+                        c.input, c.input_clear, c.workdir
+                   FROM cryo._claim(p_org, p_agent_id, p_capabilities, p_claim_seconds, p_limit) c;
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, integer) IS
     'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
+
+-- What the server calls for agents waiting on long-polls: claims one run for each
+-- listed agent (fewer when fewer are pending), and returns with each claim everything
+-- its grant needs, read in the same statement: the run's recorded memos (the step
+-- cache the agent replays from; results sealed and base64-encoded, as read_journal
+-- lists them) and the secrets the claim may see (cryo._grant_secrets, which
+-- claim_secrets serves too: sealed values, or names only for an untrusted run). One
+-- call, one commit, however many agents were waiting. The runs' memos, secrets and
+-- trust predate this statement, so its snapshot sees them as the claim does.
+CREATE OR REPLACE FUNCTION cryo.claim_grants(
+    p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision)
+RETURNS TABLE (agent_id text, run_id text, claim_token uuid, attempt integer, filename text,
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
+               journal jsonb, secrets jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
+       OR array_position(p_agent_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
+            USING ERRCODE = 'CR004';
+    END IF;
+    RETURN QUERY
+    WITH c AS MATERIALIZED (
+        SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
+                                  cardinality(p_agent_ids), p_agent_ids)
+    )
+    SELECT c.agent_id, c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter,
+           c.source, c.input, c.input_clear, c.workdir,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = c.run_id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
+             WHERE r.id = c.run_id)
+      FROM c;
+END
+$$;
+COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision) IS
+    'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
 
 -- Pushes back the claim's expiry; the answer tells the agent to stop the script.
 CREATE OR REPLACE FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision)
@@ -100,8 +149,18 @@ $$;
 COMMENT ON FUNCTION cryo.seal_run_input(text, uuid, bytea) IS
     'Replaces a run''s clear input with its sealed form. Returns nothing. Raises CR002 for a stale claim token.';
 
--- What a live claim may see: every secret of the run's project, sealed, or for an
--- untrusted run the names alone (value NULL, withheld true).
+-- What a claim of a run may see: every secret of the run's project, sealed, or for an
+-- untrusted run the names alone (value NULL, withheld true). The one definition, for
+-- claim_secrets and claim_grants.
+CREATE OR REPLACE FUNCTION cryo._grant_secrets(p_org text, p_project text, p_untrusted boolean)
+RETURNS TABLE (name text, value bytea, withheld boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT s.name, CASE WHEN p_untrusted THEN NULL ELSE s.value END, p_untrusted
+      FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+
+-- What a live claim may see (see _grant_secrets).
 CREATE OR REPLACE FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid)
 RETURNS TABLE (name text, value bytea, withheld boolean)
 LANGUAGE plpgsql AS $$
@@ -109,10 +168,7 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
 BEGIN
-    RETURN QUERY
-        SELECT s.name, CASE WHEN v_untrusted THEN NULL ELSE s.value END, v_untrusted
-          FROM cryo.secrets s
-         WHERE s.org = v_q.org AND s.project = v_q.project ORDER BY s.name;
+    RETURN QUERY SELECT * FROM cryo._grant_secrets(v_q.org, v_q.project, v_untrusted);
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_secrets(text, uuid) IS

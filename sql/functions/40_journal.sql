@@ -84,6 +84,54 @@ $$;
 COMMENT ON FUNCTION cryo.record_step(text, uuid, integer, text, text, integer, text, bytea, integer, text) IS
     'Records a durable call''s sealed result at the agent''s position p_position for the claimed run; the path is derived from (family, name, ordinal) and p_path, when given, must agree. Returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path, CR007 when an earlier attempt recorded the path.';
 
+-- The batched record_step, for steps several agents report at once (the server's group
+-- commit): each item is one cryo.record_step in its own subtransaction, so one that is
+-- refused (a stale claim, a disagreeing path) fails alone, with its SQLSTATE and
+-- message, and the others commit together. Items are taken in run id order, the order
+-- finish_runs locks in, so overlapping batches cannot deadlock; rows come back in the
+-- input's order (n is the 1-based index).
+CREATE OR REPLACE FUNCTION cryo.record_steps(
+    p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[],
+    p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[],
+    p_exit_codes integer[], p_paths text[])
+RETURNS TABLE (n integer, seq integer, error_code text, error_message text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := coalesce(cardinality(p_run_ids), 0);
+    v_i integer;
+BEGIN
+    IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_positions), 0) <> v_n
+       OR coalesce(cardinality(p_families), 0) <> v_n OR coalesce(cardinality(p_names), 0) <> v_n
+       OR coalesce(cardinality(p_ordinals), 0) <> v_n OR coalesce(cardinality(p_labels), 0) <> v_n
+       OR coalesce(cardinality(p_results), 0) <> v_n
+       OR coalesce(cardinality(p_exit_codes), 0) <> v_n
+       OR coalesce(cardinality(p_paths), 0) <> v_n THEN
+        RAISE EXCEPTION 'record_steps needs arrays of one length (% run ids)', v_n
+            USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_i IN SELECT u.i FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, i)
+                ORDER BY u.run_id, u.i
+    LOOP
+        n := v_i;
+        BEGIN
+            seq := cryo.record_step(p_run_ids[v_i], p_tokens[v_i], p_positions[v_i],
+                                    p_families[v_i], p_names[v_i], p_ordinals[v_i],
+                                    p_labels[v_i], p_results[v_i], p_exit_codes[v_i],
+                                    p_paths[v_i]);
+            error_code := NULL;
+            error_message := NULL;
+        EXCEPTION WHEN OTHERS THEN
+            seq := NULL;
+            GET STACKED DIAGNOSTICS error_code = RETURNED_SQLSTATE,
+                                    error_message = MESSAGE_TEXT;
+        END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION cryo.record_steps(text[], uuid[], integer[], text[], text[], integer[], text[], bytea[], integer[], text[]) IS
+    'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
+
 -- annotate is a side channel, not a durable call: it lands in history only.
 CREATE OR REPLACE FUNCTION cryo.annotate_run(p_run_id text, p_token uuid, p_text bytea)
 RETURNS void

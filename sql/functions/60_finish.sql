@@ -56,22 +56,28 @@ $$;
 COMMENT ON FUNCTION cryo.finish_run(text, uuid, text, integer, text) IS
     'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
 
--- The batched finish_run, for claimers that keep several jobs in hand (see claim_jobs):
--- ends every listed run whose token is still its live claim, in one transaction. A
--- stale token is not an error here (a claim can expire while its batch-mates finish);
--- its row comes back with finished = false.
+-- The batched finish_run: ends every listed run whose token is still its live claim,
+-- in one transaction. Claimers that keep several jobs in hand call it (see claim_jobs),
+-- and so does the server for finishes that arrive together from several agents (group
+-- commit). A stale token is not an error here (a claim can expire while its
+-- batch-mates finish); its row comes back with finished = false. p_logs carries each
+-- run's last sealed log bytes (NULL or empty for none), stored before the run ends, so
+-- an agent ends a run in one request; a failed activity with retries left is parked
+-- for its retry, as finish_run does.
 CREATE OR REPLACE FUNCTION cryo.finish_runs(
     p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[],
-    p_errors text[])
+    p_errors text[], p_logs bytea[] DEFAULT NULL)
 RETURNS TABLE (run_id text, finished boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
     v_row record;
+    v_retried boolean;
 BEGIN
     IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
        OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
-       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n) THEN
+       OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n)
+       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n) THEN
         RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
             USING ERRCODE = 'CR004';
     END IF;
@@ -82,12 +88,13 @@ BEGIN
     -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
     -- a run listed twice is finished once.
     FOR v_row IN
-        SELECT i.run_id, i.outcome, i.exit_code, i.error, (q.run_id IS NOT NULL) AS live
+        SELECT i.run_id, i.outcome, i.exit_code, i.error, i.log, (q.run_id IS NOT NULL) AS live
           FROM (SELECT DISTINCT ON (u.run_id) u.*
                   FROM unnest(p_run_ids, p_tokens, p_outcomes,
                               coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
-                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])))
-                       AS u(run_id, token, outcome, exit_code, error)
+                              coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])),
+                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error, log)
                  ORDER BY u.run_id) i
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
@@ -97,7 +104,22 @@ BEGIN
          ORDER BY i.run_id
     LOOP
         IF v_row.live THEN
-            PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code, v_row.error);
+            IF length(v_row.log) > 0 THEN
+                INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
+                SELECT r.id, r.org, r.project, r.attempt, v_row.log, cryo.now()
+                  FROM cryo.runs r WHERE r.id = v_row.run_id;
+                PERFORM cryo._notify_run(v_row.run_id);
+            END IF;
+            -- Nested, not OR: SQL does not promise to skip the retry for a success.
+            IF v_row.outcome = 'failed' THEN
+                v_retried := cryo._retry_if_allowed(v_row.run_id, v_row.exit_code);
+            ELSE
+                v_retried := false;
+            END IF;
+            IF NOT v_retried THEN
+                PERFORM cryo._finalize(v_row.run_id, v_row.outcome, v_row.exit_code,
+                                       v_row.error);
+            END IF;
         END IF;
         run_id := v_row.run_id;
         finished := v_row.live;
@@ -105,8 +127,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION cryo.finish_runs(text[], uuid[], text[], integer[], text[]) IS
-    'Ends each listed run whose claim token is its live claim with the matching outcome (exit codes and errors may be NULL arrays); returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
+COMMENT ON FUNCTION cryo.finish_runs(text[], uuid[], text[], integer[], text[], bytea[]) IS
+    'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors and logs may be NULL arrays); a failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
 
 -- Cancels a run: a queued, pending or parked run ends at once; a running one is
 -- flagged and its agent stops the script on its next log flush (or it ends when its

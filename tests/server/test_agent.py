@@ -325,9 +325,6 @@ async def test_malformed_agent_bodies_are_400(srv: Server) -> None:
     assert await srv.status(grant["run_id"]) == "running"  # none of it touched the run
 
 
-@pytest.mark.xfail(strict=True, reason="claim: a `wait` that is not a number, or "
-                                       "`capabilities` that is not a list, raises in the "
-                                       "handler: 500")
 async def test_claim_refuses_a_malformed_wait_or_capabilities(srv: Server) -> None:
     for body in ({"agent_id": "a", "wait": "soon"}, {"agent_id": "a", "capabilities": 5}):
         (await srv.agent("/claim", body)).refused(400, "invalid_argument")

@@ -1,22 +1,30 @@
 """`/api/v1/agent/claim` (the long poll) and the calls that keep or end a claim: logs
-(which double as the heartbeat), finish and release."""
+(which double as the heartbeat), finish and release.
+
+A claim is one round trip: the long poll answers with the whole grant (script, input,
+memos, secrets), read in the claim's own transaction. A finish is one round trip too:
+it carries the script's last log bytes. Both go through batching.py, which commits
+what several agents ask at once in one transaction."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
+from typing import Any
 
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
+from cryopg.engine import TokenInfo
 from cryopg.errors import InvalidArgument
+from cryopg.server.agent_api.batching import CLAIMS, FINISHES, ClaimAsk
 from cryopg.server.agent_api.grant import grant
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_run, require_agent
 from cryopg.server.bodies import claim_token, json_body
-from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
+from cryopg.server.state import CONFIG, KEYS, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
 # How often a claiming agent's row in cryo.agents is refreshed (last_seen_at, caps).
@@ -26,47 +34,64 @@ AGENTS_SEEN = web.AppKey("agents_seen", dict)
 
 async def claim(request: web.Request) -> web.StreamResponse:
     info = await require_agent(request)
-    body = await json_body(request)
-    agent_id = str(body.get("agent_id") or "")
-    if not agent_id:
+    ask = _claim_ask(request, info, await json_body(request))
+    granted = await _long_poll(request, info, *ask)
+    return web.Response(status=204) if granted is None else web.json_response(granted)
+
+
+def _claim_ask(request: web.Request, info: TokenInfo,
+               body: dict[str, Any]) -> tuple[str, list[str], float]:
+    """(agent_id, capabilities, wait) from a claim's body, checked."""
+    agent_id = body.get("agent_id")
+    if not isinstance(agent_id, str) or not agent_id:
         raise InvalidArgument("agent_id is required")
-    asked = [str(c) for c in body.get("capabilities") or DEFAULT_CAPS]
+    asked = body.get("capabilities") or DEFAULT_CAPS
+    if not isinstance(asked, list):
+        raise InvalidArgument("capabilities must be a list")
     # The token's ceiling bounds what a claim may serve, whatever the agent advertises.
     # "graph" is the server drivers' own: no agent ever takes a graph run.
-    caps = [c for c in asked if c in info.capabilities and c != "graph"]
+    caps = [str(c) for c in asked if str(c) in info.capabilities and c != "graph"]
     cfg = request.app[CONFIG]
-    wait = max(0.0, min(float(body.get("wait", cfg.claim_wait_max)), cfg.claim_wait_max))
+    wait = body.get("wait", cfg.claim_wait_max)
+    if isinstance(wait, bool) or not isinstance(wait, int | float):
+        raise InvalidArgument("wait must be a number of seconds")
+    return agent_id, caps, max(0.0, min(float(wait), cfg.claim_wait_max))
+
+
+async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps: list[str],
+                     wait: float) -> dict[str, Any] | None:
+    """The grant of a run claimed for this agent, or None when nothing came within
+    `wait` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
+    await _seen(request, info, agent_id, caps)
+
+    def alive() -> bool:  # an agent that hung up gets nothing claimed for it
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    while True:
+        got = await request.app[CLAIMS].claim(info.org, agent_id, caps,
+                                              max(0.0, deadline - loop.time()), alive)
+        if got is None:
+            return None
+        granted = await grant(request, info.org, got)
+        if granted is not None:
+            return granted
+
+
+async def _seen(request: web.Request, info: TokenInfo, agent_id: str, caps: list[str]) -> None:
+    """Refreshes the agent's row in cryo.agents now and then (a write per claim would tax
+    every job)."""
+    now = asyncio.get_running_loop().time()
     seen = request.app[AGENTS_SEEN]
     key = (info.org, agent_id, tuple(caps))
-    if seen.get(key, 0.0) < loop.time():  # a write per claim would tax every job
+    if seen.get(key, 0.0) < now:
         async with connection(request.app[POOL]) as conn:
             await engine.register_agent(conn, info.org, agent_id, caps)
         if len(seen) > 10_000:
             seen.clear()
-        seen[key] = loop.time() + AGENT_REFRESH_SECONDS
-    while True:
-        woken = request.app[NOTIFIER].work_event()
-        transport = request.transport
-        if transport is None or transport.is_closing() or request.app[NOTIFIER].closing:
-            # The agent hung up, or the server is stopping: claim nothing for it.
-            return web.Response(status=204)
-        async with connection(request.app[POOL]) as conn:
-            got = await engine.claim_job(conn, info.org, agent_id, caps, cfg.claim_seconds)
-        if got is not None:
-            granted = await grant(request, info.org, got)
-            if granted is not None:
-                return web.json_response(granted)
-            continue
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return web.Response(status=204)
-        try:
-            # Re-check every few seconds even without a notify: the poll backstop.
-            await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
-        except TimeoutError:
-            pass
+        seen[key] = now + AGENT_REFRESH_SECONDS
 
 
 async def logs(request: web.Request) -> web.Response:
@@ -84,16 +109,40 @@ async def logs(request: web.Request) -> web.Response:
 
 
 async def finish(request: web.Request) -> web.Response:
-    run_id, _, _ = await agent_run(request)
+    """Ends the run. With "claim" (what a claim's body holds), the same transaction also
+    claims the agent's next run, and the answer is {"next": grant or null}; with nothing
+    pending and a wait, the request then long-polls like a claim."""
+    run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    ask = body.get("claim")
+    if ask is not None and not isinstance(ask, dict):
+        raise InvalidArgument("claim must be an object")
+    info = await require_agent(request)
+    claim_ask = None if ask is None else _claim_ask(request, info, ask)
     exit_code = body.get("exit_code")
-    if exit_code is not None and not isinstance(exit_code, int):
-        raise InvalidArgument("exit_code must be an integer")
+    if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)
+                                  or not -2**31 <= exit_code < 2**31):
+        raise InvalidArgument("exit_code must be an integer (32-bit)")
     error = body.get("error")
-    async with connection(request.app[POOL]) as conn:
-        await engine.finish_run(conn, run_id, claim_token(body), str(body.get("outcome") or ""),
-                                exit_code, None if error is None else str(error))
-    return web.json_response({})
+    # The script's last output comes with its end, so a short job costs one request.
+    try:
+        data = base64.b64decode(body.get("data") or "", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidArgument("data must be base64") from exc
+    sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
+    ask = None
+    if claim_ask is not None:
+        await _seen(request, info, claim_ask[0], claim_ask[1])
+        ask = ClaimAsk(info.org, claim_ask[0], tuple(claim_ask[1]))
+    got = await request.app[FINISHES].finish(
+        run_id, claim_token(body), str(body.get("outcome") or ""), exit_code,
+        None if error is None else str(error), sealed, ask)
+    if claim_ask is None:
+        return web.json_response({})
+    granted = None if got is None else await grant(request, info.org, got)
+    if granted is None and claim_ask[2] > 0:
+        granted = await _long_poll(request, info, *claim_ask)
+    return web.json_response({"next": granted})
 
 
 async def release(request: web.Request) -> web.Response:

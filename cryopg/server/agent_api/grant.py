@@ -1,4 +1,8 @@
-"""What a claim grants the agent: the run's script, input, journal and secrets, opened."""
+"""What a claim grants the agent: the run's script, input, journal and secrets, opened.
+
+cryo.claim_grants read the memos and secrets in the claim's own transaction; opening
+them here needs the database again only for a clear input (sealed once, at its first
+claim) and for a collected child's output."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.engine import Claim, Memo
+from cryopg.engine import ClaimGrant, Memo
 from cryopg.errors import Unreadable
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.in_run import finish_unreadable
@@ -19,7 +23,7 @@ from cryopg.server.state import CONFIG, KEYS, POOL
 GRAPH_CALLS = ("graph.call", "node.call")
 
 
-async def grant_entry(conn: AsyncConnection, sealer: Sealer, m: Memo) -> dict[str, Any]:
+async def grant_entry(conn: AsyncConnection | None, sealer: Sealer, m: Memo) -> dict[str, Any]:
     """One journal memo as the agent's grant carries it, opened."""
     result = sealer.open_json(m.result) if m.result is not None else {}
     entry: dict[str, Any] = {"seq": m.seq, "path": m.path, "family": m.family, "name": m.name,
@@ -32,16 +36,17 @@ async def grant_entry(conn: AsyncConnection, sealer: Sealer, m: Memo) -> dict[st
     if m.family in GRAPH_CALLS and m.status == "done":
         # The called graph's output (sealed in the memo) beside its run id, status, error.
         entry["answer"] = {**(m.answer_clear or {}), "output": result.get("answer")}
-    if m.family == "activity.collect" and m.status == "done" and m.ref_run_id:
+    if m.family == "activity.collect" and m.status == "done" and m.ref_run_id and conn:
         entry["stdout"] = await child_output(conn, sealer, m.ref_run_id)
     return entry
 
 
-async def grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] | None:
+async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, Any] | None:
     """Opens what the claim carries. A payload that will not open (altered bytes, or an
     org key this server's master key cannot unwrap) ends the run as unreadable rather
     than letting it run without its recorded answers."""
     app = request.app
+    claim = got.claim
     try:
         sealer = await app[KEYS].sealer(org)
         source = sealer.open_text(claim.source)
@@ -52,14 +57,15 @@ async def grant(request: web.Request, org: str, claim: Claim) -> dict[str, Any] 
                                             sealer.seal_json(input_value))
         else:
             input_value = sealer.open_json(claim.input) if claim.input is not None else None
-        async with connection(app[POOL]) as conn:
-            memos = await engine.read_journal(conn, claim.run_id, claim.claim_token)
-            found = await engine.claim_secrets(conn, claim.run_id, claim.claim_token)
-            journal = [await grant_entry(conn, sealer, m) for m in memos]
+        if any(m.family == "activity.collect" for m in got.journal):
+            async with connection(app[POOL]) as conn:
+                journal = [await grant_entry(conn, sealer, m) for m in got.journal]
+        else:
+            journal = [await grant_entry(None, sealer, m) for m in got.journal]
         # Plaintext secrets exist only here, in the grant of a trusted run's live claim.
-        secrets = {s.name: sealer.open_text(s.value) for s in found
+        secrets = {s.name: sealer.open_text(s.value) for s in got.secrets
                    if not s.withheld and s.value is not None}
-        withheld = [s.name for s in found if s.withheld]
+        withheld = [s.name for s in got.secrets if s.withheld]
     except Unreadable as exc:
         await finish_unreadable(request, claim.run_id, claim.claim_token, exc)
         return None

@@ -8,6 +8,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.server.agent_api.batching import STEPS
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_run
 from cryopg.server.bodies import claim_token, json_body, recorded_at
@@ -22,13 +23,18 @@ async def steps(request: web.Request) -> web.Response:
         exit_code = None if body.get("exit_code") is None else int(body["exit_code"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument("ordinal and exit_code must be integers") from exc
+    at = recorded_at(body)
+    if any(v is not None and not -2**31 <= v < 2**31
+           for v in (ordinal, exit_code, at["position"])):
+        raise InvalidArgument("ordinal, exit_code and position must fit 32 bits")
     sealer = await request.app[KEYS].sealer(org)
     result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
-    async with connection(request.app[POOL]) as conn:
-        seq = await engine.record_step(
-            conn, run_id, claim_token(body), **recorded_at(body),
-            family=str(body.get("family") or ""), name=str(body.get("name") or ""),
-            ordinal=ordinal, label=body.get("label"), result=result, exit_code=exit_code)
+    label = body.get("label")
+    # Steps several agents report at once commit together (see batching.py).
+    seq = await request.app[STEPS].record(
+        (run_id, claim_token(body), at["position"], str(body.get("family") or ""),
+         str(body.get("name") or ""), ordinal, None if label is None else str(label), result,
+         exit_code, at["path"]))
     return web.json_response({"seq": seq})
 
 

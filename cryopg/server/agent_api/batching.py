@@ -1,0 +1,423 @@
+"""Group commit for the agent path: one transaction for what several agents ask at once.
+
+Claims: every long-polling agent waits here, and one task claims for all the agents
+waiting with the same org and capabilities in one call of cryo.claim_grants (one
+statement, one commit), then hands each its own claim. Finishes: agents' finishes
+queue here, and one task ends every finish that arrived while the previous batch was
+committing in one call of cryo.finish_runs (and claims the next run of each agent that
+asks, in the same transaction). Recorded steps likewise, in one call of
+cryo.record_steps. A finish or a step costs one WAL flush however many share it, and
+nothing is answered before the transaction that holds it has committed.
+
+Each call is still one SQL function applying one transition to N rows; a batch that
+fails as a whole (one bad outcome) is retried item by item, so only the bad item fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import psycopg
+from aiohttp import web
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from cryopg import engine
+from cryopg.db import connection, translated
+from cryopg.engine import ClaimGrant
+from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim, from_sqlstate
+from cryopg.server.notifier import Notifier
+from cryopg.server.state import CONFIG, NOTIFIER, POOL
+
+# Without a notify, waiting agents are re-checked this often (the poll backstop).
+POLL_SECONDS = 5.0
+# The most claims or finishes one transaction takes.
+BATCH_MAX = 500
+
+
+@dataclasses.dataclass(eq=False)
+class _Waiter:
+    agent_id: str
+    deadline: float
+    alive: Callable[[], bool]
+    future: asyncio.Future[ClaimGrant | None]
+    tried: bool = False
+
+
+class ClaimDispatcher:
+    """Claims for waiting agents in batches; see the module's docstring."""
+
+    def __init__(self, dsn: str, notifier: Notifier, claim_seconds: float) -> None:
+        self._dsn = dsn
+        # Its own connection, outside the pool (as the notifier's): a pooled one is
+        # checked with a round trip at every checkout, which a waiting agent would feel.
+        self._conn: AsyncConnection | None = None
+        self._notifier = notifier
+        self._claim_seconds = claim_seconds
+        self._waiting: dict[tuple[str, tuple[str, ...]], list[_Waiter]] = {}
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def claim(self, org: str, agent_id: str, caps: list[str], wait: float,
+                    alive: Callable[[], bool]) -> ClaimGrant | None:
+        """A claim for this agent, or None when nothing came within `wait` seconds (one
+        try at least), the agent hung up, or the server is stopping."""
+        loop = asyncio.get_running_loop()
+        if self._notifier.closing:
+            return None
+        waiter = _Waiter(agent_id, loop.time() + wait, alive, loop.create_future())
+        self._waiting.setdefault((org, tuple(caps)), []).append(waiter)
+        self._kick.set()
+        try:
+            return await asyncio.shield(waiter.future)
+        except asyncio.CancelledError:
+            # The request went away. A claim already made for it is not lost: it expires
+            # and tick() hands the run on, as for any agent that vanished.
+            if not waiter.future.done():
+                waiter.future.cancel()
+            raise
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._resolve_all(None)
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def _claim_grants(self, org: str, agent_ids: list[str],
+                            caps: list[str]) -> list[ClaimGrant]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = await AsyncConnection.connect(self._dsn, autocommit=True,
+                                                           connect_timeout=10)
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(f"database unavailable: {exc}".splitlines()[0]) from exc
+        try:
+            with translated():
+                return await engine.claim_grants(self._conn, org, agent_ids, caps,
+                                                 self._claim_seconds)
+        except Exception:
+            if self._conn.broken:  # reconnect on the next call
+                await self._conn.close()
+            raise
+
+    def _resolve_all(self, value: ClaimGrant | None) -> None:
+        for waiters in self._waiting.values():
+            for w in waiters:
+                if not w.future.done():
+                    w.future.set_result(value)
+        self._waiting.clear()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        everyone = True  # the first pass tries every key
+        while True:
+            woken = self._notifier.work_event()  # taken before the database is read
+            self._kick.clear()
+            if self._notifier.closing:
+                self._resolve_all(None)
+            else:
+                keys = [k for k, ws in self._waiting.items()
+                        if everyone or any(not w.tried for w in ws)]
+                for key in keys:
+                    await self._serve(key)
+            now = loop.time()
+            deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
+            timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
+            everyone = await _first_of(woken, self._kick, max(timeout, 0.0)) is not self._kick
+
+    async def _serve(self, key: tuple[str, tuple[str, ...]]) -> None:
+        org, caps = key
+        waiters = [w for w in self._waiting.get(key, []) if not w.future.done()]
+        now = asyncio.get_running_loop().time()
+        asking: list[_Waiter] = []
+        for w in waiters:
+            if not w.alive():
+                w.future.set_result(None)
+            elif len(asking) < BATCH_MAX:
+                asking.append(w)
+        if asking:
+            try:
+                got = await self._claim_grants(org, [w.agent_id for w in asking], list(caps))
+            except Exception as exc:  # noqa: BLE001 - each waiter gets the error itself
+                for w in asking:
+                    if not w.future.done():
+                        w.future.set_exception(exc)
+                got = []
+            for g in got:
+                w = next(w for w in asking if w.agent_id == g.agent_id and not w.future.done())
+                w.future.set_result(g)
+            for w in asking:
+                w.tried = True
+                if not w.future.done() and w.deadline <= now:
+                    w.future.set_result(None)
+        left = [w for w in self._waiting.get(key, []) if not w.future.done()]
+        if left:
+            self._waiting[key] = left
+        else:
+            self._waiting.pop(key, None)
+
+
+async def _first_of(a: asyncio.Event, b: asyncio.Event, timeout: float) -> asyncio.Event | None:
+    """Which of two events was set first, or None after `timeout` seconds."""
+    if a.is_set():
+        return a
+    if b.is_set():
+        return b
+    ta = asyncio.ensure_future(a.wait())
+    tb = asyncio.ensure_future(b.wait())
+    try:
+        done, _ = await asyncio.wait({ta, tb}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ta.cancel()
+        tb.cancel()
+    if ta in done:
+        return a
+    if tb in done:
+        return b
+    return None
+
+
+@dataclasses.dataclass(eq=False)
+class _Finish:
+    run_id: str
+    token: uuid.UUID
+    outcome: str
+    exit_code: int | None
+    error: str | None
+    log: bytes | None
+    ask: ClaimAsk | None  # the agent's next claim, made in the same transaction
+    future: asyncio.Future[ClaimGrant | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimAsk:
+    org: str
+    agent_id: str
+    caps: tuple[str, ...]
+
+
+class FinishBatcher:
+    """Ends runs in batches; see the module's docstring."""
+
+    def __init__(self, pool: AsyncConnectionPool, claim_seconds: float) -> None:
+        self._pool = pool
+        self._claim_seconds = claim_seconds
+        self._pending: list[_Finish] = []
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def finish(self, run_id: str, token: uuid.UUID, outcome: str, exit_code: int | None,
+                     error: str | None, log: bytes | None,
+                     ask: ClaimAsk | None = None) -> ClaimGrant | None:
+        """Ends the run once its batch has committed; with `ask`, claims the agent's next
+        run in the same transaction and returns it (None when none was pending). Raises
+        StaleClaim for a claim that is no longer live, and what cryo.finish_runs raises
+        for a bad outcome."""
+        item = _Finish(run_id, token, outcome, exit_code, error, log, ask,
+                       asyncio.get_running_loop().create_future())
+        self._pending.append(item)
+        self._kick.set()
+        return await asyncio.shield(item.future)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for item in self._pending:
+            if not item.future.done():
+                item.future.set_exception(DatabaseUnavailable("the server is stopping"))
+
+    async def _run(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            batch: list[_Finish] = []
+            try:
+                # One connection for as long as finishes keep coming.
+                async with connection(self._pool) as conn:
+                    while self._pending:
+                        batch = self._take()
+                        await self._commit(conn, batch)
+                        batch = []
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
+                print(f"cryopg: finish batch failed: {exc}", file=sys.stderr)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                if self._pending:
+                    self._kick.set()
+
+    def _take(self) -> list[_Finish]:
+        """The next batch: one finish per run (cryo.finish_runs answers per run, so a
+        second finish of a run, say a retry with the same or another token, waits for
+        the next batch), at most BATCH_MAX."""
+        batch: list[_Finish] = []
+        later: list[_Finish] = []
+        runs: set[str] = set()
+        for item in self._pending:
+            if item.run_id in runs or len(batch) >= BATCH_MAX:
+                later.append(item)
+            else:
+                runs.add(item.run_id)
+                batch.append(item)
+        self._pending = later
+        return batch
+
+    async def _commit(self, conn: AsyncConnection, batch: list[_Finish]) -> None:
+        """One transaction: cryo.finish_runs for the batch, then one cryo.claim_grants per
+        org and capability set for the agents that asked for their next run. Raises
+        DatabaseUnavailable (the connection is gone); any other error is the items'."""
+        try:
+            with translated():
+                async with conn.transaction():
+                    done = await engine.finish_runs(
+                        conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
+                               for f in batch])
+                    asking: dict[ClaimAsk, list[_Finish]] = {}
+                    for f in batch:
+                        if f.ask is not None and done.get(f.run_id):
+                            asking.setdefault(dataclasses.replace(f.ask, agent_id=""),
+                                              []).append(f)
+                    got: dict[_Finish, ClaimGrant] = {}
+                    for key, items in asking.items():
+                        rows = await engine.claim_grants(
+                            conn, key.org, [f.ask.agent_id for f in items if f.ask],
+                            list(key.caps), self._claim_seconds)
+                        for g in rows:
+                            f = next(f for f in items if f.ask and f.ask.agent_id == g.agent_id
+                                     and f not in got)
+                            got[f] = g
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - each item learns its own fate below
+            if len(batch) == 1:
+                batch[0].future.set_exception(exc)
+                return
+            for item in batch:  # one bad item must not fail the others
+                await self._commit(conn, [item])
+            return
+        for f in batch:
+            if f.future.done():
+                continue
+            if done.get(f.run_id):
+                f.future.set_result(got.get(f))
+            else:
+                f.future.set_exception(
+                    StaleClaim(f"claim token is not the live claim of run {f.run_id}"))
+
+
+@dataclasses.dataclass(eq=False)
+class _Step:
+    item: engine.StepItem
+    future: asyncio.Future[int]
+
+
+class StepBatcher:
+    """Records steps in batches (one cryo.record_steps call for what arrived while the
+    previous batch was committing); see the module's docstring."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+        self._pending: list[_Step] = []
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def record(self, item: engine.StepItem) -> int:
+        """The step's seq once its batch has committed; raises what record_step would."""
+        step = _Step(item, asyncio.get_running_loop().create_future())
+        self._pending.append(step)
+        self._kick.set()
+        return await asyncio.shield(step.future)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for step in self._pending:
+            if not step.future.done():
+                step.future.set_exception(DatabaseUnavailable("the server is stopping"))
+
+    async def _run(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            batch: list[_Step] = []
+            try:
+                async with connection(self._pool) as conn:
+                    while self._pending:
+                        batch = self._pending[:BATCH_MAX]
+                        self._pending = self._pending[BATCH_MAX:]
+                        await self._commit(conn, batch)
+                        batch = []
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
+                print(f"cryopg: step batch failed: {exc}", file=sys.stderr)
+                for step in batch:
+                    if not step.future.done():
+                        step.future.set_exception(exc)
+                if self._pending:
+                    self._kick.set()
+
+
+    async def _commit(self, conn: AsyncConnection, batch: list[_Step]) -> None:
+        try:
+            with translated():
+                got = await engine.record_steps(conn, [s.item for s in batch])
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a batch that fails whole: item by item
+            if len(batch) == 1:
+                batch[0].future.set_exception(exc)
+                return
+            for step in batch:
+                await self._commit(conn, [step])
+            return
+        for step, (seq, code, message) in zip(batch, got, strict=True):
+            if seq is not None:
+                step.future.set_result(seq)
+            else:
+                step.future.set_exception(from_sqlstate(code, message or "")
+                                          or CryoError(message or f"step refused ({code})"))
+
+
+CLAIMS = web.AppKey("claim_dispatcher", ClaimDispatcher)
+STEPS = web.AppKey("step_batcher", StepBatcher)
+FINISHES = web.AppKey("finish_batcher", FinishBatcher)
+
+
+async def batching_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[CLAIMS] = ClaimDispatcher(app[CONFIG].database_url, app[NOTIFIER],
+                                  app[CONFIG].claim_seconds)
+    app[FINISHES] = FinishBatcher(app[POOL], app[CONFIG].claim_seconds)
+    app[STEPS] = StepBatcher(app[POOL])
+    app[CLAIMS].start()
+    app[FINISHES].start()
+    app[STEPS].start()
+    yield
+    await app[CLAIMS].stop()
+    await app[FINISHES].stop()
+    await app[STEPS].stop()
