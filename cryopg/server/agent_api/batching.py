@@ -20,6 +20,7 @@ import dataclasses
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 from aiohttp import web
@@ -37,6 +38,13 @@ from cryopg.server.state import CONFIG, NOTIFIER, POOL
 POLL_SECONDS = 5.0
 # The most claims or finishes one transaction takes.
 BATCH_MAX = 500
+
+
+class _Queued(Protocol):
+    future: asyncio.Future[Any]
+
+
+T = TypeVar("T", bound=_Queued)
 
 
 @dataclasses.dataclass(eq=False)
@@ -190,44 +198,21 @@ async def _first_of(a: asyncio.Event, b: asyncio.Event, timeout: float) -> async
     return None
 
 
-@dataclasses.dataclass(eq=False)
-class _Finish:
-    run_id: str
-    token: uuid.UUID
-    outcome: str
-    exit_code: int | None
-    error: str | None
-    log: bytes | None
-    ask: ClaimAsk | None  # the agent's next claim, made in the same transaction
-    future: asyncio.Future[ClaimGrant | None]
+class _Batcher(Generic[T]):
+    """What the finish and step batchers share: items queue, one task commits what
+    arrived while the previous batch was committing, on one connection for as long as
+    items keep coming, and answers each item's future only after its commit. A batch
+    that fails as a whole is retried item by item, so only the bad item fails."""
 
+    what = "batch"  # names the batcher in its one log line
 
-@dataclasses.dataclass(frozen=True)
-class ClaimAsk:
-    org: str
-    agent_id: str
-    caps: tuple[str, ...]
-
-
-class FinishBatcher:
-    """Ends runs in batches; see the module's docstring."""
-
-    def __init__(self, pool: AsyncConnectionPool, claim_seconds: float) -> None:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
         self._pool = pool
-        self._claim_seconds = claim_seconds
-        self._pending: list[_Finish] = []
+        self._pending: list[T] = []
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    async def finish(self, run_id: str, token: uuid.UUID, outcome: str, exit_code: int | None,
-                     error: str | None, log: bytes | None,
-                     ask: ClaimAsk | None = None) -> ClaimGrant | None:
-        """Ends the run once its batch has committed; with `ask`, claims the agent's next
-        run in the same transaction and returns it (None when none was pending). Raises
-        StaleClaim for a claim that is no longer live, and what cryo.finish_runs raises
-        for a bad outcome."""
-        item = _Finish(run_id, token, outcome, exit_code, error, log, ask,
-                       asyncio.get_running_loop().create_future())
+    async def _queue(self, item: T) -> Any:
         self._pending.append(item)
         self._kick.set()
         return await asyncio.shield(item.future)
@@ -250,21 +235,86 @@ class FinishBatcher:
         while True:
             await self._kick.wait()
             self._kick.clear()
-            batch: list[_Finish] = []
+            batch: list[T] = []
             try:
-                # One connection for as long as finishes keep coming.
                 async with connection(self._pool) as conn:
                     while self._pending:
                         batch = self._take()
                         await self._commit(conn, batch)
                         batch = []
             except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
-                print(f"cryopg: finish batch failed: {exc}", file=sys.stderr)
+                print(f"cryopg: {self.what} batch failed: {exc}", file=sys.stderr)
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)
                 if self._pending:
                     self._kick.set()
+
+    def _take(self) -> list[T]:
+        batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
+        return batch
+
+    async def _commit(self, conn: AsyncConnection, batch: list[T]) -> None:
+        """Applies the batch, or, when it fails whole, each item alone. Raises
+        DatabaseUnavailable (the connection is gone); any other error is the items'."""
+        try:
+            applied = await self._apply(conn, batch)
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - each item learns its own fate below
+            if len(batch) == 1:
+                batch[0].future.set_exception(exc)
+                return
+            for item in batch:
+                await self._commit(conn, [item])
+            return
+        self._answer(batch, applied)
+
+    async def _apply(self, conn: AsyncConnection, batch: list[T]) -> Any:
+        raise NotImplementedError
+
+    def _answer(self, batch: list[T], applied: Any) -> None:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(eq=False)
+class _Finish:
+    run_id: str
+    token: uuid.UUID
+    outcome: str
+    exit_code: int | None
+    error: str | None
+    log: bytes | None
+    ask: ClaimAsk | None  # the agent's next claim, made in the same transaction
+    future: asyncio.Future[ClaimGrant | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimAsk:
+    org: str
+    agent_id: str
+    caps: tuple[str, ...]
+
+
+class FinishBatcher(_Batcher[_Finish]):
+    """Ends runs in batches; see the module's docstring."""
+
+    what = "finish"
+
+    def __init__(self, pool: AsyncConnectionPool, claim_seconds: float) -> None:
+        super().__init__(pool)
+        self._claim_seconds = claim_seconds
+
+    async def finish(self, run_id: str, token: uuid.UUID, outcome: str, exit_code: int | None,
+                     error: str | None, log: bytes | None,
+                     ask: ClaimAsk | None = None) -> ClaimGrant | None:
+        """Ends the run once its batch has committed; with `ask`, claims the agent's next
+        run in the same transaction and returns it (None when none was pending). Raises
+        StaleClaim for a claim that is no longer live, and what cryo.finish_runs raises
+        for a bad outcome."""
+        return await self._queue(_Finish(  # type: ignore[no-any-return]
+            run_id, token, outcome, exit_code, error, log, ask,
+            asyncio.get_running_loop().create_future()))
 
     def _take(self) -> list[_Finish]:
         """The next batch: one finish per run (cryo.finish_runs answers per run, so a
@@ -282,39 +332,34 @@ class FinishBatcher:
         self._pending = later
         return batch
 
-    async def _commit(self, conn: AsyncConnection, batch: list[_Finish]) -> None:
+    async def _apply(self, conn: AsyncConnection, batch: list[_Finish],
+                     ) -> tuple[dict[str, bool], dict[_Finish, ClaimGrant]]:
         """One transaction: cryo.finish_runs for the batch, then one cryo.claim_grants per
-        org and capability set for the agents that asked for their next run. Raises
-        DatabaseUnavailable (the connection is gone); any other error is the items'."""
-        try:
-            with translated():
-                async with conn.transaction():
-                    done = await engine.finish_runs(
-                        conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
-                               for f in batch])
-                    asking: dict[ClaimAsk, list[_Finish]] = {}
-                    for f in batch:
-                        if f.ask is not None and done.get(f.run_id):
-                            asking.setdefault(dataclasses.replace(f.ask, agent_id=""),
-                                              []).append(f)
-                    got: dict[_Finish, ClaimGrant] = {}
-                    for key, items in asking.items():
-                        rows = await engine.claim_grants(
-                            conn, key.org, [f.ask.agent_id for f in items if f.ask],
-                            list(key.caps), self._claim_seconds)
-                        for g in rows:
-                            f = next(f for f in items if f.ask and f.ask.agent_id == g.agent_id
-                                     and f not in got)
-                            got[f] = g
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:  # noqa: BLE001 - each item learns its own fate below
-            if len(batch) == 1:
-                batch[0].future.set_exception(exc)
-                return
-            for item in batch:  # one bad item must not fail the others
-                await self._commit(conn, [item])
-            return
+        org and capability set for the agents that asked for their next run."""
+        with translated():
+            async with conn.transaction():
+                done = await engine.finish_runs(
+                    conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
+                           for f in batch])
+                asking: dict[ClaimAsk, list[_Finish]] = {}
+                for f in batch:
+                    if f.ask is not None and done.get(f.run_id):
+                        asking.setdefault(dataclasses.replace(f.ask, agent_id=""),
+                                          []).append(f)
+                got: dict[_Finish, ClaimGrant] = {}
+                for key, items in asking.items():
+                    rows = await engine.claim_grants(
+                        conn, key.org, [f.ask.agent_id for f in items if f.ask],
+                        list(key.caps), self._claim_seconds)
+                    for g in rows:
+                        f = next(f for f in items if f.ask and f.ask.agent_id == g.agent_id
+                                 and f not in got)
+                        got[f] = g
+        return done, got
+
+    def _answer(self, batch: list[_Finish],
+                applied: tuple[dict[str, bool], dict[_Finish, ClaimGrant]]) -> None:
+        done, got = applied
         for f in batch:
             if f.future.done():
                 continue
@@ -331,72 +376,23 @@ class _Step:
     future: asyncio.Future[int]
 
 
-class StepBatcher:
+class StepBatcher(_Batcher[_Step]):
     """Records steps in batches (one cryo.record_steps call for what arrived while the
     previous batch was committing); see the module's docstring."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
-        self._pool = pool
-        self._pending: list[_Step] = []
-        self._kick = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+    what = "step"
 
     async def record(self, item: engine.StepItem) -> int:
         """The step's seq once its batch has committed; raises what record_step would."""
-        step = _Step(item, asyncio.get_running_loop().create_future())
-        self._pending.append(step)
-        self._kick.set()
-        return await asyncio.shield(step.future)
+        return await self._queue(  # type: ignore[no-any-return]
+            _Step(item, asyncio.get_running_loop().create_future()))
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+    async def _apply(self, conn: AsyncConnection, batch: list[_Step]) -> Any:
+        with translated():
+            return await engine.record_steps(conn, [s.item for s in batch])
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        for step in self._pending:
-            if not step.future.done():
-                step.future.set_exception(DatabaseUnavailable("the server is stopping"))
-
-    async def _run(self) -> None:
-        while True:
-            await self._kick.wait()
-            self._kick.clear()
-            batch: list[_Step] = []
-            try:
-                async with connection(self._pool) as conn:
-                    while self._pending:
-                        batch = self._pending[:BATCH_MAX]
-                        self._pending = self._pending[BATCH_MAX:]
-                        await self._commit(conn, batch)
-                        batch = []
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
-                print(f"cryopg: step batch failed: {exc}", file=sys.stderr)
-                for step in batch:
-                    if not step.future.done():
-                        step.future.set_exception(exc)
-                if self._pending:
-                    self._kick.set()
-
-
-    async def _commit(self, conn: AsyncConnection, batch: list[_Step]) -> None:
-        try:
-            with translated():
-                got = await engine.record_steps(conn, [s.item for s in batch])
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a batch that fails whole: item by item
-            if len(batch) == 1:
-                batch[0].future.set_exception(exc)
-                return
-            for step in batch:
-                await self._commit(conn, [step])
-            return
-        for step, (seq, code, message) in zip(batch, got, strict=True):
+    def _answer(self, batch: list[_Step], applied: Any) -> None:
+        for step, (seq, code, message) in zip(batch, applied, strict=True):
             if seq is not None:
                 step.future.set_result(seq)
             else:
