@@ -54,14 +54,25 @@ async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[NOTIFIER].stop()
 
 
+async def _tick(app: web.Application) -> None:
+    async with connection(app[POOL]) as conn:
+        await engine.tick(conn)
+
+
+# What every server does on each tick interval, one after the other: the engine's
+# backstop sweep, then the triggers' rounds.
+ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses)
+
+
 async def _tick_forever(app: web.Application) -> None:
     interval = app[CONFIG].tick_interval
     while True:
-        try:
-            async with connection(app[POOL]) as conn:
-                await engine.tick(conn)
-        except Exception as exc:  # noqa: BLE001 - the backstop must outlive a bad moment
-            print(f"cryopg: tick failed: {exc}", file=sys.stderr)
+        for round_ in ROUNDS:
+            try:
+                await round_(app)
+            except Exception as exc:  # noqa: BLE001 - the backstop must outlive a bad moment
+                name = round_.__name__.lstrip("_")
+                print(f"cryopg: {name} failed: {exc}", file=sys.stderr)
         await asyncio.sleep(interval)
 
 
@@ -92,7 +103,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app[AGENT_TOKENS] = {}
     app[AGENTS_SEEN] = {}
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, _ticker_ctx,
-                            graph_driver.driver_ctx, triggers.triggers_ctx])
+                            graph_driver.driver_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
     user_api.add_routes(app)

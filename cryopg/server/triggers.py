@@ -1,16 +1,14 @@
 """The server's part of triggers, in the background: firing due schedule ticks and
 sending commit statuses of ended webhook runs.
 
-Every server runs both rounds; the database decides who does what (claim_schedules and
-take_status_posts lock rows with SKIP LOCKED), so any number of servers can share one
-database. A round's failure is logged and the next round tries again.
+Every server runs both rounds on its ticker (app.py's ROUNDS, after the engine's
+tick); the database decides who does what (claim_schedules and take_status_posts lock
+rows with SKIP LOCKED), so any number of servers can share one database. A round's failure is logged and the next round tries again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -20,7 +18,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError
-from cryopg.server.state import CONFIG, KEYS, POOL
+from cryopg.server.state import KEYS, POOL
 from cryopg.triggers import cron, forge
 
 
@@ -100,24 +98,3 @@ async def send_statuses(app: web.Application, limit: int = 20) -> int:
         async with connection(app[POOL]) as conn:
             await engine.finish_status_post(conn, p.run_id, error)
     return sent
-
-
-async def _rounds_forever(app: web.Application) -> None:
-    interval = app[CONFIG].tick_interval
-    while True:
-        for round_ in (fire_due_schedules, send_statuses):
-            try:
-                await round_(app)
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad moment
-                print(f"cryopg: {round_.__name__} failed: {exc}", file=sys.stderr)
-        await asyncio.sleep(interval)
-
-
-async def triggers_ctx(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(_rounds_forever(app))
-    yield
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
