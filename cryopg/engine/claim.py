@@ -37,7 +37,7 @@ def _claim_grant(row: dict[str, Any]) -> ClaimGrant:
     claim = Claim(run_id=row["run_id"], claim_token=row["claim_token"], attempt=row["attempt"],
                   filename=row["filename"], interpreter=row["interpreter"],
                   source=row["source"], input=row["input"], input_clear=row["input_clear"],
-                  workdir=row["workdir"])
+                  workdir=row["workdir"], untrusted=bool(row["untrusted"]))
     journal = [Memo(seq=m["seq"], path=m["path"], family=m["family"], name=m["name"],
                     ordinal=m["ordinal"], status=m["status"], result=_b64(m["result"]),
                     exit_code=m["exit_code"], answer_clear=m["answer_clear"],

@@ -19,6 +19,7 @@ class Claim:
     input: bytes | None
     input_clear: Any
     workdir: str | None = None
+    untrusted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,7 +79,9 @@ BEGIN
 END
 $$;
 
--- Makes a run claimable: a fresh run, or a queued one its group has just admitted.
+-- Makes a run claimable: a fresh run, or a queued one its group has just admitted. An
+-- untrusted run (other than a graph, which the server drives) also needs an agent that
+-- confines its jobs: only agents advertising `isolated` claim it.
 CREATE OR REPLACE FUNCTION cryo._enqueue(
     p_run_id text, p_org text, p_project text, p_required_caps text[])
 RETURNS void
@@ -88,7 +90,12 @@ BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
     INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
-    VALUES (p_run_id, p_org, p_project, 'pending', p_required_caps, cryo.now());
+    SELECT p_run_id, p_org, p_project, 'pending',
+           CASE WHEN r.untrusted AND p_required_caps <> '{graph}'
+                 AND NOT 'isolated' = ANY (p_required_caps)
+                THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
+           cryo.now()
+      FROM cryo.runs r WHERE r.id = p_run_id;
     PERFORM pg_notify('cryo_work', '');
 END
 $$;

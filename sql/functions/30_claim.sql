@@ -51,7 +51,7 @@ CREATE OR REPLACE FUNCTION cryo.claim_grants(
     p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision)
 RETURNS TABLE (agent_id text, run_id text, claim_token uuid, attempt integer, filename text,
                interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
-               journal jsonb, secrets jsonb)
+               journal jsonb, secrets jsonb, untrusted boolean)
 LANGUAGE plpgsql AS $$
 BEGIN
     IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
@@ -77,12 +77,13 @@ BEGIN
                        'name', s.name, 'value', encode(s.value, 'base64'),
                        'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
               FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
-             WHERE r.id = c.run_id)
+             WHERE r.id = c.run_id),
+           (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
       FROM c;
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision) IS
-    'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+    'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld), and whether the run is untrusted (its agent must confine it). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
 
 -- Pushes back the claim's expiry; the answer tells the agent to stop the script.
 CREATE OR REPLACE FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision)

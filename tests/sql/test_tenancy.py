@@ -125,7 +125,8 @@ def test_secrets_reach_only_a_trusted_live_claim(db: psycopg.Connection) -> None
         "SELECT run_id FROM cryo.submit_script('dev', 'default', 'u.sh', NULL, 's', "
         "p_untrusted => true)"
     ).fetchone()[0]
-    run_id, token = claim(db)
+    assert claim(db) is None  # only an agent that confines its jobs takes it
+    run_id, token = claim(db, caps=["shell", "polyglot", "isolated"])
     assert run_id == untrusted
     assert db.execute("SELECT name, value, withheld FROM cryo.claim_secrets(%s, %s)",
                       (run_id, token)).fetchall() == [("API_KEY", None, True)]

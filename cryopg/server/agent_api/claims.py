@@ -50,7 +50,10 @@ def _claim_ask(request: web.Request, info: TokenInfo,
         raise InvalidArgument("capabilities must be a list")
     # The token's ceiling bounds what a claim may serve, whatever the agent advertises.
     # "graph" is the server drivers' own: no agent ever takes a graph run.
-    caps = [str(c) for c in asked if str(c) in info.capabilities and c != "graph"]
+    # "isolated" is no privilege but a promise the agent confines untrusted jobs; it only
+    # widens what it takes to runs that carry no secrets.
+    caps = [str(c) for c in asked
+            if (str(c) in info.capabilities or c == "isolated") and c != "graph"]
     cfg = request.app[CONFIG]
     wait = body.get("wait", cfg.claim_wait_max)
     if isinstance(wait, bool) or not isinstance(wait, int | float):

@@ -73,4 +73,5 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
             "attempt": claim.attempt, "filename": claim.filename,
             "interpreter": claim.interpreter, "source": source, "input": input_value,
             "claim_seconds": app[CONFIG].claim_seconds, "journal": journal,
-            "secrets": secrets, "withheld": withheld, "workdir": claim.workdir}
+            "secrets": secrets, "withheld": withheld, "workdir": claim.workdir,
+            "untrusted": claim.untrusted}
