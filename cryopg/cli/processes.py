@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file
+from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file, refuse_inside_run
 from cryopg.errors import CryoError
 
 DB_URL = click.option("--database-url", envvar="CRYOPG_DATABASE_URL", metavar="URL",
@@ -265,6 +265,7 @@ def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample:
     from cryopg.devpg import Cluster, ClusterError
     from cryopg.server.config import ServerConfig
 
+    refuse_inside_run()
     state = Path.cwd() / STATE_DIR
     state.mkdir(exist_ok=True)
     cluster = None
