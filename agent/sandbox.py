@@ -24,6 +24,7 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The checkout's parts a job needs: the `cryopg` verbs, the SDKs, the toolchain driver.
 CHECKOUT_PARTS = ("cryopg", "agent", "sdks")
 USER_ENV = "CRYOPG_SANDBOX_USER"
+OFF_ENV = "CRYOPG_SANDBOX"  # "off": this host cannot confine jobs (e.g. no user namespaces)
 BIND_ENV = "CRYOPG_SANDBOX_BIND"
 PROBE_SECONDS = 20.0
 
@@ -86,6 +87,8 @@ class Sandbox:
 
 def probe() -> Sandbox | str:
     """A working sandbox for this agent, or why there is none."""
+    if (os.environ.get(OFF_ENV) or "").strip().lower() == "off":
+        return f"{OFF_ENV}=off"
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
