@@ -345,7 +345,12 @@ BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
     INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
-    VALUES (p_run_id, p_org, p_project, 'pending', p_required_caps, cryo.now());
+    SELECT p_run_id, p_org, p_project, 'pending',
+           CASE WHEN r.untrusted AND p_required_caps <> '{graph}'
+                 AND NOT 'isolated' = ANY (p_required_caps)
+                THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
+           cryo.now()
+      FROM cryo.runs r WHERE r.id = p_run_id;
     PERFORM pg_notify('cryo_work', '');
 END
 $$;
@@ -1531,7 +1536,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
 
-CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(agent_id text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb)
+CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(agent_id text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1558,12 +1563,13 @@ BEGIN
                        'name', s.name, 'value', encode(s.value, 'base64'),
                        'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
               FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
-             WHERE r.id = c.run_id)
+             WHERE r.id = c.run_id),
+           (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
       FROM c;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld), and whether the run is untrusted (its agent must confine it). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
 
 CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
