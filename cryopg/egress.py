@@ -95,6 +95,8 @@ class Refused(Exception):
 
 
 def _shown(url: str) -> str:
+    """The URL as one line of bounded length (a URL may carry CR/LF to forge lines)."""
+    url = url if url.isprintable() else repr(url)
     return url if len(url) <= 200 else url[:200] + "..."
 
 
