@@ -158,6 +158,17 @@ def test_a_redirect_to_another_loopback_address_is_refused(
     assert len(outer.requests) == 1
 
 
+@pytest.mark.parametrize("to", ["file:///etc/passwd", "gopher://127.0.0.1:1/",
+                                "http://169.254.169.254/latest/meta-data/",
+                                "http://[::ffff:127.0.0.2]:1/"])
+def test_a_redirect_off_the_web_or_to_metadata_is_refused(
+        tmp_path: Path, servers: Callable[..., Server], to: str) -> None:
+    outer = servers(redirect(to, 301))
+    done = run_job(tmp_path, {"url": outer.url + "/"}, allow="127.0.0.1")
+    one_line_refusal(done, f"refused {to}")
+    assert len(outer.requests) == 1
+
+
 def test_an_allowed_redirect_is_followed_without_credentials_to_another_origin(
         tmp_path: Path, servers: Callable[..., Server]) -> None:
     inner = servers(ok(b'"inner"'), host="127.0.0.2")
