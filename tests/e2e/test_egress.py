@@ -106,7 +106,8 @@ def test_http_nodes_cannot_read_files_or_reach_loopback(stack: Any,
     secrets.append((stack.dir / ".cryopg" / "master.key").read_text().strip())
     assert len(secrets) >= 3 and all(len(s) >= 20 for s in secrets), secrets
     runs = _graphs(stack, {
-        "file": dev_json.as_uri(), "key": (stack.dir / ".cryopg" / "master.key").as_uri(), "loop": loopback["url"] + "/data",
+        "file": dev_json.as_uri(), "key": (stack.dir / ".cryopg" / "master.key").as_uri(),
+        "loop": loopback["url"] + "/data",
         "server": stack.url + "/api/v1/health",
         "decimal": "http://2130706433:" + stack.url.rsplit(":", 1)[1] + "/",
         "metadata": "http://169.254.169.254/latest/meta-data/"})
