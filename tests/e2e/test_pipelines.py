@@ -28,6 +28,7 @@ def latest_run(stack: Any) -> str | None:
 
 
 @pytest.mark.agents(2)
+@pytest.mark.dev_env(CRYOPG_EGRESS_ALLOW="127.0.0.1")  # the http job calls the dev server
 def test_every_job_key_in_one_pipeline_with_submit_follow(stack: Any, dsn: str) -> None:
     d: Path = stack.dir
     (d / "deploy.sh").write_text(
