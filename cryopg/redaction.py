@@ -9,6 +9,7 @@ secret does not print it in clear.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, AnyStr, Generic
 
@@ -86,6 +87,9 @@ class Masker(Generic[AnyStr]):
     def __init__(self, secrets: Iterable[AnyStr], mask: AnyStr) -> None:
         self.patterns: list[AnyStr] = variants(secrets)
         self._mask = mask
+        # A secret of digits (a PIN) copied into a JSON value can arrive as a number.
+        self.numeric = any(isinstance(p, str) and set(p) <= _NUMBER_CHARS
+                           for p in self.patterns)
 
     def __bool__(self) -> bool:
         return bool(self.patterns)
@@ -105,9 +109,16 @@ def mask_json(masker: Masker[str], value: Any) -> Any:
     return _walk(masker, value)
 
 
+_NUMBER_CHARS = set("0123456789+-.eE")
+
+
 def _walk(masker: Masker[str], value: Any) -> Any:
     if isinstance(value, str):
         return masker.text(value)
+    if masker.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = json.dumps(value)
+        hidden = masker.text(text)
+        return value if hidden == text else hidden
     if isinstance(value, dict):
         return {masker.text(k) if isinstance(k, str) else k: _walk(masker, v)
                 for k, v in value.items()}

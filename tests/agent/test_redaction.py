@@ -187,3 +187,9 @@ def test_json_masking_reaches_keys_nested_values_and_leaves_the_rest() -> None:
         "token": "Bearer [secret]", "[secret]": [1, None, True, {"x": "[secret]"}]}
     assert value["token"] == f"Bearer {SECRET}"  # the original is untouched
     assert mask_json(Masker([], "[secret]"), value) is value
+
+
+def test_a_secret_of_digits_stored_as_a_json_number_is_masked_too() -> None:
+    masker = Masker(["48151623"], "[secret]")
+    assert mask_json(masker, {"pin": 48151623, "n": [948151623.5, 7, True]}) == {
+        "pin": "[secret]", "n": ["9[secret].5", 7, True]}

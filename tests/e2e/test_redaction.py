@@ -11,6 +11,7 @@ from typing import Any
 from tests.e2e.helpers import http, script, show, submit
 
 SECRET = "tok-9f3b1c77a2e4-Zq"
+PIN = "48151623"
 MULTI = "line-one-AAAA1111\nline-two-BBBB2222\nline-3-CCCC3333"
 MASK = "[secret]"
 
@@ -102,7 +103,9 @@ echo ' :c'
 
 def test_payloads_a_run_copies_a_secret_into_are_masked_for_users(stack: Any) -> None:
     _set_secret(stack, "API_KEY", SECRET)
+    _set_secret(stack, "PIN", PIN)
     wf = script(stack.dir, "payloads.sh", """\
+cryopg state set pin "$PIN"
 cryopg output set token "$API_KEY"
 cryopg output set "key-$API_KEY" plain
 cryopg annotate "deploying with $API_KEY"
@@ -128,6 +131,8 @@ cryopg sleep 1s
         assert done.returncode == 0, (args, done.stderr)
         seen[" ".join(args)] = done.stdout
     assert seen[f"state get cred --run {run_id}"].strip() == MASK
+    pin = stack.cli("state", "get", "pin", "--run", run_id)  # stored as a JSON number
+    assert pin.returncode == 0 and pin.stdout.strip() == MASK, (pin.stdout, pin.stderr)
     assert MASK in seen["state get cred --entity acct"]
     assert MASK in seen["events --json"]
     base = f"{stack.url}/api/v1/orgs/dev/projects/default"
@@ -137,7 +142,7 @@ cryopg sleep 1s
         assert status == 200, (path, body)
         seen[path] = json.dumps(body)
     for where, text in seen.items():
-        assert SECRET not in text, (where, text)
+        assert SECRET not in text and PIN not in text, (where, text)
         _assert_clean(text, SECRET)
 
 
