@@ -153,11 +153,11 @@ class StreamMasker:
             return data
         text = self._ctx + data
         cover = spans(text, self.patterns)
-        # The earliest point from which the text could still grow into a secret.
-        floor = max(cover[-1][1] if cover else 0, len(text) - self._longest + 1, 0)
+        # The earliest point from which the text could still grow into a secret (even
+        # one starting inside a match already found: a longer secret may contain it).
         hold = len(text)
         for p in self.patterns:
-            i = text.find(p[:1], max(floor, len(text) - len(p) + 1))
+            i = text.find(p[:1], max(len(text) - len(p) + 1, 0))
             while 0 <= i < hold:
                 # A cheap look at the first bytes before comparing the whole tail.
                 if text.startswith(p[:min(len(text) - i, 16)], i) and p.startswith(text[i:]):
@@ -166,8 +166,12 @@ class StreamMasker:
                 i = text.find(p[:1], i + 1)
         cut = max(hold, self._sent)
         out = _masked(text, cover, self._sent, cut, MASK.encode())
-        # Keep the last longest-1 bytes (and all held ones) as the next push's context.
+        # Keep the last longest-1 bytes (and all held ones) as the next push's context,
+        # and the whole of a match the cut splits, so its held rest is found again.
         keep = min(max(len(text) - self._longest + 1, 0), cut)
+        for start, end in cover:
+            if start < cut < end:
+                keep = min(keep, start)
         self._ctx, self._sent = text[keep:], cut - keep
         self._prefix_at = hold - keep
         return out
