@@ -3079,6 +3079,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id and the trigger (kind, name, handler depth) that started it; no row for an unknown run. Raises nothing.';
 
+CREATE FUNCTION cryo.read_secret_values(p_org text, p_project text) RETURNS TABLE(name text, value bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.name, s.value FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+
+COMMENT ON FUNCTION cryo.read_secret_values(p_org text, p_project text) IS 'Returns a project''s secrets with their sealed values, by name, for the server to mask them in what users read. Raises nothing.';
+
 CREATE FUNCTION cryo.read_status_post(p_run_id text) RETURNS TABLE(webhook text, url text, state text, attempts integer, last_error text)
     LANGUAGE sql STABLE
     AS $$

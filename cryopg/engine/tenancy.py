@@ -96,3 +96,11 @@ async def list_secrets(conn: AsyncConnection, org: str, project: str) -> list[Se
     cur = conn.cursor(row_factory=class_row(SecretName))
     await cur.execute("SELECT * FROM cryo.list_secrets(%s, %s)", (org, project))
     return await cur.fetchall()
+
+
+async def read_secret_values(conn: AsyncConnection, org: str, project: str
+                             ) -> list[tuple[str, bytes]]:
+    """(name, sealed value) of each secret of the project, for masking user reads."""
+    cur = await conn.execute("SELECT name, value FROM cryo.read_secret_values(%s, %s)",
+                             (org, project))
+    return [(name, bytes(value)) for name, value in await cur.fetchall()]

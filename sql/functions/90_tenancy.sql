@@ -402,8 +402,9 @@ $$;
 COMMENT ON FUNCTION cryo.list_members(text) IS 'Returns the members of an org by login. Raises nothing.';
 
 -- Project secrets and untrusted runs. A secret's value arrives sealed under the org data
--- key and leaves only through claim_secrets, i.e. into the grant of a live claim; the
--- queue never holds one. An untrusted run's claim learns only the names, so its agent
+-- key and leaves only through claim_secrets, i.e. into the grant of a live claim, and,
+-- still sealed, to the server through read_secret_values, which masks it in what users
+-- read; the queue never holds one. An untrusted run's claim learns only the names, so its agent
 -- can fail a step that needs one instead of running it without.
 
 -- Names a secret may not take: they would replace what the agent itself sets up.
@@ -462,3 +463,14 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.list_secrets(text, text) IS
     'Returns the names of a project''s secrets (never values), by name. Raises nothing.';
+
+-- The server masks a project's secret values in every payload it opens for a user
+-- (outputs, annotations, cells, events): it needs the sealed values, never in clear here.
+CREATE OR REPLACE FUNCTION cryo.read_secret_values(p_org text, p_project text)
+RETURNS TABLE (name text, value bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT s.name, s.value FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+COMMENT ON FUNCTION cryo.read_secret_values(text, text) IS
+    'Returns a project''s secrets with their sealed values, by name, for the server to mask them in what users read. Raises nothing.';

@@ -126,7 +126,7 @@ async def test_secrets_are_set_listed_and_deleted_but_never_shown(srv: Server) -
         201) == {"name": "API_KEY", "created": True}
     assert (await srv.user("PUT", "/secrets/API_KEY", {"value": SECRET + "2"})).ok(200) == {
         "name": "API_KEY", "created": False}
-    (await srv.user("PUT", "/secrets/OTHER", {"value": "x"})).ok(201)
+    (await srv.user("PUT", "/secrets/OTHER", {"value": "x-value"})).ok(201)
     listed = await srv.user("GET", "/secrets", role="admin")
     assert [s["name"] for s in listed.ok()["secrets"]] == ["API_KEY", "OTHER"]
     assert SECRET not in listed.text
