@@ -847,6 +847,15 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._queue_position(p_run_id text) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT (SELECT count(*) FROM cryo.lease_waiters o
+             WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
+      FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
+     ORDER BY w.id LIMIT 1
+$$;
+
 CREATE FUNCTION cryo._reconcile_admission(p_batch integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -2291,7 +2300,7 @@ BEGIN
         SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+               CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
                cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
@@ -2809,7 +2818,7 @@ CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAU
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
@@ -2829,7 +2838,7 @@ CREATE FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text DE
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id,
            CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
                 WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
@@ -3101,10 +3110,7 @@ CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
     SELECT cryo._app_run_check(p_run_id);
-    SELECT (SELECT count(*) FROM cryo.lease_waiters o
-             WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
-      FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
-     ORDER BY w.id LIMIT 1
+    SELECT cryo._queue_position(p_run_id)
 $$;
 
 COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises CR021 when the caller is an application role of another tenant (or of none).';

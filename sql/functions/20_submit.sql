@@ -325,15 +325,23 @@ $$;
 COMMENT ON FUNCTION cryo.set_admission_queue_limit(text, text, integer) IS
     'Sets how many runs may queue per concurrency group in a project (default 100). Returns nothing. Raises CR004 for a limit below 1, CR005 for an unknown project.';
 
--- A queued run's place in its concurrency group's FIFO.
-CREATE OR REPLACE FUNCTION cryo.queue_position(p_run_id text)
+-- A queued run's place in its concurrency group's FIFO. The engine's reads (get_run,
+-- list_runs, the runs page) call this per queued row; applications call the checked
+-- queue_position below.
+CREATE OR REPLACE FUNCTION cryo._queue_position(p_run_id text)
 RETURNS integer
 LANGUAGE sql STABLE AS $$
-    SELECT cryo._app_run_check(p_run_id);
     SELECT (SELECT count(*) FROM cryo.lease_waiters o
              WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
       FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
      ORDER BY w.id LIMIT 1
+$$;
+
+CREATE OR REPLACE FUNCTION cryo.queue_position(p_run_id text)
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT cryo._app_run_check(p_run_id);
+    SELECT cryo._queue_position(p_run_id)
 $$;
 COMMENT ON FUNCTION cryo.queue_position(text) IS
     'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises CR021 when the caller is an application role of another tenant (or of none).';

@@ -14,7 +14,7 @@ BEGIN
         SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+               CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
                cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
@@ -38,7 +38,7 @@ LANGUAGE sql STABLE AS $$
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
@@ -69,7 +69,7 @@ LANGUAGE sql STABLE AS $$
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id,
            CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
                 WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
