@@ -753,13 +753,14 @@ $$;
 COMMENT ON FUNCTION cryo.read_graph_nodes(text) IS
     'Returns every node of a graph run with each started instance: status, attempt, sealed output, error and the child run doing it. Raises nothing.';
 
-CREATE OR REPLACE VIEW cryo.graph_nodes AS
+CREATE OR REPLACE VIEW cryo.graph_nodes WITH (security_barrier) AS
 SELECT n.run_id, n.org, n.project, n.node_id, n.type, n.status, n.items,
        (SELECT max(i.attempt) FROM cryo.node_instances i
          WHERE i.run_id = n.run_id AND i.node_id = n.node_id) AS attempt,
        n.started_at, n.finished_at, n.error
   FROM cryo.node_states n JOIN cryo.runs r ON r.id = n.run_id
- WHERE NOT cryo.is_terminal(r.status);
+ WHERE NOT cryo.is_terminal(r.status)
+   AND n.org || ':' || n.project || ':' LIKE (SELECT cryo._app_tenant());  -- an application role sees its tenant only (95_reads.sql)
 COMMENT ON VIEW cryo.graph_nodes IS 'One row per node of every live graph run: type, status, fan-out size, attempt, times.';
 
 CREATE OR REPLACE FUNCTION cryo.render_config(p_config jsonb, p_scope jsonb)
