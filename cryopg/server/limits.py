@@ -1,10 +1,9 @@
 """The limits every request meets before its handler runs, in one middleware.
 
 Path parts and query values must be UTF-8 without NUL and of bounded length; a body is
-read once (at most MAX_BODY bytes), must be UTF-8 JSON nested at most MAX_DEPTH deep,
-with integers that fit a bigint and text without NUL or lone surrogates (PostgreSQL
-text and jsonb hold neither, and a surrogate cannot be encoded to be sealed). The
-parsed body is kept on the request for bodies.json_body, so nothing parses twice.
+read once (at most MAX_BODY bytes) and must be JSON as cryopg/jsonlimits.py defines it
+(depth, 64-bit integers, no NUL or lone surrogate). The parsed body is kept on the
+request for bodies.json_body, so nothing parses twice.
 
 A route whose body is authenticated by its raw bytes (a webhook's HMAC) is marked
 `raw_body` and checks its body itself with `parse_json` once the signature holds.
@@ -14,28 +13,23 @@ JSON error body, never a 5xx.
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from cryopg import jsonlimits
 from cryopg.errors import CryoError, InvalidArgument
+from cryopg.jsonlimits import JsonLimitError
 
 MAX_BODY = 64 << 20  # bytes; scripts and log flushes ride in bodies
-MAX_DEPTH = 64  # JSON nesting
-MAX_KEY = 1024  # characters of an object key
 MAX_PATH_PART = 512  # characters of one decoded path segment
 MAX_QUERY = 4096  # characters of one query value (or name)
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # JSON integers must fit a bigint
 # The request key holding the parsed body (RequestKey is aiohttp 3.13+; a str before).
 BODY: Any = (web.RequestKey("cryo_json_body", object) if hasattr(web, "RequestKey")
              else "cryo_json_body")
 RAW_BODY = "cryo_raw_body"  # a handler attribute: the route reads its own bytes
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class PayloadTooLarge(CryoError):
@@ -51,83 +45,21 @@ def raw_body(handler: Handler) -> Handler:
 
 
 def check_text(value: str, where: str, limit: int | None = None) -> str:
-    """A string PostgreSQL can hold and UTF-8 can encode, at most `limit` characters."""
-    if limit is not None and len(value) > limit:
-        raise InvalidArgument(f"{where} is longer than {limit} characters")
-    if "\x00" in value:
-        raise InvalidArgument(f"{where} must not hold a NUL character")
-    if not value.isascii() and _SURROGATE.search(value):
-        raise InvalidArgument(f"{where} holds a lone surrogate (not valid Unicode)")
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    # Checked on the digits, before int() spends time on a 5,000-digit literal.
-    if len(text.lstrip("-")) > 19:
-        raise ValueError(f"integer {text[:24]}... does not fit 64 bits")
-    value = int(text)
-    if not INT_MIN <= value <= INT_MAX:
-        raise ValueError(f"integer {text} does not fit 64 bits")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value - value != 0.0:
-        raise ValueError(f"number {text[:40]} is too large")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _walk(value: Any, trail: list[str], depth: int) -> None:
-    if isinstance(value, str):
-        check_text(value, ".".join(trail) or "the body")
-    elif isinstance(value, dict):
-        if depth >= MAX_DEPTH:
-            raise InvalidArgument(f"JSON is nested deeper than {MAX_DEPTH} levels")
-        for k, v in value.items():
-            check_text(k, f"a key of {'.'.join(trail) or 'the body'}", MAX_KEY)
-            trail.append(k)
-            _walk(v, trail, depth + 1)
-            trail.pop()
-    elif isinstance(value, list):
-        if depth >= MAX_DEPTH:
-            raise InvalidArgument(f"JSON is nested deeper than {MAX_DEPTH} levels")
-        for i, v in enumerate(value):
-            trail.append(str(i))
-            _walk(v, trail, depth + 1)
-            trail.pop()
-
-
-def check_json(value: Any, where: str = "") -> Any:
-    """`value` when it is JSON cryopg can store (depth, integers, text); else 400.
-    For values parsed elsewhere (YAML, a CLI's input)."""
-    if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
-        raise InvalidArgument(f"{where or 'a value'}: integer does not fit 64 bits")
-    _walk(value, [where] if where else [], 0)
-    return value
+    """jsonlimits.check_text, refusing with a 400."""
+    try:
+        return jsonlimits.check_text(value, where, limit)
+    except JsonLimitError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def parse_json(raw: bytes, what: str = "request body") -> Any:
-    """Bytes to checked JSON (None when empty), or a one-line InvalidArgument."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidArgument(f"{what} is not valid UTF-8 (at byte {exc.start})") from None
-    if not text.strip():
+    """Bytes to checked JSON (None when empty), or a one-line 400."""
+    if not raw.strip():
         return None
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
-                           parse_int=_bounded_int)
-    except RecursionError:
-        raise InvalidArgument(f"JSON is nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:
-        raise InvalidArgument(f"{what} must be JSON: {exc}".split("\n")[0]) from None
-    _walk(value, [], 0)
-    return value
+        return jsonlimits.loads(raw, what)
+    except JsonLimitError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def _check_url(request: web.Request) -> None:
