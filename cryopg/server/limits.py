@@ -82,8 +82,9 @@ def _check_url(request: web.Request) -> None:
         check_text(value, f"query parameter {name}", MAX_QUERY)
 
 
-async def read_body(request: web.Request, limit: int = MAX_BODY) -> bytes:
-    """The raw body, refused with 413 beyond `limit` bytes."""
+async def read_body(request: web.Request, limit: int | None = None) -> bytes:
+    """The raw body, refused with 413 beyond `limit` bytes (MAX_BODY by default)."""
+    limit = MAX_BODY if limit is None else min(limit, MAX_BODY)
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"a request body is at most {limit} bytes")
     try:
