@@ -12,7 +12,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
-from cryopg.server import agent_api, graph_driver, triggers, ui, user_api
+from cryopg.server import agent_api, graph_driver, openapi, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.agent_api.claims import AGENTS_SEEN
 from cryopg.server.auth import AGENT_TOKENS
@@ -116,6 +116,7 @@ def build_app(config: ServerConfig) -> web.Application:
                             graph_driver.driver_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
+    openapi.add_routes(app)
     user_api.add_routes(app)
     agent_api.add_routes(app)
     ui.add_routes(app)
