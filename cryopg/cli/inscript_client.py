@@ -58,6 +58,8 @@ def parse_value(text: str) -> object:
 
     try:
         value = lean.loads(text, parse_constant=refuse)
+    except RecursionError:
+        raise UsageError(f"value {_clip(text)} is nested too deep") from None
     except ValueError:
         if text.lstrip(" \t\n\r")[:1] in ("{", "[", '"'):
             raise UsageError(f"value {_clip(text)} looks like JSON but is not valid JSON; "

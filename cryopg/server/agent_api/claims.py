@@ -102,7 +102,7 @@ async def logs(request: web.Request) -> web.Response:
     body = await json_body(request)
     try:
         data = base64.b64decode(body.get("data") or "", validate=True)
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, TypeError) as exc:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     async with connection(request.app[POOL]) as conn:
@@ -130,7 +130,7 @@ async def finish(request: web.Request) -> web.Response:
     # The script's last output comes with its end, so a short job costs one request.
     try:
         data = base64.b64decode(body.get("data") or "", validate=True)
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, TypeError) as exc:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     ask = None

@@ -16,11 +16,12 @@ from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_run
 from cryopg.server.bodies import (
+    INT4,
     claim_token,
+    duration,
     json_body,
     recorded_at,
     str_field,
-    to_float,
     to_int,
 )
 from cryopg.server.caps import required_caps
@@ -39,7 +40,7 @@ async def wait(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         got = await waiter(conn, run_id, claim_token(body), **recorded_at(body),
                            name=str_field(body, "name"), ordinal=to_int(body, "ordinal"),
-                           timeout=to_float(body, "timeout"))
+                           timeout=duration(body, "timeout"))
     return web.json_response({"parked": got.parked, "timed_out": got.timed_out,
                               "payload": answer(sealer, got.payload, got.payload_clear)})
 
@@ -83,7 +84,8 @@ async def submit_activity(request: web.Request) -> web.Response:
         raise InvalidArgument("argv must be a non-empty list of strings")
     retry_on = body.get("retry_on")
     if retry_on is not None and (not isinstance(retry_on, list)
-                                 or not all(isinstance(c, int) for c in retry_on)):
+                                 or not all(isinstance(c, int) and not isinstance(c, bool)
+                                            and INT4[0] <= c <= INT4[1] for c in retry_on)):
         raise InvalidArgument("retry_on must be a list of exit codes")
     sealer = await request.app[KEYS].sealer(org)
     # The child is a one-line shell script running the command exactly as given.
@@ -93,7 +95,7 @@ async def submit_activity(request: web.Request) -> web.Response:
             conn, run_id, claim_token(body), **recorded_at(body),
             name=str_field(body, "name"), source=sealer.seal_text(source),
             required_caps=["shell"], retries=to_int({"r": body.get("retries", 0)}, "r"),
-            retry_backoff=to_float(body, "retry_backoff", 0.0) or 0.0, retry_on=retry_on)
+            retry_backoff=duration(body, "retry_backoff", 0.0) or 0.0, retry_on=retry_on)
     return web.json_response({"run_id": child})
 
 

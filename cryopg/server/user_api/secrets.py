@@ -39,7 +39,7 @@ async def put_secret(request: web.Request) -> web.Response:
     await require_user(request, ADMIN)
     org, project = project_of(request)
     body = await json_body(request)
-    value = str_field(body, "value")
+    value = str_field(body, "value", 1 << 20)  # a key or certificate: not a name
     if len(value.encode()) > SECRET_MAX_BYTES or "\0" in value:
         raise InvalidArgument(f"a secret is at most {SECRET_MAX_BYTES} bytes, without NUL")
     if len(value.strip()) < MIN_SECRET_CHARS:
