@@ -294,6 +294,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._digest(p_value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
+                ELSE '~' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
+                    CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
+                                               ELSE p_value::text END, 'UTF8')), 'hex'), 24)
+           END
+$$;
+
 CREATE TABLE cryo.journal (
     run_id text NOT NULL,
     org text NOT NULL,
@@ -394,7 +404,9 @@ BEGIN
         RETURN to_jsonb(v_text);
     END IF;
     v_a := cryo._eval(p_expr -> 'a', p_scope);
-    IF v_op = 'not' THEN
+    IF v_op = 'digest' THEN
+        RETURN to_jsonb(cryo._digest(v_a));
+    ELSIF v_op = 'not' THEN
         RETURN to_jsonb(NOT cryo._truthy(v_a));
     ELSIF v_op = 'and' THEN
         RETURN to_jsonb(cryo._truthy(v_a) AND cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
