@@ -3,6 +3,9 @@
 The HMAC-SHA256 of the raw body under the webhook's secret is the only authentication
 of a delivery, sent GitHub's way (`X-Hub-Signature-256: sha256=<hex>`) or generically
 (`X-Cryo-Signature: sha256=<hex>`), and compared in constant time.
+
+Whether a delivery's run is trusted (sees the project's secrets) is decided from its
+payload, never from its event header alone: see untrusted_delivery.
 """
 
 from __future__ import annotations
@@ -96,8 +99,8 @@ def _same(head: Any, base: Any) -> bool:
 
 def _head_pairs(payload: Any) -> list[tuple[Any, Any]] | None:
     """Every (head repository, base repository) the payload names anywhere: a `head`
-    object with a `repo` (pull requests, also inside check suites and reviews), beside
-    its `base`; a `head_repository` beside its `repository` (workflow runs, check
+    object with a `repo`, or beside a `base` (pull requests, also inside check suites,
+    workflow runs and reviews); a `head_repository` beside its `repository` (workflow runs, check
     suites), else the payload's own repository. None when the payload is too big to
     look through."""
     top = _dig(payload, "repository")
@@ -115,7 +118,7 @@ def _head_pairs(payload: Any) -> list[tuple[Any, Any]] | None:
         if seen > _WALK_MAX:
             return None
         head = node.get("head")
-        if isinstance(head, dict) and "repo" in head:
+        if isinstance(head, dict) and ("repo" in head or isinstance(node.get("base"), dict)):
             pairs.append((head.get("repo"), _dig(node, "base", "repo")))
         if "head_repository" in node:
             pairs.append((node.get("head_repository"), node.get("repository") or top))
