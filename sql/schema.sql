@@ -298,7 +298,7 @@ CREATE FUNCTION cryo._digest(p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
-                ELSE '~' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
+                ELSE 'h_' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
                     CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
                                                ELSE p_value::text END, 'UTF8')), 'hex'), 24)
            END

@@ -207,7 +207,7 @@ def _template(value: Any, known: frozenset[str]) -> dict[str, Any]:
 # template renders as a digest of its value (cryo._digest; the text around it stays
 # readable), so equal inputs still meet in one group or cell without the value being
 # stored. DIGEST_PREFIX marks a digested part.
-DIGEST_PREFIX = "~"
+DIGEST_PREFIX = "h_"
 
 
 def digest_part(value: Any) -> str:

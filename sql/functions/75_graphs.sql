@@ -32,7 +32,7 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- A hole of a name the engine stores in the clear (a concurrency group, a state cell's
--- key or entity), rendered from sealed input: '~' and 24 hex digits of a SHA-256 of its
+-- key or entity), rendered from sealed input: 'h_' and 24 hex digits of a SHA-256 of its
 -- value instead of the value, so equal inputs still share one group or cell while the
 -- value is not stored. NULL renders as nothing, as in any template. Python's twin is
 -- cryopg.graphs.document.digest_part.
@@ -40,7 +40,7 @@ CREATE OR REPLACE FUNCTION cryo._digest(p_value jsonb)
 RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
-                ELSE '~' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
+                ELSE 'h_' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
                     CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
                                                ELSE p_value::text END, 'UTF8')), 'hex'), 24)
            END
