@@ -93,6 +93,15 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._bind_claim(p_token uuid, p_agent_token text) RETURNS uuid
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN p_agent_token IS NULL THEN p_token
+                ELSE encode(substring(sha256(convert_to(p_agent_token || '/' || p_token::text,
+                                                        'UTF8')) FROM 1 FOR 16), 'hex')::uuid
+           END
+$$;
+
 CREATE FUNCTION cryo._caller() RETURNS text
     LANGUAGE sql STABLE
     AS $$
@@ -144,7 +153,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, agent_id text)
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[], p_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, agent_id text, agent_token text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -160,7 +169,8 @@ BEGIN
         -- below, the cheapest form of the hottest call.
         v_token := gen_random_uuid();
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = v_token,
+           SET state = 'claimed', claim_token = cryo._bind_claim(v_token, p_agent_tokens[1]),
+               claim_agent_token = p_agent_tokens[1],
                agent_id = coalesce(p_agent_ids[1], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
@@ -176,7 +186,8 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id);
+                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id),
+                          p_agent_tokens[1];
         END IF;
         RETURN;
     END IF;
@@ -189,21 +200,24 @@ BEGIN
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), picked AS (
-        SELECT l.run_id, row_number() OVER () AS n FROM locked l
+        SELECT l.run_id, row_number() OVER () AS n, gen_random_uuid() AS handed FROM locked l
     ), claimed AS (
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = gen_random_uuid(),
+           SET state = 'claimed',
+               claim_token = cryo._bind_claim(picked.handed, p_agent_tokens[picked.n]),
+               claim_agent_token = p_agent_tokens[picked.n],
                agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
-        RETURNING q.run_id, q.claim_token, q.agent_id
+        RETURNING q.run_id, picked.handed, q.agent_id, q.claim_agent_token
     ), started AS (
         UPDATE cryo.runs r
            SET status = 'running', substate = NULL, attempt = r.attempt + 1,
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
-        RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id
+        RETURNING r.id, claimed.handed, r.attempt, r.filename, r.interpreter,
+                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id,
+                  claimed.claim_agent_token
     )
     SELECT * FROM started;
 END
@@ -225,6 +239,7 @@ CREATE TABLE cryo.queue (
     claimed_at timestamp with time zone,
     claim_expires_at timestamp with time zone,
     park_name text,
+    claim_agent_token text,
     CONSTRAINT queue_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'parked'::text])))
 );
 
@@ -337,6 +352,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._digest(p_value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
+                ELSE 'h_' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
+                    CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
+                                               ELSE p_value::text END, 'UTF8')), 'hex'), 24)
+           END
+$$;
+
 CREATE TABLE cryo.journal (
     run_id text NOT NULL,
     org text NOT NULL,
@@ -442,7 +467,9 @@ BEGIN
         RETURN to_jsonb(v_text);
     END IF;
     v_a := cryo._eval(p_expr -> 'a', p_scope);
-    IF v_op = 'not' THEN
+    IF v_op = 'digest' THEN
+        RETURN to_jsonb(cryo._digest(v_a));
+    ELSIF v_op = 'not' THEN
         RETURN to_jsonb(NOT cryo._truthy(v_a));
     ELSIF v_op = 'and' THEN
         RETURN to_jsonb(cryo._truthy(v_a) AND cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
@@ -742,8 +769,8 @@ CREATE FUNCTION cryo._park(p_run_id text, p_reason text, p_path text, p_name tex
 BEGIN
     UPDATE cryo.queue
        SET state = 'parked', wake_at = p_wake, park_reason = p_reason, park_path = p_path,
-           park_name = p_name, parked_at = cryo.now(), claim_token = NULL, agent_id = NULL,
-           claimed_at = NULL, claim_expires_at = NULL
+           park_name = p_name, parked_at = cryo.now(), claim_token = NULL,
+           claim_agent_token = NULL, agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
      WHERE run_id = p_run_id;
     UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
      WHERE id = p_run_id;
@@ -958,8 +985,8 @@ DECLARE
 BEGIN
     WITH requeued AS (
         UPDATE cryo.queue q
-           SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
-               claim_expires_at = NULL
+           SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
+               agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
          WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
         RETURNING q.run_id
     ), runs_back AS (
@@ -1658,7 +1685,17 @@ $$;
 
 COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one, CR021 when the caller is an application role of another tenant (or of none).';
 
-CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(agent_id text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
+CREATE FUNCTION cryo.check_claim(p_run_id text, p_token uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.check_claim(p_run_id text, p_token uuid) IS 'Returns nothing when the token is the run''s live claim (and locks its queue row for the transaction). Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1667,13 +1704,18 @@ BEGIN
         RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
             USING ERRCODE = 'CR004';
     END IF;
+    IF p_agent_tokens IS NOT NULL AND (cardinality(p_agent_tokens) <> cardinality(p_agent_ids)
+                                       OR array_position(p_agent_tokens, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'claim_grants takes one agent token per agent id, none NULL'
+            USING ERRCODE = 'CR004';
+    END IF;
     RETURN QUERY
     WITH c AS MATERIALIZED (
         SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
-                                  cardinality(p_agent_ids), p_agent_ids)
+                                  cardinality(p_agent_ids), p_agent_ids, p_agent_tokens)
     )
-    SELECT c.agent_id, c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter,
-           c.source, c.input, c.input_clear, c.workdir,
+    SELECT c.agent_id, c.agent_token, c.run_id, c.claim_token, c.attempt, c.filename,
+           c.interpreter, c.source, c.input, c.input_clear, c.workdir,
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'seq', j.seq, 'path', j.path, 'family', j.key_family,
                        'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
@@ -1691,7 +1733,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld), and whether the run is untrusted (its agent must confine it). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_agent_tokens text[]) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first, each claim bound to the agent token listed beside its agent (p_agent_tokens; unbound when NULL); returns per claim the agent and agent token it went to, the run, its new token as handed out, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld), and whether the run is untrusted (its agent must confine it). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list, or agent tokens not one per agent.';
 
 CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
@@ -3319,9 +3361,8 @@ CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities 
     AS $$
     INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
     VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
-    ON CONFLICT (id) DO UPDATE
-       SET org = excluded.org, capabilities = excluded.capabilities,
-           last_seen_at = excluded.last_seen_at
+    ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
+       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at
 $$;
 
 COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) IS 'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
@@ -4811,8 +4852,11 @@ ALTER TABLE ONLY cryo.logs ALTER COLUMN id SET DEFAULT nextval('cryo.logs_id_seq
 
 ALTER TABLE ONLY cryo.signals ALTER COLUMN id SET DEFAULT nextval('cryo.signals_id_seq'::regclass);
 
+ALTER TABLE cryo.agents
+    ADD CONSTRAINT agents_id_shape CHECK ((id ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$'::text)) NOT VALID;
+
 ALTER TABLE ONLY cryo.agents
-    ADD CONSTRAINT agents_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT agents_pkey PRIMARY KEY (org, id);
 
 ALTER TABLE ONLY cryo.app_roles
     ADD CONSTRAINT app_roles_pkey PRIMARY KEY (role);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from cryopg.engine.claim import (
     append_log,
+    check_claim,
     claim_grants,
     claim_job,
     claim_jobs,
@@ -259,6 +260,7 @@ __all__ = [
     "authenticate_token",
     "authorize_user",
     "cancel_run",
+    "check_claim",
     "claim_grants",
     "claim_job",
     "claim_jobs",

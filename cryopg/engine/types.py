@@ -31,6 +31,7 @@ class ClaimGrant:
     claim: Claim
     journal: list[Memo]
     secrets: list[ClaimSecret]
+    agent_token: str | None = None  # the agent token the claim is bound to
 
 
 @dataclasses.dataclass(frozen=True)

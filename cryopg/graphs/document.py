@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -134,7 +135,7 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     structure: dict[str, Any] = {"nodes": structure_nodes}
     try:
         if "concurrency" in doc:
-            structure["concurrency"] = _template(doc["concurrency"], known)
+            structure["concurrency"] = _identifier(doc["concurrency"], known)
         if "output" in doc:
             out = doc["output"]
             if not isinstance(out, dict) or set(out) != {"$expr"}:
@@ -218,6 +219,41 @@ def _template(value: Any, known: frozenset[str]) -> dict[str, Any]:
     raise ExprError("must be a string or a {\"$template\": ...}")
 
 
+# Names the engine stores in the clear (a concurrency group, a state cell's key and
+# entity) while the input they are rendered from is sealed: each {{ }} hole of such a
+# template renders as a digest of its value (cryo._digest; the text around it stays
+# readable), so equal inputs still meet in one group or cell without the value being
+# stored. DIGEST_PREFIX marks a digested part.
+DIGEST_PREFIX = "h_"
+
+
+def digest_part(value: Any) -> str:
+    """What a hole of value `value` renders as in a digested name: the twin of
+    cryo._digest (a test keeps the two equal), for finding a group or a cell by input."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+    return DIGEST_PREFIX + hashlib.sha256(f"cryopg-digest/v1|{text}".encode()).hexdigest()[:24]
+
+
+def _digested(compiled: Any) -> Any:
+    """A compiled template or {"$template"} / {"$expr"} value whose holes render as
+    digests."""
+    if isinstance(compiled, dict) and "tpl" in compiled:
+        return {"tpl": [p if isinstance(p, str) else {"op": "digest", "a": p}
+                        for p in compiled["tpl"]]}
+    if isinstance(compiled, dict) and "$template" in compiled:
+        return {"$template": _digested(compiled["$template"])}
+    if isinstance(compiled, dict) and "$expr" in compiled:
+        return {"$expr": {"op": "digest", "a": compiled["$expr"]}}
+    return compiled
+
+
+def _identifier(value: Any, known: frozenset[str]) -> dict[str, Any]:
+    """A template for a name stored in the clear: its holes digested (see DIGEST_PREFIX)."""
+    return _digested(_template(value, known))
+
+
 def _compile_value(value: Any, known: frozenset[str]) -> Any:
     """A config value with every $expr / $template compiled."""
     if isinstance(value, dict):
@@ -254,7 +290,7 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
             s["if"] = parse(n["if"], known)
         field = "concurrency"
         if "concurrency" in n:
-            s["concurrency"] = _template(n["concurrency"], known)
+            s["concurrency"] = _identifier(n["concurrency"], known)
         field = "retry"
         if "retry" in n:
             s["retry"] = _retry(n["retry"], nid)
@@ -274,6 +310,10 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "config"
         _check_config(nid, ntype, config, known)
         compiled = _compile_value(config, known)
+        if ntype == "state":  # a cell's key and entity are stored in the clear
+            for name in ("key", "entity"):
+                if isinstance(compiled.get(name), dict):
+                    compiled[name] = _digested(compiled[name])
     except ExprError as exc:
         raise GraphError(f"node {nid}: {field}: {exc}") from None
     return s, compiled

@@ -31,6 +31,21 @@ LANGUAGE sql IMMUTABLE AS $$
                         ELSE true END END
 $$;
 
+-- A hole of a name the engine stores in the clear (a concurrency group, a state cell's
+-- key or entity), rendered from sealed input: 'h_' and 24 hex digits of a SHA-256 of its
+-- value instead of the value, so equal inputs still share one group or cell while the
+-- value is not stored. NULL renders as nothing, as in any template. Python's twin is
+-- cryopg.graphs.document.digest_part.
+CREATE OR REPLACE FUNCTION cryo._digest(p_value jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
+                ELSE 'h_' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
+                    CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
+                                               ELSE p_value::text END, 'UTF8')), 'hex'), 24)
+           END
+$$;
+
 -- Evaluates a compiled expression over a scope; a missing path is JSON null.
 CREATE OR REPLACE FUNCTION cryo._eval(p_expr jsonb, p_scope jsonb)
 RETURNS jsonb
@@ -61,7 +76,9 @@ BEGIN
         RETURN to_jsonb(v_text);
     END IF;
     v_a := cryo._eval(p_expr -> 'a', p_scope);
-    IF v_op = 'not' THEN
+    IF v_op = 'digest' THEN
+        RETURN to_jsonb(cryo._digest(v_a));
+    ELSIF v_op = 'not' THEN
         RETURN to_jsonb(NOT cryo._truthy(v_a));
     ELSIF v_op = 'and' THEN
         RETURN to_jsonb(cryo._truthy(v_a) AND cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));

@@ -168,9 +168,8 @@ RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
     VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
-    ON CONFLICT (id) DO UPDATE
-       SET org = excluded.org, capabilities = excluded.capabilities,
-           last_seen_at = excluded.last_seen_at
+    ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
+       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at
 $$;
 COMMENT ON FUNCTION cryo.register_agent(text, text, text[]) IS
     'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';

@@ -10,9 +10,8 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.batching import STEPS
 from cryopg.server.agent_api.in_run import add_run_route
-from cryopg.server.auth import agent_run
+from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import (
-    claim_token,
     duration,
     json_body,
     optional_text,
@@ -25,6 +24,7 @@ from cryopg.server.state import KEYS, POOL
 async def steps(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     try:
         ordinal = int(body["ordinal"])
         exit_code = None if body.get("exit_code") is None else int(body["exit_code"])
@@ -39,7 +39,7 @@ async def steps(request: web.Request) -> web.Response:
     label = optional_text(body, "label")
     # Steps several agents report at once commit together (see batching.py).
     seq = await request.app[STEPS].record(
-        (run_id, claim_token(body), at["position"], str(body.get("family") or ""),
+        (run_id, token, at["position"], str(body.get("family") or ""),
          str(body.get("name") or ""), ordinal, label, result,
          exit_code, at["path"]))
     return web.json_response({"seq": seq})
@@ -49,9 +49,10 @@ async def marks(request: web.Request) -> web.Response:
     """A step about to run pins its pending marker (see cryo.mark_step)."""
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     ordinal = to_int(body, "ordinal")
     async with connection(request.app[POOL]) as conn:
-        await engine.mark_step(conn, run_id, claim_token(body), **recorded_at(body),
+        await engine.mark_step(conn, run_id, token, **recorded_at(body),
                                family=str(body.get("family") or ""),
                                name=str(body.get("name") or ""), ordinal=ordinal)
     return web.json_response({})
@@ -60,12 +61,13 @@ async def marks(request: web.Request) -> web.Response:
 async def park(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     seconds = duration(body, "seconds")
     if seconds is None:
         raise InvalidArgument("seconds must be a number")
     ordinal = to_int(body, "ordinal")
     async with connection(request.app[POOL]) as conn:
-        wake_at = await engine.park_sleep(conn, run_id, claim_token(body),
+        wake_at = await engine.park_sleep(conn, run_id, token,
                                           **recorded_at(body),
                                           ordinal=ordinal, seconds=seconds)
     return web.json_response({"wake_at": wake_at.isoformat()})
@@ -74,9 +76,10 @@ async def park(request: web.Request) -> web.Response:
 async def annotate(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     sealed = (await request.app[KEYS].sealer(org)).seal_text(str(body.get("text") or ""))
     async with connection(request.app[POOL]) as conn:
-        await engine.annotate_run(conn, run_id, claim_token(body), sealed)
+        await engine.annotate_run(conn, run_id, token, sealed)
     return web.json_response({})
 
 
