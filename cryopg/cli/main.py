@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from cryopg.cli import admin, pipeline, processes, triggers
+from cryopg.cli import admin, login, pipeline, processes, triggers
 from cryopg.cli.client import Client, part, valid_text
 from cryopg.cli.target import resolve
 
@@ -74,7 +74,8 @@ def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 
 
-for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS]:
+for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS,
+                *login.COMMANDS]:
     cli.add_command(command)
 
 
