@@ -11,12 +11,14 @@ with joserfc: an asymmetric algorithm the issuer announces, the signature, `iss`
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote_plus
 
 import aiohttp
 from joserfc import jwt
@@ -191,14 +193,15 @@ class Issuer:
         s = self.settings
         form = {"grant_type": "authorization_code", "code": code,
                 "redirect_uri": redirect_uri, "code_verifier": code_verifier}
-        auth = None
+        headers = {"Accept": "application/json"}
         if s.client_secret:
-            auth = aiohttp.BasicAuth(s.client_id, s.client_secret)
+            # client_secret_basic: each half form-encoded first (RFC 6749 2.3.1).
+            pair = f"{quote_plus(s.client_id)}:{quote_plus(s.client_secret)}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
         else:
             form["client_id"] = s.client_id
         try:
-            async with self.http.post(meta["token_endpoint"], data=form, auth=auth,
-                                      headers={"Accept": "application/json"},
+            async with self.http.post(meta["token_endpoint"], data=form, headers=headers,
                                       timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 raw = await resp.read()
                 status = resp.status

@@ -95,7 +95,6 @@ def _page(status: int, title: str, text: str) -> web.Response:
     resp = web.Response(status=status, text=body, content_type="text/html")
     resp.headers["Content-Security-Policy"] = "default-src 'none'; frame-ancestors 'none'"
     resp.headers["Cache-Control"] = "no-store"
-    resp.del_cookie(LOGIN_COOKIE, path=f"{AUTH}/oidc")
     return resp
 
 
