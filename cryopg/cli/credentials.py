@@ -166,9 +166,11 @@ def renew(entry: dict[str, Any]) -> dict[str, Any]:
     again = f"run `cryopg login --url {url}` again"
     if not entry.get("refresh_token"):
         raise click.ClickException(f"your sign-in to {url} has expired; {again}")
-    status, tokens = post_form(entry["token_endpoint"], {
-        "grant_type": "refresh_token", "refresh_token": entry["refresh_token"],
-        "client_id": entry["client_id"]}, "the issuer's token endpoint")
+    form = {"grant_type": "refresh_token", "refresh_token": entry["refresh_token"],
+            "client_id": entry["client_id"]}
+    if entry.get("client_secret"):
+        form["client_secret"] = entry["client_secret"]
+    status, tokens = post_form(entry["token_endpoint"], form, "the issuer's token endpoint")
     if status != 200 or not isinstance(tokens.get("id_token"), str):
         why = tokens.get("error") or f"HTTP {status}"
         if status == 200:

@@ -51,6 +51,15 @@ def _issuer_config(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return oidc, meta
 
 
+def _client(oidc: dict[str, Any], form: dict[str, str]) -> dict[str, str]:
+    """A public client's form: its id, and the installed-app secret where the server
+    hands one out (client_secret_post)."""
+    out = {**form, "client_id": oidc["client_id"]}
+    if oidc.get("client_secret"):
+        out["client_secret"] = oidc["client_secret"]
+    return out
+
+
 def _tokens(status: int, body: dict[str, Any]) -> dict[str, Any]:
     if status != 200 or not isinstance(body.get("id_token"), str):
         why = body.get("error_description") or body.get("error") or f"HTTP {status}"
@@ -59,9 +68,8 @@ def _tokens(status: int, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _device_flow(oidc: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    client = oidc["client_id"]
-    status, start = credentials.post_form(meta["device_authorization_endpoint"], {
-        "client_id": client, "scope": oidc["scopes"]}, "the issuer's device endpoint")
+    status, start = credentials.post_form(meta["device_authorization_endpoint"], _client(oidc, {
+        "scope": oidc["scopes"]}), "the issuer's device endpoint")
     if status != 200 or "device_code" not in start:
         raise Refused(f"the issuer refused the device sign-in ({start.get('error', status)})")
     where = start.get("verification_uri_complete") or start.get("verification_uri")
@@ -71,9 +79,9 @@ def _device_flow(oidc: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + float(start.get("expires_in") or 600)
     while time.monotonic() < deadline:
         time.sleep(interval)
-        status, got = credentials.post_form(meta["token_endpoint"], {
-            "grant_type": DEVICE_GRANT, "device_code": start["device_code"],
-            "client_id": client}, "the issuer's token endpoint")
+        status, got = credentials.post_form(meta["token_endpoint"], _client(oidc, {
+            "grant_type": DEVICE_GRANT, "device_code": start["device_code"]}),
+            "the issuer's token endpoint")
         if status == 200:
             return _tokens(status, got)
         error = got.get("error")
@@ -137,10 +145,9 @@ def _loopback_flow(oidc: dict[str, Any], meta: dict[str, Any],
         raise Refused(f"the issuer refused: {got.get('error_description') or got['error']}")
     if not hmac.compare_digest(got.get("state", "").encode(), state.encode()):
         raise Refused("the issuer's answer carries another state: not this sign-in")
-    status, tokens = credentials.post_form(meta["token_endpoint"], {
+    status, tokens = credentials.post_form(meta["token_endpoint"], _client(oidc, {
         "grant_type": "authorization_code", "code": got.get("code", ""),
-        "redirect_uri": redirect, "client_id": oidc["client_id"], "code_verifier": verifier},
-        "the issuer's token endpoint")
+        "redirect_uri": redirect, "code_verifier": verifier}), "the issuer's token endpoint")
     return _tokens(status, tokens), nonce
 
 
@@ -174,6 +181,7 @@ def login(url: str, org: str, project: str, loopback: bool, no_browser: bool) ->
         "url": url, "org": org, "project": project, "login": got["login"],
         "role": got["role"], "session": got["session"], "expires_at": got["expires_at"],
         "issuer": oidc["issuer"], "client_id": oidc["client_id"],
+        "client_secret": oidc.get("client_secret"),
         "token_endpoint": meta["token_endpoint"],
         "refresh_token": tokens.get("refresh_token")})
     click.echo(f"signed in to {url} as {got['login']} ({got['role']}) in {org}/{project}")

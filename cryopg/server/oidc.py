@@ -43,6 +43,9 @@ class OidcSettings:
     client_id: str
     client_secret: str | None = None
     cli_client_id: str | None = None  # a public client for `cryopg login`, if not client_id
+    # Some issuers (Google's "Desktop app" clients) want a secret even from an installed
+    # app, where it cannot stay secret; it is handed to every CLI that asks.
+    cli_client_secret: str | None = None
     scopes: str = "openid email profile"
     public_url: str | None = None  # how browsers reach this server (the redirect URI's base)
     session_hours: float = 12.0
@@ -70,6 +73,7 @@ class OidcSettings:
         return cls(issuer=issuer.rstrip("/"), client_id=client,
                    client_secret=env.get("CRYOPG_OIDC_CLIENT_SECRET") or None,
                    cli_client_id=env.get("CRYOPG_OIDC_CLI_CLIENT_ID") or None,
+                   cli_client_secret=env.get("CRYOPG_OIDC_CLI_CLIENT_SECRET") or None,
                    scopes=env.get("CRYOPG_OIDC_SCOPES") or cls.scopes,
                    public_url=(env.get("CRYOPG_PUBLIC_URL") or "").rstrip("/") or None,
                    session_hours=session_hours)

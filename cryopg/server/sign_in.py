@@ -113,9 +113,12 @@ async def auth_config(request: web.Request) -> web.Response:
     settings = request.app[CONFIG].oidc
     if settings is None:
         return web.json_response({"oidc": None})
-    return web.json_response({"oidc": {
-        "issuer": settings.issuer, "client_id": settings.cli_client_id or settings.client_id,
-        "scopes": settings.scopes}})
+    oidc: dict[str, str] = {"issuer": settings.issuer,
+                            "client_id": settings.cli_client_id or settings.client_id,
+                            "scopes": settings.scopes}
+    if settings.cli_client_id and settings.cli_client_secret:
+        oidc["client_secret"] = settings.cli_client_secret  # an installed app's, not secret
+    return web.json_response({"oidc": oidc})
 
 
 async def oidc_login(request: web.Request) -> web.Response:
