@@ -29,7 +29,8 @@ def oidc_split(dsn: str, tmp_path: Path, provider: Provider,
     for name, value in provider.env().items():
         monkeypatch.setenv(name, value)
     with psycopg.connect(dsn, autocommit=True) as db:
-        db.execute("SELECT cryo.ensure_org('dev', 'Dev'), cryo.ensure_project('dev', 'default', 'D'),"
+        db.execute("SELECT cryo.ensure_org('dev', 'Dev'),"
+                   " cryo.ensure_project('dev', 'default', 'D'),"
                    " cryo.put_member('dev', 'alice@example.com', 'member')")
     deployment = Split(dsn, tmp_path)
     try:
