@@ -44,7 +44,8 @@ touch {code}/pwned 2>/dev/null && leak "wrote the agent's code"
 env -u CRYO_SOCKET cryopg runs >/dev/null 2>&1 && leak "cli acted as the dev owner"
 ls -d /dev/shm/cryo-* /tmp/cryo-* 2>/dev/null | grep -v "^$(dirname "$CRYO_INPUT_FILE")\\$" \\
   | grep -v "^$PWD\\$" | grep -q . && leak "another job's directory"
-echo "input mode $(stat -c %a "$CRYO_INPUT_FILE") dir mode $(stat -c %a "$(dirname "$CRYO_INPUT_FILE")")"
+d=$(dirname "$CRYO_INPUT_FILE")
+echo "input mode $(stat -c %a "$CRYO_INPUT_FILE") dir mode $(stat -c %a "$d")"
 cryopg step still-works -- echo durable
 echo done
 """
