@@ -2,9 +2,10 @@
 # package reads sql/ from /app, exactly as in development.
 FROM python:3.11-slim
 
-# gcc + libpq-dev: pgmigrate's psycopg2 builds from source.
+# gcc + libpq-dev: pgmigrate's psycopg2 builds from source; bubblewrap confines untrusted
+# runs (an agent without it takes none).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev libpq-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libpq-dev bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app

@@ -19,6 +19,9 @@ ALLOWED_PREFIXES = ("LC_",)
 # Never handed to a script, whatever the passthrough globs say: the agent's own
 # credentials and configuration, and CRYO_* handles that only the agent may set.
 FORBIDDEN_PREFIXES = ("CRYOPG_", "CRYO_")
+# The one agent setting a job sees: the egress allowlist the http node's job enforces
+# (host names and networks, no credential).
+EGRESS_ALLOW = "CRYOPG_EGRESS_ALLOW"
 
 
 def passthrough_globs(value: str | None) -> list[str]:
@@ -49,6 +52,9 @@ def sealed_env(
             or any(fnmatch.fnmatchcase(name, g) for g in globs)
         ):
             env[name] = value
+
+    if source.get(EGRESS_ALLOW):
+        env[EGRESS_ALLOW] = source[EGRESS_ALLOW]
 
     # The interpreter's bin dir holds the `cryopg` entry point the script calls back with.
     bindir = os.path.dirname(os.path.abspath(sys.executable))

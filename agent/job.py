@@ -15,6 +15,7 @@ from agent.api import AgentAPI, AgentAPIError, StaleClaim, retry_until
 from agent.env import sealed_env
 from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
 from agent.runner import PtyProcess, close_fd, script_command
+from agent.sandbox import Sandbox
 from agent.socket_server import DurableVerbs
 
 # How long to keep reading the PTY after the script exits (a grandchild may hold it).
@@ -46,6 +47,8 @@ class Job:
         agent_token: str | None = None,
         local: bool = False,
         claim_next: dict[str, Any] | None = None,
+        sandbox: Sandbox | None = None,
+        isolate_all: bool = False,
     ) -> None:
         self.api = api
         # What the finish asks for next (see AgentAPI.finish), and the grant it got.
@@ -58,6 +61,9 @@ class Job:
         self._stop = stop
         self._agent_token = agent_token
         self._local = local
+        # Untrusted runs are confined; so is every run of an agent told to isolate all.
+        self._untrusted = bool(grant.get("untrusted"))
+        self._sandbox = sandbox if (self._untrusted or isolate_all) else None
         self._end: End | None = None
         self._error: str | None = None
         self._exited = False  # the script's process has exited (its group is killed next)
@@ -127,14 +133,21 @@ class Job:
 
     async def run(self) -> None:
         retry_until(self.claim_deadline)  # reporting the outcome waits out an outage too
+        if self._untrusted and self._sandbox is None:
+            # Only agents advertising `isolated` are given untrusted runs; never run one
+            # unconfined, hand it back for one that can.
+            _log(f"run {self.run_id}: untrusted, and this agent cannot confine it")
+            await release(self.api, self.run_id, self.claim_token)
+            return
         # The agent's own files for the pass (the script's pinned copy, its input, the
         # verb socket) go to a memory file system when there is one: creating and
         # removing them on a disk shared with the database's WAL flushes is what a short
         # job's agent spent most of its time on. The script's working directory (a
         # deployed agent's fresh scratch directory) stays where TMPDIR says.
-        private = tempfile.mkdtemp(prefix="cryo-", dir=_memory_dir())
-        scratch = private if self._local or _memory_dir() is None else tempfile.mkdtemp(
-            prefix="cryo-")
+        private = tempfile.mkdtemp(prefix=job_dir_prefix(), dir=_memory_dir())
+        confined = self._sandbox is not None
+        scratch = private if (self._local and not confined) or _memory_dir() is None else \
+            tempfile.mkdtemp(prefix=job_dir_prefix())
         try:
             await self._run_in(private, scratch)
         except Exception as e:  # a bug or a local failure must not take the agent down
@@ -150,16 +163,21 @@ class Job:
             # disk, not on us: a worker thread does it while the next job starts.
             asyncio.get_running_loop().run_in_executor(
                 None, _clean_up, fd, [private] if scratch == private else [private, scratch])
+            self._forget_secrets()
+
+    def _forget_secrets(self) -> None:
+        """Drop the grant's plaintext secrets; the rest of the job (its log streamer
+        among it) goes when the claim loop lets go of it."""
+        self.grant.pop("secrets", None)
 
     async def _run_in(self, private: str, scratch: str) -> None:
         g = self.grant
         filename = os.path.basename(str(g.get("filename") or "")) or "script"
         script_path = os.path.join(private, filename)
-        with open(script_path, "w", encoding="utf-8") as f:
+        with _private_file(script_path, 0o700) as f:
             f.write(g.get("source") or "")
-        os.chmod(script_path, 0o700)
         input_path = os.path.join(private, "input.json")
-        with open(input_path, "w", encoding="utf-8") as f:
+        with _private_file(input_path, 0o600) as f:
             json.dump(g.get("input"), f)
         socket_path = os.path.join(private, "cryo.sock")
         env = sealed_env(
@@ -172,14 +190,20 @@ class Job:
             secrets=g.get("secrets") or {},
         )
         argv = script_command(filename, g.get("interpreter"), script_path, env.get("PATH"))
+        cwd = self._workdir(scratch)
 
         verbs = DurableVerbs(self, list(g.get("journal") or []), strict=self._strict)
         server = await verbs.start(socket_path)
+        if self._sandbox is not None:
+            box = self._sandbox
+            box.own(private, *([scratch] if scratch != private else []))
+            argv = box.command(argv, writable=sorted({private, scratch}), cwd=cwd)
+            env = box.env(env, home=scratch)
         ticker: asyncio.Task[None] | None = None
         try:
             try:
                 self._proc = await PtyProcess.spawn(
-                    argv, cwd=self._workdir(scratch), env=env, on_output=self._logs.feed
+                    argv, cwd=cwd, env=env, on_output=self._logs.feed
                 )
             except OSError as e:
                 message = f"cannot start {argv[0]}: {e.strerror or e}"
@@ -217,7 +241,7 @@ class Job:
         source is the one pinned at submit time. Any other agent runs it in a fresh
         scratch directory."""
         wanted = self.grant.get("workdir")
-        if not self._local or not wanted:
+        if not self._local or not wanted or self._sandbox is not None:
             return scratch
         if not os.path.isdir(wanted):
             self._logs.feed(f"cryopg: submitted from {wanted}, which this agent cannot "
@@ -264,6 +288,48 @@ class Job:
             pass  # someone else owns the run now; nothing to report
         except AgentAPIError as e:
             _log(f"run {self.run_id}: could not report {outcome}: {e.message}")
+
+
+def job_dir_prefix() -> str:
+    """Names a job's directories after the agent's process, so a later agent can tell
+    which ones a dead agent left behind (sweep_job_dirs)."""
+    return f"cryo-{os.getpid()}-"
+
+
+def sweep_job_dirs() -> int:
+    """Remove the job directories of agents that are gone (killed before they could
+    clean up: a script, its decrypted input, its scratch files). Returns how many."""
+    removed = 0
+    for parent in {_memory_dir() or tempfile.gettempdir(), tempfile.gettempdir()}:
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            parts = name.split("-")
+            if len(parts) < 3 or parts[0] != "cryo" or not parts[1].isdigit():
+                continue
+            if _alive(int(parts[1])):
+                continue
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _private_file(path: str, mode: int) -> Any:
+    """A new file only its owner can read (the job's input is decrypted)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w",
+                     encoding="utf-8")
 
 
 def _clean_up(fd: int | None, dirs: list[str]) -> None:

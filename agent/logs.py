@@ -1,10 +1,12 @@
 """Buffer a run's output and stream it to the server; every post also renews the lease.
 
-Every secret value the claim injected is replaced by REDACTED before a byte leaves the
-agent, so neither the live follow nor the stored log ever holds one. A value can arrive
-split across two PTY reads (and so across two flushes): the last len(longest)-1 bytes
-stay buffered until more output shows whether they start a secret, except on the
-final flush, when the run's output is complete.
+Every secret value the claim injected is masked before a byte leaves the agent, so
+neither the live follow nor the stored log ever holds one (cryopg/redaction.py: also a
+multi-line secret with "\r\n" line ends, and its long lines one by one). A value can
+arrive split across PTY reads and flushes: bytes that may still begin a secret stay
+back in the masker, never in the send buffer, until more output shows whether they do.
+Where the pass may end (a park, an exit, a kill) they are released, masked when they
+are a meaningful prefix of a secret, since the next pass cannot complete them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from agent.api import CALL_TIMEOUT_SECONDS, AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
+from cryopg.redaction import MASK, StreamMasker
 
 FLUSH_INTERVAL = 0.15
 HEARTBEAT_INTERVAL = 2.0
@@ -23,7 +26,7 @@ CHUNK_BYTES = 256 << 10
 # Past this much unsent output, stop reading the PTY so the script blocks on write
 # instead of the agent's memory growing while the server is slow or away.
 HIGH_WATER = 8 << 20
-REDACTED = b"[secret]"
+REDACTED = MASK.encode()
 
 
 class LogStreamer:
@@ -53,36 +56,32 @@ class LogStreamer:
         self._claim_seconds = claim_seconds
         self._high = False
         self._warned = False
-        # Longest first, so a secret that contains another is replaced whole.
-        self._secrets = sorted({v.encode() for v in secrets or [] if v}, key=len, reverse=True)
-        self._hold = max((len(v) for v in self._secrets), default=1) - 1
-
-    def redact(self, data: bytes) -> bytes:
-        for value in self._secrets:
-            data = data.replace(value, REDACTED)
-        return data
+        # None without secrets: the hot path then only appends.
+        masker = StreamMasker(v for v in secrets or [] if v)
+        self._masker: StreamMasker | None = masker if masker else None
 
     def feed(self, data: bytes) -> None:
-        if self._secrets:
-            # Re-scan the held tail with the new bytes: a value split across reads.
-            tail = min(len(self._buf), self._hold)
-            joined = self.redact(bytes(self._buf[len(self._buf) - tail:]) + data)
-            del self._buf[len(self._buf) - tail:]
-            data = joined
-        self._buf += data
+        # The buffer only ever grows at its end (a post may be in flight on its start).
+        self._buf += data if self._masker is None else self._masker.push(data)
         if not self._high and len(self._buf) >= HIGH_WATER:
             self._high = True
             self._on_pressure(True)
 
+    def _cut(self) -> None:
+        if self._masker is not None:
+            self._buf += self._masker.cut()
+
     async def flush(self, *, heartbeat: bool = False, final: bool = False) -> None:
-        """Send everything buffered so far (or an empty heartbeat if asked and idle);
-        short of `final`, a tail that may begin a secret waits for the next flush.
+        """Send everything buffered so far (or an empty heartbeat if asked and idle).
+        With `final` (the pass may end here: a park) the bytes held back as a possible
+        secret's start go too, masked if they are one; short of it they wait.
 
         Raises StaleClaim and AgentAPIError; bytes stay buffered if a post fails.
         """
         async with self._lock:
-            hold = 0 if final or not self._secrets else min(self._hold, len(self._buf))
-            pending = len(self._buf) - hold
+            if final:
+                self._cut()
+            pending = len(self._buf)
             if pending == 0 and not heartbeat:
                 return
             while True:
@@ -107,6 +106,7 @@ class LogStreamer:
         chunk (a long tail stays within one request's size) and hands back the rest,
         which leaves the buffer. Raises as flush does."""
         async with self._lock:
+            self._cut()
             while len(self._buf) > CHUNK_BYTES:
                 data = bytes(self._buf[:CHUNK_BYTES])
                 left = self.claim_deadline() - time.monotonic()
@@ -144,7 +144,7 @@ class LogStreamer:
                 self._on_stale()
                 return
             idle = time.monotonic() - self._last_post
-            if len(self._buf) <= (self._hold if self._secrets else 0) and idle < self._heartbeat:
+            if not self._buf and idle < self._heartbeat:
                 continue
             try:
                 await self.flush(heartbeat=True)

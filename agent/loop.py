@@ -9,7 +9,8 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, claim_body
-from agent.job import Job, release
+from agent.job import Job, release, sweep_job_dirs
+from agent.sandbox import Sandbox, probe
 
 T = TypeVar("T")
 
@@ -31,13 +32,18 @@ async def run_agent(
     stop: asyncio.Event | None = None,
     replay_mode: str | None = None,
     local: bool = False,
+    sandbox: Sandbox | None = None,
+    isolate_all: bool = False,
 ) -> None:
     """Claim and run jobs one at a time until `stop` is set (forever without one).
 
     A `local` agent (the dev stack's, or one started from a dev directory) runs each
     script in the directory it was submitted from; any other runs it in a scratch
-    directory."""
+    directory. With a `sandbox` it also takes untrusted runs and confines them (every
+    run with `isolate_all`)."""
     stop = stop or asyncio.Event()
+    if sandbox is not None and "isolated" not in capabilities:
+        capabilities = [*capabilities, "isolated"]
     mode = (replay_mode or os.environ.get("CRYO_REPLAY_MODE") or "strict").strip().lower()
     strict = mode != "lenient"
     backoff = BACKOFF_START
@@ -55,9 +61,11 @@ async def run_agent(
                 break
             if grant is not None:
                 job = Job(api, grant, strict=strict, stop=stop, agent_token=token,
-                          local=local, claim_next=claim_next)
+                          local=local, claim_next=claim_next, sandbox=sandbox,
+                          isolate_all=isolate_all)
                 await job.run()
                 grant = job.next_grant
+                del job  # with it the grant's secrets and its log streamer's copies
                 continue
             try:
                 grant = await _unless_stopped(
@@ -77,6 +85,22 @@ async def run_agent(
                 _log(f"{agent_id}: server reachable again")
                 outage = False
             backoff = BACKOFF_START
+
+
+def prepare_isolation(isolate_all: bool) -> Sandbox | None:
+    """Once per agent process: sweep what dead agents left, and find out whether this
+    agent can confine jobs. One that cannot says so, and takes no untrusted runs (they
+    wait for an agent that can); asked to isolate every run, it refuses to start."""
+    swept = sweep_job_dirs()
+    if swept:
+        _log(f"removed {swept} job directories left by agents that are gone")
+    box = probe()
+    if isinstance(box, Sandbox):
+        return box
+    if isolate_all:
+        raise RuntimeError(f"cannot isolate runs: {box}")
+    _log(f"cannot isolate jobs ({box}); untrusted runs wait for an agent that can")
+    return None
 
 
 async def _unless_stopped(call: Awaitable[T], stop: asyncio.Event) -> T:

@@ -147,6 +147,9 @@ class Cluster:
         self.base.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
         self.sockdir.mkdir(mode=0o700, exist_ok=True)
+        # The cluster trusts whoever reaches its socket, so only its own OS user (and root)
+        # may: an older cluster's directory is closed here too.
+        self.sockdir.chmod(0o700)
         self.logfile.touch(exist_ok=True)
         if not self._as_root:
             return
@@ -205,7 +208,8 @@ class Cluster:
         sock = self.sockdir / f".s.PGSQL.{self.port}"
         if len(str(sock).encode()) > 107:  # sockaddr_un.sun_path limit
             raise ClusterError(f"socket path too long ({sock}); use a shorter directory")
-        opts = ["-k", str(self.sockdir), "-p", str(self.port), "-c", "listen_addresses="]
+        opts = ["-k", str(self.sockdir), "-p", str(self.port), "-c", "listen_addresses=",
+                "-c", "unix_socket_permissions=0700"]
         for o in self.options:
             opts += ["-c", o]
         log = str(self.logfile)

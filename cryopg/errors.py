@@ -57,6 +57,13 @@ class Forbidden(CryoError):
     code, http_status = "forbidden", 403
 
 
+class TenantDenied(CryoError):
+    """A database role in cryo_app acted on an org or project it is not bound to (or it
+    is bound to none): see `cryopg app-role create`."""
+
+    code, http_status = "tenant_denied", 403
+
+
 class SecretWithheld(CryoError):
     """A step of an untrusted run asked for a secret; raised by the agent, no SQLSTATE."""
 
@@ -103,6 +110,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR008": Unauthorized,
     "CR009": IdentityMismatch,
     "CR020": Forbidden,
+    "CR021": TenantDenied,
     "CR030": QueueFull,
     "CR031": LeaseHeld,
 }

@@ -42,6 +42,73 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._app_run_check(p_run_id text) RETURNS void
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT cryo._app_tenant_check(split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2))
+$$;
+
+CREATE FUNCTION cryo._app_tenant() RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+DECLARE
+    v_caller text := cryo._caller();
+    v_bound cryo.app_roles;
+BEGIN
+    IF v_caller = current_user OR pg_has_role(v_caller, current_user, 'MEMBER') THEN
+        RETURN '%';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cryo_app')
+       OR NOT pg_has_role(v_caller, 'cryo_app', 'MEMBER') THEN
+        RETURN '%';
+    END IF;
+    SELECT * INTO v_bound FROM cryo.app_roles b WHERE b.role = v_caller;
+    IF NOT FOUND THEN
+        RETURN '';
+    END IF;
+    RETURN v_bound.org || ':' || coalesce(v_bound.project || ':', '%');
+END
+$$;
+
+CREATE FUNCTION cryo._app_tenant_check(p_org text, p_project text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_tenant text;
+BEGIN
+    IF cryo._caller() = current_user THEN
+        RETURN;
+    END IF;
+    v_tenant := cryo._app_tenant();
+    IF p_org || ':' || p_project || ':' LIKE v_tenant THEN
+        RETURN;
+    END IF;
+    IF v_tenant = '' THEN
+        RAISE EXCEPTION 'database role % is not bound to a tenant (see cryopg app-role create)',
+            cryo._caller() USING ERRCODE = 'CR021';
+    END IF;
+    RAISE EXCEPTION 'database role % may not act on %/%', cryo._caller(),
+        coalesce(p_org, ''), coalesce(p_project, '') USING ERRCODE = 'CR021';
+END
+$$;
+
+CREATE FUNCTION cryo._bind_claim(p_token uuid, p_agent_token text) RETURNS uuid
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN p_agent_token IS NULL THEN p_token
+                ELSE encode(substring(sha256(convert_to(p_agent_token || '/' || p_token::text,
+                                                        'UTF8')) FROM 1 FOR 16), 'hex')::uuid
+           END
+$$;
+
+CREATE FUNCTION cryo._caller() RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN session_user::text
+                ELSE pg_catalog.current_setting('role') END
+$$;
+
 CREATE FUNCTION cryo._check_name(p_what text, p_name text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -86,7 +153,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, agent_id text)
+CREATE FUNCTION cryo._claim(p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision, p_limit integer, p_agent_ids text[] DEFAULT NULL::text[], p_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, agent_id text, agent_token text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -102,7 +169,8 @@ BEGIN
         -- below, the cheapest form of the hottest call.
         v_token := gen_random_uuid();
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = v_token,
+           SET state = 'claimed', claim_token = cryo._bind_claim(v_token, p_agent_tokens[1]),
+               claim_agent_token = p_agent_tokens[1],
                agent_id = coalesce(p_agent_ids[1], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
@@ -118,7 +186,8 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id);
+                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id),
+                          p_agent_tokens[1];
         END IF;
         RETURN;
     END IF;
@@ -131,21 +200,24 @@ BEGIN
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), picked AS (
-        SELECT l.run_id, row_number() OVER () AS n FROM locked l
+        SELECT l.run_id, row_number() OVER () AS n, gen_random_uuid() AS handed FROM locked l
     ), claimed AS (
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = gen_random_uuid(),
+           SET state = 'claimed',
+               claim_token = cryo._bind_claim(picked.handed, p_agent_tokens[picked.n]),
+               claim_agent_token = p_agent_tokens[picked.n],
                agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
-        RETURNING q.run_id, q.claim_token, q.agent_id
+        RETURNING q.run_id, picked.handed, q.agent_id, q.claim_agent_token
     ), started AS (
         UPDATE cryo.runs r
            SET status = 'running', substate = NULL, attempt = r.attempt + 1,
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
-        RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id
+        RETURNING r.id, claimed.handed, r.attempt, r.filename, r.interpreter,
+                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id,
+                  claimed.claim_agent_token
     )
     SELECT * FROM started;
 END
@@ -167,6 +239,7 @@ CREATE TABLE cryo.queue (
     claimed_at timestamp with time zone,
     claim_expires_at timestamp with time zone,
     park_name text,
+    claim_agent_token text,
     CONSTRAINT queue_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'parked'::text])))
 );
 
@@ -279,6 +352,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._digest(p_value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
+                ELSE 'h_' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
+                    CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
+                                               ELSE p_value::text END, 'UTF8')), 'hex'), 24)
+           END
+$$;
+
 CREATE TABLE cryo.journal (
     run_id text NOT NULL,
     org text NOT NULL,
@@ -345,7 +428,12 @@ BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
     INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
-    VALUES (p_run_id, p_org, p_project, 'pending', p_required_caps, cryo.now());
+    SELECT p_run_id, p_org, p_project, 'pending',
+           CASE WHEN r.untrusted AND p_required_caps <> '{graph}'
+                 AND NOT 'isolated' = ANY (p_required_caps)
+                THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
+           cryo.now()
+      FROM cryo.runs r WHERE r.id = p_run_id;
     PERFORM pg_notify('cryo_work', '');
 END
 $$;
@@ -379,7 +467,9 @@ BEGIN
         RETURN to_jsonb(v_text);
     END IF;
     v_a := cryo._eval(p_expr -> 'a', p_scope);
-    IF v_op = 'not' THEN
+    IF v_op = 'digest' THEN
+        RETURN to_jsonb(cryo._digest(v_a));
+    ELSIF v_op = 'not' THEN
         RETURN to_jsonb(NOT cryo._truthy(v_a));
     ELSIF v_op = 'and' THEN
         RETURN to_jsonb(cryo._truthy(v_a) AND cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
@@ -679,8 +769,8 @@ CREATE FUNCTION cryo._park(p_run_id text, p_reason text, p_path text, p_name tex
 BEGIN
     UPDATE cryo.queue
        SET state = 'parked', wake_at = p_wake, park_reason = p_reason, park_path = p_path,
-           park_name = p_name, parked_at = cryo.now(), claim_token = NULL, agent_id = NULL,
-           claimed_at = NULL, claim_expires_at = NULL
+           park_name = p_name, parked_at = cryo.now(), claim_token = NULL,
+           claim_agent_token = NULL, agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
      WHERE run_id = p_run_id;
     UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
      WHERE id = p_run_id;
@@ -789,6 +879,15 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._queue_position(p_run_id text) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT (SELECT count(*) FROM cryo.lease_waiters o
+             WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
+      FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
+     ORDER BY w.id LIMIT 1
+$$;
+
 CREATE FUNCTION cryo._reconcile_admission(p_batch integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -886,8 +985,8 @@ DECLARE
 BEGIN
     WITH requeued AS (
         UPDATE cryo.queue q
-           SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
-               claim_expires_at = NULL
+           SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
+               agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
          WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
         RETURNING q.run_id
     ), runs_back AS (
@@ -1115,6 +1214,13 @@ CREATE FUNCTION cryo._take_lease(p_org text, p_project text, p_group text, p_run
     ON CONFLICT (org, project, grp) DO UPDATE
        SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
            path = excluded.path, acquired_at = excluded.acquired_at
+$$;
+
+CREATE FUNCTION cryo._test_clock() RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.test_database)
 $$;
 
 CREATE FUNCTION cryo._truthy(p_value jsonb) RETURNS boolean
@@ -1426,6 +1532,53 @@ $$;
 
 COMMENT ON FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) IS 'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
 
+CREATE FUNCTION cryo.bind_app_role(p_role text, p_org text, p_project text DEFAULT NULL::text, p_create boolean DEFAULT false, p_login boolean DEFAULT true) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_owner text := (SELECT pg_get_userbyid(n.nspowner) FROM pg_namespace n WHERE n.nspname = 'cryo');
+    v_created boolean := false;
+BEGIN
+    IF p_role IS NULL OR p_role !~ '^[A-Za-z_][A-Za-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'a role name is 1 to 63 letters, digits, _ . - (starting with a letter or _)'
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', coalesce(p_org, '') USING ERRCODE = 'CR005';
+    END IF;
+    IF p_project IS NOT NULL THEN
+        PERFORM cryo._require_project(p_org, p_project);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cryo_app') THEN
+        RAISE EXCEPTION 'role cryo_app does not exist (migrate as a role with CREATEROLE)'
+            USING ERRCODE = 'CR005';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = p_role) THEN
+        IF NOT p_create THEN
+            RAISE EXCEPTION 'no database role %', p_role USING ERRCODE = 'CR005';
+        END IF;
+        EXECUTE format('CREATE ROLE %I %s', p_role, CASE WHEN p_login THEN 'LOGIN' ELSE 'NOLOGIN' END);
+        v_created := true;
+    END IF;
+    IF p_role IN ('cryo_app', 'cryo_dba') OR pg_has_role(p_role, v_owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'role % is one of the engine''s own (it can act as the owner %); bind an application''s own role',
+            p_role, v_owner USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles a ON a.oid = m.roleid
+                   JOIN pg_roles r ON r.oid = m.member
+                    WHERE a.rolname = 'cryo_app' AND r.rolname = p_role) THEN
+        EXECUTE format('GRANT cryo_app TO %I', p_role);
+    END IF;
+    INSERT INTO cryo.app_roles AS b (role, org, project, created_at)
+    VALUES (p_role, p_org, p_project, pg_catalog.now())
+    ON CONFLICT (role) DO UPDATE SET org = excluded.org, project = excluded.project,
+                                     created_at = excluded.created_at;
+    RETURN v_created;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.bind_app_role(p_role text, p_org text, p_project text, p_create boolean, p_login boolean) IS 'Grants cryo_app to a database role and binds it to an org and one of its projects (p_project NULL: all of them), replacing an earlier binding; with p_create a missing role is created first (LOGIN unless p_login is false, no password). Returns true when the role was created here. Raises CR004 for a bad role name or an engine role (the owner, one that can become it, a superuser, cryo_app, cryo_dba), CR005 for an unknown org, project or role (or no cryo_app); permission denied when the caller may not create roles or grant cryo_app.';
+
 CREATE FUNCTION cryo.call_graph(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_workflow text, p_filename text, p_source bytea, p_input bytea, p_graph jsonb, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, child_run_id text, status text, exit_code integer, output bytea, error text)
     LANGUAGE plpgsql
     AS $$
@@ -1504,6 +1657,7 @@ DECLARE
     v_run cryo.runs;
     v_child record;
 BEGIN
+    PERFORM cryo._app_run_check(p_run_id);
     SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
@@ -1529,9 +1683,19 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
+COMMENT ON FUNCTION cryo.cancel_run(p_run_id text) IS 'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one, CR021 when the caller is an application role of another tenant (or of none).';
 
-CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(agent_id text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb)
+CREATE FUNCTION cryo.check_claim(p_run_id text, p_token uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.check_claim(p_run_id text, p_token uuid) IS 'Returns nothing when the token is the run''s live claim (and locks its queue row for the transaction). Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1540,13 +1704,18 @@ BEGIN
         RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
             USING ERRCODE = 'CR004';
     END IF;
+    IF p_agent_tokens IS NOT NULL AND (cardinality(p_agent_tokens) <> cardinality(p_agent_ids)
+                                       OR array_position(p_agent_tokens, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'claim_grants takes one agent token per agent id, none NULL'
+            USING ERRCODE = 'CR004';
+    END IF;
     RETURN QUERY
     WITH c AS MATERIALIZED (
         SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
-                                  cardinality(p_agent_ids), p_agent_ids)
+                                  cardinality(p_agent_ids), p_agent_ids, p_agent_tokens)
     )
-    SELECT c.agent_id, c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter,
-           c.source, c.input, c.input_clear, c.workdir,
+    SELECT c.agent_id, c.agent_token, c.run_id, c.claim_token, c.attempt, c.filename,
+           c.interpreter, c.source, c.input, c.input_clear, c.workdir,
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'seq', j.seq, 'path', j.path, 'family', j.key_family,
                        'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
@@ -1558,12 +1727,13 @@ BEGIN
                        'name', s.name, 'value', encode(s.value, 'base64'),
                        'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
               FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
-             WHERE r.id = c.run_id)
+             WHERE r.id = c.run_id),
+           (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
       FROM c;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+COMMENT ON FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_agent_tokens text[]) IS 'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first, each claim bound to the agent token listed beside its agent (p_agent_tokens; unbound when NULL); returns per claim the agent and agent token it went to, the run, its new token as handed out, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld), and whether the run is untrusted (its agent must confine it). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list, or agent tokens not one per agent.';
 
 CREATE FUNCTION cryo.claim_job(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision) RETURNS TABLE(run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text)
     LANGUAGE plpgsql
@@ -2005,6 +2175,7 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR008', 'unauthorized', 'the token is unknown, revoked or expired'),
         ('CR009', 'identity_mismatch', 'a durable call''s path disagrees with its family, name and ordinal'),
         ('CR020', 'forbidden', 'the member''s role does not allow this'),
+        ('CR021', 'tenant_denied', 'the database role is not bound to that org and project (or to no tenant at all)'),
         ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
         ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group')
 $$;
@@ -2172,11 +2343,12 @@ CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, pro
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
 BEGIN
+    PERFORM cryo._app_run_check(p_run_id);
     RETURN QUERY
         SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+               CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
                cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
@@ -2186,7 +2358,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run.';
+COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.get_webhook(p_org text, p_project text, p_name text) RETURNS TABLE(workflow text, secret bytea, status_url text)
     LANGUAGE plpgsql STABLE
@@ -2626,6 +2798,19 @@ $$;
 
 COMMENT ON FUNCTION cryo.is_terminal(p_status text) IS 'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
 
+CREATE FUNCTION cryo.list_app_roles() RETURNS TABLE(role text, org text, project text, can_login boolean, in_cryo_app boolean, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT b.role, b.org, b.project, r.rolcanlogin,
+           r.oid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles a ON a.oid = m.roleid
+                                          WHERE a.rolname = 'cryo_app' AND m.member = r.oid),
+           b.created_at
+      FROM cryo.app_roles b LEFT JOIN pg_roles r ON r.rolname = b.role
+     ORDER BY b.role
+$$;
+
+COMMENT ON FUNCTION cryo.list_app_roles() IS 'Returns every bound application role with its org and project (NULL: all of the org''s), whether it can log in (NULL: the role no longer exists) and whether it is a member of cryo_app. Raises nothing.';
+
 CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone, depth integer, untrusted boolean, refused text)
     LANGUAGE sql STABLE
     AS $$
@@ -2677,10 +2862,11 @@ CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAU
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
+    SELECT cryo._app_tenant_check(p_org, p_project);
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
@@ -2688,7 +2874,7 @@ CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAU
      LIMIT greatest(p_limit, 0)
 $$;
 
-COMMENT ON FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer) IS 'Returns a project''s newest runs first, at most p_limit. Raises nothing.';
+COMMENT ON FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer) IS 'Returns a project''s newest runs first, at most p_limit. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_parent text DEFAULT NULL::text, p_before text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, trig text, children bigint)
     LANGUAGE sql STABLE
@@ -2700,7 +2886,7 @@ CREATE FUNCTION cryo.list_runs_page(p_org text, p_project text, p_status text DE
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id,
            CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
                 WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
@@ -2795,13 +2981,25 @@ $$;
 
 COMMENT ON FUNCTION cryo.mark_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_path text) IS 'Pins a pending journal marker for a step that is about to run, at the agent''s position p_position. Returns nothing. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path.';
 
+CREATE FUNCTION cryo.mark_test_database() RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.test_database DEFAULT VALUES ON CONFLICT DO NOTHING
+$$;
+
+COMMENT ON FUNCTION cryo.mark_test_database() IS 'Marks this database as a test database: cryo.now() honours cryo.fake_now from then on. Never call it on a production database. Returns nothing; raises nothing.';
+
 CREATE FUNCTION cryo.now() RETURNS timestamp with time zone
     LANGUAGE sql STABLE
     AS $$
-    SELECT coalesce(nullif(current_setting('cryo.fake_now', true), '')::timestamptz, now())
+    SELECT CASE WHEN coalesce(pg_catalog.current_setting('cryo.fake_now', true), '') = ''
+                THEN pg_catalog.now()
+                WHEN cryo._test_clock()
+                THEN pg_catalog.current_setting('cryo.fake_now')::timestamptz
+                ELSE pg_catalog.now() END
 $$;
 
-COMMENT ON FUNCTION cryo.now() IS 'Returns the engine time: the session setting cryo.fake_now when set, else now(). Raises nothing.';
+COMMENT ON FUNCTION cryo.now() IS 'Returns the engine time: the session setting cryo.fake_now when set in a test database (one marked by cryo.mark_test_database), else now(). Raises nothing.';
 
 CREATE FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_seconds double precision, p_path text DEFAULT NULL::text) RETURNS timestamp with time zone
     LANGUAGE plpgsql
@@ -2857,12 +3055,13 @@ CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_pa
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
+    SELECT cryo._app_tenant_check(p_org, p_project);
     SELECT cryo._publish_event(p_org, p_project, p_name, p_sealed,
                                CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END,
                                NULL)
 $$;
 
-COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.put_compiled_workflow(p_org text, p_project text, p_name text, p_compiled jsonb) RETURNS void
     LANGUAGE plpgsql
@@ -2958,13 +3157,11 @@ CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
-    SELECT (SELECT count(*) FROM cryo.lease_waiters o
-             WHERE o.org = w.org AND o.project = w.project AND o.grp = w.grp AND o.id <= w.id)::integer
-      FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
-     ORDER BY w.id LIMIT 1
+    SELECT cryo._app_run_check(p_run_id);
+    SELECT cryo._queue_position(p_run_id)
 $$;
 
-COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
+COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer DEFAULT 1000) RETURNS TABLE(seq integer, family text, name text, ordinal integer, label text, attempt integer, status text, exit_code integer, due_at timestamp with time zone, created_at timestamp with time zone, completed_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -3011,6 +3208,7 @@ CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind t
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
+    SELECT cryo._app_run_check(p_run_id);
     SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload,
            h.created_at, j.label
       FROM cryo.history h
@@ -3021,7 +3219,7 @@ CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind t
      WHERE h.run_id = p_run_id ORDER BY h.id
 $$;
 
-COMMENT ON FUNCTION cryo.read_history(p_run_id text) IS 'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_history(p_run_id text) IS 'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.read_journal(p_run_id text, p_token uuid) RETURNS TABLE(seq integer, path text, family text, name text, ordinal integer, status text, result bytea, exit_code integer, answer_clear jsonb, ref_run_id text)
     LANGUAGE plpgsql
@@ -3072,6 +3270,15 @@ CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, i
 $$;
 
 COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id and the trigger (kind, name, handler depth) that started it; no row for an unknown run. Raises nothing.';
+
+CREATE FUNCTION cryo.read_secret_values(p_org text, p_project text) RETURNS TABLE(name text, value bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.name, s.value FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+
+COMMENT ON FUNCTION cryo.read_secret_values(p_org text, p_project text) IS 'Returns a project''s secrets with their sealed values, by name, for the server to mask them in what users read. Raises nothing.';
 
 CREATE FUNCTION cryo.read_status_post(p_run_id text) RETURNS TABLE(webhook text, url text, state text, attempts integer, last_error text)
     LANGUAGE sql STABLE
@@ -3154,9 +3361,8 @@ CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities 
     AS $$
     INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
     VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
-    ON CONFLICT (id) DO UPDATE
-       SET org = excluded.org, capabilities = excluded.capabilities,
-           last_seen_at = excluded.last_seen_at
+    ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
+       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at
 $$;
 
 COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) IS 'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
@@ -3415,6 +3621,7 @@ DECLARE
     v_clear jsonb := CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END;
     v_id bigint;
 BEGIN
+    PERFORM cryo._app_run_check(p_run_id);
     PERFORM cryo._check_name('signal', p_name);
     SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
     SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
@@ -3443,7 +3650,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Sends a named signal to a live run -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Sends a named signal to a live run -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.set_admission_queue_limit(p_org text, p_project text, p_limit integer) RETURNS void
     LANGUAGE plpgsql
@@ -3831,6 +4038,7 @@ DECLARE
     v_wf cryo.workflows;
     v_id text;
 BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
     SELECT * INTO v_wf FROM cryo.workflows
      WHERE org = p_org AND project = p_project AND name = p_workflow;
     IF NOT FOUND THEN
@@ -3849,7 +4057,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql
@@ -3996,6 +4204,26 @@ $$;
 
 COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
+CREATE FUNCTION cryo.unbind_app_role(p_role text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    DELETE FROM cryo.app_roles WHERE role = p_role;
+    v_found := FOUND;
+    IF EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles a ON a.oid = m.roleid
+               JOIN pg_roles r ON r.oid = m.member
+                WHERE a.rolname = 'cryo_app' AND r.rolname = p_role) THEN
+        EXECUTE format('REVOKE cryo_app FROM %I', p_role);
+        v_found := true;
+    END IF;
+    RETURN v_found;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.unbind_app_role(p_role text) IS 'Removes a role''s tenant binding and its membership of cryo_app (the role itself stays). Returns false when it had neither. Raises permission denied when the caller may not revoke cryo_app.';
+
 CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, failed integer)
     LANGUAGE plpgsql
     AS $$
@@ -4119,6 +4347,15 @@ CREATE TABLE cryo.agents (
     last_seen_at timestamp with time zone NOT NULL
 );
 
+CREATE TABLE cryo.app_roles (
+    role text NOT NULL,
+    org text NOT NULL,
+    project text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE cryo.app_roles IS 'Database roles in cryo_app and the tenant each may act on: one org, and one project of it or (project NULL) all of them. A cryo_app member without a row here is refused everything.';
+
 CREATE TABLE cryo.event_handlers (
     org text NOT NULL,
     project text NOT NULL,
@@ -4193,7 +4430,7 @@ CREATE TABLE cryo.node_states (
 
 COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded), fan-out size, sealed output.';
 
-CREATE VIEW cryo.graph_nodes AS
+CREATE VIEW cryo.graph_nodes WITH (security_barrier='true') AS
  SELECT n.run_id,
     n.org,
     n.project,
@@ -4209,7 +4446,7 @@ CREATE VIEW cryo.graph_nodes AS
     n.error
    FROM (cryo.node_states n
      JOIN cryo.runs r ON ((r.id = n.run_id)))
-  WHERE (NOT cryo.is_terminal(r.status));
+  WHERE ((NOT cryo.is_terminal(r.status)) AND ((((n.org || ':'::text) || n.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant)));
 
 COMMENT ON VIEW cryo.graph_nodes IS 'One row per node of every live graph run: type, status, fan-out size, attempt, times.';
 
@@ -4262,7 +4499,7 @@ CREATE TABLE cryo.leases (
     CONSTRAINT leases_kind_check CHECK ((kind = ANY (ARRAY['admission'::text, 'script'::text, 'graph'::text])))
 );
 
-CREATE VIEW cryo.lease_holders AS
+CREATE VIEW cryo.lease_holders WITH (security_barrier='true') AS
  SELECT l.org,
     l.project,
     l.grp AS concurrency_group,
@@ -4276,11 +4513,12 @@ CREATE VIEW cryo.lease_holders AS
            FROM cryo.lease_waiters w
           WHERE ((w.org = l.org) AND (w.project = l.project) AND (w.grp = l.grp))) AS waiting
    FROM (cryo.leases l
-     JOIN cryo.runs r ON ((r.id = l.holder_run_id)));
+     JOIN cryo.runs r ON ((r.id = l.holder_run_id)))
+  WHERE ((((l.org || ':'::text) || l.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant));
 
 COMMENT ON VIEW cryo.lease_holders IS 'One row per held concurrency group lease (a submit''s group or a script''s lock): the holding run, since when, and how many wait.';
 
-CREATE VIEW cryo.lease_queues AS
+CREATE VIEW cryo.lease_queues WITH (security_barrier='true') AS
  SELECT w.org,
     w.project,
     w.grp AS concurrency_group,
@@ -4289,7 +4527,8 @@ CREATE VIEW cryo.lease_queues AS
     row_number() OVER (PARTITION BY w.org, w.project, w.grp ORDER BY w.id) AS "position",
     w.enqueued_at,
     (cryo.now() - w.enqueued_at) AS waiting_for
-   FROM cryo.lease_waiters w;
+   FROM cryo.lease_waiters w
+  WHERE ((((w.org || ':'::text) || w.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant));
 
 COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group''s lease, with their FIFO position (1 is next).';
 
@@ -4302,7 +4541,7 @@ CREATE SEQUENCE cryo.lease_waiters_id_seq
 
 ALTER SEQUENCE cryo.lease_waiters_id_seq OWNED BY cryo.lease_waiters.id;
 
-CREATE VIEW cryo.live_claims AS
+CREATE VIEW cryo.live_claims WITH (security_barrier='true') AS
  SELECT q.run_id,
     q.org,
     q.project,
@@ -4313,7 +4552,7 @@ CREATE VIEW cryo.live_claims AS
     r.attempt
    FROM (cryo.queue q
      JOIN cryo.runs r ON ((r.id = q.run_id)))
-  WHERE (q.state = 'claimed'::text);
+  WHERE ((q.state = 'claimed'::text) AND ((((q.org || ':'::text) || q.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant)));
 
 COMMENT ON VIEW cryo.live_claims IS 'Claims held right now: which agent, since when, and when the claim expires unless renewed.';
 
@@ -4357,7 +4596,7 @@ CREATE TABLE cryo.orgs (
     CONSTRAINT orgs_slug_check CHECK ((slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'::text))
 );
 
-CREATE VIEW cryo.parked_runs AS
+CREATE VIEW cryo.parked_runs WITH (security_barrier='true') AS
  SELECT q.run_id,
     q.org,
     q.project,
@@ -4369,11 +4608,11 @@ CREATE VIEW cryo.parked_runs AS
     (q.wake_at - cryo.now()) AS wakes_in,
     (cryo.now() - q.parked_at) AS parked_for
    FROM cryo.queue q
-  WHERE (q.state = 'parked'::text);
+  WHERE ((q.state = 'parked'::text) AND ((((q.org || ':'::text) || q.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant)));
 
 COMMENT ON VIEW cryo.parked_runs IS 'Runs suspended in the queue: why (reason, the call they wait on) and until when.';
 
-CREATE VIEW cryo.pending_runs AS
+CREATE VIEW cryo.pending_runs WITH (security_barrier='true') AS
  SELECT q.run_id,
     q.org,
     q.project,
@@ -4381,7 +4620,7 @@ CREATE VIEW cryo.pending_runs AS
     q.enqueued_at,
     (cryo.now() - q.enqueued_at) AS waiting_for
    FROM cryo.queue q
-  WHERE (q.state = 'pending'::text);
+  WHERE ((q.state = 'pending'::text) AND ((((q.org || ':'::text) || q.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant)));
 
 COMMENT ON VIEW cryo.pending_runs IS 'Runs waiting for an agent, oldest first by enqueued_at.';
 
@@ -4409,7 +4648,7 @@ CREATE TABLE cryo.run_outputs (
     updated_at timestamp with time zone NOT NULL
 );
 
-CREATE VIEW cryo.run_overview AS
+CREATE VIEW cryo.run_overview WITH (security_barrier='true') AS
  SELECT r.id,
     r.org,
     r.project,
@@ -4428,7 +4667,8 @@ CREATE VIEW cryo.run_overview AS
     q.wake_at,
     q.agent_id
    FROM (cryo.runs r
-     LEFT JOIN cryo.queue q ON ((q.run_id = r.id)));
+     LEFT JOIN cryo.queue q ON ((q.run_id = r.id)))
+  WHERE ((((r.org || ':'::text) || r.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant));
 
 COMMENT ON VIEW cryo.run_overview IS 'One row per run: status, substate, attempt, ages, and its live queue facts.';
 
@@ -4515,7 +4755,7 @@ COMMENT ON COLUMN cryo.state_cells.version IS 'Counts every write and delete of 
 
 COMMENT ON COLUMN cryo.state_cells.created_by_run IS 'The run that created (or re-created after a delete) the cell; an add by that run still holds it.';
 
-CREATE VIEW cryo.state_overview AS
+CREATE VIEW cryo.state_overview WITH (security_barrier='true') AS
  SELECT c.org,
     c.project,
         CASE
@@ -4531,7 +4771,8 @@ CREATE VIEW cryo.state_overview AS
     c.updated_by_run,
     c.created_at,
     c.updated_at
-   FROM cryo.state_cells c;
+   FROM cryo.state_cells c
+  WHERE ((((c.org || ':'::text) || c.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant));
 
 COMMENT ON VIEW cryo.state_overview IS 'One row per state cell: scope, key, version, who created and last wrote it, and the sealed size. Values stay sealed and are not shown.';
 
@@ -4551,6 +4792,14 @@ CREATE TABLE cryo.status_posts (
 );
 
 COMMENT ON TABLE cryo.status_posts IS 'Outbound commit statuses: a webhook run''s outcome to POST to its webhook''s status_url when the run ends. The server sends them outside any engine transaction.';
+
+CREATE TABLE cryo.test_database (
+    only_row boolean DEFAULT true NOT NULL,
+    marked_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT test_database_only_row_check CHECK (only_row)
+);
+
+COMMENT ON TABLE cryo.test_database IS 'Present (one row) only in a database made for tests: there cryo.now() honours the session setting cryo.fake_now. Never mark a production database.';
 
 CREATE TABLE cryo.tokens (
     id text NOT NULL,
@@ -4603,8 +4852,14 @@ ALTER TABLE ONLY cryo.logs ALTER COLUMN id SET DEFAULT nextval('cryo.logs_id_seq
 
 ALTER TABLE ONLY cryo.signals ALTER COLUMN id SET DEFAULT nextval('cryo.signals_id_seq'::regclass);
 
+ALTER TABLE cryo.agents
+    ADD CONSTRAINT agents_id_shape CHECK ((id ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$'::text)) NOT VALID;
+
 ALTER TABLE ONLY cryo.agents
-    ADD CONSTRAINT agents_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT agents_pkey PRIMARY KEY (org, id);
+
+ALTER TABLE ONLY cryo.app_roles
+    ADD CONSTRAINT app_roles_pkey PRIMARY KEY (role);
 
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_pkey PRIMARY KEY (org, project, name);
@@ -4671,6 +4926,9 @@ ALTER TABLE ONLY cryo.state_cells
 
 ALTER TABLE ONLY cryo.status_posts
     ADD CONSTRAINT status_posts_pkey PRIMARY KEY (run_id);
+
+ALTER TABLE ONLY cryo.test_database
+    ADD CONSTRAINT test_database_pkey PRIMARY KEY (only_row);
 
 ALTER TABLE ONLY cryo.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
@@ -4745,6 +5003,12 @@ CREATE TRIGGER runs_inherit_untrusted BEFORE INSERT OR UPDATE OF parent_run_id O
 
 ALTER TABLE ONLY cryo.agents
     ADD CONSTRAINT agents_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.app_roles
+    ADD CONSTRAINT app_roles_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.app_roles
+    ADD CONSTRAINT app_roles_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_org_project_workflow_fkey FOREIGN KEY (org, project, workflow) REFERENCES cryo.workflows(org, project, name) ON DELETE CASCADE;

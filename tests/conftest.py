@@ -85,9 +85,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _migrate(
     host: str, port: int, user: str, dbname: str, password: str | None = None, **_: Any
 ) -> None:
+    import psycopg
+
     from cryopg.migrate import migrate  # lazy: only tests that use a database need it
 
-    migrate(make_conninfo("", host=host, port=port, user=user, dbname=dbname))
+    conninfo = make_conninfo("", host=host, port=port, user=user, dbname=dbname)
+    migrate(conninfo)
+    # A test database: cryo.fake_now moves its clock (every test's clone inherits the mark).
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("SELECT cryo.mark_test_database()")
 
 
 postgresql_noproc = factories.postgresql_noproc(

@@ -1,17 +1,20 @@
 """Commands for an org's admins, over HTTP with the user token: secrets, members,
 projects. A secret's value is read from stdin or a file, never from argv (argv shows
-in `ps` and in shell history)."""
+in `ps` and in shell history). And `app-role`, an operator command on the database
+itself (like `token`): the database roles applications log in as, each bound to a tenant."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import click
 
 from cryopg.cli.client import Client
+from cryopg.cli.processes import DB_URL
 from cryopg.cli.target import resolve
 
 
@@ -167,4 +170,73 @@ def project_retention(slug: str, runs: float | None, events: float | None) -> No
     click.echo(f"events\t{_days(got['events_seconds'])}")  # type: ignore[index]
 
 
-COMMANDS = [secret, member, project]
+@click.group("app-role")
+def app_role() -> None:
+    """Database roles of applications (members of cryo_app), each held to one org and
+    optionally one project. Needs a database role that may create roles (the schema
+    owner or a superuser)."""
+
+
+def _on_database(database_url: str | None, work: Any) -> Any:
+    import psycopg
+
+    from cryopg.cli.processes import _fail, _with_pool
+
+    try:
+        return _with_pool(database_url, work)
+    except psycopg.Error as exc:  # e.g. permission denied: the caller may not create roles
+        raise _fail(exc) from None
+
+
+@app_role.command("create")
+@DB_URL
+@click.argument("role")
+@click.option("--org", required=True, help="The org the role may act on.")
+@click.option("--project", help="Only this project of the org (default: all of them).")
+@click.option("--login/--nologin", default=True, show_default=True,
+              help="Whether a role created here may log in (an existing role keeps its own).")
+def app_role_create(database_url: str | None, role: str, org: str, project: str | None,
+                    login: bool) -> None:
+    """Create ROLE if missing (without a password), make it a member of cryo_app and bind
+    it to --org [--project]; binding an existing role again moves it to that tenant."""
+    from cryopg.engine.tenancy import bind_app_role
+
+    async def work(conn: Any) -> bool:
+        return await bind_app_role(conn, role, org, project, create=True, login=login)
+
+    created = _on_database(database_url, work)
+    where = f"{org}/{project}" if project else f"{org} (every project)"
+    click.echo(f"{'created' if created else 'bound'} role {role}: {where}")
+
+
+@app_role.command("list")
+@DB_URL
+def app_role_list(database_url: str | None) -> None:
+    """Print every application role: role, org, project (* for all), login, membership."""
+    from cryopg.engine.tenancy import list_app_roles
+
+    async def work(conn: Any) -> Any:
+        return await list_app_roles(conn)
+
+    for r in _on_database(database_url, work):
+        login = "missing" if r.can_login is None else "login" if r.can_login else "nologin"
+        member = "cryo_app" if r.in_cryo_app else "not-in-cryo_app"
+        click.echo(f"{r.role}\t{r.org}\t{r.project or '*'}\t{login}\t{member}")
+
+
+@app_role.command("drop")
+@DB_URL
+@click.argument("role")
+def app_role_drop(database_url: str | None, role: str) -> None:
+    """Remove ROLE's binding and its membership of cryo_app; the role itself stays
+    (DROP ROLE it in psql if it should go)."""
+    from cryopg.engine.tenancy import unbind_app_role
+
+    async def work(conn: Any) -> bool:
+        return await unbind_app_role(conn, role)
+
+    done = _on_database(database_url, work)
+    click.echo(f"unbound {role}" if done else f"{role} was not an application role")
+
+
+COMMANDS = [secret, member, project, app_role]

@@ -7,6 +7,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import click
 
@@ -19,6 +20,25 @@ class ApiError(click.ClickException):
         self.code, self.status = code, status
 
 
+def valid_text(value: str, what: str) -> str:
+    """`value` when it is text a server can take: a command-line argument that is not
+    valid UTF-8 reaches Python as lone surrogates, which nothing can encode."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = value.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+        raise click.ClickException(f"{what} {shown[:80]!r} is not valid UTF-8") from None
+    if "\x00" in value:
+        raise click.ClickException(f"{what} must not hold a NUL character")
+    return value
+
+
+def part(value: str, what: str = "a name") -> str:
+    """One path segment, percent-encoded (a ':' is kept: run ids read better with it),
+    so a '/', '?' or '#' in a name stays in the name."""
+    return quote(valid_text(value, what), safe=":")
+
+
 class Client:
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -26,8 +46,9 @@ class Client:
     def _request(self, method: str, path: str, body: Any = None,
                  timeout: float | None = 60) -> Any:
         data = None if body is None else json.dumps(body).encode()
+        valid_text(path, "the path")
         req = urllib.request.Request(
-            self.target.url + path, data=data, method=method,
+            self.target.url + quote(path, safe="/:?&=%+,;@!$'()*~"), data=data, method=method,
             headers={"Authorization": f"Bearer {self.target.token}",
                      "Content-Type": "application/json"})
         try:

@@ -14,6 +14,7 @@ from cryopg.cli.inscript_client import (
     agent_socket,
     call,
     format_value,
+    inside_run,
     parse_duration,
     parse_value,
     run_step,
@@ -96,9 +97,10 @@ def state_goes_to_server(argv: list[str]) -> bool:
     HTTP (the click CLI); inside a run the socket answers and click is never imported."""
     if not argv or argv[0] != "state":
         return False
-    if not os.environ.get("CRYO_SOCKET"):
+    if any(a == "--run" or a.startswith("--run=") for a in argv[1:]):
         return True
-    return any(a == "--run" or a.startswith("--run=") for a in argv[1:])
+    # A step body has no socket: answered here, it fails as every nested call does.
+    return not os.environ.get("CRYO_SOCKET") and not inside_run()
 
 
 def _asks_help(args: list[str]) -> bool:

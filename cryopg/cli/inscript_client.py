@@ -15,6 +15,15 @@ from cryopg.cli import lean
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+# The handles an agent gives a job. A step body keeps only the last: it makes no
+# durable calls of its own, but is still inside a run.
+RUN_MARKERS = ("CRYO_SOCKET", "CRYO_RUN_ID", "CRYO_INPUT_FILE", "CRYO_IDEMPOTENCY_KEY")
+
+
+def inside_run() -> bool:
+    return any(os.environ.get(name) for name in RUN_MARKERS)
+
+
 class UsageError(Exception):
     pass
 
@@ -49,6 +58,8 @@ def parse_value(text: str) -> object:
 
     try:
         value = lean.loads(text, parse_constant=refuse)
+    except RecursionError:
+        raise UsageError(f"value {_clip(text)} is nested too deep") from None
     except ValueError:
         if text.lstrip(" \t\n\r")[:1] in ("{", "[", '"'):
             raise UsageError(f"value {_clip(text)} looks like JSON but is not valid JSON; "
@@ -84,6 +95,9 @@ def format_value(value: object) -> str:
 def agent_socket(verb: str) -> str:
     path = os.environ.get("CRYO_SOCKET")
     if not path:
+        if inside_run():
+            raise UsageError("no agent socket here: this is a step's body, and a durable "
+                             "call cannot be made inside a step (steps do not nest)")
         raise UsageError("not inside a run (CRYO_SOCKET is not set)")
     return path
 

@@ -7,12 +7,11 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import click
 
 from cryopg.cli import admin, pipeline, processes, triggers
-from cryopg.cli.client import Client
+from cryopg.cli.client import Client, part, valid_text
 from cryopg.cli.target import resolve
 
 # How a finished run maps to this process's exit code.
@@ -59,6 +58,13 @@ class _OneLineErrors(click.Group):
         except click.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
+        except (UnicodeError, RecursionError) as e:
+            # The last guard against a traceback: text that is not UTF-8, or a value
+            # nested beyond what Python reads, that no check above caught first.
+            what = "text that is not valid UTF-8" if isinstance(e, UnicodeError) else (
+                "a value nested too deep")
+            click.echo(f"Error: cannot use {what}", err=True)
+            sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -74,10 +80,10 @@ for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *trigg
 
 def _follow(client: Client, run_id: str) -> int:
     out = sys.stdout.buffer
-    for chunk in client.stream(f"/runs/{run_id}/logs?follow=1"):
+    for chunk in client.stream(f"/runs/{part(run_id, 'run id')}/logs?follow=1"):
         out.write(chunk)
         out.flush()
-    run = client.call("GET", f"/runs/{run_id}")
+    run = client.call("GET", f"/runs/{part(run_id, 'run id')}")
     if run["status"] != "succeeded":
         detail = f" ({run['error']})" if run.get("error") else ""
         click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
@@ -94,12 +100,17 @@ def _read_script(file: Path) -> str:
 
 
 def _parse_json(text: str | None, what: str) -> Any:
+    """JSON the server will take (cryopg/jsonlimits.py: depth, integers, text), or one
+    line saying why not."""
+    from cryopg.jsonlimits import JsonLimitError, loads
+
     if text is None:
         return None
     try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from exc
+        return loads(valid_text(text, what), what)
+    except JsonLimitError as exc:
+        raise click.BadParameter(str(exc) if str(exc).startswith(what)
+                                 else f"{what}: {exc}") from None
 
 
 @cli.command()
@@ -190,7 +201,7 @@ def runs(ctx: click.Context, as_json: bool, limit: int) -> None:
 def runs_show(run: str, as_json: bool) -> None:
     """Show one run (a bare run-… is of the active project)."""
     target = resolve()
-    got = Client(target).call("GET", f"/runs/{target.qualify(run)}")
+    got = Client(target).call("GET", f"/runs/{part(target.qualify(run), 'run id')}")
     if as_json:
         click.echo(json.dumps(got, indent=2))
         return
@@ -244,7 +255,7 @@ def approve(run: str, node: str, answer: str) -> None:
         raise click.BadParameter("the answer must be a JSON object", param_hint="--json")
     target = resolve()
     got = Client(target).call(
-        "POST", f"/runs/{quote(target.qualify(run), safe=':')}/approvals/{quote(node, safe='')}",
+        "POST", f"/runs/{part(target.qualify(run), 'run id')}/approvals/{part(node, 'node')}",
         value)
     click.echo(f"approved {node} of {target.qualify(run)} as {got['approved_by']}")
 
@@ -256,7 +267,7 @@ def approve(run: str, node: str, answer: str) -> None:
 def rerun(run: str, from_node: str) -> None:
     """Start a new run of graph run RUN's pinned definition from NODE."""
     target = resolve()
-    got = Client(target).call("POST", f"/runs/{quote(target.qualify(run), safe=':')}/rerun",
+    got = Client(target).call("POST", f"/runs/{part(target.qualify(run), 'run id')}/rerun",
                               {"from": from_node})
     click.echo(got["id"])
 
@@ -272,7 +283,7 @@ def logs(run: str, follow: bool) -> None:
     if follow:
         sys.exit(_follow(client, run_id))
     out = sys.stdout.buffer
-    for chunk in client.stream(f"/runs/{run_id}/logs"):
+    for chunk in client.stream(f"/runs/{part(run_id, 'run id')}/logs"):
         out.write(chunk)
     out.flush()
 
@@ -282,7 +293,7 @@ def logs(run: str, follow: bool) -> None:
 def cancel(run: str) -> None:
     """Cancel a run: a parked or pending one ends now, a running one is stopped."""
     target = resolve()
-    got = Client(target).call("POST", f"/runs/{target.qualify(run)}/cancel")
+    got = Client(target).call("POST", f"/runs/{part(target.qualify(run), 'run id')}/cancel")
     click.echo(f"{got['id']} {got['cancel']}")
 
 
@@ -300,7 +311,8 @@ def signal(run: str, name: str, payload: str | None) -> None:
         body = {"payload": None if payload is None else parse_value(payload)}
     except UsageError as e:
         raise click.BadParameter(str(e), param_hint="PAYLOAD") from None
-    Client(target).call("POST", f"/runs/{run_id}/signal/{name}", body)
+    Client(target).call(
+        "POST", f"/runs/{part(run_id, 'run id')}/signal/{part(name, 'signal name')}", body)
     click.echo(f"signalled {run_id} {name}")
 
 
@@ -312,6 +324,8 @@ def events(name: str | None, limit: int, as_json: bool) -> None:
     """List the project's bus events, newest first."""
     from urllib.parse import urlencode
 
+    if name is not None:
+        valid_text(name, "--name")
     query = urlencode({k: v for k, v in (("name", name), ("limit", limit)) if v is not None})
     listed = Client(resolve()).call("GET", f"/events?{query}")["events"]
     if as_json:
@@ -344,7 +358,7 @@ def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
     if pipeline.is_pipeline_file(file, source):
         pipeline.check(file, source)
     target = resolve()
-    got = Client(target).call("PUT", f"/workflows/{name}",
+    got = Client(target).call("PUT", f"/workflows/{part(name, 'workflow name')}",
                               {"source": source, "filename": file.name,
                                "interpreter": interpreter})
     kind = {"pipeline": "pipeline", "graph": "graph"}.get(got.get("kind"), "script")
@@ -359,7 +373,7 @@ def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
 def workflow_get(name: str, with_source: bool, as_json: bool) -> None:
     """Show stored workflow NAME: its kind (script, graph or pipeline), file and jobs."""
     target = resolve()
-    got = Client(target).call("GET", f"/workflows/{quote(name, safe='')}"
+    got = Client(target).call("GET", f"/workflows/{part(name, 'workflow name')}"
                               + ("?source=1" if with_source else ""))
     if as_json:
         click.echo(json.dumps(got, indent=2))
@@ -396,8 +410,8 @@ def _state_path(run: str | None, entity: str | None) -> tuple[Client, str]:
         raise click.UsageError("outside a run, name the scope: --run RUN or --entity NAME")
     target = resolve()
     if run is not None:
-        return Client(target), f"/runs/{quote(target.qualify(run), safe=':')}/state"
-    return Client(target), f"/entities/{quote(str(entity), safe='')}/state"
+        return Client(target), f"/runs/{part(target.qualify(run), 'run id')}/state"
+    return Client(target), f"/entities/{part(str(entity), 'entity')}/state"
 
 
 def _state_get(key: str, run: str | None, entity: str | None, version: bool) -> None:
@@ -406,7 +420,7 @@ def _state_get(key: str, run: str | None, entity: str | None, version: bool) -> 
 
     client, path = _state_path(run, entity)
     try:
-        got = client.call("GET", f"{path}/{quote(key, safe='')}")
+        got = client.call("GET", f"{path}/{part(key, 'key')}")
     except ApiError as exc:
         if exc.status == 404 and exc.code == "not_found":
             return  # an unset cell prints nothing, as inside a run

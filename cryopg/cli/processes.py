@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file
+from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file, refuse_inside_run
 from cryopg.errors import CryoError
 
 DB_URL = click.option("--database-url", envvar="CRYOPG_DATABASE_URL", metavar="URL",
@@ -130,11 +130,17 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
 
 
 async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix: str,
-                      stop: asyncio.Event, *, local: bool) -> list[asyncio.Task[None]]:
-    from agent.loop import run_agent
+                      stop: asyncio.Event, *, local: bool,
+                      isolate_all: bool = False) -> list[asyncio.Task[None]]:
+    from agent.loop import prepare_isolation, run_agent
 
+    try:
+        box = await asyncio.to_thread(prepare_isolation, isolate_all)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from exc
     return [asyncio.create_task(run_agent(url, token, agent_id=f"{prefix}-{i + 1}",
-                                          capabilities=caps, stop=stop, local=local))
+                                          capabilities=caps, stop=stop, local=local,
+                                          sandbox=box, isolate_all=isolate_all))
             for i in range(count)]
 
 
@@ -161,8 +167,11 @@ async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
               help="Run scripts in the directory they were submitted from (--local), or in a "
                    "scratch directory (--scratch). Default: --local when serving the dev stack "
                    "found here, else --scratch.")
+@click.option("--isolate", is_flag=True,
+              help="Confine every run, not only untrusted ones: another OS user, its own PID, "
+                   "mount and network namespaces (needs bubblewrap).")
 def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_id: str | None,
-              count: int, local: bool | None) -> None:
+              count: int, local: bool | None, isolate: bool) -> None:
     """Run an agent that claims and runs jobs (from a dev directory, or with --url and --token)."""
     if local is None:
         local = not url and find_dev_file() is not None
@@ -178,7 +187,8 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
 
     async def run() -> None:
         stop = _stop_event()
-        tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local)
+        tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local,
+                                  isolate_all=isolate)
         await stop.wait()
         await _stop_agents(tasks)
 
@@ -255,6 +265,7 @@ def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample:
     from cryopg.devpg import Cluster, ClusterError
     from cryopg.server.config import ServerConfig
 
+    refuse_inside_run()
     state = Path.cwd() / STATE_DIR
     state.mkdir(exist_ok=True)
     cluster = None

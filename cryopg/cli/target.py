@@ -34,7 +34,20 @@ class Target:
         return f"/api/v1/orgs/{self.org}/projects/{self.project}"
 
 
+def refuse_inside_run() -> None:
+    """A script must not act with the dev stack's credentials: inside a run the CLI
+    speaks only the job's socket (a server reached on purpose, with CRYOPG_URL and
+    CRYOPG_TOKEN the script set itself, is its own business)."""
+    from cryopg.cli.inscript_client import inside_run
+
+    if inside_run():
+        raise click.ClickException(
+            "inside a run the CLI never uses the dev stack's credentials (.cryopg/); use "
+            "the in-script verbs (`cryopg spawn` starts a child run)")
+
+
 def find_dev_file(start: Path | None = None) -> Path | None:
+    refuse_inside_run()
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / STATE_DIR / DEV_FILE

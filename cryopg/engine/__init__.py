@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from cryopg.engine.claim import (
     append_log,
+    check_claim,
     claim_grants,
     claim_job,
     claim_jobs,
@@ -93,6 +94,7 @@ from cryopg.engine.tenancy import (
     list_org_keys,
     list_secrets,
     put_member,
+    read_secret_values,
     remove_member,
     rename_project,
     rewrap_org_keys,
@@ -258,6 +260,7 @@ __all__ = [
     "authenticate_token",
     "authorize_user",
     "cancel_run",
+    "check_claim",
     "claim_grants",
     "claim_job",
     "claim_jobs",
@@ -293,6 +296,7 @@ __all__ = [
     "read_last_attempt_log",
     "read_logs",
     "read_outputs",
+    "read_secret_values",
     "StepItem",
     "record_steps",
     "register_agent",

@@ -37,24 +37,32 @@ def _claim_grant(row: dict[str, Any]) -> ClaimGrant:
     claim = Claim(run_id=row["run_id"], claim_token=row["claim_token"], attempt=row["attempt"],
                   filename=row["filename"], interpreter=row["interpreter"],
                   source=row["source"], input=row["input"], input_clear=row["input_clear"],
-                  workdir=row["workdir"])
+                  workdir=row["workdir"], untrusted=bool(row["untrusted"]))
     journal = [Memo(seq=m["seq"], path=m["path"], family=m["family"], name=m["name"],
                     ordinal=m["ordinal"], status=m["status"], result=_b64(m["result"]),
                     exit_code=m["exit_code"], answer_clear=m["answer_clear"],
                     ref_run_id=m["ref_run_id"]) for m in row["journal"]]
     secrets = [ClaimSecret(name=s["name"], value=_b64(s["value"]), withheld=s["withheld"])
                for s in row["secrets"]]
-    return ClaimGrant(agent_id=row["agent_id"], claim=claim, journal=journal, secrets=secrets)
+    return ClaimGrant(agent_id=row["agent_id"], claim=claim, journal=journal, secrets=secrets,
+                      agent_token=row["agent_token"])
 
 
 async def claim_grants(conn: AsyncConnection, org: str, agent_ids: list[str], caps: list[str],
-                       claim_seconds: float) -> list[ClaimGrant]:
+                       claim_seconds: float,
+                       agent_tokens: list[str] | None = None) -> list[ClaimGrant]:
     """One claim per waiting agent (fewer when fewer runs are pending), each with the
-    run's memos and the secrets its grant may carry, in one transaction."""
+    run's memos and the secrets its grant may carry, in one transaction; with
+    agent_tokens (one per agent), each claim is bound to its agent's token."""
     cur = conn.cursor(row_factory=dict_row)
-    await cur.execute("SELECT * FROM cryo.claim_grants(%s, %s, %s, %s)",
-                      (org, agent_ids, caps, claim_seconds), prepare=True)
+    await cur.execute("SELECT * FROM cryo.claim_grants(%s, %s, %s, %s, %s)",
+                      (org, agent_ids, caps, claim_seconds, agent_tokens), prepare=True)
     return [_claim_grant(row) for row in await cur.fetchall()]
+
+
+async def check_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
+    """Raises StaleClaim unless the token is the run's live claim."""
+    await conn.execute("SELECT cryo.check_claim(%s, %s)", (run_id, token))
 
 
 async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data: bytes | None,

@@ -1,8 +1,10 @@
-"""Orgs, their keys and members, projects (retention, deletion) and project secrets."""
+"""Orgs, their keys and members, projects (retention, deletion), project secrets, and
+the database roles of applications bound to a tenant."""
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -95,4 +97,39 @@ async def delete_secret(conn: AsyncConnection, org: str, project: str, name: str
 async def list_secrets(conn: AsyncConnection, org: str, project: str) -> list[SecretName]:
     cur = conn.cursor(row_factory=class_row(SecretName))
     await cur.execute("SELECT * FROM cryo.list_secrets(%s, %s)", (org, project))
+    return await cur.fetchall()
+
+
+async def read_secret_values(conn: AsyncConnection, org: str, project: str
+                             ) -> list[tuple[str, bytes]]:
+    """(name, sealed value) of each secret of the project, for masking user reads."""
+    cur = await conn.execute("SELECT name, value FROM cryo.read_secret_values(%s, %s)",
+                             (org, project))
+    return [(name, bytes(value)) for name, value in await cur.fetchall()]
+
+
+@dataclass(frozen=True)
+class AppRole:
+    role: str
+    org: str
+    project: str | None
+    can_login: bool | None  # None: the role no longer exists
+    in_cryo_app: bool
+    created_at: dt.datetime
+
+
+async def bind_app_role(conn: AsyncConnection, role: str, org: str, project: str | None, *,
+                        create: bool = False, login: bool = True) -> bool:
+    """True when the role was created here."""
+    return await _one(conn, "SELECT cryo.bind_app_role(%s, %s, %s, %s, %s)",
+                      (role, org, project, create, login))
+
+
+async def unbind_app_role(conn: AsyncConnection, role: str) -> bool:
+    return await _one(conn, "SELECT cryo.unbind_app_role(%s)", (role,))
+
+
+async def list_app_roles(conn: AsyncConnection) -> list[AppRole]:
+    cur = conn.cursor(row_factory=class_row(AppRole))
+    await cur.execute("SELECT * FROM cryo.list_app_roles()")
     return await cur.fetchall()

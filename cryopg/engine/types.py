@@ -19,6 +19,7 @@ class Claim:
     input: bytes | None
     input_clear: Any
     workdir: str | None = None
+    untrusted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,7 @@ class ClaimGrant:
     claim: Claim
     journal: list[Memo]
     secrets: list[ClaimSecret]
+    agent_token: str | None = None  # the agent token the claim is bound to
 
 
 @dataclasses.dataclass(frozen=True)

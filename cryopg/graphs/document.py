@@ -9,13 +9,18 @@ source. Every error is one line naming the node and the field; nothing is stored
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
+import re2
 
 from cryopg.graphs.expr import ExprError, parse, parse_template, paths
+from cryopg.jsonlimits import JsonLimitError, loads
 
 VERSION = "cryosleep-graph/v1"
 NODE_VERSION = "cryosleep-node/v1"
@@ -25,6 +30,7 @@ WRITE_OPS = frozenset({"set", "delete", "add", "cas", "incr"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+MAX_NODES = 1000
 
 
 class GraphError(ValueError):
@@ -60,16 +66,21 @@ def is_graph(source: str) -> bool:
         return False
     try:
         doc = json.loads(text)
+    except RecursionError:  # a graph or not, it cannot be read: load says so clearly
+        return True
     except ValueError:
         return False
     return isinstance(doc, dict) and doc.get("version") in (VERSION, NODE_VERSION)
 
 
 def load(source: str) -> dict[str, Any]:
+    """The document, read as JSON within cryopg's limits (jsonlimits.py: depth, integer
+    range, no NUL), so compiling never meets what SQL or sealing would refuse."""
     try:
-        doc = json.loads(source)
-    except ValueError as exc:
-        raise GraphError(f"the graph is not JSON: {exc}") from None
+        doc = loads(source, "the graph")
+    except JsonLimitError as exc:
+        raise GraphError(str(exc) if str(exc).startswith("the graph") else
+                         f"the graph: {exc}") from None
     if not isinstance(doc, dict):
         raise GraphError("a graph document is a JSON object")
     if doc.get("version") == NODE_VERSION:  # a single node runs as a one-node graph
@@ -89,6 +100,8 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     nodes = doc.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise GraphError("nodes: a graph needs a list of at least one node")
+    if len(nodes) > MAX_NODES:
+        raise GraphError(f"nodes: a graph has at most {MAX_NODES} nodes")
     ids: list[str] = []
     for i, n in enumerate(nodes):
         if not isinstance(n, dict):
@@ -122,7 +135,7 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     structure: dict[str, Any] = {"nodes": structure_nodes}
     try:
         if "concurrency" in doc:
-            structure["concurrency"] = _template(doc["concurrency"], known)
+            structure["concurrency"] = _identifier(doc["concurrency"], known)
         if "output" in doc:
             out = doc["output"]
             if not isinstance(out, dict) or set(out) != {"$expr"}:
@@ -173,21 +186,26 @@ def _trigger_keys(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_acyclic(ids: list[str], deps: dict[str, list[str]]) -> None:
+    # Depth-first with an explicit stack: a chain of a thousand nodes is no recursion.
     state: dict[str, int] = {}
-
-    def visit(n: str, trail: list[str]) -> None:
-        if state.get(n) == 2:
-            return
-        if state.get(n) == 1:
-            cycle = trail[trail.index(n):] + [n]
-            raise GraphError(f"node {n}: edges form a cycle ({' -> '.join(cycle)})")
-        state[n] = 1
-        for d in deps[n]:
-            visit(d, trail + [n])
-        state[n] = 2
-
-    for n in ids:
-        visit(n, [])
+    for root in ids:
+        if state.get(root):
+            continue
+        trail: list[str] = [root]
+        stack: list[Iterator[str]] = [iter(deps[root])]
+        state[root] = 1
+        while stack:
+            d = next(stack[-1], None)
+            if d is None:
+                state[trail.pop()] = 2
+                stack.pop()
+            elif state.get(d) == 1:
+                cycle = trail[trail.index(d):] + [d]
+                raise GraphError(f"node {d}: edges form a cycle ({' -> '.join(cycle)})")
+            elif not state.get(d):
+                state[d] = 1
+                trail.append(d)
+                stack.append(iter(deps[d]))
 
 
 def _template(value: Any, known: frozenset[str]) -> dict[str, Any]:
@@ -199,6 +217,41 @@ def _template(value: Any, known: frozenset[str]) -> dict[str, Any]:
     if isinstance(value, str):
         return parse_template(value, known)
     raise ExprError("must be a string or a {\"$template\": ...}")
+
+
+# Names the engine stores in the clear (a concurrency group, a state cell's key and
+# entity) while the input they are rendered from is sealed: each {{ }} hole of such a
+# template renders as a digest of its value (cryo._digest; the text around it stays
+# readable), so equal inputs still meet in one group or cell without the value being
+# stored. DIGEST_PREFIX marks a digested part.
+DIGEST_PREFIX = "h_"
+
+
+def digest_part(value: Any) -> str:
+    """What a hole of value `value` renders as in a digested name: the twin of
+    cryo._digest (a test keeps the two equal), for finding a group or a cell by input."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+    return DIGEST_PREFIX + hashlib.sha256(f"cryopg-digest/v1|{text}".encode()).hexdigest()[:24]
+
+
+def _digested(compiled: Any) -> Any:
+    """A compiled template or {"$template"} / {"$expr"} value whose holes render as
+    digests."""
+    if isinstance(compiled, dict) and "tpl" in compiled:
+        return {"tpl": [p if isinstance(p, str) else {"op": "digest", "a": p}
+                        for p in compiled["tpl"]]}
+    if isinstance(compiled, dict) and "$template" in compiled:
+        return {"$template": _digested(compiled["$template"])}
+    if isinstance(compiled, dict) and "$expr" in compiled:
+        return {"$expr": {"op": "digest", "a": compiled["$expr"]}}
+    return compiled
+
+
+def _identifier(value: Any, known: frozenset[str]) -> dict[str, Any]:
+    """A template for a name stored in the clear: its holes digested (see DIGEST_PREFIX)."""
+    return _digested(_template(value, known))
 
 
 def _compile_value(value: Any, known: frozenset[str]) -> Any:
@@ -237,7 +290,7 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
             s["if"] = parse(n["if"], known)
         field = "concurrency"
         if "concurrency" in n:
-            s["concurrency"] = _template(n["concurrency"], known)
+            s["concurrency"] = _identifier(n["concurrency"], known)
         field = "retry"
         if "retry" in n:
             s["retry"] = _retry(n["retry"], nid)
@@ -257,6 +310,10 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "config"
         _check_config(nid, ntype, config, known)
         compiled = _compile_value(config, known)
+        if ntype == "state":  # a cell's key and entity are stored in the clear
+            for name in ("key", "entity"):
+                if isinstance(compiled.get(name), dict):
+                    compiled[name] = _digested(compiled[name])
     except ExprError as exc:
         raise GraphError(f"node {nid}: {field}: {exc}") from None
     return s, compiled
@@ -356,6 +413,62 @@ def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]
         except jsonschema.SchemaError as exc:
             raise GraphError(
                 f"node {nid}: config.fields is not a JSON Schema: {exc.message}") from None
+        _check_patterns(nid, fields)
     elif ntype == "workflow":
         if not isinstance(_need(nid, c, "graph"), str):
             raise GraphError(f"node {nid}: config.graph must be a stored graph's name")
+
+
+# -- approval schemas: patterns run on RE2 ----------------------------------------------
+# An approval's answer is checked against its fields' JSON Schema on the server. Python's
+# re backtracks (`^(a+)+$` against 27 a's and a ! takes half a minute), so `pattern` runs
+# on RE2, which never does; a pattern RE2 cannot compile (backreferences, lookaround) is
+# refused when the graph is submitted. patternProperties is refused outright: jsonschema
+# also matches its keys with re when it decides additionalProperties.
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is ours to report, not absl's to print
+
+
+@functools.lru_cache(maxsize=256)
+def re2_compiled(pattern: str) -> Any:
+    """The RE2 form of a pattern, or re2.error."""
+    return re2.compile(pattern, options=_RE2_OPTIONS)
+
+
+def _re2_pattern(validator: Any, pattern: str, instance: Any,
+                 schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+    if validator.is_type(instance, "string") and not re2_compiled(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance[:80]!r} does not match {pattern!r}")
+
+
+ApprovalValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _re2_pattern})
+
+
+def schema_patterns(schema: Any) -> Iterator[tuple[str, Any]]:
+    """(keyword, value) of every pattern and patternProperties in a schema, at any depth
+    (a property named "pattern" holds a schema, not a string, so it is told apart)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "patternProperties" or (k == "pattern" and isinstance(v, str)):
+                    yield k, v
+                stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _check_patterns(nid: str, fields: dict[str, Any]) -> None:
+    for keyword, value in schema_patterns(fields):
+        if keyword == "patternProperties":
+            raise GraphError(f"node {nid}: config.fields: patternProperties is not supported "
+                             "(name the properties)")
+        try:
+            re2_compiled(value)
+        except re2.error as exc:
+            why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise GraphError(f"node {nid}: config.fields: pattern {value[:80]!r} is not "
+                             f"supported (RE2, no backtracking: {why})") from None

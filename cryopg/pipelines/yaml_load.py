@@ -6,6 +6,10 @@
 - Keys are text; NaN and infinities are refused (what is stored must print as JSON).
 - Aliases are expanded into plain JSON values under a size budget, so a small file of
   nested aliases cannot grow into a huge document.
+- Nesting is bounded (MAX_NESTING), and so are integers (64 bits) and text (no NUL):
+  what comes out is JSON cryopg can store (cryopg/jsonlimits.py). PyYAML composes
+  recursively, so a file nested near Python's recursion limit is refused from the
+  RecursionError it raises.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from typing import Any
 
 import yaml
 
+from cryopg.jsonlimits import MAX_DEPTH, JsonLimitError, check_json
+
 MAX_SOURCE = 1 << 20  # bytes of YAML
 MAX_VALUES = 100_000  # JSON values after aliases are expanded
+MAX_NESTING = MAX_DEPTH
 
 
 class YamlError(ValueError):
@@ -57,6 +64,14 @@ def load_yaml(source: str) -> Any:
         raise YamlError(f"the file is larger than {MAX_SOURCE // 1024} KiB")
     try:
         docs = list(yaml.load_all(source, Loader=_Loader))  # noqa: S506 - a SafeLoader
+    except RecursionError:
+        raise YamlError(f"the file nests deeper than {MAX_NESTING} levels") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python will read
+        if isinstance(exc, YamlError):
+            raise
+        what = str(exc).splitlines()[0]
+        what = "an integer has too many digits" if "digits" in what else what[:200]
+        raise YamlError(f"not valid YAML: {what}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -67,13 +82,19 @@ def load_yaml(source: str) -> Any:
     if len(docs) != 1:
         raise YamlError("a pipeline file holds exactly one YAML document")
     budget = [MAX_VALUES]
-    return _plain(docs[0], budget)
+    value = _plain(docs[0], budget, 0)
+    try:
+        return check_json(value)
+    except JsonLimitError as exc:
+        raise YamlError(str(exc)) from None
 
 
-def _plain(value: Any, budget: list[int]) -> Any:
+def _plain(value: Any, budget: list[int], depth: int) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         raise YamlError(f"the file expands to more than {MAX_VALUES} values")
+    if depth > MAX_NESTING:
+        raise YamlError(f"the file nests deeper than {MAX_NESTING} levels")
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
@@ -81,10 +102,10 @@ def _plain(value: Any, budget: list[int]) -> Any:
                 if isinstance(k, bool) or k is None:
                     raise YamlError(f"key {k!r} must be text (quote it)")
                 k = str(k)
-            out[k] = _plain(v, budget)
+            out[k] = _plain(v, budget, depth + 1)
         return out
     if isinstance(value, list):
-        return [_plain(v, budget) for v in value]
+        return [_plain(v, budget, depth + 1) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         raise YamlError(f"{value} is not a JSON number")
     if isinstance(value, bytes):

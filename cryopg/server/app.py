@@ -6,17 +6,19 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator
 
+import psycopg
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
-from cryopg.server import agent_api, graph_driver, triggers, ui, user_api
+from cryopg.server import agent_api, graph_driver, openapi, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.agent_api.claims import AGENTS_SEEN
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
+from cryopg.server.limits import MAX_BODY, limits_middleware
 from cryopg.server.notifier import Notifier
 from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
 
@@ -33,6 +35,13 @@ async def errors_middleware(request: web.Request, handler):  # type: ignore[no-u
         return await handler(request)
     except CryoError as exc:
         return web.json_response(error_body(exc.code, str(exc)), status=exc.http_status)
+    except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded) as exc:
+        # A backstop: the routes check what they pass to SQL (bodies.py, limits.py), but
+        # a value SQL still finds out of range or too large is the caller's, so a 400.
+        kind = "too large" if isinstance(exc, psycopg.errors.ProgramLimitExceeded) else "invalid"
+        return web.json_response(error_body(
+            "invalid_argument", f"a value is {kind} for the database ({exc.sqlstate})"),
+            status=400)
     except web.HTTPException as exc:
         if exc.status >= 400:
             return web.json_response(error_body("http", exc.reason), status=exc.status)
@@ -97,8 +106,9 @@ async def health(request: web.Request) -> web.Response:
 
 
 def build_app(config: ServerConfig) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware, ui.ui_headers],
-                          client_max_size=64 * 1024 * 1024)
+    # limits_middleware checks every path, query and body before a handler runs.
+    app = web.Application(middlewares=[errors_middleware, limits_middleware, ui.ui_headers],
+                          client_max_size=MAX_BODY)
     app[CONFIG] = config
     app[AGENT_TOKENS] = {}
     app[AGENTS_SEEN] = {}
@@ -106,6 +116,7 @@ def build_app(config: ServerConfig) -> web.Application:
                             graph_driver.driver_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
+    openapi.add_routes(app)
     user_api.add_routes(app)
     agent_api.add_routes(app)
     ui.add_routes(app)

@@ -8,15 +8,19 @@ confirm another tenant's project exists) and the member's role (else 403).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
+import uuid
+from typing import Any
 
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo, UserAuth
-from cryopg.errors import NotFound, Unauthorized
+from cryopg.errors import InvalidArgument, NotFound, Unauthorized
+from cryopg.server.bodies import claim_token
 from cryopg.server.state import POOL
 
 VIEWER, MEMBER, ADMIN, OWNER = "viewer", "member", "admin", "owner"
@@ -79,3 +83,32 @@ async def agent_run(request: web.Request) -> tuple[str, str, str]:
     if len(parts) != 3 or parts[0] != info.org:
         raise NotFound(f"no run {run_id}")
     return run_id, parts[0], parts[1]
+
+
+def bind_claim(agent_token: str, token: uuid.UUID) -> uuid.UUID:
+    """The claim token as the queue row holds it: the one handed to the agent, bound to
+    the id of the agent token that took it (the twin of cryo._bind_claim; a test keeps
+    the two equal). A claim token presented with another agent token binds to another
+    value, which is no live claim, so it is refused as stale (CR002) by the one check
+    every agent call already makes (cryo._claimed_row)."""
+    return uuid.UUID(bytes=hashlib.sha256(f"{agent_token}/{token}".encode()).digest()[:16])
+
+
+async def agent_claim(request: web.Request, body: dict[str, Any]) -> uuid.UUID:
+    """The claim token an agent route's body carries, bound to the calling agent token."""
+    info = await require_agent(request)
+    return bind_claim(info.token_id, claim_token(body))
+
+
+# An agent names itself; the name is shown to operators and keyed by (org, id).
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+
+
+def agent_id_of(value: Any) -> str:
+    """A claim's agent_id, checked: 1-128 of letters, digits and . _ : @ - (else 400)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument("agent_id is required")
+    if not _AGENT_ID.match(value):
+        raise InvalidArgument("agent_id must be 1-128 characters of letters, digits and "
+                              "._:@- (starting with a letter or digit)")
+    return value

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -20,12 +19,14 @@ from cryopg import engine
 from cryopg.engine import NodeRow, PlanRow
 from cryopg.errors import CryoError
 from cryopg.graphs.document import seconds
+from cryopg.graphs.http_request import job_source
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.state import incr_in
 from cryopg.server.caps import required_caps
 from cryopg.server.render import answer, child_output, open_document, run_outputs
 
-HTTP_JOB = (Path(__file__).resolve().parent.parent / "graphs" / "http_request.py").read_text()
+# The http job with the egress policy inlined: the agent need not have cryopg installed.
+HTTP_JOB = job_source()
 
 
 @dataclasses.dataclass
@@ -259,6 +260,8 @@ async def _job_result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
         try:
             value = json.loads(stdout) if r.type == "code" else json.loads(lines[-1])
         except (ValueError, IndexError):
+            if r.type == "http" and not ok and lines:  # its one-line refusal or failure
+                return False, None, lines[-1][:500]
             return False, {"stdout": stdout}, why or f"{r.type} node printed no JSON"
         if r.type == "http" and isinstance(value, dict) and int(value.get("status") or 0) >= 400:
             return False, value, f"HTTP {value.get('status')}"

@@ -3,7 +3,8 @@ sending commit statuses of ended webhook runs.
 
 Every server runs both rounds on its ticker (app.py's ROUNDS, after the engine's
 tick); the database decides who does what (claim_schedules and take_status_posts lock
-rows with SKIP LOCKED), so any number of servers can share one database. A round's failure is logged and the next round tries again.
+rows with SKIP LOCKED), so any number of servers can share one database. A round's
+failure is logged and the next round tries again.
 """
 
 from __future__ import annotations

@@ -38,14 +38,111 @@
 -- Lock order, everywhere: a concurrency group's advisory lock, then the queue row of a
 -- run (FOR UPDATE), then its runs row. Set-based sweeps take rows with SKIP LOCKED.
 
+-- Whether this database was made for tests (cryo.test_database has its row). Only the
+-- schema owner can write that table, so an application cannot mark its own database,
+-- however it sets its session. A definer function: the views' readers call now() too.
+CREATE OR REPLACE FUNCTION cryo._test_clock() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, cryo, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.test_database)
+$$;
+
 -- The engine's clock. Tests move time by setting cryo.fake_now in their session, so
--- every due-time comparison goes through here rather than now().
+-- every due-time comparison goes through here rather than now(). Any session can set
+-- that setting, so it counts only in a test database; while it is unset (always, in
+-- production) the test-database lookup is never made and this stays an inlined now().
 CREATE OR REPLACE FUNCTION cryo.now() RETURNS timestamptz
 LANGUAGE sql STABLE AS $$
-    SELECT coalesce(nullif(current_setting('cryo.fake_now', true), '')::timestamptz, now())
+    SELECT CASE WHEN coalesce(pg_catalog.current_setting('cryo.fake_now', true), '') = ''
+                THEN pg_catalog.now()
+                WHEN cryo._test_clock()
+                THEN pg_catalog.current_setting('cryo.fake_now')::timestamptz
+                ELSE pg_catalog.now() END
 $$;
 COMMENT ON FUNCTION cryo.now() IS
-    'Returns the engine time: the session setting cryo.fake_now when set, else now(). Raises nothing.';
+    'Returns the engine time: the session setting cryo.fake_now when set in a test database (one marked by cryo.mark_test_database), else now(). Raises nothing.';
+
+-- Marks this database as made for tests, so cryo.fake_now moves its clock. Owner only
+-- (nothing in the schema is executable by PUBLIC, and this is granted to no role); the
+-- test fixture calls it once on the template every test database is cloned from.
+CREATE OR REPLACE FUNCTION cryo.mark_test_database()
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO cryo.test_database DEFAULT VALUES ON CONFLICT DO NOTHING
+$$;
+COMMENT ON FUNCTION cryo.mark_test_database() IS
+    'Marks this database as a test database: cryo.now() honours cryo.fake_now from then on. Never call it on a production database. Returns nothing; raises nothing.';
+
+-- Who is asking. The engine's public functions run as their owner (SECURITY DEFINER),
+-- so current_user inside them is the owner; the caller is the session's role: the one
+-- SET ROLE chose (PostgreSQL checks membership), else the login.
+CREATE OR REPLACE FUNCTION cryo._caller() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN session_user::text
+                ELSE pg_catalog.current_setting('role') END
+$$;
+
+-- The tenant the caller may act on, as a LIKE pattern over 'org:project:' (slugs hold
+-- no LIKE wildcard): '%' for anyone not scoped (the engine's roles: the owner, whom the
+-- server connects as, and whoever can become it, superusers included; and roles outside
+-- cryo_app, e.g. DBAs, whose grants decide what they read), 'org:%' or 'org:project:'
+-- for a member of cryo_app bound by cryo.bind_app_role, and '' (matches nothing) for a
+-- member of cryo_app with no binding. A pattern rather than a pair so that a view can
+-- compare each row with one initplan value and one LIKE. Definer: it reads app_roles
+-- for the views' readers, and current_user here is always the owner.
+CREATE OR REPLACE FUNCTION cryo._app_tenant() RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, cryo, pg_temp AS $$
+DECLARE
+    v_caller text := cryo._caller();
+    v_bound cryo.app_roles;
+BEGIN
+    IF v_caller = current_user OR pg_has_role(v_caller, current_user, 'MEMBER') THEN
+        RETURN '%';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cryo_app')
+       OR NOT pg_has_role(v_caller, 'cryo_app', 'MEMBER') THEN
+        RETURN '%';
+    END IF;
+    SELECT * INTO v_bound FROM cryo.app_roles b WHERE b.role = v_caller;
+    IF NOT FOUND THEN
+        RETURN '';
+    END IF;
+    RETURN v_bound.org || ':' || coalesce(v_bound.project || ':', '%');
+END
+$$;
+
+-- The one tenant check of the application surface: every function cryo_app may call
+-- starts here with the org and project it is about to act on. The server (the owner)
+-- leaves at the first comparison, without a lookup.
+CREATE OR REPLACE FUNCTION cryo._app_tenant_check(p_org text, p_project text)
+RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_tenant text;
+BEGIN
+    IF cryo._caller() = current_user THEN
+        RETURN;
+    END IF;
+    v_tenant := cryo._app_tenant();
+    IF p_org || ':' || p_project || ':' LIKE v_tenant THEN
+        RETURN;
+    END IF;
+    IF v_tenant = '' THEN
+        RAISE EXCEPTION 'database role % is not bound to a tenant (see cryopg app-role create)',
+            cryo._caller() USING ERRCODE = 'CR021';
+    END IF;
+    RAISE EXCEPTION 'database role % may not act on %/%', cryo._caller(),
+        coalesce(p_org, ''), coalesce(p_project, '') USING ERRCODE = 'CR021';
+END
+$$;
+
+-- The same check for a run id, whose first two parts are its org and project (the
+-- engine makes every id so, and slugs hold no colon); no lookup, so an unknown run of
+-- another tenant is refused the same as a known one.
+CREATE OR REPLACE FUNCTION cryo._app_run_check(p_run_id text)
+RETURNS void
+LANGUAGE sql STABLE AS $$
+    SELECT cryo._app_tenant_check(split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2))
+$$;
 
 -- The one list of the engine's SQLSTATEs. Python maps each code to an exception class
 -- and a test checks the two lists agree.
@@ -63,6 +160,7 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR008', 'unauthorized', 'the token is unknown, revoked or expired'),
         ('CR009', 'identity_mismatch', 'a durable call''s path disagrees with its family, name and ordinal'),
         ('CR020', 'forbidden', 'the member''s role does not allow this'),
+        ('CR021', 'tenant_denied', 'the database role is not bound to that org and project (or to no tenant at all)'),
         ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
         ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group')
 $$;

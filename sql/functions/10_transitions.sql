@@ -41,6 +41,21 @@ BEGIN
 END
 $$;
 
+-- The claim token stored for a claim an agent token took: the token the agent was
+-- handed, bound to that agent token's id (the first 16 bytes of a SHA-256 of both), so
+-- it is the live claim only when presented with that same agent token. The server
+-- computes the same binding for every claim token an agent presents (its
+-- cryopg.server.auth.bind_claim), and every check stays the one in _claimed_row. A claim
+-- no agent token took (a SQL caller's, a graph driver's) is stored as handed out.
+CREATE OR REPLACE FUNCTION cryo._bind_claim(p_token uuid, p_agent_token text)
+RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_agent_token IS NULL THEN p_token
+                ELSE encode(substring(sha256(convert_to(p_agent_token || '/' || p_token::text,
+                                                        'UTF8')) FROM 1 FOR 16), 'hex')::uuid
+           END
+$$;
+
 -- Inserts a run as pending, or returns NULL when its idempotency key already names a
 -- run of the project. The caller then enqueues it or holds it for admission.
 CREATE OR REPLACE FUNCTION cryo._create_run(
@@ -79,7 +94,9 @@ BEGIN
 END
 $$;
 
--- Makes a run claimable: a fresh run, or a queued one its group has just admitted.
+-- Makes a run claimable: a fresh run, or a queued one its group has just admitted. An
+-- untrusted run (other than a graph, which the server drives) also needs an agent that
+-- confines its jobs: only agents advertising `isolated` claim it.
 CREATE OR REPLACE FUNCTION cryo._enqueue(
     p_run_id text, p_org text, p_project text, p_required_caps text[])
 RETURNS void
@@ -88,7 +105,12 @@ BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
     INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
-    VALUES (p_run_id, p_org, p_project, 'pending', p_required_caps, cryo.now());
+    SELECT p_run_id, p_org, p_project, 'pending',
+           CASE WHEN r.untrusted AND p_required_caps <> '{graph}'
+                 AND NOT 'isolated' = ANY (p_required_caps)
+                THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
+           cryo.now()
+      FROM cryo.runs r WHERE r.id = p_run_id;
     PERFORM pg_notify('cryo_work', '');
 END
 $$;
@@ -103,13 +125,15 @@ $$;
 -- with its own single-use token and a claim that expires after p_seconds. One
 -- statement with SKIP LOCKED, so concurrent claimers never wait on each other and never
 -- win the same row. With p_agent_ids (a server claiming for several waiting agents at
--- once) the k-th run taken goes to the k-th agent, and p_limit is their number.
+-- once) the k-th run taken goes to the k-th agent, and p_limit is their number; with
+-- p_agent_tokens the k-th claim is bound to the k-th agent token (_bind_claim). The
+-- token returned is the one handed out; the queue row keeps it bound.
 CREATE OR REPLACE FUNCTION cryo._claim(
     p_org text, p_agent_id text, p_capabilities text[], p_seconds double precision,
-    p_limit integer, p_agent_ids text[] DEFAULT NULL)
+    p_limit integer, p_agent_ids text[] DEFAULT NULL, p_agent_tokens text[] DEFAULT NULL)
 RETURNS TABLE (run_id text, claim_token uuid, attempt integer, filename text,
                interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
-               agent_id text)
+               agent_id text, agent_token text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := cryo.now();
@@ -124,7 +148,8 @@ BEGIN
         -- below, the cheapest form of the hottest call.
         v_token := gen_random_uuid();
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = v_token,
+           SET state = 'claimed', claim_token = cryo._bind_claim(v_token, p_agent_tokens[1]),
+               claim_agent_token = p_agent_tokens[1],
                agent_id = coalesce(p_agent_ids[1], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
@@ -140,7 +165,8 @@ BEGIN
                        started_at = coalesce(r.started_at, v_now), updated_at = v_now
                  WHERE r.id = v_run
                 RETURNING r.id, v_token, r.attempt, r.filename, r.interpreter, r.source,
-                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id);
+                          r.input, r.input_clear, r.workdir, coalesce(p_agent_ids[1], p_agent_id),
+                          p_agent_tokens[1];
         END IF;
         RETURN;
     END IF;
@@ -153,21 +179,24 @@ BEGIN
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), picked AS (
-        SELECT l.run_id, row_number() OVER () AS n FROM locked l
+        SELECT l.run_id, row_number() OVER () AS n, gen_random_uuid() AS handed FROM locked l
     ), claimed AS (
         UPDATE cryo.queue q
-           SET state = 'claimed', claim_token = gen_random_uuid(),
+           SET state = 'claimed',
+               claim_token = cryo._bind_claim(picked.handed, p_agent_tokens[picked.n]),
+               claim_agent_token = p_agent_tokens[picked.n],
                agent_id = coalesce(p_agent_ids[picked.n], p_agent_id),
                claimed_at = v_now, claim_expires_at = v_now + make_interval(secs => p_seconds)
           FROM picked WHERE q.run_id = picked.run_id
-        RETURNING q.run_id, q.claim_token, q.agent_id
+        RETURNING q.run_id, picked.handed, q.agent_id, q.claim_agent_token
     ), started AS (
         UPDATE cryo.runs r
            SET status = 'running', substate = NULL, attempt = r.attempt + 1,
                started_at = coalesce(r.started_at, v_now), updated_at = v_now
           FROM claimed WHERE r.id = claimed.run_id
-        RETURNING r.id, claimed.claim_token, r.attempt, r.filename, r.interpreter,
-                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id
+        RETURNING r.id, claimed.handed, r.attempt, r.filename, r.interpreter,
+                  r.source, r.input, r.input_clear, r.workdir, claimed.agent_id,
+                  claimed.claim_agent_token
     )
     SELECT * FROM started;
 END
@@ -227,8 +256,8 @@ DECLARE
 BEGIN
     WITH requeued AS (
         UPDATE cryo.queue q
-           SET state = 'pending', claim_token = NULL, agent_id = NULL, claimed_at = NULL,
-               claim_expires_at = NULL
+           SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
+               agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
          WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
         RETURNING q.run_id
     ), runs_back AS (
@@ -257,8 +286,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE cryo.queue
        SET state = 'parked', wake_at = p_wake, park_reason = p_reason, park_path = p_path,
-           park_name = p_name, parked_at = cryo.now(), claim_token = NULL, agent_id = NULL,
-           claimed_at = NULL, claim_expires_at = NULL
+           park_name = p_name, parked_at = cryo.now(), claim_token = NULL,
+           claim_agent_token = NULL, agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
      WHERE run_id = p_run_id;
     UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
      WHERE id = p_run_id;

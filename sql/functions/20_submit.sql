@@ -270,6 +270,7 @@ DECLARE
     v_wf cryo.workflows;
     v_id text;
 BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
     SELECT * INTO v_wf FROM cryo.workflows
      WHERE org = p_org AND project = p_project AND name = p_workflow;
     IF NOT FOUND THEN
@@ -288,7 +289,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.submit_run(text, text, text, jsonb, text, text, text) IS
-    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full.';
+    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
 
 -- A child run or activity of an untrusted run is untrusted too, however it was started:
 -- this trigger carries the mark across parent_run_id, so no path through a child can
@@ -324,8 +325,10 @@ $$;
 COMMENT ON FUNCTION cryo.set_admission_queue_limit(text, text, integer) IS
     'Sets how many runs may queue per concurrency group in a project (default 100). Returns nothing. Raises CR004 for a limit below 1, CR005 for an unknown project.';
 
--- A queued run's place in its concurrency group's FIFO.
-CREATE OR REPLACE FUNCTION cryo.queue_position(p_run_id text)
+-- A queued run's place in its concurrency group's FIFO. The engine's reads (get_run,
+-- list_runs, the runs page) call this per queued row; applications call the checked
+-- queue_position below.
+CREATE OR REPLACE FUNCTION cryo._queue_position(p_run_id text)
 RETURNS integer
 LANGUAGE sql STABLE AS $$
     SELECT (SELECT count(*) FROM cryo.lease_waiters o
@@ -333,8 +336,15 @@ LANGUAGE sql STABLE AS $$
       FROM cryo.lease_waiters w WHERE w.run_id = p_run_id AND w.kind = 'admission'
      ORDER BY w.id LIMIT 1
 $$;
+
+CREATE OR REPLACE FUNCTION cryo.queue_position(p_run_id text)
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT cryo._app_run_check(p_run_id);
+    SELECT cryo._queue_position(p_run_id)
+$$;
 COMMENT ON FUNCTION cryo.queue_position(text) IS
-    'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises nothing.';
+    'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE OR REPLACE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text)
 RETURNS TABLE (filename text, interpreter text, source bytea, kind text, graph jsonb)

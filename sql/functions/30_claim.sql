@@ -47,11 +47,14 @@ COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, intege
 -- claim_secrets serves too: sealed values, or names only for an untrusted run). One
 -- call, one commit, however many agents were waiting. The runs' memos, secrets and
 -- trust predate this statement, so its snapshot sees them as the claim does.
+-- p_agent_tokens, parallel to p_agent_ids, names the agent token each agent called
+-- with; each claim is bound to its agent's token (see cryo._bind_claim).
 CREATE OR REPLACE FUNCTION cryo.claim_grants(
-    p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision)
-RETURNS TABLE (agent_id text, run_id text, claim_token uuid, attempt integer, filename text,
-               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
-               journal jsonb, secrets jsonb)
+    p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision,
+    p_agent_tokens text[] DEFAULT NULL)
+RETURNS TABLE (agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer,
+               filename text, interpreter text, source bytea, input bytea, input_clear jsonb,
+               workdir text, journal jsonb, secrets jsonb, untrusted boolean)
 LANGUAGE plpgsql AS $$
 BEGIN
     IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
@@ -59,13 +62,18 @@ BEGIN
         RAISE EXCEPTION 'claim_grants takes between 1 and 1000 agent ids, none NULL'
             USING ERRCODE = 'CR004';
     END IF;
+    IF p_agent_tokens IS NOT NULL AND (cardinality(p_agent_tokens) <> cardinality(p_agent_ids)
+                                       OR array_position(p_agent_tokens, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'claim_grants takes one agent token per agent id, none NULL'
+            USING ERRCODE = 'CR004';
+    END IF;
     RETURN QUERY
     WITH c AS MATERIALIZED (
         SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
-                                  cardinality(p_agent_ids), p_agent_ids)
+                                  cardinality(p_agent_ids), p_agent_ids, p_agent_tokens)
     )
-    SELECT c.agent_id, c.run_id, c.claim_token, c.attempt, c.filename, c.interpreter,
-           c.source, c.input, c.input_clear, c.workdir,
+    SELECT c.agent_id, c.agent_token, c.run_id, c.claim_token, c.attempt, c.filename,
+           c.interpreter, c.source, c.input, c.input_clear, c.workdir,
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'seq', j.seq, 'path', j.path, 'family', j.key_family,
                        'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
@@ -77,12 +85,25 @@ BEGIN
                        'name', s.name, 'value', encode(s.value, 'base64'),
                        'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
               FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
-             WHERE r.id = c.run_id)
+             WHERE r.id = c.run_id),
+           (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
       FROM c;
 END
 $$;
-COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision) IS
-    'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first; returns per claim the agent it went to, the run, its new token, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list.';
+COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision, text[]) IS
+    'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first, each claim bound to the agent token listed beside its agent (p_agent_tokens; unbound when NULL); returns per claim the agent and agent token it went to, the run, its new token as handed out, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld), and whether the run is untrusted (its agent must confine it). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list, or agent tokens not one per agent.';
+
+-- A read on behalf of a claimed run (its state cells, a workflow it calls) first asks
+-- this, in the read's transaction: the same check as every write (_claimed_row).
+CREATE OR REPLACE FUNCTION cryo.check_claim(p_run_id text, p_token uuid)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+END
+$$;
+COMMENT ON FUNCTION cryo.check_claim(text, uuid) IS
+    'Returns nothing when the token is the run''s live claim (and locks its queue row for the transaction). Raises CR002 for a stale claim token.';
 
 -- Pushes back the claim's expiry; the answer tells the agent to stop the script.
 CREATE OR REPLACE FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision)

@@ -52,6 +52,7 @@ DECLARE
     v_clear jsonb := CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END;
     v_id bigint;
 BEGIN
+    PERFORM cryo._app_run_check(p_run_id);
     PERFORM cryo._check_name('signal', p_name);
     SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
     SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
@@ -80,7 +81,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.send_signal(text, text, jsonb, bytea) IS
-    'Sends a named signal to a live run -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name.';
+    'Sends a named signal to a live run -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
 -- A run waits on a signal name. A queued signal is taken at once (the oldest); with
 -- none, the run parks until one arrives or the timeout passes (exit code 124).
@@ -186,12 +187,13 @@ CREATE OR REPLACE FUNCTION cryo.publish_event(
     p_sealed bytea DEFAULT NULL)
 RETURNS bigint
 LANGUAGE sql AS $$
+    SELECT cryo._app_tenant_check(p_org, p_project);
     SELECT cryo._publish_event(p_org, p_project, p_name, p_sealed,
                                CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END,
                                NULL)
 $$;
 COMMENT ON FUNCTION cryo.publish_event(text, text, text, jsonb, bytea) IS
-    'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name.';
+    'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
 -- A run's emit: a durable call, so a replay never publishes twice.
 CREATE OR REPLACE FUNCTION cryo.emit_from_run(

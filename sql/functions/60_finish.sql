@@ -140,6 +140,7 @@ DECLARE
     v_run cryo.runs;
     v_child record;
 BEGIN
+    PERFORM cryo._app_run_check(p_run_id);
     SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
@@ -165,7 +166,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.cancel_run(text) IS
-    'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one.';
+    'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one, CR021 when the caller is an application role of another tenant (or of none).';
 
 -- Set off by every ending: the run gives up every group it holds and its places in
 -- every group's queue. With p_path, only what one graph node instance held or waited for

@@ -321,10 +321,11 @@ $$;
 COMMENT ON FUNCTION cryo.state_incr(text, uuid, text, text, bigint, bytea, bytea, integer, text, integer, text) IS
     'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at its path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
 
-CREATE OR REPLACE VIEW cryo.state_overview AS
+CREATE OR REPLACE VIEW cryo.state_overview WITH (security_barrier) AS
 SELECT c.org, c.project, CASE WHEN c.entity IS NULL THEN 'run' ELSE 'entity' END AS scope_kind,
        coalesce(c.entity, c.run_id) AS scope_name, c.key, c.version, c.value IS NULL AS deleted,
        length(c.value) AS sealed_bytes, c.created_by_run, c.updated_by_run, c.created_at,
        c.updated_at
-  FROM cryo.state_cells c;
+  FROM cryo.state_cells c
+ WHERE c.org || ':' || c.project || ':' LIKE (SELECT cryo._app_tenant());  -- an application role sees its tenant only (95_reads.sql)
 COMMENT ON VIEW cryo.state_overview IS 'One row per state cell: scope, key, version, who created and last wrote it, and the sealed size. Values stay sealed and are not shown.';

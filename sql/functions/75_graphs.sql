@@ -31,6 +31,21 @@ LANGUAGE sql IMMUTABLE AS $$
                         ELSE true END END
 $$;
 
+-- A hole of a name the engine stores in the clear (a concurrency group, a state cell's
+-- key or entity), rendered from sealed input: 'h_' and 24 hex digits of a SHA-256 of its
+-- value instead of the value, so equal inputs still share one group or cell while the
+-- value is not stored. NULL renders as nothing, as in any template. Python's twin is
+-- cryopg.graphs.document.digest_part.
+CREATE OR REPLACE FUNCTION cryo._digest(p_value jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
+                ELSE 'h_' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
+                    CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
+                                               ELSE p_value::text END, 'UTF8')), 'hex'), 24)
+           END
+$$;
+
 -- Evaluates a compiled expression over a scope; a missing path is JSON null.
 CREATE OR REPLACE FUNCTION cryo._eval(p_expr jsonb, p_scope jsonb)
 RETURNS jsonb
@@ -61,7 +76,9 @@ BEGIN
         RETURN to_jsonb(v_text);
     END IF;
     v_a := cryo._eval(p_expr -> 'a', p_scope);
-    IF v_op = 'not' THEN
+    IF v_op = 'digest' THEN
+        RETURN to_jsonb(cryo._digest(v_a));
+    ELSIF v_op = 'not' THEN
         RETURN to_jsonb(NOT cryo._truthy(v_a));
     ELSIF v_op = 'and' THEN
         RETURN to_jsonb(cryo._truthy(v_a) AND cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
@@ -753,13 +770,14 @@ $$;
 COMMENT ON FUNCTION cryo.read_graph_nodes(text) IS
     'Returns every node of a graph run with each started instance: status, attempt, sealed output, error and the child run doing it. Raises nothing.';
 
-CREATE OR REPLACE VIEW cryo.graph_nodes AS
+CREATE OR REPLACE VIEW cryo.graph_nodes WITH (security_barrier) AS
 SELECT n.run_id, n.org, n.project, n.node_id, n.type, n.status, n.items,
        (SELECT max(i.attempt) FROM cryo.node_instances i
          WHERE i.run_id = n.run_id AND i.node_id = n.node_id) AS attempt,
        n.started_at, n.finished_at, n.error
   FROM cryo.node_states n JOIN cryo.runs r ON r.id = n.run_id
- WHERE NOT cryo.is_terminal(r.status);
+ WHERE NOT cryo.is_terminal(r.status)
+   AND n.org || ':' || n.project || ':' LIKE (SELECT cryo._app_tenant());  -- an application role sees its tenant only (95_reads.sql)
 COMMENT ON VIEW cryo.graph_nodes IS 'One row per node of every live graph run: type, status, fan-out size, attempt, times.';
 
 CREATE OR REPLACE FUNCTION cryo.render_config(p_config jsonb, p_scope jsonb)

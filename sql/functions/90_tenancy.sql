@@ -168,9 +168,8 @@ RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
     VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
-    ON CONFLICT (id) DO UPDATE
-       SET org = excluded.org, capabilities = excluded.capabilities,
-           last_seen_at = excluded.last_seen_at
+    ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
+       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at
 $$;
 COMMENT ON FUNCTION cryo.register_agent(text, text, text[]) IS
     'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
@@ -402,8 +401,9 @@ $$;
 COMMENT ON FUNCTION cryo.list_members(text) IS 'Returns the members of an org by login. Raises nothing.';
 
 -- Project secrets and untrusted runs. A secret's value arrives sealed under the org data
--- key and leaves only through claim_secrets, i.e. into the grant of a live claim; the
--- queue never holds one. An untrusted run's claim learns only the names, so its agent
+-- key and leaves only through claim_secrets, i.e. into the grant of a live claim, and,
+-- still sealed, to the server through read_secret_values, which masks it in what users
+-- read; the queue never holds one. An untrusted run's claim learns only the names, so its agent
 -- can fail a step that needs one instead of running it without.
 
 -- Names a secret may not take: they would replace what the agent itself sets up.
@@ -462,3 +462,107 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.list_secrets(text, text) IS
     'Returns the names of a project''s secrets (never values), by name. Raises nothing.';
+
+-- The server masks a project's secret values in every payload it opens for a user
+-- (outputs, annotations, cells, events): it needs the sealed values, never in clear here.
+CREATE OR REPLACE FUNCTION cryo.read_secret_values(p_org text, p_project text)
+RETURNS TABLE (name text, value bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT s.name, s.value FROM cryo.secrets s
+     WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+COMMENT ON FUNCTION cryo.read_secret_values(text, text) IS
+    'Returns a project''s secrets with their sealed values, by name, for the server to mask them in what users read. Raises nothing.';
+
+-- -- application roles ----------------------------------------------------------------
+
+-- Makes a database role an application of one tenant: it joins cryo_app (so it may call
+-- the application's functions) and is bound to an org and, optionally, one project of it,
+-- which every one of those functions and every view then holds it to. Runs as the
+-- caller, who needs CREATEROLE (to create the role) and cryo_app's admin option (to grant
+-- it): the schema owner or a superuser. The engine's own roles cannot be bound: they
+-- could set themselves free again (and a superuser is never held).
+CREATE OR REPLACE FUNCTION cryo.bind_app_role(
+    p_role text, p_org text, p_project text DEFAULT NULL, p_create boolean DEFAULT false,
+    p_login boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text := (SELECT pg_get_userbyid(n.nspowner) FROM pg_namespace n WHERE n.nspname = 'cryo');
+    v_created boolean := false;
+BEGIN
+    IF p_role IS NULL OR p_role !~ '^[A-Za-z_][A-Za-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'a role name is 1 to 63 letters, digits, _ . - (starting with a letter or _)'
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', coalesce(p_org, '') USING ERRCODE = 'CR005';
+    END IF;
+    IF p_project IS NOT NULL THEN
+        PERFORM cryo._require_project(p_org, p_project);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cryo_app') THEN
+        RAISE EXCEPTION 'role cryo_app does not exist (migrate as a role with CREATEROLE)'
+            USING ERRCODE = 'CR005';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = p_role) THEN
+        IF NOT p_create THEN
+            RAISE EXCEPTION 'no database role %', p_role USING ERRCODE = 'CR005';
+        END IF;
+        EXECUTE format('CREATE ROLE %I %s', p_role, CASE WHEN p_login THEN 'LOGIN' ELSE 'NOLOGIN' END);
+        v_created := true;
+    END IF;
+    IF p_role IN ('cryo_app', 'cryo_dba') OR pg_has_role(p_role, v_owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'role % is one of the engine''s own (it can act as the owner %); bind an application''s own role',
+            p_role, v_owner USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles a ON a.oid = m.roleid
+                   JOIN pg_roles r ON r.oid = m.member
+                    WHERE a.rolname = 'cryo_app' AND r.rolname = p_role) THEN
+        EXECUTE format('GRANT cryo_app TO %I', p_role);
+    END IF;
+    INSERT INTO cryo.app_roles AS b (role, org, project, created_at)
+    VALUES (p_role, p_org, p_project, pg_catalog.now())
+    ON CONFLICT (role) DO UPDATE SET org = excluded.org, project = excluded.project,
+                                     created_at = excluded.created_at;
+    RETURN v_created;
+END
+$$;
+COMMENT ON FUNCTION cryo.bind_app_role(text, text, text, boolean, boolean) IS
+    'Grants cryo_app to a database role and binds it to an org and one of its projects (p_project NULL: all of them), replacing an earlier binding; with p_create a missing role is created first (LOGIN unless p_login is false, no password). Returns true when the role was created here. Raises CR004 for a bad role name or an engine role (the owner, one that can become it, a superuser, cryo_app, cryo_dba), CR005 for an unknown org, project or role (or no cryo_app); permission denied when the caller may not create roles or grant cryo_app.';
+
+-- Undoes bind_app_role: the binding goes and the role leaves cryo_app, so it can call
+-- nothing. The role itself stays (it may own objects); DROP ROLE it if it should go.
+CREATE OR REPLACE FUNCTION cryo.unbind_app_role(p_role text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    DELETE FROM cryo.app_roles WHERE role = p_role;
+    v_found := FOUND;
+    IF EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles a ON a.oid = m.roleid
+               JOIN pg_roles r ON r.oid = m.member
+                WHERE a.rolname = 'cryo_app' AND r.rolname = p_role) THEN
+        EXECUTE format('REVOKE cryo_app FROM %I', p_role);
+        v_found := true;
+    END IF;
+    RETURN v_found;
+END
+$$;
+COMMENT ON FUNCTION cryo.unbind_app_role(text) IS
+    'Removes a role''s tenant binding and its membership of cryo_app (the role itself stays). Returns false when it had neither. Raises permission denied when the caller may not revoke cryo_app.';
+
+CREATE OR REPLACE FUNCTION cryo.list_app_roles()
+RETURNS TABLE (role text, org text, project text, can_login boolean, in_cryo_app boolean,
+               created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT b.role, b.org, b.project, r.rolcanlogin,
+           r.oid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles a ON a.oid = m.roleid
+                                          WHERE a.rolname = 'cryo_app' AND m.member = r.oid),
+           b.created_at
+      FROM cryo.app_roles b LEFT JOIN pg_roles r ON r.rolname = b.role
+     ORDER BY b.role
+$$;
+COMMENT ON FUNCTION cryo.list_app_roles() IS
+    'Returns every bound application role with its org and project (NULL: all of the org''s), whether it can log in (NULL: the role no longer exists) and whether it is a member of cryo_app. Raises nothing.';

@@ -9,11 +9,12 @@ RETURNS TABLE (id text, org text, project text, workflow text, filename text, st
                parent_run_id text, activity_name text, kind text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
+    PERFORM cryo._app_run_check(p_run_id);
     RETURN QUERY
         SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-               CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+               CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
                cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
@@ -23,7 +24,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.get_run(text) IS
-    'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run.';
+    'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE OR REPLACE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50)
 RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,
@@ -33,10 +34,11 @@ RETURNS TABLE (id text, org text, project text, workflow text, filename text, st
                concurrency_group text, queue_position integer, finished boolean,
                parent_run_id text, activity_name text, kind text)
 LANGUAGE sql STABLE AS $$
+    SELECT cryo._app_tenant_check(p_org, p_project);
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
       FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
      WHERE r.org = p_org AND r.project = p_project
@@ -44,7 +46,7 @@ LANGUAGE sql STABLE AS $$
      LIMIT greatest(p_limit, 0)
 $$;
 COMMENT ON FUNCTION cryo.list_runs(text, text, integer) IS
-    'Returns a project''s newest runs first, at most p_limit. Raises nothing.';
+    'Returns a project''s newest runs first, at most p_limit. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
 -- One page of a project's runs for the runs list, newest first: filtered by status and
 -- workflow, either top-level runs (p_parent NULL) or one run's children, after a cursor
@@ -67,7 +69,7 @@ LANGUAGE sql STABLE AS $$
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
            r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
-           CASE WHEN r.status = 'queued' THEN cryo.queue_position(r.id) END,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
            cryo.is_terminal(r.status), r.parent_run_id,
            CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
                 WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
@@ -119,6 +121,7 @@ CREATE OR REPLACE FUNCTION cryo.read_history(p_run_id text)
 RETURNS TABLE (id bigint, kind text, family text, name text, ordinal integer, attempt integer,
                payload bytea, created_at timestamptz, label text)
 LANGUAGE sql STABLE AS $$
+    SELECT cryo._app_run_check(p_run_id);
     SELECT h.id, h.kind, h.key_family, h.key_name, h.key_ordinal, h.attempt, h.payload,
            h.created_at, j.label
       FROM cryo.history h
@@ -129,7 +132,7 @@ LANGUAGE sql STABLE AS $$
      WHERE h.run_id = p_run_id ORDER BY h.id
 $$;
 COMMENT ON FUNCTION cryo.read_history(text) IS
-    'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises nothing.';
+    'Returns a run''s history events in order (payloads sealed), each with the label of its durable call when it has one. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
 -- A run's checkpoints for the run page: its journal entries in position order, names
 -- and times in the clear and no payload. A pending step is a step running now; a
@@ -207,50 +210,57 @@ $$;
 COMMENT ON FUNCTION cryo.read_last_attempt_log(text) IS
     'Returns the sealed log chunks of a run''s latest attempt, in order. Raises nothing.';
 
--- Views for DBAs: ids, statuses, names and times; payloads stay sealed.
+-- Views for DBAs: ids, statuses, names and times; payloads stay sealed. An application
+-- role (cryo_app) reads them too, and sees only its tenant's rows: every view keeps the
+-- rows whose 'org:project:' matches cryo._app_tenant() (one initplan per query; '%' for
+-- DBAs and the engine). security_barrier, so no function in the reader's own WHERE
+-- sees a row before that filter has dropped it.
 
-CREATE OR REPLACE VIEW cryo.run_overview AS
+CREATE OR REPLACE VIEW cryo.run_overview WITH (security_barrier) AS
 SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
        r.exit_code, r.error, r.created_at, r.started_at, r.finished_at,
        cryo.now() - r.created_at AS age,
        coalesce(r.finished_at, cryo.now()) - r.started_at AS run_time,
        q.wake_at, q.agent_id
-  FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id;
+  FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+ WHERE r.org || ':' || r.project || ':' LIKE (SELECT cryo._app_tenant());
 COMMENT ON VIEW cryo.run_overview IS 'One row per run: status, substate, attempt, ages, and its live queue facts.';
 
-CREATE OR REPLACE VIEW cryo.parked_runs AS
+CREATE OR REPLACE VIEW cryo.parked_runs WITH (security_barrier) AS
 SELECT q.run_id, q.org, q.project, q.park_reason AS reason, q.park_path AS waiting_on,
        q.park_name AS waiting_for_name,
        q.parked_at, q.wake_at, q.wake_at - cryo.now() AS wakes_in,
        cryo.now() - q.parked_at AS parked_for
-  FROM cryo.queue q WHERE q.state = 'parked';
+  FROM cryo.queue q WHERE q.state = 'parked' AND q.org || ':' || q.project || ':' LIKE (SELECT cryo._app_tenant());
 COMMENT ON VIEW cryo.parked_runs IS 'Runs suspended in the queue: why (reason, the call they wait on) and until when.';
 
-CREATE OR REPLACE VIEW cryo.live_claims AS
+CREATE OR REPLACE VIEW cryo.live_claims WITH (security_barrier) AS
 SELECT q.run_id, q.org, q.project, q.agent_id, q.claimed_at, q.claim_expires_at,
        q.claim_expires_at - cryo.now() AS expires_in, r.attempt
   FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
- WHERE q.state = 'claimed';
+ WHERE q.state = 'claimed' AND q.org || ':' || q.project || ':' LIKE (SELECT cryo._app_tenant());
 COMMENT ON VIEW cryo.live_claims IS 'Claims held right now: which agent, since when, and when the claim expires unless renewed.';
 
-CREATE OR REPLACE VIEW cryo.pending_runs AS
+CREATE OR REPLACE VIEW cryo.pending_runs WITH (security_barrier) AS
 SELECT q.run_id, q.org, q.project, q.required_caps, q.enqueued_at, cryo.now() - q.enqueued_at AS waiting_for
-  FROM cryo.queue q WHERE q.state = 'pending';
+  FROM cryo.queue q WHERE q.state = 'pending' AND q.org || ':' || q.project || ':' LIKE (SELECT cryo._app_tenant());
 COMMENT ON VIEW cryo.pending_runs IS 'Runs waiting for an agent, oldest first by enqueued_at.';
 
-CREATE OR REPLACE VIEW cryo.lease_holders AS
+CREATE OR REPLACE VIEW cryo.lease_holders WITH (security_barrier) AS
 SELECT l.org, l.project, l.grp AS concurrency_group, l.holder_run_id, l.kind, l.scoped,
        l.acquired_at, cryo.now() - l.acquired_at AS held_for, r.status AS holder_status,
        (SELECT count(*) FROM cryo.lease_waiters w
          WHERE w.org = l.org AND w.project = l.project AND w.grp = l.grp) AS waiting
-  FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id;
+  FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+ WHERE l.org || ':' || l.project || ':' LIKE (SELECT cryo._app_tenant());
 COMMENT ON VIEW cryo.lease_holders IS 'One row per held concurrency group lease (a submit''s group or a script''s lock): the holding run, since when, and how many wait.';
 
-CREATE OR REPLACE VIEW cryo.lease_queues AS
+CREATE OR REPLACE VIEW cryo.lease_queues WITH (security_barrier) AS
 SELECT w.org, w.project, w.grp AS concurrency_group, w.run_id, w.kind,
        row_number() OVER (PARTITION BY w.org, w.project, w.grp ORDER BY w.id) AS position,
        w.enqueued_at, cryo.now() - w.enqueued_at AS waiting_for
-  FROM cryo.lease_waiters w;
+  FROM cryo.lease_waiters w
+ WHERE w.org || ':' || w.project || ':' LIKE (SELECT cryo._app_tenant());
 COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group''s lease, with their FIFO position (1 is next).';
 
 CREATE OR REPLACE FUNCTION cryo.read_event(p_id bigint)

@@ -2,10 +2,12 @@
 --
 -- cryo_app: what an application's own login role is granted. It may call the public
 -- functions an application needs (submit, cancel, read runs, signal, publish) and read
--- the views, and nothing else: no table privilege at all. Those functions run as SECURITY DEFINER with a fixed search_path, so they reach the tables
--- as the schema owner while the caller cannot. pg_catalog comes first in that path:
--- cryo.now() calls the built-in now() unqualified, and no object of the caller's (or of
--- cryo) may stand in for a built-in.
+-- the views, and nothing else: no table privilege at all. Those functions run as
+-- SECURITY DEFINER with a fixed search_path, so they reach the tables as the schema
+-- owner while the caller cannot. pg_catalog comes first in that path, so no object of
+-- the caller's (or of cryo) may stand in for a built-in. A member of cryo_app is also
+-- held to the tenant cryo.bind_app_role gave it (cryo._app_tenant_check at the top of
+-- each of those functions, cryo._app_tenant() in every view), and to nothing without one.
 -- cryo_dba: read-only, on the views.
 -- Roles are cluster-wide, so they are created once and only when missing; a migrating
 -- role without CREATEROLE skips them with a notice and the grants that need them.
@@ -50,16 +52,19 @@ BEGIN
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO cryo_app', v_fn);
         END IF;
     END LOOP;
-    -- The views call cryo.now(), and a view's functions are checked against its reader.
-    -- cryo.is_terminal is granted as it is, not as SECURITY DEFINER: a definer function
-    -- is never inlined, and it sits on the hottest paths.
+    -- The views call cryo.now() (which may ask cryo._test_clock()) and cryo._app_tenant(),
+    -- and a view's functions are checked against its reader. cryo.is_terminal is granted
+    -- as it is, not as SECURITY DEFINER: a definer function is never inlined, and it sits
+    -- on the hottest paths. The two helpers are definer functions that read one fact each.
     IF v_app THEN
         EXECUTE 'GRANT USAGE ON SCHEMA cryo TO cryo_app';
-        EXECUTE 'GRANT EXECUTE ON FUNCTION cryo.now(), cryo.is_terminal(text) TO cryo_app';
+        EXECUTE 'GRANT EXECUTE ON FUNCTION cryo.now(), cryo.is_terminal(text), cryo._test_clock(), '
+                'cryo._app_tenant() TO cryo_app';
     END IF;
     IF v_dba THEN
         EXECUTE 'GRANT USAGE ON SCHEMA cryo TO cryo_dba';
-        EXECUTE 'GRANT EXECUTE ON FUNCTION cryo.now(), cryo.error_codes() TO cryo_dba';
+        EXECUTE 'GRANT EXECUTE ON FUNCTION cryo.now(), cryo.error_codes(), cryo._test_clock(), '
+                'cryo._app_tenant() TO cryo_dba';
     END IF;
     FOR v_view IN
         SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -29,6 +29,7 @@ def nodes(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.agents(2)
+@pytest.mark.dev_env(CRYOPG_EGRESS_ALLOW="127.0.0.1")  # the http node calls the dev server
 def test_every_agent_node_type_runs_on_real_agents(stack: Any) -> None:
     write(stack.dir, "child.json", {"nodes": [
         {"id": "double", "type": "state",

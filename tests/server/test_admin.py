@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.server.conftest import Server
+from tests.server.conftest import AGENT_CAPS, Server
 
 SECRET = "s3cr3t-VALUE-0042"
 
@@ -126,7 +126,7 @@ async def test_secrets_are_set_listed_and_deleted_but_never_shown(srv: Server) -
         201) == {"name": "API_KEY", "created": True}
     assert (await srv.user("PUT", "/secrets/API_KEY", {"value": SECRET + "2"})).ok(200) == {
         "name": "API_KEY", "created": False}
-    (await srv.user("PUT", "/secrets/OTHER", {"value": "x"})).ok(201)
+    (await srv.user("PUT", "/secrets/OTHER", {"value": "x-value"})).ok(201)
     listed = await srv.user("GET", "/secrets", role="admin")
     assert [s["name"] for s in listed.ok()["secrets"]] == ["API_KEY", "OTHER"]
     assert SECRET not in listed.text
@@ -155,12 +155,19 @@ async def test_secrets_reach_a_trusted_grant_and_only_their_names_an_untrusted_o
     (await srv.user("PUT", "/secrets/API_KEY", {"value": SECRET})).ok(201)
     trusted = await srv.claim_run(await srv.submit())
     assert (trusted["secrets"], trusted["withheld"]) == ({"API_KEY": SECRET}, [])
-    untrusted = await srv.claim_run(await srv.submit(untrusted=True))
+    assert trusted["untrusted"] is False
+    # An untrusted run waits for an agent that confines its jobs; that one is told so.
+    untrusted_id = await srv.submit(untrusted=True)
+    assert await srv.claim() is None
+    isolated = [*AGENT_CAPS, "isolated"]
+    untrusted = await srv.claim_run(untrusted_id, caps=isolated)
     assert (untrusted["secrets"], untrusted["withheld"]) == ({}, ["API_KEY"])
+    assert untrusted["untrusted"] is True
     # A child of an untrusted run is untrusted too.
     child = (await srv.in_run(untrusted, "spawn", path="spawn//0", ordinal=0, filename="c.sh",
                               source="echo\n")).ok()["run_id"]
-    assert (await srv.claim_run(child))["secrets"] == {}
+    assert await srv.claim() is None
+    assert (await srv.claim_run(child, caps=isolated))["secrets"] == {}
 
 
 async def test_retention_is_read_by_viewers_and_set_by_admins(srv: Server) -> None:

@@ -32,7 +32,7 @@ async def test_no_user_route_reaches_another_tenant(srv: Server) -> None:
     run_id = await srv.submit()
     grant = await srv.claim_run(run_id)  # live, so a cancel or signal would show
     (await srv.in_run(grant, "state/set", key="x", value="v")).ok()
-    (await srv.user("PUT", "/secrets/x", {"value": "v"})).ok(201)
+    (await srv.user("PUT", "/secrets/x", {"value": "v-value"})).ok(201)
     stranger = await srv.add_org("acme")
     async with await srv.connect() as conn:
         await conn.execute("SELECT cryo.ensure_project('dev', 'other', 'Other')")
@@ -82,7 +82,7 @@ async def test_each_user_route_needs_its_role(srv: Server) -> None:
         ("PUT", "/workflows/w", SUBMIT, "member"),
         ("GET", "/entities/e/state", None, "member"),
         ("POST", f"/runs/{doomed}/cancel", {}, "member"),
-        ("PUT", "/secrets/K", {"value": "x"}, "admin"),
+        ("PUT", "/secrets/K", {"value": "x-value"}, "admin"),
         ("GET", "/secrets", None, "admin"),
         ("DELETE", "/secrets/K", None, "admin"),
         ("PUT", "/retention", {"runs_seconds": 86400}, "admin"),

@@ -15,6 +15,7 @@ from cryopg import engine
 from cryopg.errors import StaleClaim
 from cryopg.server.agent_api import batching
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES
+from cryopg.server.auth import bind_claim, secret_hash
 from cryopg.server.state import KEYS
 from tests.server.conftest import AGENT_CAPS, Server
 
@@ -38,6 +39,18 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     monkeypatch.setattr(batching.engine, "claim_grants", claim_grants)
     monkeypatch.setattr(batching.engine, "finish_runs", finish_runs)
     return seen
+
+
+async def _held(srv: Server, grant: dict[str, Any]) -> uuid.UUID:
+    """The claim token as the queue row holds it (bound to the agent token, V0013): what
+    the server passes the batcher for an agent's finish."""
+    info = await _agent_info(srv)
+    return bind_claim(info.token_id, uuid.UUID(grant["claim_token"]))
+
+
+async def _agent_info(srv: Server) -> engine.TokenInfo:
+    async with await srv.connect() as conn:
+        return await engine.authenticate_token(conn, secret_hash(srv.tokens["agent"]))
 
 
 def _waiting(srv: Server) -> int:
@@ -102,10 +115,11 @@ async def test_finishes_that_arrive_together_commit_in_one_call(
     runs = [await srv.submit() for _ in range(5)]
     grants = [await srv.claim_run(r) for r in runs]
     gone = uuid.uuid4()
+    held = [await _held(srv, g) for g in grants]
     # Queued before the batcher's task runs, so they share one transaction.
     results = await asyncio.gather(
-        *(srv.app[FINISHES].finish(g["run_id"], uuid.UUID(g["claim_token"]), "succeeded", 0,
-                                   None, None) for g in grants),
+        *(srv.app[FINISHES].finish(g["run_id"], h, "succeeded", 0,
+                                   None, None) for g, h in zip(grants, held, strict=True)),
         srv.app[FINISHES].finish(runs[0], gone, "succeeded", 0, None, None),
         return_exceptions=True)
     assert results[:5] == [None] * 5

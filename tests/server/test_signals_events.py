@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests.server.conftest import Server
 
 
@@ -134,14 +132,10 @@ async def test_emit_from_a_run_is_recorded_once_and_listed(srv: Server) -> None:
     (await srv.user("GET", "/events?limit=some")).refused(400, "invalid_argument")
 
 
-@pytest.mark.xfail(strict=True, reason="an events limit beyond int4 reaches cryo.list_events "
-                                       "as bigint: no such function, 500")
 async def test_events_limit_out_of_range_is_400(srv: Server) -> None:
     (await srv.user("GET", "/events?limit=99999999999")).refused(400, "invalid_argument")
 
 
-@pytest.mark.xfail(strict=True, reason="a NUL in a signal name (%00 in the path) fails in "
-                                       "psycopg: 500")
 async def test_a_nul_in_a_signal_name_is_400(srv: Server) -> None:
     run_id = await srv.submit()
     (await srv.user("POST", f"/runs/{run_id}/signal/a%00b", {})).refused(400, "invalid_argument")

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from cryopg.server import triggers
 from cryopg.triggers.webhook import sign
-from tests.server.conftest import Server
+from tests.server.conftest import AGENT_CAPS, Server
 
 SCRIPT = "echo hi\n"
 
@@ -290,7 +290,7 @@ async def test_a_fork_pull_request_starts_an_untrusted_run(srv: Server) -> None:
     status, got = await deliver(srv, made["path"], FORK_PR, secret=made["secret"],
                                 event="pull_request")
     assert status == 201 and got["untrusted"] is True
-    grant = await srv.claim_run(got["run_id"])
+    grant = await srv.claim_run(got["run_id"], caps=[*AGENT_CAPS, "isolated"])
     assert grant["secrets"] == {} and grant["withheld"] == ["DEPLOY_KEY"]
     assert grant["input"]["trigger"]["ref"] == "feature"
     assert grant["input"]["trigger"]["sha"] == "f00d"

@@ -65,10 +65,14 @@ def test_a_grant_carries_the_memos_and_the_secrets_of_its_claim(db: psycopg.Conn
     # The same memos cryo.read_journal gives a live claim, in the same order.
     assert [m["seq"] for m in g["journal"]] == [r[0] for r in db.execute(
         "SELECT seq FROM cryo.read_journal(%s, %s)", (run_id, g["claim_token"]))]
-    # An untrusted run's grant names the secrets and carries none of their values.
+    assert g["untrusted"] is False
+    # An untrusted run goes only to an agent that confines its jobs; its grant says so,
+    # names the secrets and carries none of their values.
     db.execute("SELECT cryo.submit_script('dev', 'default', 'u.sh', NULL, 's', "
                "p_untrusted => true)")
-    [u] = grants(db, ["a3"])
+    assert grants(db, ["a3"]) == []
+    [u] = grants(db, ["a3"], [*CAPS, "isolated"])
+    assert u["untrusted"] is True
     assert u["secrets"] == [{"name": "API_KEY", "value": None, "withheld": True}]
 
 

@@ -125,7 +125,8 @@ def test_secrets_reach_only_a_trusted_live_claim(db: psycopg.Connection) -> None
         "SELECT run_id FROM cryo.submit_script('dev', 'default', 'u.sh', NULL, 's', "
         "p_untrusted => true)"
     ).fetchone()[0]
-    run_id, token = claim(db)
+    assert claim(db) is None  # only an agent that confines its jobs takes it
+    run_id, token = claim(db, caps=["shell", "polyglot", "isolated"])
     assert run_id == untrusted
     assert db.execute("SELECT name, value, withheld FROM cryo.claim_secrets(%s, %s)",
                       (run_id, token)).fetchall() == [("API_KEY", None, True)]
@@ -156,7 +157,9 @@ def test_rewrap_is_all_or_nothing(db: psycopg.Connection) -> None:
 
 def test_application_role_calls_functions_but_touches_no_table(db: psycopg.Connection) -> None:
     db.execute("SELECT cryo.put_workflow('dev', 'default', 'report', 'r.sh', NULL, 'sealed')")
-    db.execute("SET ROLE cryo_app")
+    # An application's role: in cryo_app and bound to its tenant (bare cryo_app gets nothing).
+    db.execute("SELECT cryo.bind_app_role('tenancy_test_app', 'dev', 'default', true)")
+    db.execute("SET ROLE tenancy_test_app")
     for sql in ("SELECT * FROM cryo.runs", "SELECT * FROM cryo.queue",
                 "INSERT INTO cryo.runs (id) VALUES ('x')", "DELETE FROM cryo.journal",
                 "SELECT * FROM cryo.secrets", "SELECT * FROM cryo.tokens",

@@ -54,6 +54,7 @@ class _Waiter:
     alive: Callable[[], bool]
     future: asyncio.Future[ClaimGrant | None]
     tried: bool = False
+    agent_token: str | None = None  # the agent token its claim is bound to
 
 
 class ClaimDispatcher:
@@ -71,13 +72,15 @@ class ClaimDispatcher:
         self._task: asyncio.Task[None] | None = None
 
     async def claim(self, org: str, agent_id: str, caps: list[str], wait: float,
-                    alive: Callable[[], bool]) -> ClaimGrant | None:
+                    alive: Callable[[], bool],
+                    agent_token: str | None = None) -> ClaimGrant | None:
         """A claim for this agent, or None when nothing came within `wait` seconds (one
         try at least), the agent hung up, or the server is stopping."""
         loop = asyncio.get_running_loop()
         if self._notifier.closing:
             return None
-        waiter = _Waiter(agent_id, loop.time() + wait, alive, loop.create_future())
+        waiter = _Waiter(agent_id, loop.time() + wait, alive, loop.create_future(),
+                         agent_token=agent_token)
         self._waiting.setdefault((org, tuple(caps)), []).append(waiter)
         self._kick.set()
         try:
@@ -103,8 +106,8 @@ class ClaimDispatcher:
         if self._conn is not None:
             await self._conn.close()
 
-    async def _claim_grants(self, org: str, agent_ids: list[str],
-                            caps: list[str]) -> list[ClaimGrant]:
+    async def _claim_grants(self, org: str, agent_ids: list[str], caps: list[str],
+                            agent_tokens: list[str] | None) -> list[ClaimGrant]:
         if self._conn is None or self._conn.closed or self._conn.broken:
             try:
                 self._conn = await AsyncConnection.connect(self._dsn, autocommit=True,
@@ -114,7 +117,7 @@ class ClaimDispatcher:
         try:
             with translated():
                 return await engine.claim_grants(self._conn, org, agent_ids, caps,
-                                                 self._claim_seconds)
+                                                 self._claim_seconds, agent_tokens)
         except Exception:
             if self._conn.broken:  # reconnect on the next call
                 await self._conn.close()
@@ -157,14 +160,16 @@ class ClaimDispatcher:
                 asking.append(w)
         if asking:
             try:
-                got = await self._claim_grants(org, [w.agent_id for w in asking], list(caps))
+                got = await self._claim_grants(org, [w.agent_id for w in asking], list(caps),
+                                               _tokens([w.agent_token for w in asking]))
             except Exception as exc:  # noqa: BLE001 - each waiter gets the error itself
                 for w in asking:
                     if not w.future.done():
                         w.future.set_exception(exc)
                 got = []
             for g in got:
-                w = next(w for w in asking if w.agent_id == g.agent_id and not w.future.done())
+                w = next(w for w in asking if (w.agent_id, w.agent_token)
+                         == (g.agent_id, g.agent_token) and not w.future.done())
                 w.future.set_result(g)
             for w in asking:
                 w.tried = True
@@ -175,6 +180,15 @@ class ClaimDispatcher:
             self._waiting[key] = left
         else:
             self._waiting.pop(key, None)
+
+
+def _tokens(tokens: list[str | None]) -> list[str] | None:
+    """The agent tokens to bind a batch's claims to; None when no item names one."""
+    if all(t is None for t in tokens):
+        return None
+    if any(t is None for t in tokens):
+        raise ValueError("a claim batch mixes bound and unbound claims")
+    return [t for t in tokens if t is not None]
 
 
 async def _first_of(a: asyncio.Event, b: asyncio.Event, timeout: float) -> asyncio.Event | None:
@@ -294,6 +308,7 @@ class ClaimAsk:
     org: str
     agent_id: str
     caps: tuple[str, ...]
+    agent_token: str | None = None  # the agent token the next claim is bound to
 
 
 class FinishBatcher(_Batcher[_Finish]):
@@ -344,16 +359,19 @@ class FinishBatcher(_Batcher[_Finish]):
                 asking: dict[ClaimAsk, list[_Finish]] = {}
                 for f in batch:
                     if f.ask is not None and done.get(f.run_id):
-                        asking.setdefault(dataclasses.replace(f.ask, agent_id=""),
+                        asking.setdefault(dataclasses.replace(f.ask, agent_id="",
+                                                              agent_token=None),
                                           []).append(f)
                 got: dict[_Finish, ClaimGrant] = {}
                 for key, items in asking.items():
                     rows = await engine.claim_grants(
                         conn, key.org, [f.ask.agent_id for f in items if f.ask],
-                        list(key.caps), self._claim_seconds)
+                        list(key.caps), self._claim_seconds,
+                        _tokens([f.ask.agent_token for f in items if f.ask]))
                     for g in rows:
-                        f = next(f for f in items if f.ask and f.ask.agent_id == g.agent_id
-                                 and f not in got)
+                        f = next(f for f in items if f.ask and f not in got
+                                 and (f.ask.agent_id, f.ask.agent_token)
+                                 == (g.agent_id, g.agent_token))
                         got[f] = g
         return done, got
 

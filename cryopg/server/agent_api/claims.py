@@ -22,8 +22,8 @@ from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES, ClaimAsk
 from cryopg.server.agent_api.grant import grant
 from cryopg.server.agent_api.in_run import add_run_route
-from cryopg.server.auth import agent_run, require_agent
-from cryopg.server.bodies import claim_token, json_body
+from cryopg.server.auth import agent_claim, agent_id_of, agent_run, require_agent
+from cryopg.server.bodies import json_body
 from cryopg.server.state import CONFIG, KEYS, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
@@ -42,15 +42,16 @@ async def claim(request: web.Request) -> web.StreamResponse:
 def _claim_ask(request: web.Request, info: TokenInfo,
                body: dict[str, Any]) -> tuple[str, list[str], float]:
     """(agent_id, capabilities, wait) from a claim's body, checked."""
-    agent_id = body.get("agent_id")
-    if not isinstance(agent_id, str) or not agent_id:
-        raise InvalidArgument("agent_id is required")
+    agent_id = agent_id_of(body.get("agent_id"))
     asked = body.get("capabilities") or DEFAULT_CAPS
     if not isinstance(asked, list):
         raise InvalidArgument("capabilities must be a list")
     # The token's ceiling bounds what a claim may serve, whatever the agent advertises.
     # "graph" is the server drivers' own: no agent ever takes a graph run.
-    caps = [str(c) for c in asked if str(c) in info.capabilities and c != "graph"]
+    # "isolated" is no privilege but a promise the agent confines untrusted jobs; it only
+    # widens what it takes to runs that carry no secrets.
+    caps = [str(c) for c in asked
+            if (str(c) in info.capabilities or c == "isolated") and c != "graph"]
     cfg = request.app[CONFIG]
     wait = body.get("wait", cfg.claim_wait_max)
     if isinstance(wait, bool) or not isinstance(wait, int | float):
@@ -72,7 +73,8 @@ async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps:
 
     while True:
         got = await request.app[CLAIMS].claim(info.org, agent_id, caps,
-                                              max(0.0, deadline - loop.time()), alive)
+                                              max(0.0, deadline - loop.time()), alive,
+                                              agent_token=info.token_id)
         if got is None:
             return None
         granted = await grant(request, info.org, got)
@@ -97,13 +99,14 @@ async def _seen(request: web.Request, info: TokenInfo, agent_id: str, caps: list
 async def logs(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     try:
         data = base64.b64decode(body.get("data") or "", validate=True)
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, TypeError) as exc:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     async with connection(request.app[POOL]) as conn:
-        cancel = await engine.append_log(conn, run_id, claim_token(body), sealed,
+        cancel = await engine.append_log(conn, run_id, token, sealed,
                                          request.app[CONFIG].claim_seconds)
     return web.json_response({"cancel": bool(cancel)})
 
@@ -114,6 +117,7 @@ async def finish(request: web.Request) -> web.Response:
     pending and a wait, the request then long-polls like a claim."""
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     ask = body.get("claim")
     if ask is not None and not isinstance(ask, dict):
         raise InvalidArgument("claim must be an object")
@@ -127,15 +131,15 @@ async def finish(request: web.Request) -> web.Response:
     # The script's last output comes with its end, so a short job costs one request.
     try:
         data = base64.b64decode(body.get("data") or "", validate=True)
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, TypeError) as exc:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     ask = None
     if claim_ask is not None:
         await _seen(request, info, claim_ask[0], claim_ask[1])
-        ask = ClaimAsk(info.org, claim_ask[0], tuple(claim_ask[1]))
+        ask = ClaimAsk(info.org, claim_ask[0], tuple(claim_ask[1]), info.token_id)
     got = await request.app[FINISHES].finish(
-        run_id, claim_token(body), str(body.get("outcome") or ""), exit_code,
+        run_id, token, str(body.get("outcome") or ""), exit_code,
         None if error is None else str(error), sealed, ask)
     if claim_ask is None:
         return web.json_response({})
@@ -148,8 +152,9 @@ async def finish(request: web.Request) -> web.Response:
 async def release(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     async with connection(request.app[POOL]) as conn:
-        await engine.release_claim(conn, run_id, claim_token(body))
+        await engine.release_claim(conn, run_id, token)
     return web.json_response({})
 
 

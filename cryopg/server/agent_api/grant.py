@@ -17,6 +17,7 @@ from cryopg.engine import ClaimGrant, Memo
 from cryopg.errors import Unreadable
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.in_run import finish_unreadable
+from cryopg.server.auth import bind_claim
 from cryopg.server.render import child_output, run_input
 from cryopg.server.state import CONFIG, KEYS, POOL
 
@@ -47,13 +48,17 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
     than letting it run without its recorded answers."""
     app = request.app
     claim = got.claim
+    # The queue row holds the claim bound to the agent token that took it; the server's
+    # own calls for this claim present it so.
+    held = claim.claim_token if got.agent_token is None else bind_claim(got.agent_token,
+                                                                        claim.claim_token)
     try:
         sealer = await app[KEYS].sealer(org)
         source = sealer.open_text(claim.source)
         if claim.input_clear is not None:
             input_value = run_input(sealer, claim.input, claim.input_clear)
             async with connection(app[POOL]) as conn:
-                await engine.seal_run_input(conn, claim.run_id, claim.claim_token,
+                await engine.seal_run_input(conn, claim.run_id, held,
                                             sealer.seal_json(input_value))
         else:
             input_value = sealer.open_json(claim.input) if claim.input is not None else None
@@ -67,10 +72,11 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
                    if not s.withheld and s.value is not None}
         withheld = [s.name for s in got.secrets if s.withheld]
     except Unreadable as exc:
-        await finish_unreadable(request, claim.run_id, claim.claim_token, exc)
+        await finish_unreadable(request, claim.run_id, held, exc)
         return None
     return {"run_id": claim.run_id, "claim_token": str(claim.claim_token),
             "attempt": claim.attempt, "filename": claim.filename,
             "interpreter": claim.interpreter, "source": source, "input": input_value,
             "claim_seconds": app[CONFIG].claim_seconds, "journal": journal,
-            "secrets": secrets, "withheld": withheld, "workdir": claim.workdir}
+            "secrets": secrets, "withheld": withheld, "workdir": claim.workdir,
+            "untrusted": claim.untrusted}

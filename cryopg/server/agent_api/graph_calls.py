@@ -18,8 +18,8 @@ from cryopg.errors import InvalidArgument
 from cryopg.graphs.document import NODE_VERSION, GraphError, compile_graph, load
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.in_run import add_run_route
-from cryopg.server.auth import agent_run
-from cryopg.server.bodies import claim_token, json_body, recorded_at, str_field, to_int
+from cryopg.server.auth import agent_claim, agent_run
+from cryopg.server.bodies import json_body, recorded_at, str_field, to_int
 from cryopg.server.render import answer
 from cryopg.server.state import KEYS, POOL
 
@@ -42,13 +42,15 @@ async def call_graph(request: web.Request) -> web.Response:
     body = await json_body(request)
     name = str_field(body, "name")
     sealer = await request.app[KEYS].sealer(org)
-    async with connection(request.app[POOL]) as conn:
+    token = await agent_claim(request, body)
+    async with connection(request.app[POOL]) as conn, conn.transaction():
+        await engine.check_claim(conn, run_id, token)  # nothing of the project without it
         filename, _, source, kind, graph = await engine.get_workflow(conn, org, project, name)
         if kind != "graph" or graph is None:
             raise InvalidArgument(f"workflow {name!r} is a script, not a graph; call-graph "
                                   "runs stored graphs")
         got = await engine.call_graph(
-            conn, run_id, claim_token(body), **recorded_at(body), family="graph.call",
+            conn, run_id, token, **recorded_at(body), family="graph.call",
             name=name, ordinal=to_int(body, "ordinal"), workflow=name, filename=filename,
             source=source, input=_sealed_input(sealer, body), graph=graph)
     return _reply(sealer, got)
@@ -58,6 +60,7 @@ async def call_node(request: web.Request) -> web.Response:
     """One node of a type with its config, run as a one-node graph."""
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     node_type = str_field(body, "type")
     config = body.get("config")
     if not isinstance(config, dict):
@@ -69,7 +72,7 @@ async def call_node(request: web.Request) -> web.Response:
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         got = await engine.call_graph(
-            conn, run_id, claim_token(body), **recorded_at(body), family="node.call",
+            conn, run_id, token, **recorded_at(body), family="node.call",
             name=node_type, ordinal=to_int(body, "ordinal"), workflow=None,
             filename="node.json", source=sealer.seal_text(compiled.source()),
             input=_sealed_input(sealer, body), graph=compiled.structure)

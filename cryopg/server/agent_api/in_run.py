@@ -6,6 +6,10 @@ org key this server's master key cannot unwrap) must not let the script go on wi
 its recorded answers: the run ends unreadable, and the agent's next call finds its
 claim gone and stops the script. The error then reaches the agent as usual, mapped by
 the app's error middleware.
+
+Every one of these routes needs the run's live claim, presented with the agent token
+that took it: writes check it in the SQL function that writes, reads first call
+cryo.check_claim in their transaction.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from aiohttp.typedefs import Handler
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import Unreadable
+from cryopg.errors import CryoError, Unreadable
+from cryopg.server.auth import agent_claim
 from cryopg.server.state import POOL
 
 RUN_ROUTE = "/api/v1/agent/runs/{run}"
@@ -37,8 +42,8 @@ async def _end_run(request: web.Request, exc: Unreadable) -> None:
         return
     try:
         body = await request.json()
-        token = uuid.UUID(str(body.get("claim_token")))
-    except (ValueError, TypeError, AttributeError):
+        token = await agent_claim(request, body)
+    except (CryoError, ValueError, TypeError, AttributeError):
         return
     try:
         await finish_unreadable(request, run_id, token, exc)

@@ -10,14 +10,21 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.batching import STEPS
 from cryopg.server.agent_api.in_run import add_run_route
-from cryopg.server.auth import agent_run
-from cryopg.server.bodies import claim_token, json_body, recorded_at
+from cryopg.server.auth import agent_claim, agent_run
+from cryopg.server.bodies import (
+    duration,
+    json_body,
+    optional_text,
+    recorded_at,
+    to_int,
+)
 from cryopg.server.state import KEYS, POOL
 
 
 async def steps(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     try:
         ordinal = int(body["ordinal"])
         exit_code = None if body.get("exit_code") is None else int(body["exit_code"])
@@ -29,11 +36,11 @@ async def steps(request: web.Request) -> web.Response:
         raise InvalidArgument("ordinal, exit_code and position must fit 32 bits")
     sealer = await request.app[KEYS].sealer(org)
     result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
-    label = body.get("label")
+    label = optional_text(body, "label")
     # Steps several agents report at once commit together (see batching.py).
     seq = await request.app[STEPS].record(
-        (run_id, claim_token(body), at["position"], str(body.get("family") or ""),
-         str(body.get("name") or ""), ordinal, None if label is None else str(label), result,
+        (run_id, token, at["position"], str(body.get("family") or ""),
+         str(body.get("name") or ""), ordinal, label, result,
          exit_code, at["path"]))
     return web.json_response({"seq": seq})
 
@@ -42,12 +49,10 @@ async def marks(request: web.Request) -> web.Response:
     """A step about to run pins its pending marker (see cryo.mark_step)."""
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
-    try:
-        ordinal = int(body["ordinal"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidArgument("ordinal must be an integer") from exc
+    token = await agent_claim(request, body)
+    ordinal = to_int(body, "ordinal")
     async with connection(request.app[POOL]) as conn:
-        await engine.mark_step(conn, run_id, claim_token(body), **recorded_at(body),
+        await engine.mark_step(conn, run_id, token, **recorded_at(body),
                                family=str(body.get("family") or ""),
                                name=str(body.get("name") or ""), ordinal=ordinal)
     return web.json_response({})
@@ -56,13 +61,13 @@ async def marks(request: web.Request) -> web.Response:
 async def park(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
-    try:
-        seconds = float(body["seconds"])
-        ordinal = int(body["ordinal"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidArgument("seconds must be a number and ordinal an integer") from exc
+    token = await agent_claim(request, body)
+    seconds = duration(body, "seconds")
+    if seconds is None:
+        raise InvalidArgument("seconds must be a number")
+    ordinal = to_int(body, "ordinal")
     async with connection(request.app[POOL]) as conn:
-        wake_at = await engine.park_sleep(conn, run_id, claim_token(body),
+        wake_at = await engine.park_sleep(conn, run_id, token,
                                           **recorded_at(body),
                                           ordinal=ordinal, seconds=seconds)
     return web.json_response({"wake_at": wake_at.isoformat()})
@@ -71,9 +76,10 @@ async def park(request: web.Request) -> web.Response:
 async def annotate(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     sealed = (await request.app[KEYS].sealer(org)).seal_text(str(body.get("text") or ""))
     async with connection(request.app[POOL]) as conn:
-        await engine.annotate_run(conn, run_id, claim_token(body), sealed)
+        await engine.annotate_run(conn, run_id, token, sealed)
     return web.json_response({})
 
 

@@ -1,5 +1,7 @@
 """Durable state for a running script: `POST /api/v1/agent/runs/{run}/state/{op}` with
-op one of get, list, set, delete, add, cas, incr; writes carry the claim token.
+op one of get, list, set, delete, add, cas, incr. Every op carries the run's live claim
+token (bound to the calling agent token): reads check it in their own transaction
+(cryo.check_claim), writes in the SQL function that writes.
 
 Values are sealed here with the org's key before they reach SQL and opened here after;
 SQL sees keys, scopes and versions only. incr is the one operation that needs the
@@ -24,9 +26,8 @@ from cryopg.db import connection
 from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.in_run import add_run_route
-from cryopg.server.auth import agent_run
+from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import (
-    claim_token,
     int_field,
     json_body,
     optional_str_field,
@@ -56,20 +57,22 @@ async def agent_state(request: web.Request) -> web.Response:
     op = request.match_info["op"]
     body = await json_body(request)
     entity = optional_str_field(body, "entity")
+    token = await agent_claim(request, body)
     sealer = await request.app[KEYS].sealer(org)
     pool = request.app[POOL]
     if op == "list":
-        async with connection(pool) as conn:
+        async with connection(pool) as conn, conn.transaction():
+            await engine.check_claim(conn, run_id, token)
             cells = await engine.state_list(conn, org, project, run_id, entity)
         return web.json_response({"cells": [cell_json(sealer, c) for c in cells]})
     key = str_field(body, "key")
     if op == "get":
-        async with connection(pool) as conn:
+        async with connection(pool) as conn, conn.transaction():
+            await engine.check_claim(conn, run_id, token)
             cell = await engine.state_get(conn, org, project, run_id, entity, key)
         if cell is None:
             return web.json_response({"found": False, "value": None, "version": None})
         return web.json_response({"found": True, **cell_json(sealer, cell)})
-    token = claim_token(body)
     if op == "set":
         if "value" not in body:
             raise InvalidArgument("set needs a value")

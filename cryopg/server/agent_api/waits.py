@@ -14,13 +14,13 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.in_run import add_run_route
-from cryopg.server.auth import agent_run
+from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import (
-    claim_token,
+    INT4,
+    duration,
     json_body,
     recorded_at,
     str_field,
-    to_float,
     to_int,
 )
 from cryopg.server.caps import required_caps
@@ -31,15 +31,16 @@ from cryopg.server.state import KEYS, POOL
 async def wait(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     kind = request.match_info["kind"]
     waiter = {"signal": engine.wait_signal, "event": engine.wait_event}.get(kind)
     if waiter is None:
         raise InvalidArgument(f"no wait of kind {kind}")
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
-        got = await waiter(conn, run_id, claim_token(body), **recorded_at(body),
+        got = await waiter(conn, run_id, token, **recorded_at(body),
                            name=str_field(body, "name"), ordinal=to_int(body, "ordinal"),
-                           timeout=to_float(body, "timeout"))
+                           timeout=duration(body, "timeout"))
     return web.json_response({"parked": got.parked, "timed_out": got.timed_out,
                               "payload": answer(sealer, got.payload, got.payload_clear)})
 
@@ -47,10 +48,11 @@ async def wait(request: web.Request) -> web.Response:
 async def emit(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         event_id = await engine.emit_from_run(
-            conn, run_id, claim_token(body), **recorded_at(body),
+            conn, run_id, token, **recorded_at(body),
             ordinal=to_int(body, "ordinal"), name=str_field(body, "name"),
             payload=sealer.seal_json({"answer": body.get("payload")}))
     return web.json_response({"event_id": event_id})
@@ -59,6 +61,7 @@ async def emit(request: web.Request) -> web.Response:
 async def spawn(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     sealer = await request.app[KEYS].sealer(org)
     filename, source = str_field(body, "filename"), body.get("source")
     if not isinstance(source, str):
@@ -67,7 +70,7 @@ async def spawn(request: web.Request) -> web.Response:
     child_input = body.get("input")
     async with connection(request.app[POOL]) as conn:
         child = await engine.spawn_run(
-            conn, run_id, claim_token(body), **recorded_at(body),
+            conn, run_id, token, **recorded_at(body),
             ordinal=to_int(body, "ordinal"), filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source),
             input=None if child_input is None else sealer.seal_json(child_input),
@@ -78,32 +81,35 @@ async def spawn(request: web.Request) -> web.Response:
 async def submit_activity(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     argv = body.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise InvalidArgument("argv must be a non-empty list of strings")
     retry_on = body.get("retry_on")
     if retry_on is not None and (not isinstance(retry_on, list)
-                                 or not all(isinstance(c, int) for c in retry_on)):
+                                 or not all(isinstance(c, int) and not isinstance(c, bool)
+                                            and INT4[0] <= c <= INT4[1] for c in retry_on)):
         raise InvalidArgument("retry_on must be a list of exit codes")
     sealer = await request.app[KEYS].sealer(org)
     # The child is a one-line shell script running the command exactly as given.
     source = "exec " + shlex.join(argv) + "\n"
     async with connection(request.app[POOL]) as conn:
         child = await engine.submit_activity(
-            conn, run_id, claim_token(body), **recorded_at(body),
+            conn, run_id, token, **recorded_at(body),
             name=str_field(body, "name"), source=sealer.seal_text(source),
             required_caps=["shell"], retries=to_int({"r": body.get("retries", 0)}, "r"),
-            retry_backoff=to_float(body, "retry_backoff", 0.0) or 0.0, retry_on=retry_on)
+            retry_backoff=duration(body, "retry_backoff", 0.0) or 0.0, retry_on=retry_on)
     return web.json_response({"run_id": child})
 
 
 async def collect_activity(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         parked, child, code = await engine.collect_activity(
-            conn, run_id, claim_token(body), **recorded_at(body),
+            conn, run_id, token, **recorded_at(body),
             ordinal=to_int(body, "ordinal"), name=str_field(body, "name"))
         stdout = "" if parked else await child_output(conn, sealer, child)
     return web.json_response({"parked": parked, "run_id": child, "exit_code": code,
@@ -113,9 +119,10 @@ async def collect_activity(request: web.Request) -> web.Response:
 async def wait_all(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     async with connection(request.app[POOL]) as conn:
         parked, failed = await engine.wait_all_activities(
-            conn, run_id, claim_token(body), **recorded_at(body),
+            conn, run_id, token, **recorded_at(body),
             ordinal=to_int(body, "ordinal"))
     return web.json_response({"parked": parked, "failed": failed})
 
@@ -123,9 +130,10 @@ async def wait_all(request: web.Request) -> web.Response:
 async def set_output(request: web.Request) -> web.Response:
     run_id, org, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
-        await engine.set_output(conn, run_id, claim_token(body), str_field(body, "key"),
+        await engine.set_output(conn, run_id, token, str_field(body, "key"),
                                 sealer.seal_json({"answer": body.get("value")}))
     return web.json_response({})
 
@@ -133,9 +141,10 @@ async def set_output(request: web.Request) -> web.Response:
 async def acquire_lease(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     async with connection(request.app[POOL]) as conn:
         granted = await engine.acquire_lease(
-            conn, run_id, claim_token(body), **recorded_at(body),
+            conn, run_id, token, **recorded_at(body),
             ordinal=to_int(body, "ordinal"), group=str_field(body, "group"),
             scoped=bool(body.get("scoped", True)))
     return web.json_response({"granted": granted})
@@ -144,8 +153,9 @@ async def acquire_lease(request: web.Request) -> web.Response:
 async def release_lease(request: web.Request) -> web.Response:
     run_id, _, _ = await agent_run(request)
     body = await json_body(request)
+    token = await agent_claim(request, body)
     async with connection(request.app[POOL]) as conn:
-        released = await engine.release_lease(conn, run_id, claim_token(body),
+        released = await engine.release_lease(conn, run_id, token,
                                              str_field(body, "group"))
     return web.json_response({"released": released})
 

@@ -13,13 +13,13 @@ redelivery of a body already accepted, with what its first delivery did.
 from __future__ import annotations
 
 import hashlib
-import json
 
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, Unauthorized
+from cryopg.server.limits import parse_json, raw_body, read_body
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.triggers import HOOK_ROUTE
 from cryopg.triggers import webhook
@@ -27,11 +27,10 @@ from cryopg.triggers import webhook
 MAX_BODY = 25 << 20  # GitHub's own limit on a delivery
 
 
+@raw_body  # the HMAC is over the raw bytes: checked here, after the signature
 async def deliver(request: web.Request) -> web.Response:
     org, project, name = (request.match_info[k] for k in ("org", "project", "name"))
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise InvalidArgument(f"a delivery is at most {MAX_BODY} bytes")
-    body = await request.read()
+    body = await read_body(request, MAX_BODY)
     async with connection(request.app[POOL]) as conn:
         hook = await engine.get_webhook(conn, org, project, name)
     sealer = await request.app[KEYS].sealer(org)
@@ -41,10 +40,7 @@ async def deliver(request: web.Request) -> web.Response:
     event = webhook.event_name(request.headers)
     if event is None:
         raise InvalidArgument("the event header is not a valid event name")
-    try:
-        payload = json.loads(body) if body.strip() else None
-    except ValueError:
-        raise InvalidArgument("the delivery's body must be JSON") from None
+    payload = parse_json(body, "the delivery's body")
     trigger, untrusted = webhook.trigger_of(name, event, payload)
     async with connection(request.app[POOL]) as conn:
         got = await engine.deliver_webhook(

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.server.bodies import query_int
+from cryopg.server.bodies import INT8, query_int
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 
@@ -16,7 +16,7 @@ from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 async def logs(request: web.Request) -> web.StreamResponse:
     run = await own_run(request)
     follow = request.query.get("follow") in ("1", "true", "yes")
-    after = query_int(request, "after", 0)
+    after = query_int(request, "after", 0, INT8)
     sealer = await request.app[KEYS].sealer(run.org)
     pool, notifier = request.app[POOL], request.app[NOTIFIER]
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8",

@@ -13,6 +13,7 @@ from cryopg.errors import InvalidArgument
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, query_int, script_fields
 from cryopg.server.caps import required_caps
+from cryopg.server.redact import masked
 from cryopg.server.render import iso, open_document, run_input, run_json, run_outputs
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.graphs import admission_group, compiled_graph, graph_json
@@ -77,15 +78,16 @@ async def list_runs(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         if not any(name in q for name in PAGE_FILTERS):
             runs = await engine.list_runs(conn, org, project, limit)
-            return web.json_response({"runs": [run_json(r) for r in runs]})
+            return web.json_response(await masked(request, conn, org, project,
+                                                  {"runs": [run_json(r) for r in runs]}))
         rows = await engine.list_runs_page(
             conn, org, project, status=q.get("status") or None,
             workflow=q.get("workflow") or None, parent=q.get("parent") or None,
             before=q.get("before") or None, limit=min(limit, PAGE_MAX))
-    return web.json_response({
-        "runs": [{**run_json(r), "parent_run_id": r.parent_run_id, "trigger": r.trig,
-                  "children": r.children} for r in rows],
-        "next": rows[-1].id if rows and len(rows) == min(limit, PAGE_MAX) else None})
+        return web.json_response(await masked(request, conn, org, project, {
+            "runs": [{**run_json(r), "parent_run_id": r.parent_run_id, "trigger": r.trig,
+                      "children": r.children} for r in rows],
+            "next": rows[-1].id if rows and len(rows) == min(limit, PAGE_MAX) else None}))
 
 
 async def show_run(request: web.Request) -> web.Response:
@@ -111,8 +113,9 @@ async def show_run(request: web.Request) -> web.Response:
     extra: dict[str, Any] = {"graph": graph} if graph is not None else {}
     if graph and graph.get("pipeline"):
         extra["pipeline"] = graph["pipeline"]
-    return web.json_response({**run_json(run), **detail, "outputs": outputs,
-                              "history": history, **extra})
+    body = {**run_json(run), **detail, "outputs": outputs, "history": history, **extra}
+    async with connection(request.app[POOL]) as conn:  # what a run copied of a secret
+        return web.json_response(await masked(request, conn, run.org, run.project, body))
 
 
 async def _detail(request: web.Request, run: engine.Run) -> dict[str, Any]:
@@ -135,11 +138,13 @@ async def checkpoints(request: web.Request) -> web.Response:
     run = await own_run(request)
     async with connection(request.app[POOL]) as conn:
         rows = await engine.read_checkpoints(conn, run.id)
-    return web.json_response({"checkpoints": [
-        {"seq": c.seq, "family": c.family, "name": c.name, "ordinal": c.ordinal,
-         "label": c.label, "attempt": c.attempt, "status": c.status, "exit_code": c.exit_code,
-         "due_at": iso(c.due_at), "created_at": iso(c.created_at),
-         "completed_at": iso(c.completed_at)} for c in rows]})
+        return web.json_response(await masked(request, conn, run.org, run.project, {
+            "checkpoints": [
+                {"seq": c.seq, "family": c.family, "name": c.name, "ordinal": c.ordinal,
+                 "label": c.label, "attempt": c.attempt, "status": c.status,
+                 "exit_code": c.exit_code, "due_at": iso(c.due_at),
+                 "created_at": iso(c.created_at), "completed_at": iso(c.completed_at)}
+                for c in rows]}))
 
 
 async def cancel(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import optional_json_body, query_int
+from cryopg.server.redact import masked
 from cryopg.server.render import answer
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
@@ -46,11 +47,11 @@ async def list_events(request: web.Request) -> web.Response:
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         events = await engine.list_events(conn, org, project, request.query.get("name"), limit)
-    return web.json_response({"events": [
-        {"id": e.id, "name": e.name, "payload": answer(sealer, e.payload, e.payload_clear),
-         "emitted_by_run": e.emitted_by_run, "created_at": e.created_at.isoformat(),
-         "depth": e.depth, "untrusted": e.untrusted, "refused": e.refused}
-        for e in events]})
+        return web.json_response(await masked(request, conn, org, project, {"events": [
+            {"id": e.id, "name": e.name, "payload": answer(sealer, e.payload, e.payload_clear),
+             "emitted_by_run": e.emitted_by_run, "created_at": e.created_at.isoformat(),
+             "depth": e.depth, "untrusted": e.untrusted, "refused": e.refused}
+            for e in events]}))
 
 
 def add_routes(app: web.Application) -> None:

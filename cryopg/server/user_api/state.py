@@ -9,6 +9,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import NotFound, RunNotFound
 from cryopg.server.auth import MEMBER, VIEWER, require_user
+from cryopg.server.redact import masked
 from cryopg.server.render import cell_json
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of
@@ -34,7 +35,8 @@ async def user_state_list(request: web.Request) -> web.Response:
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         cells = await engine.state_list(conn, org, project, run_id, entity)
-    return web.json_response({"cells": [cell_json(sealer, c) for c in cells]})
+        return web.json_response(await masked(request, conn, org, project,
+                                              {"cells": [cell_json(sealer, c) for c in cells]}))
 
 
 async def user_state_get(request: web.Request) -> web.Response:
@@ -42,11 +44,12 @@ async def user_state_get(request: web.Request) -> web.Response:
     key = request.match_info["key"]
     async with connection(request.app[POOL]) as conn:
         cell = await engine.state_get(conn, org, project, run_id, entity, key)
-    if cell is None:
-        raise NotFound(f"no cell {key!r} in that scope")
-    sealer = await request.app[KEYS].sealer(org)
-    return web.json_response({**cell_json(sealer, cell), "created_by_run": cell.created_by_run,
-                              "updated_at": cell.updated_at.isoformat()})
+        if cell is None:
+            raise NotFound(f"no cell {key!r} in that scope")
+        sealer = await request.app[KEYS].sealer(org)
+        return web.json_response(await masked(request, conn, org, project, {
+            **cell_json(sealer, cell), "created_by_run": cell.created_by_run,
+            "updated_at": cell.updated_at.isoformat()}))
 
 
 async def run_entity_state(request: web.Request) -> web.Response:
@@ -60,12 +63,12 @@ async def run_entity_state(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         await engine.get_run(conn, run_id)  # raises RunNotFound (404) for a missing run
         cells = await engine.run_entity_cells(conn, run_id)
-    return web.json_response({"cells": [
-        {"entity": c.entity, "key": c.key,
-         "value": None if c.value is None else sealer.open_json(c.value), "version": c.version,
-         "created_by_run": c.created_by_run,
-         "updated_by_run": c.updated_by_run, "updated_at": c.updated_at.isoformat()}
-        for c in cells]})
+        return web.json_response(await masked(request, conn, org, project, {"cells": [
+            {"entity": c.entity, "key": c.key,
+             "value": None if c.value is None else sealer.open_json(c.value),
+             "version": c.version, "created_by_run": c.created_by_run,
+             "updated_by_run": c.updated_by_run, "updated_at": c.updated_at.isoformat()}
+            for c in cells]}))
 
 
 def add_routes(app: web.Application) -> None:

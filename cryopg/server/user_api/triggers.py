@@ -118,11 +118,15 @@ async def delete_schedule(request: web.Request) -> web.Response:
 
 
 def check_status_url(url: str) -> None:
-    parts = urlsplit(url)
-    if len(url) > 2000 or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed [ of an IPv6 address
+        host = None
+    if len(url) > 2000 or not host:
         raise InvalidArgument(f"status_url {url[:100]!r} is not a URL")
     if parts.scheme != "https" and not (parts.scheme == "http"
-                                        and parts.hostname.lower() in forge.allowlist()):
+                                        and host.lower() in forge.allowlist()):
         raise InvalidArgument("status_url must be https (http only for a host named in "
                               f"{forge.ALLOWLIST_ENV})")
 
@@ -133,7 +137,7 @@ async def create_webhook(request: web.Request) -> web.Response:
     body = await json_body(request)
     name = str_field(body, "name")
     workflow = optional_str_field(body, "workflow")
-    status_url = optional_str_field(body, "status_url")
+    status_url = optional_str_field(body, "status_url", 2000)
     if status_url is not None:
         check_status_url(status_url)
     secret = webhook.new_secret()

@@ -23,14 +23,54 @@ const S = {
 };
 
 // `cryopg dev` prints a link whose fragment carries a dev login (#login=TOKEN&org=..&project=..):
-// the fragment never reaches the server's logs; it is taken and removed at once.
-function takeFragmentLogin() {
+// the fragment never reaches the server's logs; it is taken and removed from the URL at
+// once, whatever happens next. Such a link may come from anybody (login CSRF: a link that
+// silently signs you in as its sender, whose project then sees what you type): while a
+// session is open, a link with another token only replaces it when the user says so in
+// the page, which names the login the link would sign in as; keeping is the default.
+async function takeFragmentLogin() {
   const h = location.hash.replace(/^#/, "");
   if (!h.startsWith("login=")) return;
-  const p = new URLSearchParams(h);
-  S.save(p.get("login"), p.get("org") || "dev", p.get("project") || "default");
-  me = null;
   history.replaceState(null, "", location.pathname + "#/runs");
+  const p = new URLSearchParams(h);
+  const token = p.get("login") || "", org = p.get("org") || "dev", project = p.get("project") || "default";
+  if (!token) return;
+  if (S.token && S.token !== token) {
+    let login = null;
+    try {
+      const r = await fetch(`/api/v1/orgs/${encodeURIComponent(org)}/me`,
+                            { headers: { Authorization: `Bearer ${token}` } });
+      if (r.ok) login = (await r.json()).login;
+    } catch (_) { login = null; }
+    if (!login) return;  // the link's login does not work: nothing to switch to
+    if (!me) {
+      try { me = await api(`/api/v1/orgs/${encodeURIComponent(S.org)}/me`, { signingIn: true }); }
+      catch (_) { me = null; }
+    }
+    const now = me ? `${me.login} in ${S.org}/${S.project}` : `${S.org}/${S.project}`;
+    if (!await askSwitch(`A link asks to sign you in as ${login} in ${org}/${project}, ` +
+                         `replacing your session (${now}). Anyone can send such a link.`)) return;
+  }
+  S.save(token, org, project);
+  me = null;
+}
+
+// The in-page question before a link replaces the session; resolves true only on
+// "Switch". Escape, and Enter on the focused default, keep the session.
+function askSwitch(text) {
+  return new Promise((resolve) => {
+    const keep = el("button", { id: "switch-keep", type: "button", autofocus: true }, "Keep my session");
+    const go = el("button", { id: "switch-accept", type: "button" }, "Switch");
+    const d = el("dialog", { id: "switch-login", "aria-labelledby": "switch-text" },
+                 el("p", { id: "switch-text" }, text), keep, " ", go);
+    const done = (v) => { d.close(); d.remove(); resolve(v); };
+    keep.addEventListener("click", () => done(false));
+    go.addEventListener("click", () => done(true));
+    d.addEventListener("cancel", (e) => { e.preventDefault(); done(false); });
+    document.body.append(d);
+    d.showModal();
+    keep.focus();
+  });
 }
 
 // -- helpers ----------------------------------------------------------------------------
@@ -211,9 +251,10 @@ function navLinks() {
 }
 
 async function route() {
-  takeFragmentLogin();
   if (current) current.abort();
   const ctl = current = new AbortController();
+  await takeFragmentLogin();
+  if (ctl !== current) return;  // another navigation took over while the user decided
   const main = document.getElementById("main");
   const [path, qs] = location.hash.replace(/^#/, "").split("?");
   const q = new URLSearchParams(qs || "");
