@@ -71,7 +71,10 @@ BEGIN
     SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, p_input,
         p_idempotency_key, cryo._workflow_caps(v_wf.filename), p_workflow, p_input_clear,
-        v_group, NULL, coalesce(p_untrusted, false), p_graph => v_wf.graph) s;
+        v_group, NULL, coalesce(p_untrusted, false),
+        -- An untrusted run gets no directory of the project's: it runs in scratch.
+        p_workdir => CASE WHEN coalesce(p_untrusted, false) THEN NULL ELSE v_wf.workdir END,
+        p_graph => v_wf.graph) s;
     IF v_created THEN
         UPDATE cryo.runs SET trigger_kind = p_kind, trigger_name = p_name, trigger_depth = p_depth
          WHERE id = v_id;
