@@ -30,6 +30,10 @@ DEV_CAPS = ["shell", "polyglot", "connector"]
 DEV_OWNER = "dev"
 # How long stopping agents get to kill their scripts and hand their runs back.
 AGENT_STOP_SECONDS = 5.0
+# How long a stopping server lets requests in flight finish (long-polls are released at
+# once). With PostgreSQL down a request can wait on the pool for 10 s; it is not worth
+# holding the exit for: its client retries against the next server.
+SHUTDOWN_SECONDS = 2.0
 
 
 def _fail(exc: BaseException) -> click.ClickException:
@@ -100,7 +104,8 @@ async def _start_site(config: Any, host: str, port: int) -> tuple[Any, str]:
 
     from cryopg.server.app import build_app
 
-    runner = web.AppRunner(build_app(config), handle_signals=False)
+    runner = web.AppRunner(build_app(config), handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_SECONDS)
     try:
         await runner.setup()
         site = web.TCPSite(runner, host, port)
