@@ -545,6 +545,10 @@ def master_key_rotate(database_url: str | None, generate: bool) -> None:
             old = MasterKey(parse_master_key(key_file.read_text()))
         except CryoError as exc:
             raise click.ClickException(f"{key_file}: {_fail(exc).message}") from None
+    if old is None and key_file is None and (Path.cwd() / STATE_DIR / "master.key").is_file():
+        raise click.ClickException("the dev stack of this directory is not running: start "
+                                   "`cryopg dev`, then rotate from here (that rewrites "
+                                   ".cryopg/master.key too)")
     if old is None:
         raise click.ClickException("CRYOPG_MASTER_KEY (the current master key) is not set")
     text = generate_master_key() if generate else sys.stdin.readline()
