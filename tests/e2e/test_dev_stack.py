@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,6 +84,7 @@ def test_master_key_rotate_in_a_dev_directory_rotates_the_stacks_key(stack: Any,
 
 
 def test_a_wrong_current_key_rotates_nothing(stack: Any) -> None:
+    submit(stack, script(stack.dir, "wf.sh", "echo sealed\n"))  # the org has a key now
     key_file = stack.dir / ".cryopg" / "master.key"
     before = key_file.read_text()
     env = dict(stack.env, CRYOPG_MASTER_KEY=generate_master_key())  # not the stack's key
@@ -92,19 +95,29 @@ def test_a_wrong_current_key_rotates_nothing(stack: Any) -> None:
     assert not key_file.with_name("master.key.new").exists()
 
 
-def test_a_taken_port_is_refused_before_a_cluster_is_made(tmp_path: Path) -> None:
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory the postgres OS user can enter (pytest's tmp tree is closed to it), so
+    a `cryopg dev` there could really make a cluster."""
+    made = Path(tempfile.mkdtemp(prefix="cryo-port-"))
+    made.chmod(0o755)
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def test_a_taken_port_is_refused_before_a_cluster_is_made(open_dir: Path) -> None:
     env = dict(os.environ)
     env.pop("CRYOPG_MASTER_KEY", None)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        started = time.monotonic()
-        done = subprocess.run([*CLI, "dev", "--port", str(port), "--no-sample"], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([*CLI, "dev", "--port", str(port), "--no-sample"], cwd=open_dir,
+                              env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert f"another process holds port {port}" in done.stderr, done.stderr
     assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
-    assert not (tmp_path / ".cryopg" / "pgdata" / "PG_VERSION").exists()
-    assert time.monotonic() - started < 10
+    assert not (open_dir / ".cryopg" / "pgdata").exists()
 
 
 @pytest.fixture
@@ -127,5 +140,6 @@ def test_a_stack_stopped_while_postgres_is_down_exits_within_5s(own_stack: OwnSt
     except subprocess.TimeoutExpired:
         pass
     took = time.monotonic() - started
+    print(f"stopped in {took:.2f}s")
     assert took < 5, f"exited after {took:.1f}s:\n{own_stack.err.read_text()[-3000:]}"
     assert "Traceback" not in own_stack.err.read_text()
