@@ -1070,8 +1070,11 @@ CREATE TABLE cryo.workflows (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     kind text DEFAULT 'script'::text NOT NULL,
     graph jsonb,
+    workdir text,
     CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
 );
+
+COMMENT ON COLUMN cryo.workflows.workdir IS 'The absolute directory the workflow was stored from (NULL when not given); runs started from it by name (submit_run, schedules, webhooks, handlers) get it as runs.workdir.';
 
 CREATE FUNCTION cryo._require_workflow(p_org text, p_project text, p_workflow text) RETURNS cryo.workflows
     LANGUAGE plpgsql STABLE
@@ -1152,7 +1155,10 @@ BEGIN
     SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, p_input,
         p_idempotency_key, cryo._workflow_caps(v_wf.filename), p_workflow, p_input_clear,
-        v_group, NULL, coalesce(p_untrusted, false), p_graph => v_wf.graph) s;
+        v_group, NULL, coalesce(p_untrusted, false),
+        -- An untrusted run gets no directory of the project's: it runs in scratch.
+        p_workdir => CASE WHEN coalesce(p_untrusted, false) THEN NULL ELSE v_wf.workdir END,
+        p_graph => v_wf.graph) s;
     IF v_created THEN
         UPDATE cryo.runs SET trigger_kind = p_kind, trigger_name = p_name, trigger_depth = p_depth
          WHERE id = v_id;
@@ -2309,7 +2315,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next; returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
 CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql STABLE
@@ -2374,11 +2380,12 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_webhook(p_org text, p_project text, p_name text) IS 'Returns a webhook''s workflow, sealed secret and status URL. Raises CR005 for an unknown webhook.';
 
-CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb)
+CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb, workdir text)
     LANGUAGE plpgsql STABLE
     AS $$
 BEGIN
-    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph FROM cryo.workflows w
+    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph, w.workdir
+                   FROM cryo.workflows w
                   WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
@@ -2386,7 +2393,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph) and, for a graph, its compiled structure. Raises CR005 for an unknown workflow.';
+COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, and the directory it was stored from. Raises CR005 for an unknown workflow.';
 
 CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
     LANGUAGE plpgsql
@@ -3129,7 +3136,7 @@ $_$;
 
 COMMENT ON FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text) IS 'Adds a member with a role or changes its role, acting as member p_by (NULL: operator); returns the member id. Raises CR004 for a bad role or login or for demoting the last owner, CR005 for an unknown org, CR020 when p_by may not grant that.';
 
-CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb) RETURNS void
+CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $_$
 BEGIN
@@ -3138,20 +3145,25 @@ BEGIN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
     END IF;
+    IF p_workdir IS NOT NULL AND (p_workdir !~ '^/' OR length(p_workdir) > 4096
+                                  OR p_workdir ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
+    END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                updated_at)
+                                workdir, updated_at)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
-            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, cryo.now())
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
+            cryo.now())
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
-           updated_at = excluded.updated_at;
+           workdir = excluded.workdir, updated_at = excluded.updated_at;
     -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
     PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
 
 CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -4052,12 +4064,13 @@ BEGIN
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         cryo._workflow_caps(v_wf.filename),
-        p_workflow, p_input, p_concurrency, p_policy, p_graph => v_wf.graph) s;
+        p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
+        p_graph => v_wf.graph) s;
     RETURN v_id;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
+COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy, in the directory the workflow was stored from; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql

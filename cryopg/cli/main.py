@@ -360,7 +360,7 @@ def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
     target = resolve()
     got = Client(target).call("PUT", f"/workflows/{part(name, 'workflow name')}",
                               {"source": source, "filename": file.name,
-                               "interpreter": interpreter})
+                               "interpreter": interpreter, "workdir": os.getcwd()})
     kind = {"pipeline": "pipeline", "graph": "graph"}.get(got.get("kind"), "script")
     click.echo(f"stored {kind} workflow {name} in {target.org}/{target.project}")
 
@@ -385,6 +385,8 @@ def workflow_get(name: str, with_source: bool, as_json: bool) -> None:
     click.echo(f"name:      {got['name']}\nkind:      {kind}\nfilename:  {got['filename']}")
     if got.get("interpreter"):
         click.echo(f"interpreter: {got['interpreter']}")
+    if got.get("workdir"):  # where runs started by name run, on a local agent
+        click.echo(f"workdir:   {got['workdir']}")
     for key in ("on", "cancel_on"):
         if got.get(key):
             click.echo(f"{key + ':':<11}{json.dumps(got[key], separators=(',', ':'))}")

@@ -44,6 +44,7 @@ from cryopg.engine.graphs import (
     read_graph_nodes,
     render_config,
     rerun_graph,
+    workflow_workdir,
 )
 from cryopg.engine.journal import (
     StepItem,
@@ -231,6 +232,7 @@ __all__ = [
     "read_event",
     "read_graph",
     "get_workflow",
+    "workflow_workdir",
 
     "Cell",
     "Checkpoint",

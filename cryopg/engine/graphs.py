@@ -171,9 +171,17 @@ async def read_event(conn: AsyncConnection, event_id: int) -> tuple[bytes | None
 
 async def get_workflow(conn: AsyncConnection, org: str, project: str,
                        name: str) -> tuple[str, str | None, bytes, str, Any]:
-    cur = await conn.execute("SELECT * FROM cryo.get_workflow(%s, %s, %s)", (org, project, name))
+    cur = await conn.execute("SELECT filename, interpreter, source, kind, graph"
+                             " FROM cryo.get_workflow(%s, %s, %s)", (org, project, name))
     filename, interpreter, source, kind, graph = await cur.fetchone()
     return filename, interpreter, source, kind, graph
+
+
+async def workflow_workdir(conn: AsyncConnection, org: str, project: str,
+                           name: str) -> str | None:
+    """The directory a stored workflow was put from (where runs started by name run)."""
+    return await _one(conn, "SELECT workdir FROM cryo.get_workflow(%s, %s, %s)",
+                      (org, project, name))
 
 
 async def read_graph(conn: AsyncConnection, run_id: str) -> tuple[dict[str, Any], bytes] | None:

@@ -22,6 +22,8 @@ from cryopg.server.limits import MAX_BODY, limits_middleware
 from cryopg.server.notifier import Notifier
 from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
 
+POOL_CLOSE_SECONDS = 1.0
+
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
@@ -53,7 +55,8 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = await open_pool(cfg.database_url, max_size=cfg.pool_size)
     app[KEYS] = OrgKeys(app[POOL], cfg.master_key)
     yield
-    await app[POOL].close()
+    # Its workers may be retrying a database that is down: do not wait on them long.
+    await app[POOL].close(timeout=POOL_CLOSE_SECONDS)
 
 
 async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:

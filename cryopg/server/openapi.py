@@ -41,7 +41,6 @@ def _agent(required: tuple[str, ...] = (), **props: dict[str, Any]) -> dict[str,
     return _obj(_TOKEN + required, **_CALL, **props)
 
 
-_SCRIPT = _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S)
 _CLAIM = _obj(("agent_id",), agent_id=_S, capabilities=_STRS, wait=_N)
 
 P = "/api/v1/orgs/{org}/projects/{project}"
@@ -62,7 +61,8 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("GET", f"{P}/runs/{{run}}", "user", "One run: status, input, outputs, history", None, {}),
     ("GET", f"{P}/runs/{{run}}/checkpoints", "user", "A run's durable calls", None, {}),
     ("POST", f"{P}/runs/{{run}}/cancel", "user", "Cancel a run", None, {}),
-    ("PUT", f"{P}/workflows/{{name}}", "user", "Store a named workflow", _SCRIPT, {}),
+    ("PUT", f"{P}/workflows/{{name}}", "user", "Store a named workflow",
+     _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S, workdir=_S), {}),
     ("GET", f"{P}/workflows/{{name}}", "user", "A stored workflow", None, {"source": _S}),
     ("POST", f"{P}/runs/{{run}}/approvals/{{node}}", "user",
      "Answer a waiting approval node", _obj(), {}),
