@@ -85,8 +85,12 @@ def _follow(client: Client, run_id: str) -> int:
         out.flush()
     run = client.call("GET", f"/runs/{part(run_id, 'run id')}")
     if run["status"] != "succeeded":
-        detail = f" ({run['error']})" if run.get("error") else ""
+        # A failed graph's error goes on with its failing job's last lines: indented below.
+        first, *rest = (run.get("error") or "").splitlines() or [""]
+        detail = f" ({first})" if first else ""
         click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
+        for line in rest:
+            click.echo(f"  {line}", err=True)
     return outcome_exit_code(run)
 
 
@@ -212,9 +216,14 @@ def runs_show(run: str, as_json: bool) -> None:
                           "finished_at", "wake_at", "agent_id") if got.get(k) is not None]
     width = max(len(k) for k in fields) + 2  # the colon and at least one space
     for key in fields:
-        click.echo(f"{key + ':':<{width}}{got[key]}")
+        first, *rest = str(got[key]).splitlines() or [""]
+        click.echo(f"{key + ':':<{width}}{first}")
+        for line in rest:  # a failed graph's error: its failing job's last lines
+            click.echo(" " * width + line)
     for key, value in (got.get("outputs") or {}).items():
-        click.echo(f"output {key}: {json.dumps(value, separators=(',', ':'))}")
+        # A graph's output is the output "output": say it once.
+        label = "output:" if key == "output" else f"output {key}:"
+        click.echo(f"{label} {json.dumps(value, separators=(',', ':'))}")
     nodes = (got.get("graph") or {}).get("nodes") or []
     if nodes:
         _print_nodes(nodes)
@@ -233,7 +242,7 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
     for n in nodes:
         out = "" if n.get("output") is None else json.dumps(n["output"], separators=(",", ":"))
         if n.get("error") and n["status"] in ("failed", "skipped"):
-            out = n["error"]
+            out = n["error"].splitlines()[0]
         rows.append((n["id"], n["type"], n["status"], str(n.get("attempt") or "-"),
                      out if len(out) <= 60 else out[:57] + "..."))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -335,12 +344,12 @@ def events(name: str | None, limit: int, as_json: bool) -> None:
         click.echo("no events" + (f" named {name}" if name else "") + " in this project yet",
                    err=True)
         return
-    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY")
+    # REFUSED: why no handler run started for the event ('-' when nothing was refused).
+    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY\tREFUSED")
     for ev in listed:
         payload = json.dumps(ev["payload"], separators=(",", ":"))
         click.echo(f"{ev['id']}\t{ev['created_at'][:19].replace('T', ' ')}\t{ev['name']}\t"
-                   f"{payload}\t{ev['emitted_by_run'] or '-'}"
-                   + (f"\t{ev['refused']}" if ev.get("refused") else ""))
+                   f"{payload}\t{ev['emitted_by_run'] or '-'}\t{ev.get('refused') or '-'}")
 
 
 @cli.group()
@@ -398,6 +407,10 @@ def workflow_get(name: str, with_source: bool, as_json: bool) -> None:
 
 WRITES_REFUSED = ("cannot write state from outside a run: a cell belongs to the workflow "
                   "that writes it; to tell a running workflow something, send it a signal")
+
+
+class WriteRefused(click.ClickException):
+    exit_code = 2  # a refusal, as every refused request exits
 
 
 @cli.group()
@@ -474,7 +487,7 @@ def _refuse_write(name: str) -> click.Command:
                    short_help="Only inside a run (see --help).")
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def refused(args: tuple[str, ...]) -> None:
-        raise click.ClickException(WRITES_REFUSED)
+        raise WriteRefused(WRITES_REFUSED)
 
     return refused
 

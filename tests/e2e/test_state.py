@@ -261,7 +261,7 @@ echo "deleted=[$(cryopg state get doc)]"
     assert out[4:7] == ["doc|[]|2", "greeting|hello world|1", f"path/with/slash|{marker}|1"]
     assert out[7].startswith("incr-on-text=1 ") and "not a number" in out[7]
     assert out[8] == "still=hello world"
-    assert out[9].startswith("reserved=1 ") and "reserved" in out[9]
+    assert out[9].startswith("reserved=2 ") and "reserved" in out[9]  # a refusal: 2
     assert out[10].startswith("reused=1 ") and "already used" in out[10]
     assert out[11] == "deleted=[]"
 
@@ -279,7 +279,7 @@ echo "deleted=[$(cryopg state get doc)]"
     for verb in (["set", "k", "1"], ["add", "k"], ["incr", "k"], ["cas", "k", "1", "--expect", "1"],
                  ["delete", "k"]):
         refused = stack.cli("state", *verb, "--entity", "things")
-        assert refused.returncode == 1 and "send it a signal" in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "send it a signal" in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     missing = stack.cli("state", "list", "--run", "run-0000000000000000")
     assert missing.returncode == 1 and "no run" in missing.stderr

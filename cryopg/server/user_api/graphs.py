@@ -32,17 +32,17 @@ from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 
 
 def compiled_graph(source: str, filename: str | None = None) -> Compiled | None:
-    """The compiled document when a submitted source is a graph or a YAML pipeline (by
-    its .yaml/.yml name or its `version:` line), else None (a script)."""
+    """The compiled document when a submitted source is a graph (a .json file, or a JSON
+    object naming a cryosleep version) or a YAML pipeline (by its .yaml/.yml name or its
+    `version:` line), else None (a script). One that does not compile is refused in one
+    line naming the file, never run as a script."""
     try:
         if is_pipeline(source, filename):
             return compile_pipeline(source)
-        if is_graph(source):
+        if is_graph(source, filename):
             return compile_graph(load(source))
-    except PipelineError as exc:
+    except (PipelineError, GraphError) as exc:
         raise InvalidArgument(f"{filename}: {exc}" if filename else str(exc)) from None
-    except GraphError as exc:
-        raise InvalidArgument(str(exc)) from None
     return None
 
 
