@@ -28,9 +28,10 @@ class UsageError(Exception):
     pass
 
 
-# What the engine refused as bad input (a reserved `_cryo/` key, a value out of range):
-# a refusal, which exits 2 as a usage error does, not 1 (something broke).
-REFUSALS = frozenset({"reserved_key", "invalid_argument"})
+# What the engine or agent refused as bad input (a reserved `_cryo/` key, a value out of
+# range, a malformed request): a refusal, which exits 2 as a usage error does, not 1
+# (something broke).
+REFUSALS = frozenset({"reserved_key", "invalid_argument", "bad_request"})
 
 
 class AgentError(Exception):

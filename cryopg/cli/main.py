@@ -85,13 +85,17 @@ def _follow(client: Client, run_id: str) -> int:
         out.flush()
     run = client.call("GET", f"/runs/{part(run_id, 'run id')}")
     if run["status"] != "succeeded":
-        # A failed graph's error goes on with its failing job's last lines: indented below.
-        first, *rest = (run.get("error") or "").splitlines() or [""]
-        detail = f" ({first})" if first else ""
+        detail = f" ({run['error']})" if run.get("error") else ""
         click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
-        for line in rest:
+        # A failed graph: what its failing job printed last, below the message.
+        for line in _failed_tails(run):
             click.echo(f"  {line}", err=True)
     return outcome_exit_code(run)
+
+
+def _failed_tails(run: dict[str, Any]) -> list[str]:
+    return [line for n in (run.get("graph") or {}).get("nodes") or []
+            if n.get("status") == "failed" for line in (n.get("log_tail") or "").splitlines()]
 
 
 def _read_script(file: Path) -> str:
@@ -216,10 +220,7 @@ def runs_show(run: str, as_json: bool) -> None:
                           "finished_at", "wake_at", "agent_id") if got.get(k) is not None]
     width = max(len(k) for k in fields) + 2  # the colon and at least one space
     for key in fields:
-        first, *rest = str(got[key]).splitlines() or [""]
-        click.echo(f"{key + ':':<{width}}{first}")
-        for line in rest:  # a failed graph's error: its failing job's last lines
-            click.echo(" " * width + line)
+        click.echo(f"{key + ':':<{width}}{got[key]}")
     for key, value in (got.get("outputs") or {}).items():
         # A graph's output is the output "output": say it once.
         label = "output:" if key == "output" else f"output {key}:"
@@ -242,14 +243,16 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
     for n in nodes:
         out = "" if n.get("output") is None else json.dumps(n["output"], separators=(",", ":"))
         if n.get("error") and n["status"] in ("failed", "skipped"):
-            out = n["error"].splitlines()[0]
+            out = n["error"]
         rows.append((n["id"], n["type"], n["status"], str(n.get("attempt") or "-"),
                      out if len(out) <= 60 else out[:57] + "..."))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     click.echo("nodes:")
-    for row in rows:
+    for row, n in zip(rows, [None, *nodes], strict=True):
         click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True))
                    + "  " + row[4])
+        for line in ((n or {}).get("log_tail") or "").splitlines():  # a failed job's last lines
+            click.echo(f"    | {line}")
 
 
 @cli.command()

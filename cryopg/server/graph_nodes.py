@@ -248,28 +248,14 @@ async def collect(turn: Turn, r: NodeRow) -> bool:
     return False
 
 
-# A failed job's error ends with the last lines it printed, so the run's message says
-# what went wrong without a trip to its log.
-TAIL_LINES = 5
-TAIL_LINE_CHARS = 200
-
-
-def output_tail(text: str) -> str:
-    """The last few non-blank lines of a job's output, each cut to a readable length."""
-    lines = [ln.rstrip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
-    return "\n".join(ln if len(ln) <= TAIL_LINE_CHARS else ln[:TAIL_LINE_CHARS - 3] + "..."
-                     for ln in lines[-TAIL_LINES:])
-
-
-def _failure(r: NodeRow, output: str | None) -> str:
-    """Why a job failed: its error (or exit code), then the tail of what it printed."""
+def _failure(r: NodeRow) -> str:
+    """Why a job failed, in the clear: its error or exit code. What it printed stays in
+    its sealed log; a reader gets the tail from there (user_api/graphs.py)."""
     if r.job_status == "failed":
-        why = r.job_error or (f"exit code {r.job_exit_code}" if r.job_exit_code is not None
-                              else "failed")
-    else:  # cancelled, or a status a newer engine adds
-        why = r.job_error if r.job_error and r.job_error != r.job_status else str(r.job_status)
-    tail = output_tail(output or "")
-    return f"{why}\n{tail}" if tail else why
+        return r.job_error or (f"exit code {r.job_exit_code}" if r.job_exit_code is not None
+                               else "failed")
+    # cancelled, or a status a newer engine adds
+    return r.job_error if r.job_error and r.job_error != r.job_status else str(r.job_status)
 
 
 async def _job_result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
@@ -279,7 +265,7 @@ async def _job_result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
     if r.type in ("shell", "code", "http"):
         stdout = (await child_output(turn.conn, turn.sealer, r.job_run_id)).replace("\r\n", "\n")
         if not ok:
-            why = _failure(r, stdout if r.type != "http" else None)
+            why = _failure(r)
         if r.type == "shell":
             # text: stdout as `$(...)` gives it, without the trailing newlines, for templates.
             return ok, {"stdout": stdout, "text": stdout.rstrip("\n"),
@@ -294,9 +280,8 @@ async def _job_result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
         if r.type == "http" and isinstance(value, dict) and int(value.get("status") or 0) >= 400:
             return False, value, f"HTTP {value.get('status')}"
         return ok, value, why
-    if not ok:  # a script's own log; a workflow node's child graph names its failing node
-        why = _failure(r, None if r.type == "workflow" else
-                       await child_output(turn.conn, turn.sealer, r.job_run_id))
+    if not ok:
+        why = _failure(r)
     outputs = await run_outputs(turn.conn, turn.sealer, r.job_run_id)
     if r.type == "workflow":
         return ok, outputs.get("output"), why
