@@ -250,7 +250,7 @@ async def test_following_a_graph_with_no_jobs_ends_with_the_run(srv: Server) -> 
     follower = asyncio.create_task(srv.cli("logs", run_id, "--follow"))
     await until(srv, run_id, lambda r: r["substate"] == "awaiting-signal")
     started = time.monotonic()
-    (await srv.user("POST", f"/runs/{run_id}/signal/go", {"payload": 1})).ok()
+    (await srv.user("POST", f"/runs/{run_id}/signal/go", {"payload": 1})).ok(201)
     done = await asyncio.wait_for(follower, 30)
     assert (done.returncode, done.stdout) == (0, ""), done
     assert time.monotonic() - started < 10

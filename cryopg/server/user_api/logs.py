@@ -133,20 +133,22 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
                 conn, run.id, {j.job_run_id: after.get(j.job_run_id, floor) for j in jobs},
                 JOB_CHUNKS) if jobs else []
         read: dict[str, int] = {}
-        out = []
+        out: list[tuple[float, bytes]] = []  # in chunk order; a job's end after its last chunk
         for chunk in chunks:
             job_lines = lines[chunk.job_run_id]
-            out.append(job_lines.header() + job_lines.feed(sealer.open(chunk.data)))
+            out.append((chunk.id, job_lines.header() + job_lines.feed(sealer.open(chunk.data))))
             after[chunk.job_run_id] = chunk.id
             read[chunk.job_run_id] = read.get(chunk.job_run_id, 0) + 1
         for job in jobs:  # ended (as read before its log) and drained: its last words
             if job.finished and read.get(job.job_run_id, 0) < JOB_CHUNKS:
                 job_lines = lines[job.job_run_id]
-                out.append(job_lines.header() + job_lines.flush()
-                           + job_lines.prefix + _outcome(job).encode() + b"\n")
+                out.append((after.get(job.job_run_id, 0) + 0.5,
+                            job_lines.header() + job_lines.flush()
+                            + job_lines.prefix + _outcome(job).encode() + b"\n"))
                 done.add(job.job_run_id)
         if out:
-            await resp.write(b"".join(out))
+            out.sort(key=lambda o: o[0])  # stable: jobs with no output in their start order
+            await resp.write(b"".join(b for _, b in out))
         if any(n >= JOB_CHUNKS for n in read.values()):
             continue  # drain before deciding anything
         left = [j for j in jobs if j.job_run_id not in done]
