@@ -527,6 +527,9 @@ BEGIN
         PERFORM pg_notify('cryo_run', p_run_id);
     END IF;
     PERFORM cryo._release_leases(p_run_id);
+    IF v_run.kind = 'graph' AND p_status = 'cancelled' THEN  -- its nodes end with it
+        PERFORM cryo._graph_cancel_nodes(p_run_id, false);
+    END IF;
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);
     END IF;
@@ -561,6 +564,38 @@ CREATE FUNCTION cryo._graph_call_memo(p_child_id text) RETURNS TABLE(result byte
            jsonb_build_object('run_id', c.id, 'status', c.status, 'error', c.error),
            cryo._outcome_code(c.status, c.exit_code)
       FROM cryo.runs c WHERE c.id = p_child_id
+$$;
+
+CREATE FUNCTION cryo._graph_cancel_nodes(p_run_id text, p_started_only boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_instances i
+       SET status = 'cancelled', finished_at = cryo.now(), wait_kind = NULL
+     WHERE i.run_id = p_run_id AND i.status IN ('ready', 'running', 'waiting', 'retrying');
+    WITH ended AS (
+        UPDATE cryo.node_states n SET status = 'cancelled', finished_at = cryo.now()
+         WHERE n.run_id = p_run_id
+           AND (n.status IN ('running', 'waiting') OR (n.status = 'pending' AND NOT p_started_only))
+        RETURNING n.run_id, n.org, n.project, n.node_id, n.started_at
+    )
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, created_at)
+    SELECT e.run_id, e.org, e.project, 'node_cancelled', 'run', 'node', e.node_id, 0, cryo.now()
+      FROM ended e WHERE e.started_at IS NOT NULL;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce((
+        SELECT CASE WHEN i.status = 'retrying' THEN 'retry_due'
+                    WHEN i.wait_kind = 'sleep' THEN 'timer_fired'
+                    ELSE 'wait_timed_out' END
+          FROM cryo.node_instances i
+         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying') AND i.due_at IS NOT NULL
+         ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
 $$;
 
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
@@ -1486,7 +1521,8 @@ BEGIN
     END IF;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
                           p_payload => p_answer);
-    PERFORM cryo._graph_poke(p_run_id, 'node_approved');
+    -- The wake says why in history under its own kind: node_approved is written once.
+    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
     RETURN true;
 END
 $$;
@@ -2395,6 +2431,35 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, and the directory it was stored from. Raises CR005 for an unknown workflow.';
 
+CREATE FUNCTION cryo.graph_jobs(p_run_id text) RETURNS TABLE(job_run_id text, label text, attempt bigint, status text, exit_code integer, error text, finished boolean, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH RECURSIVE jobs AS (
+        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
+               c.graph_node || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END AS label,
+               1 AS depth
+          FROM cryo.runs c
+          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.parent_run_id = p_run_id AND c.graph_node IS NOT NULL
+        UNION ALL
+        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
+               j.label || '/' || c.graph_node
+                   || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END,
+               j.depth + 1
+          FROM jobs j
+          JOIN cryo.runs c ON c.parent_run_id = j.id AND c.graph_node IS NOT NULL
+          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE j.kind = 'graph' AND j.depth < 16
+    )
+    SELECT j.id, j.label, row_number() OVER (PARTITION BY j.label ORDER BY j.created_at, j.id),
+           j.status, j.exit_code, j.error, cryo.is_terminal(j.status), j.created_at
+      FROM jobs j
+     WHERE j.kind = 'script'
+     ORDER BY j.created_at, j.id
+$$;
+
+COMMENT ON FUNCTION cryo.graph_jobs(p_run_id text) IS 'Returns the child runs that did the nodes of a graph run (and of the graph runs its workflow nodes started), oldest first: each with a label naming its node (id, #item for a fan-out instance, outer/inner when nested), which attempt of that label it is, its status, exit code and error, and whether it has finished. Raises nothing.';
+
 CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
     LANGUAGE plpgsql
     AS $$
@@ -2682,8 +2747,16 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
         END IF;
         IF v_failed.node_id IS NOT NULL THEN
-            PERFORM cryo._finalize(p_run_id, 'failed', 1,
-                                   'node ' || v_failed.node_id || ' failed: ' || coalesce(v_failed.error, ''));
+            -- What was still running was cancelled above: its nodes say so.
+            PERFORM cryo._graph_cancel_nodes(p_run_id, true);
+            -- The run exits as its failing node's job did (1 when no job ran it).
+            PERFORM cryo._finalize(p_run_id, 'failed',
+                coalesce((SELECT c.exit_code FROM cryo.node_instances i
+                            JOIN cryo.runs c ON c.id = i.job_run_id
+                           WHERE i.run_id = p_run_id AND i.node_id = v_failed.node_id
+                             AND i.status = 'failed' AND c.exit_code BETWEEN 1 AND 255
+                           ORDER BY i.finished_at LIMIT 1), 1),
+                'node ' || v_failed.node_id || ' failed: ' || coalesce(v_failed.error, ''));
             RETURN 'failed';
         END IF;
         PERFORM cryo._finalize(p_run_id, 'succeeded', 0, NULL);
@@ -2706,7 +2779,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea) IS 'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, cancelling its running children; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea) IS 'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb DEFAULT NULL::jsonb, p_workflow text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
@@ -3201,6 +3274,20 @@ CREATE FUNCTION cryo.read_graph(p_run_id text) RETURNS TABLE(graph jsonb, source
 $$;
 
 COMMENT ON FUNCTION cryo.read_graph(p_run_id text) IS 'Returns a graph run''s clear structure and its sealed document; no row for a script run. Raises nothing.';
+
+CREATE FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer DEFAULT 500) RETURNS TABLE(job_run_id text, id bigint, data bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.job, l.id, l.data
+      FROM unnest(p_jobs, p_after) AS c(job, after)
+      JOIN cryo.graph_jobs(p_run_id) g ON g.job_run_id = c.job
+      CROSS JOIN LATERAL (SELECT l.id, l.data FROM cryo.logs l
+                           WHERE l.run_id = c.job AND l.id > coalesce(c.after, 0)
+                           ORDER BY l.id LIMIT p_limit) l
+     ORDER BY l.id
+$$;
+
+COMMENT ON FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer) IS 'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
 
 CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -4183,11 +4270,18 @@ BEGIN
 
     -- Due parked rows: a sleep is over, a bounded wait timed out (its memo records exit
     -- code 124, so replay takes the same branch), or a retry's backoff has passed.
-    SELECT array_agg(d.run_id) FILTER (WHERE d.park_reason = 'sleeping'),
-           array_agg(d.run_id) FILTER (WHERE d.park_reason = 'retry-backoff'),
-           array_agg(d.run_id) FILTER (WHERE d.park_reason NOT IN ('sleeping', 'retry-backoff'))
+    -- A graph run's substate sums up all its nodes, so its wake is named by the node
+    -- whose timer is due (cryo._graph_due_kind): a sleep node is not a timed-out wait.
+    SELECT array_agg(d.run_id) FILTER (WHERE d.kind = 'timer_fired'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'retry_due'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'wait_timed_out')
       INTO v_sleeps, v_retries, v_waits
-      FROM (SELECT q.run_id, q.park_reason FROM cryo.queue q
+      FROM (SELECT q.run_id,
+                   CASE WHEN q.required_caps = '{graph}' THEN cryo._graph_due_kind(q.run_id)
+                        WHEN q.park_reason = 'sleeping' THEN 'timer_fired'
+                        WHEN q.park_reason = 'retry-backoff' THEN 'retry_due'
+                        ELSE 'wait_timed_out' END AS kind
+              FROM cryo.queue q
              WHERE q.state = 'parked' AND q.wake_at <= v_now
              ORDER BY q.wake_at
              LIMIT p_batch
@@ -4421,7 +4515,7 @@ CREATE TABLE cryo.node_instances (
     lease_group text,
     started_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
-    CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text])))
+    CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
 COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
@@ -4438,10 +4532,10 @@ CREATE TABLE cryo.node_states (
     error text,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
-    CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text])))
+    CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
-COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded), fan-out size, sealed output.';
+COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded, cancelled), fan-out size, sealed output.';
 
 CREATE VIEW cryo.graph_nodes WITH (security_barrier='true') AS
  SELECT n.run_id,

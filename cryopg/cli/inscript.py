@@ -158,7 +158,7 @@ def main(argv: list[str]) -> int:
         return 2
     except AgentError as e:
         print(f"cryopg {verb}: {e}", file=sys.stderr)
-        return 1
+        return e.exit_code
 
 
 def _parse_step(args: list[str]) -> tuple[str, str | None, list[str], list[str]]:

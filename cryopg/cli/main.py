@@ -87,7 +87,15 @@ def _follow(client: Client, run_id: str) -> int:
     if run["status"] != "succeeded":
         detail = f" ({run['error']})" if run.get("error") else ""
         click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
+        # A failed graph: what its failing job printed last, below the message.
+        for line in _failed_tails(run):
+            click.echo(f"  {line}", err=True)
     return outcome_exit_code(run)
+
+
+def _failed_tails(run: dict[str, Any]) -> list[str]:
+    return [line for n in (run.get("graph") or {}).get("nodes") or []
+            if n.get("status") == "failed" for line in (n.get("log_tail") or "").splitlines()]
 
 
 def _read_script(file: Path) -> str:
@@ -214,7 +222,9 @@ def runs_show(run: str, as_json: bool) -> None:
     for key in fields:
         click.echo(f"{key + ':':<{width}}{got[key]}")
     for key, value in (got.get("outputs") or {}).items():
-        click.echo(f"output {key}: {json.dumps(value, separators=(',', ':'))}")
+        # A graph's output is the output "output": say it once.
+        label = "output:" if key == "output" else f"output {key}:"
+        click.echo(f"{label} {json.dumps(value, separators=(',', ':'))}")
     nodes = (got.get("graph") or {}).get("nodes") or []
     if nodes:
         _print_nodes(nodes)
@@ -238,9 +248,11 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
                      out if len(out) <= 60 else out[:57] + "..."))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     click.echo("nodes:")
-    for row in rows:
+    for row, n in zip(rows, [None, *nodes], strict=True):
         click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True))
                    + "  " + row[4])
+        for line in ((n or {}).get("log_tail") or "").splitlines():  # a failed job's last lines
+            click.echo(f"    | {line}")
 
 
 @cli.command()
@@ -335,12 +347,12 @@ def events(name: str | None, limit: int, as_json: bool) -> None:
         click.echo("no events" + (f" named {name}" if name else "") + " in this project yet",
                    err=True)
         return
-    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY")
+    # REFUSED: why no handler run started for the event ('-' when nothing was refused).
+    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY\tREFUSED")
     for ev in listed:
         payload = json.dumps(ev["payload"], separators=(",", ":"))
         click.echo(f"{ev['id']}\t{ev['created_at'][:19].replace('T', ' ')}\t{ev['name']}\t"
-                   f"{payload}\t{ev['emitted_by_run'] or '-'}"
-                   + (f"\t{ev['refused']}" if ev.get("refused") else ""))
+                   f"{payload}\t{ev['emitted_by_run'] or '-'}\t{ev.get('refused') or '-'}")
 
 
 @cli.group()
@@ -400,6 +412,10 @@ def workflow_get(name: str, with_source: bool, as_json: bool) -> None:
 
 WRITES_REFUSED = ("cannot write state from outside a run: a cell belongs to the workflow "
                   "that writes it; to tell a running workflow something, send it a signal")
+
+
+class WriteRefused(click.ClickException):
+    exit_code = 2  # a refusal, as every refused request exits
 
 
 @cli.group()
@@ -476,7 +492,7 @@ def _refuse_write(name: str) -> click.Command:
                    short_help="Only inside a run (see --help).")
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def refused(args: tuple[str, ...]) -> None:
-        raise click.ClickException(WRITES_REFUSED)
+        raise WriteRefused(WRITES_REFUSED)
 
     return refused
 

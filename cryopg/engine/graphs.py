@@ -191,6 +191,42 @@ async def read_graph(conn: AsyncConnection, run_id: str) -> tuple[dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
+class GraphJob:
+    """A child run that did a node of a graph run (cryo.graph_jobs)."""
+
+    job_run_id: str
+    label: str
+    attempt: int
+    status: str
+    exit_code: int | None
+    error: str | None
+    finished: bool
+    created_at: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphLogChunk:
+    job_run_id: str
+    id: int
+    data: bytes
+
+
+async def graph_jobs(conn: AsyncConnection, run_id: str) -> list[GraphJob]:
+    cur = conn.cursor(row_factory=class_row(GraphJob))
+    await cur.execute("SELECT * FROM cryo.graph_jobs(%s)", (run_id,))
+    return await cur.fetchall()
+
+
+async def read_graph_logs(conn: AsyncConnection, run_id: str, after: dict[str, int],
+                          limit: int = 500) -> list[GraphLogChunk]:
+    """Chunks of the given jobs of a graph run, each after its own position."""
+    cur = conn.cursor(row_factory=class_row(GraphLogChunk))
+    await cur.execute("SELECT * FROM cryo.read_graph_logs(%s, %s, %s, %s)",
+                      (run_id, list(after), list(after.values()), limit))
+    return await cur.fetchall()
+
+
+@dataclasses.dataclass(frozen=True)
 class GraphCall:
     """A script's call of a graph: parked on the child, or its recorded answer."""
 

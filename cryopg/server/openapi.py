@@ -68,7 +68,8 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
      "Answer a waiting approval node", _obj(), {}),
     ("POST", f"{P}/runs/{{run}}/rerun", "user", "Rerun a graph run from a node",
      _obj(("from",), **{"from": _S}), {}),
-    ("GET", f"{P}/runs/{{run}}/logs", "user", "A run's log (text), optionally followed",
+    ("GET", f"{P}/runs/{{run}}/logs", "user", "A run's log (text), optionally followed; "
+     "a graph run's is its node jobs' logs, each line prefixed [node]",
      None, {"follow": _S, "after": _I}),
     ("GET", f"{P}/stream", "user", "Live changes of a project (server-sent events)", None, {}),
     ("GET", f"{P}/runs/{{run}}/stream", "user", "Live log and changes of a run (SSE)", None,
