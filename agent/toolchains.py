@@ -46,6 +46,8 @@ SDKS = Path(__file__).resolve().parent.parent / "sdks"
 EXTENSIONS = frozenset({".ts", ".mts", ".go", ".rs"})
 # Seconds between "still building" lines of a cold build.
 BUILD_HEARTBEAT = 15.0
+# How much nicer than the agent a build runs (see _lower_priority).
+BUILD_NICENESS = 10
 # A Rust workflow that names serde (beyond serde_json) gets the crate with its derive.
 _USES_SERDE = re.compile(rb"\bserde::|\buse\s+serde\b|derive\s*\([^)]*\b(Serialize|Deserialize)\b")
 
@@ -117,16 +119,24 @@ def _say(text: str) -> None:
     print(f"cryopg: {text}", file=sys.stderr, flush=True)
 
 
+def _lower_priority() -> None:
+    # A compiler takes every core it can get; at the agent's own priority a few cold
+    # builds at once starve the agent (and a dev stack's server, in the same process) of
+    # the CPU its claim renewals need, and a claim that lapses replays the run elsewhere.
+    os.nice(BUILD_NICENESS)
+
+
 def _build(argv: list[str], cwd: Path, what: str | None = None) -> int:
-    """Run a build; its own output (errors, progress) goes to the run's log like the
-    program's. With `what` (a cold build) it is announced, and a line every
-    BUILD_HEARTBEAT seconds says it is still going."""
+    """Run a build below the agent's CPU priority; its own output (errors) goes to the
+    run's log like the program's. With `what` (a cold build) it is announced, and a line
+    every BUILD_HEARTBEAT seconds says it is still going."""
     if what is None:
-        return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL).returncode
+        return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL,
+                              preexec_fn=_lower_priority).returncode
     _say(f"building {what} (first build of this program; compiling the SDK and its "
          "dependencies can take a few minutes on a fresh machine)")
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, preexec_fn=_lower_priority)
     while True:
         try:
             code = proc.wait(timeout=BUILD_HEARTBEAT)
