@@ -2054,6 +2054,40 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_webhook(p_org text, p_project text, p_name text) IS 'Deletes a webhook and its delivery records (runs it started stay). Returns nothing. Raises CR005 for an unknown webhook.';
 
+CREATE FUNCTION cryo.delete_workflow(p_org text, p_project text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_users text;
+BEGIN
+    PERFORM 1 FROM cryo.workflows
+      WHERE org = p_org AND project = p_project AND name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project
+            USING ERRCODE = 'CR005';
+    END IF;
+    SELECT string_agg(what, ', ' ORDER BY what) INTO v_users FROM (
+        SELECT 'schedule ' || s.name AS what FROM cryo.schedules s
+         WHERE s.org = p_org AND s.project = p_project AND s.workflow = p_name
+           AND s.source_workflow IS DISTINCT FROM p_name
+        UNION ALL
+        SELECT 'handler ' || h.name FROM cryo.event_handlers h
+         WHERE h.org = p_org AND h.project = p_project AND h.workflow = p_name
+           AND h.source_workflow IS DISTINCT FROM p_name
+        UNION ALL
+        SELECT 'webhook ' || k.name FROM cryo.webhooks k
+         WHERE k.org = p_org AND k.project = p_project AND k.workflow = p_name) u;
+    IF v_users IS NOT NULL THEN
+        RAISE EXCEPTION 'workflow % is started by %; delete those first', p_name, v_users
+            USING ERRCODE = 'CR055';
+    END IF;
+    -- Its own schedules and handlers go by the foreign keys' ON DELETE CASCADE.
+    DELETE FROM cryo.workflows WHERE org = p_org AND project = p_project AND name = p_name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_workflow(p_org text, p_project text, p_name text) IS 'Deletes a stored workflow with the schedules and handlers its on: registered. Returns nothing. Raises CR005 for an unknown workflow, CR055 when a schedule, handler or webhook made separately still starts it.';
+
 CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) RETURNS TABLE(outcome text, run_id text, event_id bigint, duplicate boolean)
     LANGUAGE plpgsql
     AS $$
@@ -2219,7 +2253,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR020', 'forbidden', 'the member''s role does not allow this'),
         ('CR021', 'tenant_denied', 'the database role is not bound to that org and project (or to no tenant at all)'),
         ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
-        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group')
+        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
+        ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -3025,6 +3060,29 @@ CREATE FUNCTION cryo.list_webhooks(p_org text, p_project text) RETURNS TABLE(nam
 $$;
 
 COMMENT ON FUNCTION cryo.list_webhooks(p_org text, p_project text) IS 'Returns a project''s webhooks by name (never their secrets) with how many deliveries each accepted. Raises nothing.';
+
+CREATE FUNCTION cryo.list_workflows(p_org text, p_project text) RETURNS TABLE(name text, filename text, kind text, pipeline text, updated_at timestamp with time zone, schedules bigint, handlers bigint, webhooks bigint)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    RETURN QUERY
+    SELECT w.name, w.filename,
+           CASE WHEN w.graph ? 'pipeline' THEN 'pipeline' ELSE w.kind END,
+           w.graph ->> 'pipeline', w.updated_at,
+           (SELECT count(*) FROM cryo.schedules s
+             WHERE s.org = w.org AND s.project = w.project AND s.workflow = w.name),
+           (SELECT count(*) FROM cryo.event_handlers h
+             WHERE h.org = w.org AND h.project = w.project AND h.workflow = w.name),
+           (SELECT count(*) FROM cryo.webhooks k
+             WHERE k.org = w.org AND k.project = w.project AND k.workflow = w.name)
+      FROM cryo.workflows w
+     WHERE w.org = p_org AND w.project = p_project
+     ORDER BY w.name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.list_workflows(p_org text, p_project text) IS 'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE(after_id bigint, skipped_bytes bigint, total_bytes bigint)
     LANGUAGE sql STABLE

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from cryopg.cli import admin, pipeline, processes, triggers
+from cryopg.cli import admin, bus, pipeline, processes, run_once, triggers, workflows
 from cryopg.cli.client import Client, part, valid_text
 from cryopg.cli.target import resolve
 
@@ -74,7 +74,8 @@ def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 
 
-for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS]:
+for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS,
+                *bus.COMMANDS, *run_once.COMMANDS]:
     cli.add_command(command)
 
 
@@ -358,6 +359,10 @@ def events(name: str | None, limit: int, as_json: bool) -> None:
 @cli.group()
 def workflow() -> None:
     """Named scripts that applications submit from SQL with cryo.submit_run."""
+
+
+for command in workflows.COMMANDS:
+    workflow.add_command(command)
 
 
 @workflow.command("put")

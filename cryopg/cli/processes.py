@@ -159,14 +159,16 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
 
 
 async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix: str,
-                      stop: asyncio.Event, *, local: bool,
-                      isolate_all: bool = False) -> list[asyncio.Task[None]]:
+                      stop: asyncio.Event, *, local: bool, isolate_all: bool = False,
+                      announce: Any = None) -> list[asyncio.Task[None]]:
     from agent.loop import prepare_isolation, run_agent
 
     try:
         box = await asyncio.to_thread(prepare_isolation, isolate_all)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
+    if announce is not None:
+        await announce(box is not None)
     return [asyncio.create_task(run_agent(url, token, agent_id=f"{prefix}-{i + 1}",
                                           capabilities=caps, stop=stop, local=local,
                                           sandbox=box, isolate_all=isolate_all))
@@ -182,6 +184,26 @@ async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
         for task in late:
             task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _announce_agent(url: str, prefix: str, count: int, caps: list[str], *, local: bool,
+                          isolate_all: bool) -> None:
+    """The agent's first line: which server, whether it answers, what this agent takes and
+    where its scripts run, so a wrong URL or a missing capability shows at once."""
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, \
+                session.get(f"{url.rstrip('/')}/api/v1/health") as resp:
+            reached = "answers" if resp.status == 200 else f"answered {resp.status}"
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        reached = f"does not answer yet ({type(exc).__name__}); the agent keeps retrying"
+    ids = f"{prefix}-1" if count == 1 else f"{prefix}-1..{prefix}-{count}"
+    where = ("the directory each run was submitted from" if local
+             else "a fresh scratch directory per run")
+    confined = "; every run confined" if isolate_all else ""
+    click.echo(f"cryopg agent: connected to {url} (server {reached}) as {ids}; "
+               f"capabilities: {', '.join(caps)}; scripts run in {where}{confined}", err=True)
 
 
 @click.command("agent")
@@ -214,10 +236,15 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
                     or ["shell", "polyglot"])
     prefix = agent_id or f"{socket.gethostname()}-{os.getpid()}"
 
+    async def announce(isolating: bool) -> None:
+        await _announce_agent(url, prefix, count, [*capabilities, *(
+            ["isolated"] if isolating and "isolated" not in capabilities else [])],
+            local=local, isolate_all=isolate)
+
     async def run() -> None:
         stop = _stop_event()
         tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local,
-                                  isolate_all=isolate)
+                                  isolate_all=isolate, announce=announce)
         await stop.wait()
         await _stop_agents(tasks)
 
