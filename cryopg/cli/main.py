@@ -12,23 +12,13 @@ import click
 
 from cryopg.cli import admin, bus, pipeline, processes, run_once, triggers, workflows
 from cryopg.cli.client import Client, part, valid_text
+from cryopg.cli.follow import (
+    SKIPPED_EXIT,
+    follow_run,
+    parse_json,
+    read_script,
+)
 from cryopg.cli.target import resolve
-
-# How a finished run maps to this process's exit code.
-CANCELLED_EXIT = 130
-# `submit --policy skip` found its group held and created nothing.
-SKIPPED_EXIT = 3
-
-
-def outcome_exit_code(run: dict[str, Any]) -> int:
-    status = run["status"]
-    if status == "succeeded":
-        return 0
-    if status == "cancelled":
-        return CANCELLED_EXIT
-    code = run.get("exit_code")
-    return code if status == "failed" and isinstance(code, int) and 0 < code < 256 else 1
-
 
 IN_SCRIPT_HELP = """\b
 Inside a run (each takes -h):
@@ -79,49 +69,6 @@ for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *trigg
     cli.add_command(command)
 
 
-def _follow(client: Client, run_id: str) -> int:
-    out = sys.stdout.buffer
-    for chunk in client.stream(f"/runs/{part(run_id, 'run id')}/logs?follow=1"):
-        out.write(chunk)
-        out.flush()
-    run = client.call("GET", f"/runs/{part(run_id, 'run id')}")
-    if run["status"] != "succeeded":
-        detail = f" ({run['error']})" if run.get("error") else ""
-        click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
-        # A failed graph: what its failing job printed last, below the message.
-        for line in _failed_tails(run):
-            click.echo(f"  {line}", err=True)
-    return outcome_exit_code(run)
-
-
-def _failed_tails(run: dict[str, Any]) -> list[str]:
-    return [line for n in (run.get("graph") or {}).get("nodes") or []
-            if n.get("status") == "failed" for line in (n.get("log_tail") or "").splitlines()]
-
-
-def _read_script(file: Path) -> str:
-    try:
-        return file.read_text()
-    except FileNotFoundError:
-        raise click.ClickException(f"no such script: {file}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {file}: {exc}") from None
-
-
-def _parse_json(text: str | None, what: str) -> Any:
-    """JSON the server will take (cryopg/jsonlimits.py: depth, integers, text), or one
-    line saying why not."""
-    from cryopg.jsonlimits import JsonLimitError, loads
-
-    if text is None:
-        return None
-    try:
-        return loads(valid_text(text, what), what)
-    except JsonLimitError as exc:
-        raise click.BadParameter(str(exc) if str(exc).startswith(what)
-                                 else f"{what}: {exc}") from None
-
-
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--input", "input_json", metavar="JSON",
@@ -147,8 +94,8 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
     (.yaml/.yml, version cryosleep/pipeline/v1; a pipeline that does not compile is one
     line naming the job and key, exit code 2, and nothing is submitted).
     """
-    value = _parse_json(input_json, "--input")
-    source = _read_script(file)
+    value = parse_json(input_json, "--input")
+    source = read_script(file)
     if pipeline.is_pipeline_file(file, source):
         pipeline.check(file, source)
     client = Client(resolve())
@@ -170,7 +117,7 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
         return
     existing = "" if made["created"] else " (existing, same idempotency key)"
     click.echo(f"cryopg: run {run_id}{existing}", err=True)
-    sys.exit(_follow(client, run_id))
+    sys.exit(follow_run(client, run_id))
 
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:
@@ -263,7 +210,7 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
               help="The answer, a JSON object checked against the node's fields.")
 def approve(run: str, node: str, answer: str) -> None:
     """Answer the waiting approval NODE of graph run RUN."""
-    value = _parse_json(answer, "--json")
+    value = parse_json(answer, "--json")
     if not isinstance(value, dict):
         raise click.BadParameter("the answer must be a JSON object", param_hint="--json")
     target = resolve()
@@ -294,7 +241,7 @@ def logs(run: str, follow: bool) -> None:
     client = Client(target)
     run_id = target.qualify(run)
     if follow:
-        sys.exit(_follow(client, run_id))
+        sys.exit(follow_run(client, run_id))
     out = sys.stdout.buffer
     for chunk in client.stream(f"/runs/{part(run_id, 'run id')}/logs"):
         out.write(chunk)
@@ -371,7 +318,7 @@ for command in workflows.COMMANDS:
 @click.option("--interpreter", metavar="I", help="Run it with I instead of choosing by extension.")
 def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
     """Store FILE (a script, graph or YAML pipeline) under NAME in the active project."""
-    source = _read_script(file)
+    source = read_script(file)
     if pipeline.is_pipeline_file(file, source):
         pipeline.check(file, source)
     target = resolve()

@@ -62,7 +62,7 @@ def _submit(target: Target, body: dict[str, Any]) -> str:
 
 def _follow(target: Target, run_id: str) -> int:
     from cryopg.cli.client import Client
-    from cryopg.cli.main import _follow as follow
+    from cryopg.cli.follow import follow_run as follow
 
     return follow(Client(target), run_id)
 
@@ -84,7 +84,8 @@ def run_cmd(file: Path, input_json: str | None, interpreter: str | None, agents:
     The log streams to stdout; the exit code is the run's (0 succeeded, the script's own
     code when it failed, 130 cancelled). Ctrl-C cancels the run."""
     from cryopg.cli import pipeline
-    from cryopg.cli.main import _parse_json, _read_script
+    from cryopg.cli.follow import parse_json as _parse_json
+    from cryopg.cli.follow import read_script as _read_script
 
     refuse_inside_run()
     if agents < 1:

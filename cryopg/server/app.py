@@ -7,6 +7,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import psycopg
+import psycopg_pool
 from aiohttp import web
 
 from cryopg import engine
@@ -44,6 +45,13 @@ async def errors_middleware(request: web.Request, handler):  # type: ignore[no-u
         return web.json_response(error_body(
             "invalid_argument", f"a value is {kind} for the database ({exc.sqlstate})"),
             status=400)
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        # The database is down or restarting: the caller retries (agents back off on
+        # 503), and the log gets one line, not a traceback per request.
+        print(f"cryopg server: {request.method} {request.path}: database unavailable "
+              f"({type(exc).__name__})", file=sys.stderr)
+        return web.json_response(error_body("unavailable", "the database is unavailable; "
+                                            "retry shortly"), status=503)
     except web.HTTPException as exc:
         if exc.status >= 400:
             return web.json_response(error_body("http", exc.reason), status=exc.status)

@@ -142,4 +142,4 @@ def test_a_stack_stopped_while_postgres_is_down_exits_within_5s(own_stack: OwnSt
     took = time.monotonic() - started
     print(f"stopped in {took:.2f}s")
     assert took < 5, f"exited after {took:.1f}s:\n{own_stack.err.read_text()[-3000:]}"
-    assert "Traceback" not in own_stack.err.read_text()
+    assert "Traceback" not in own_stack.err.read_text(), own_stack.err.read_text()[-6000:]

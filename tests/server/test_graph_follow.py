@@ -131,7 +131,7 @@ async def test_a_shell_nodes_text_is_its_stdout_without_the_trailing_newline(
 async def test_a_json_file_that_is_not_a_graph_is_refused_not_run(srv: Server) -> None:
     files = {
         "broken.json": ('{"version": "cryosleep-graph/v1", "nodes": [',
-                        "broken.json: the graph must be JSON"),
+                        "broken.json: the graph is not valid JSON"),
         "v2.json": (json.dumps({"version": "cryosleep-graph/v2", "nodes": []}),
                     'v2.json: version: "cryosleep-graph/v2" is not a version cryopg runs'),
         "plain.json": ('{"hello": 1}', "plain.json: version: a graph document says"),
