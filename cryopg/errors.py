@@ -127,6 +127,12 @@ class CsrfRefused(CryoError):
     code, http_status = "csrf_refused", 403
 
 
+class InUse(CryoError):
+    """A stored workflow still started by a schedule, handler or webhook made on its own."""
+
+    code, http_status = "in_use", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -143,6 +149,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR031": LeaseHeld,
     "CR040": NotAMember,
     "CR041": SignInExpired,
+    "CR055": InUse,
 }
 
 

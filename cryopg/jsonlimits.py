@@ -117,5 +117,5 @@ def loads(text: str | bytes, what: str = "the value") -> Any:
     except JsonLimitError:
         raise
     except ValueError as exc:
-        raise JsonLimitError(f"{what} must be JSON: {exc}".split("\n")[0]) from None
+        raise JsonLimitError(f"{what} is not valid JSON: {exc}".split("\n")[0]) from None
     return check_json(value)

@@ -20,6 +20,10 @@ from agent.job import sweep_job_dirs
 from tests.conftest import _cluster
 from tests.e2e.helpers import script, show, submit, wait_for
 
+# Whole-log assertions: a claim lapsing on a loaded machine would replay a pass and
+# print its lines twice, so these runs keep a claim long enough to ride out the load.
+pytestmark = pytest.mark.claim_seconds(30)
+
 SECRET = "isolation-SECRET-7731"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (scripts/setup installs it)")
@@ -44,7 +48,8 @@ touch {code}/pwned 2>/dev/null && leak "wrote the agent's code"
 env -u CRYO_SOCKET cryopg runs >/dev/null 2>&1 && leak "cli acted as the dev owner"
 ls -d /dev/shm/cryo-* /tmp/cryo-* 2>/dev/null | grep -v "^$(dirname "$CRYO_INPUT_FILE")\\$" \\
   | grep -v "^$PWD\\$" | grep -q . && leak "another job's directory"
-echo "input mode $(stat -c %a "$CRYO_INPUT_FILE") dir mode $(stat -c %a "$(dirname "$CRYO_INPUT_FILE")")"
+d=$(dirname "$CRYO_INPUT_FILE")
+echo "input mode $(stat -c %a "$CRYO_INPUT_FILE") dir mode $(stat -c %a "$d")"
 cryopg step still-works -- echo durable
 echo done
 """

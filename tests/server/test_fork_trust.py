@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cryopg.triggers.webhook import untrusted_delivery
-from tests.server.conftest import Server
+from tests.server.conftest import AGENT_CAPS, Server
 from tests.server.test_triggers import deliver, hook, put_workflow
 
 BASE = {"full_name": "o/r", "id": 1, "url": "https://api.github.com/repos/o/r"}
@@ -115,7 +115,9 @@ async def test_each_fork_variant_starts_a_run_without_secrets(srv: Server) -> No
         status, got = await deliver(srv, made["path"], body, secret=made["secret"],
                                     event=event)
         assert status == 201 and got["untrusted"] is True, (name, got)
-        grant = await srv.claim_run(got["run_id"])
+        assert await srv.claim() is None, name  # only an isolating agent takes it
+        grant = await srv.claim_run(got["run_id"], caps=[*AGENT_CAPS, "isolated"])
+        assert grant["untrusted"] is True, name
         assert grant["secrets"] == {} and grant["withheld"] == ["DEPLOY_KEY"], name
         assert "hunter2" not in json.dumps(grant), name
         await srv.finish(grant)

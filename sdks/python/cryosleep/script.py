@@ -2,10 +2,10 @@
 
 Every function is one request to the agent that runs this script. A durable call
 returns its recorded answer on replay instead of acting again. Calls that wait (sleep,
-the waits, activity collect / wait-all, lock, call_graph / call_node) may park the run: the agent then stops
-this process, so on that pass the call never returns, and the run replays from the top
-when the wait is over. Do not wrap them in a broad `except`; nothing they could raise
-there is worth carrying on from.
+the waits, activity collect / wait-all, lock, call_graph / call_node) may park the run:
+the agent then stops this process, so on that pass the call never returns, and the run
+replays from the top when the wait is over. Do not wrap them in a broad `except`;
+nothing they could raise there is worth carrying on from.
 """
 
 from __future__ import annotations
