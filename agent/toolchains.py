@@ -15,6 +15,17 @@ child file of those languages the same way (an activity's argv).
   as 1).
 - Rust: the same, as a cargo project with `cryosleep = { path = "sdks/rust" }`, built
   into one shared target directory so serde_json and the SDK compile once per machine.
+  A file that uses serde (`#[derive(Serialize, Deserialize)]`, `use serde::…`) also gets
+  `serde = { version = "1", features = ["derive"] }`, fetched by cargo on first use.
+
+A cold build (a program not built before) says so in the run's log, adds a line every
+BUILD_HEARTBEAT seconds and one when it is done (`cryopg: building …`, `cryopg: still
+building …`, `cryopg: built …`), so a first Go or Rust workflow is not a silent
+"running" for minutes; of the compiler's own output only its errors show.
+`python -m agent.toolchains --warm` (scripts/setup runs it) builds a program of each
+language once, so the SDKs and their dependencies are in the caches before the first
+run; it builds nothing, and says nothing, when the stamp of the SDK sources and the
+toolchain version says that was done.
 
 The build cache is `$CRYO_BUILD_CACHE`, else `$XDG_CACHE_HOME/cryopg` or
 `~/.cache/cryopg`.
@@ -24,13 +35,21 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SDKS = Path(__file__).resolve().parent.parent / "sdks"
 EXTENSIONS = frozenset({".ts", ".mts", ".go", ".rs"})
+# Seconds between "still building" lines of a cold build.
+BUILD_HEARTBEAT = 15.0
+# How much nicer than the agent a build runs (see _lower_priority).
+BUILD_NICENESS = 10
+# A Rust workflow that names serde (beyond serde_json) gets the crate with its derive.
+_USES_SERDE = re.compile(rb"\bserde::|\buse\s+serde\b|derive\s*\([^)]*\b(Serialize|Deserialize)\b")
 
 
 def handles(filename: str) -> bool:
@@ -96,9 +115,37 @@ def _resolvable(start: Path) -> bool:
     return False
 
 
-def _build(argv: list[str], cwd: Path) -> int:
-    # The build's own output (errors, warnings) goes to the run's log like the program's.
-    return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL).returncode
+def _say(text: str) -> None:
+    print(f"cryopg: {text}", file=sys.stderr, flush=True)
+
+
+def _lower_priority() -> None:
+    # A compiler takes every core it can get; at the agent's own priority a few cold
+    # builds at once starve the agent (and a dev stack's server, in the same process) of
+    # the CPU its claim renewals need, and a claim that lapses replays the run elsewhere.
+    os.nice(BUILD_NICENESS)
+
+
+def _build(argv: list[str], cwd: Path, what: str | None = None) -> int:
+    """Run a build below the agent's CPU priority; its own output (errors) goes to the
+    run's log like the program's. With `what` (a cold build) it is announced, and a line
+    every BUILD_HEARTBEAT seconds says it is still going."""
+    if what is None:
+        return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL,
+                              preexec_fn=_lower_priority).returncode
+    _say(f"building {what} (first build of this program; compiling the SDK and its "
+         "dependencies can take a few minutes on a fresh machine)")
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, preexec_fn=_lower_priority)
+    while True:
+        try:
+            code = proc.wait(timeout=BUILD_HEARTBEAT)
+            break
+        except subprocess.TimeoutExpired:
+            _say(f"still building {what} ({time.monotonic() - started:.0f} s)")
+    if code == 0:
+        _say(f"built {what} in {time.monotonic() - started:.1f} s")
+    return code
 
 
 def go(path: Path) -> list[str] | int:
@@ -113,7 +160,9 @@ def go(path: Path) -> list[str] | int:
     _write(work / "main.go", source)
     binary = work / "script"
     tmp = work / f".script.{os.getpid()}"
-    code = _build(["go", "build", "-o", str(tmp), "."], work)
+    cold = not binary.exists()
+    code = _build(["go", "build", "-o", str(tmp), "."], work,
+                  f"{path.name} with go" if cold else None)
     if code != 0:
         return code
     os.replace(tmp, binary)
@@ -130,7 +179,9 @@ def rust(path: Path) -> list[str] | int:
     _write(work / "Cargo.toml", f'[package]\nname = "{name}"\nversion = "0.0.0"\n'
            'edition = "2021"\npublish = false\n\n'
            f'[[bin]]\nname = "{name}"\npath = "main.rs"\n\n'
-           f'[dependencies]\ncryosleep = {{ path = "{SDKS / "rust"}" }}\n\n'
+           f'[dependencies]\ncryosleep = {{ path = "{SDKS / "rust"}" }}\n'
+           + ('serde = { version = "1", features = ["derive"] }\n'
+              if _USES_SERDE.search(source) else "") + "\n"
            # The log is the program's output: compiler warnings would end up in it.
            '[lints.rust]\nwarnings = "allow"\n\n[workspace]\n')
     _write(work / "main.rs", source)
@@ -138,16 +189,69 @@ def rust(path: Path) -> list[str] | int:
     if lock.is_file() and not (work / "Cargo.lock").exists():
         shutil.copyfile(lock, work / "Cargo.lock")
     target = rust_target_dir()
+    binary = target / "debug" / name
+    cold = not binary.exists()
     code = _build(["cargo", "build", "--quiet", "--manifest-path", str(work / "Cargo.toml"),
-                   "--target-dir", str(target)], work)
+                   "--target-dir", str(target)], work, f"{path.name} with cargo" if cold else None)
     if code != 0:
         return code
-    return [str(target / "debug" / name)]
+    return [str(binary)]
+
+
+# -- warming the caches (scripts/setup) ----------------------------------------------------
+
+_WARM_PROGRAMS = {
+    "go": ("warm.go", 'package main\n\nimport _ "cryosleep.io/go"\n\nfunc main() {}\n'),
+    # serde's derive too: a workflow that uses it then builds without fetching anything.
+    "rust": ("warm.rs", "use serde::{Deserialize, Serialize};\n\n"
+             "#[derive(Serialize, Deserialize)]\nstruct Warm { ok: bool }\n\n"
+             "fn main() { let _ = cryosleep::serde_json::to_string(&Warm { ok: true }); }\n"),
+}
+_TOOL = {"go": ["go", "version"], "rust": ["cargo", "--version"]}
+
+
+def _warm_stamp(lang: str) -> str:
+    """What a warm build depends on: the SDK's sources, the warm program, the toolchain."""
+    digest = hashlib.sha256(_WARM_PROGRAMS[lang][1].encode())
+    sdk = SDKS / lang
+    for f in sorted(p for p in sdk.rglob("*") if p.is_file() and "target" not in p.parts):
+        digest.update(str(f.relative_to(sdk)).encode() + b"\0" + f.read_bytes())
+    version = subprocess.run(_TOOL[lang], capture_output=True, text=True).stdout
+    digest.update(version.encode())
+    return digest.hexdigest()
+
+
+def warm(lang: str) -> int:
+    """Build a trivial program of `lang` exactly as a workflow is built, once per SDK and
+    toolchain version; 0 when warm (or nothing to do), else the build's exit code."""
+    if not shutil.which(_TOOL[lang][0]):
+        return 0
+    stamp = build_cache() / "warm" / f"{lang}.stamp"
+    want = _warm_stamp(lang)
+    if stamp.is_file() and stamp.read_text() == want:
+        return 0
+    name, text = _WARM_PROGRAMS[lang]
+    scratch = build_cache() / "warm"
+    scratch.mkdir(parents=True, exist_ok=True)
+    program = scratch / name
+    _write(program, text)
+    _say(f"warming the {lang} build cache, so {name[-3:]} workflows start fast (a minute or "
+         "two the first time)")
+    prepared = go(program) if lang == "go" else rust(program)
+    if isinstance(prepared, int):
+        return prepared
+    _write(stamp, want)
+    return 0
 
 
 def main(argv: list[str]) -> int:
     if not argv:
-        return _fail("usage: python -m agent.toolchains FILE [ARG...]", 2)
+        return _fail("usage: python -m agent.toolchains FILE [ARG...] | --warm [go|rust]...", 2)
+    if argv[0] == "--warm":
+        langs = argv[1:] or ["go", "rust"]
+        if not set(langs) <= set(_WARM_PROGRAMS):
+            return _fail(f"--warm takes go and/or rust, not {' '.join(langs)}", 2)
+        return max(warm(lang) for lang in langs)
     path = Path(argv[0]).resolve()
     ext = path.suffix.lower()
     if not path.is_file():

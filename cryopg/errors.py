@@ -99,6 +99,12 @@ class LeaseHeld(CryoError):
     code, http_status = "lease_held", 409
 
 
+class InUse(CryoError):
+    """A stored workflow still started by a schedule, handler or webhook made on its own."""
+
+    code, http_status = "in_use", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -113,6 +119,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR021": TenantDenied,
     "CR030": QueueFull,
     "CR031": LeaseHeld,
+    "CR055": InUse,
 }
 
 

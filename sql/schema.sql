@@ -527,6 +527,9 @@ BEGIN
         PERFORM pg_notify('cryo_run', p_run_id);
     END IF;
     PERFORM cryo._release_leases(p_run_id);
+    IF v_run.kind = 'graph' AND p_status = 'cancelled' THEN  -- its nodes end with it
+        PERFORM cryo._graph_cancel_nodes(p_run_id, false);
+    END IF;
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);
     END IF;
@@ -561,6 +564,38 @@ CREATE FUNCTION cryo._graph_call_memo(p_child_id text) RETURNS TABLE(result byte
            jsonb_build_object('run_id', c.id, 'status', c.status, 'error', c.error),
            cryo._outcome_code(c.status, c.exit_code)
       FROM cryo.runs c WHERE c.id = p_child_id
+$$;
+
+CREATE FUNCTION cryo._graph_cancel_nodes(p_run_id text, p_started_only boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_instances i
+       SET status = 'cancelled', finished_at = cryo.now(), wait_kind = NULL
+     WHERE i.run_id = p_run_id AND i.status IN ('ready', 'running', 'waiting', 'retrying');
+    WITH ended AS (
+        UPDATE cryo.node_states n SET status = 'cancelled', finished_at = cryo.now()
+         WHERE n.run_id = p_run_id
+           AND (n.status IN ('running', 'waiting') OR (n.status = 'pending' AND NOT p_started_only))
+        RETURNING n.run_id, n.org, n.project, n.node_id, n.started_at
+    )
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, created_at)
+    SELECT e.run_id, e.org, e.project, 'node_cancelled', 'run', 'node', e.node_id, 0, cryo.now()
+      FROM ended e WHERE e.started_at IS NOT NULL;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce((
+        SELECT CASE WHEN i.status = 'retrying' THEN 'retry_due'
+                    WHEN i.wait_kind = 'sleep' THEN 'timer_fired'
+                    ELSE 'wait_timed_out' END
+          FROM cryo.node_instances i
+         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying') AND i.due_at IS NOT NULL
+         ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
 $$;
 
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
@@ -1070,8 +1105,11 @@ CREATE TABLE cryo.workflows (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     kind text DEFAULT 'script'::text NOT NULL,
     graph jsonb,
+    workdir text,
     CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
 );
+
+COMMENT ON COLUMN cryo.workflows.workdir IS 'The absolute directory the workflow was stored from (NULL when not given); runs started from it by name (submit_run, schedules, webhooks, handlers) get it as runs.workdir.';
 
 CREATE FUNCTION cryo._require_workflow(p_org text, p_project text, p_workflow text) RETURNS cryo.workflows
     LANGUAGE plpgsql STABLE
@@ -1152,7 +1190,10 @@ BEGIN
     SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, p_input,
         p_idempotency_key, cryo._workflow_caps(v_wf.filename), p_workflow, p_input_clear,
-        v_group, NULL, coalesce(p_untrusted, false), p_graph => v_wf.graph) s;
+        v_group, NULL, coalesce(p_untrusted, false),
+        -- An untrusted run gets no directory of the project's: it runs in scratch.
+        p_workdir => CASE WHEN coalesce(p_untrusted, false) THEN NULL ELSE v_wf.workdir END,
+        p_graph => v_wf.graph) s;
     IF v_created THEN
         UPDATE cryo.runs SET trigger_kind = p_kind, trigger_name = p_name, trigger_depth = p_depth
          WHERE id = v_id;
@@ -1480,7 +1521,8 @@ BEGIN
     END IF;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
                           p_payload => p_answer);
-    PERFORM cryo._graph_poke(p_run_id, 'node_approved');
+    -- The wake says why in history under its own kind: node_approved is written once.
+    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
     RETURN true;
 END
 $$;
@@ -2012,6 +2054,40 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_webhook(p_org text, p_project text, p_name text) IS 'Deletes a webhook and its delivery records (runs it started stay). Returns nothing. Raises CR005 for an unknown webhook.';
 
+CREATE FUNCTION cryo.delete_workflow(p_org text, p_project text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_users text;
+BEGIN
+    PERFORM 1 FROM cryo.workflows
+      WHERE org = p_org AND project = p_project AND name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project
+            USING ERRCODE = 'CR005';
+    END IF;
+    SELECT string_agg(what, ', ' ORDER BY what) INTO v_users FROM (
+        SELECT 'schedule ' || s.name AS what FROM cryo.schedules s
+         WHERE s.org = p_org AND s.project = p_project AND s.workflow = p_name
+           AND s.source_workflow IS DISTINCT FROM p_name
+        UNION ALL
+        SELECT 'handler ' || h.name FROM cryo.event_handlers h
+         WHERE h.org = p_org AND h.project = p_project AND h.workflow = p_name
+           AND h.source_workflow IS DISTINCT FROM p_name
+        UNION ALL
+        SELECT 'webhook ' || k.name FROM cryo.webhooks k
+         WHERE k.org = p_org AND k.project = p_project AND k.workflow = p_name) u;
+    IF v_users IS NOT NULL THEN
+        RAISE EXCEPTION 'workflow % is started by %; delete those first', p_name, v_users
+            USING ERRCODE = 'CR055';
+    END IF;
+    -- Its own schedules and handlers go by the foreign keys' ON DELETE CASCADE.
+    DELETE FROM cryo.workflows WHERE org = p_org AND project = p_project AND name = p_name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_workflow(p_org text, p_project text, p_name text) IS 'Deletes a stored workflow with the schedules and handlers its on: registered. Returns nothing. Raises CR005 for an unknown workflow, CR055 when a schedule, handler or webhook made separately still starts it.';
+
 CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) RETURNS TABLE(outcome text, run_id text, event_id bigint, duplicate boolean)
     LANGUAGE plpgsql
     AS $$
@@ -2177,7 +2253,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR020', 'forbidden', 'the member''s role does not allow this'),
         ('CR021', 'tenant_denied', 'the database role is not bound to that org and project (or to no tenant at all)'),
         ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
-        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group')
+        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
+        ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -2309,7 +2386,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next; returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
 CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql STABLE
@@ -2374,11 +2451,12 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_webhook(p_org text, p_project text, p_name text) IS 'Returns a webhook''s workflow, sealed secret and status URL. Raises CR005 for an unknown webhook.';
 
-CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb)
+CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb, workdir text)
     LANGUAGE plpgsql STABLE
     AS $$
 BEGIN
-    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph FROM cryo.workflows w
+    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph, w.workdir
+                   FROM cryo.workflows w
                   WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
@@ -2386,7 +2464,36 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph) and, for a graph, its compiled structure. Raises CR005 for an unknown workflow.';
+COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, and the directory it was stored from. Raises CR005 for an unknown workflow.';
+
+CREATE FUNCTION cryo.graph_jobs(p_run_id text) RETURNS TABLE(job_run_id text, label text, attempt bigint, status text, exit_code integer, error text, finished boolean, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH RECURSIVE jobs AS (
+        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
+               c.graph_node || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END AS label,
+               1 AS depth
+          FROM cryo.runs c
+          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.parent_run_id = p_run_id AND c.graph_node IS NOT NULL
+        UNION ALL
+        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
+               j.label || '/' || c.graph_node
+                   || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END,
+               j.depth + 1
+          FROM jobs j
+          JOIN cryo.runs c ON c.parent_run_id = j.id AND c.graph_node IS NOT NULL
+          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE j.kind = 'graph' AND j.depth < 16
+    )
+    SELECT j.id, j.label, row_number() OVER (PARTITION BY j.label ORDER BY j.created_at, j.id),
+           j.status, j.exit_code, j.error, cryo.is_terminal(j.status), j.created_at
+      FROM jobs j
+     WHERE j.kind = 'script'
+     ORDER BY j.created_at, j.id
+$$;
+
+COMMENT ON FUNCTION cryo.graph_jobs(p_run_id text) IS 'Returns the child runs that did the nodes of a graph run (and of the graph runs its workflow nodes started), oldest first: each with a label naming its node (id, #item for a fan-out instance, outer/inner when nested), which attempt of that label it is, its status, exit code and error, and whether it has finished. Raises nothing.';
 
 CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
     LANGUAGE plpgsql
@@ -2675,8 +2782,16 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
         END IF;
         IF v_failed.node_id IS NOT NULL THEN
-            PERFORM cryo._finalize(p_run_id, 'failed', 1,
-                                   'node ' || v_failed.node_id || ' failed: ' || coalesce(v_failed.error, ''));
+            -- What was still running was cancelled above: its nodes say so.
+            PERFORM cryo._graph_cancel_nodes(p_run_id, true);
+            -- The run exits as its failing node's job did (1 when no job ran it).
+            PERFORM cryo._finalize(p_run_id, 'failed',
+                coalesce((SELECT c.exit_code FROM cryo.node_instances i
+                            JOIN cryo.runs c ON c.id = i.job_run_id
+                           WHERE i.run_id = p_run_id AND i.node_id = v_failed.node_id
+                             AND i.status = 'failed' AND c.exit_code BETWEEN 1 AND 255
+                           ORDER BY i.finished_at LIMIT 1), 1),
+                'node ' || v_failed.node_id || ' failed: ' || coalesce(v_failed.error, ''));
             RETURN 'failed';
         END IF;
         PERFORM cryo._finalize(p_run_id, 'succeeded', 0, NULL);
@@ -2699,7 +2814,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea) IS 'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, cancelling its running children; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea) IS 'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb DEFAULT NULL::jsonb, p_workflow text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
@@ -2946,6 +3061,29 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_webhooks(p_org text, p_project text) IS 'Returns a project''s webhooks by name (never their secrets) with how many deliveries each accepted. Raises nothing.';
 
+CREATE FUNCTION cryo.list_workflows(p_org text, p_project text) RETURNS TABLE(name text, filename text, kind text, pipeline text, updated_at timestamp with time zone, schedules bigint, handlers bigint, webhooks bigint)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    RETURN QUERY
+    SELECT w.name, w.filename,
+           CASE WHEN w.graph ? 'pipeline' THEN 'pipeline' ELSE w.kind END,
+           w.graph ->> 'pipeline', w.updated_at,
+           (SELECT count(*) FROM cryo.schedules s
+             WHERE s.org = w.org AND s.project = w.project AND s.workflow = w.name),
+           (SELECT count(*) FROM cryo.event_handlers h
+             WHERE h.org = w.org AND h.project = w.project AND h.workflow = w.name),
+           (SELECT count(*) FROM cryo.webhooks k
+             WHERE k.org = w.org AND k.project = w.project AND k.workflow = w.name)
+      FROM cryo.workflows w
+     WHERE w.org = p_org AND w.project = p_project
+     ORDER BY w.name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.list_workflows(p_org text, p_project text) IS 'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
+
 CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE(after_id bigint, skipped_bytes bigint, total_bytes bigint)
     LANGUAGE sql STABLE
     AS $$
@@ -3129,7 +3267,7 @@ $_$;
 
 COMMENT ON FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text) IS 'Adds a member with a role or changes its role, acting as member p_by (NULL: operator); returns the member id. Raises CR004 for a bad role or login or for demoting the last owner, CR005 for an unknown org, CR020 when p_by may not grant that.';
 
-CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb) RETURNS void
+CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $_$
 BEGIN
@@ -3138,20 +3276,25 @@ BEGIN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
     END IF;
+    IF p_workdir IS NOT NULL AND (p_workdir !~ '^/' OR length(p_workdir) > 4096
+                                  OR p_workdir ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
+    END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                updated_at)
+                                workdir, updated_at)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
-            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, cryo.now())
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
+            cryo.now())
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
-           updated_at = excluded.updated_at;
+           workdir = excluded.workdir, updated_at = excluded.updated_at;
     -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
     PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
 
 CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -3189,6 +3332,20 @@ CREATE FUNCTION cryo.read_graph(p_run_id text) RETURNS TABLE(graph jsonb, source
 $$;
 
 COMMENT ON FUNCTION cryo.read_graph(p_run_id text) IS 'Returns a graph run''s clear structure and its sealed document; no row for a script run. Raises nothing.';
+
+CREATE FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer DEFAULT 500) RETURNS TABLE(job_run_id text, id bigint, data bytea)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.job, l.id, l.data
+      FROM unnest(p_jobs, p_after) AS c(job, after)
+      JOIN cryo.graph_jobs(p_run_id) g ON g.job_run_id = c.job
+      CROSS JOIN LATERAL (SELECT l.id, l.data FROM cryo.logs l
+                           WHERE l.run_id = c.job AND l.id > coalesce(c.after, 0)
+                           ORDER BY l.id LIMIT p_limit) l
+     ORDER BY l.id
+$$;
+
+COMMENT ON FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer) IS 'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
 
 CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -4052,12 +4209,13 @@ BEGIN
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         cryo._workflow_caps(v_wf.filename),
-        p_workflow, p_input, p_concurrency, p_policy, p_graph => v_wf.graph) s;
+        p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
+        p_graph => v_wf.graph) s;
     RETURN v_id;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
+COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy, in the directory the workflow was stored from; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql
@@ -4170,11 +4328,18 @@ BEGIN
 
     -- Due parked rows: a sleep is over, a bounded wait timed out (its memo records exit
     -- code 124, so replay takes the same branch), or a retry's backoff has passed.
-    SELECT array_agg(d.run_id) FILTER (WHERE d.park_reason = 'sleeping'),
-           array_agg(d.run_id) FILTER (WHERE d.park_reason = 'retry-backoff'),
-           array_agg(d.run_id) FILTER (WHERE d.park_reason NOT IN ('sleeping', 'retry-backoff'))
+    -- A graph run's substate sums up all its nodes, so its wake is named by the node
+    -- whose timer is due (cryo._graph_due_kind): a sleep node is not a timed-out wait.
+    SELECT array_agg(d.run_id) FILTER (WHERE d.kind = 'timer_fired'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'retry_due'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'wait_timed_out')
       INTO v_sleeps, v_retries, v_waits
-      FROM (SELECT q.run_id, q.park_reason FROM cryo.queue q
+      FROM (SELECT q.run_id,
+                   CASE WHEN q.required_caps = '{graph}' THEN cryo._graph_due_kind(q.run_id)
+                        WHEN q.park_reason = 'sleeping' THEN 'timer_fired'
+                        WHEN q.park_reason = 'retry-backoff' THEN 'retry_due'
+                        ELSE 'wait_timed_out' END AS kind
+              FROM cryo.queue q
              WHERE q.state = 'parked' AND q.wake_at <= v_now
              ORDER BY q.wake_at
              LIMIT p_batch
@@ -4408,7 +4573,7 @@ CREATE TABLE cryo.node_instances (
     lease_group text,
     started_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
-    CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text])))
+    CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
 COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
@@ -4425,10 +4590,10 @@ CREATE TABLE cryo.node_states (
     error text,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
-    CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text])))
+    CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
-COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded), fan-out size, sealed output.';
+COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded, cancelled), fan-out size, sealed output.';
 
 CREATE VIEW cryo.graph_nodes WITH (security_barrier='true') AS
  SELECT n.run_id,

@@ -159,7 +159,8 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture
 def stack(request: pytest.FixtureRequest, dsn: str, tmp_path: Path) -> Iterator[Stack]:
-    """`cryopg dev` against this test's database; `@pytest.mark.agents(n)` sets agents and
+    """`cryopg dev` against this test's database; `@pytest.mark.agents(n)` sets agents,
+    `@pytest.mark.claim_seconds(n)` the claims' length (default 3) and
     `@pytest.mark.dev_env(NAME=value)` adds environment for the dev process (its agents)."""
     marker = request.node.get_closest_marker("agents")
     agents = int(marker.args[0]) if marker else 1
@@ -174,7 +175,11 @@ def stack(request: pytest.FixtureRequest, dsn: str, tmp_path: Path) -> Iterator[
     port = _free_tcp_port()
     cmd = [sys.executable, "-m", "cryopg.cli.entry", "dev", "--database-url", dsn]
     cmd += ["--port", str(port), "--agents", str(agents), "--no-sample"]
-    cmd += ["--claim-seconds", "3", "--tick-interval", "0.3"]
+    # Short claims make the tests of a lapsed claim quick; a test that checks no lapse
+    # asks for a longer one (`@pytest.mark.claim_seconds(n)`), since on a loaded machine
+    # a renewal can come later than 3 s without anything being wrong.
+    claim = request.node.get_closest_marker("claim_seconds")
+    cmd += ["--claim-seconds", str(claim.args[0] if claim else 3), "--tick-interval", "0.3"]
     err_path = tmp_path / "dev.stderr"
     with open(err_path, "wb") as err, open(tmp_path / "dev.stdout", "wb") as out:
         proc = subprocess.Popen(

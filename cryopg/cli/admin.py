@@ -112,6 +112,14 @@ def project_create(slug: str, name: str | None) -> None:
     click.echo(f"{'created' if got.get('created') else 'exists'}: {slug}")  # type: ignore[union-attr]
 
 
+@project.command("list")
+def project_list() -> None:
+    """Print slug and name of every project of the org."""
+    got = _org_call("GET", "/projects")
+    for p in got["projects"]:  # type: ignore[index]
+        click.echo(f"{p['slug']}\t{p['name']}")
+
+
 @project.command("rename")
 @click.argument("slug")
 @click.argument("name")
@@ -168,6 +176,37 @@ def project_retention(slug: str, runs: float | None, events: float | None) -> No
         got = _org_call("PUT", path, {"runs_seconds": runs, "events_seconds": events})
     click.echo(f"runs\t{_days(got['runs_seconds'])}")  # type: ignore[index]
     click.echo(f"events\t{_days(got['events_seconds'])}")  # type: ignore[index]
+
+
+@click.group("org")
+def org() -> None:
+    """Operator commands on the database: orgs (then `token create --org` for their
+    members and agents)."""
+
+
+@org.command("create")
+@DB_URL
+@click.argument("slug")
+@click.option("--name", help="Display name (default: the slug).")
+@click.option("--project", "projects", multiple=True, metavar="SLUG",
+              help="Also create this project (repeatable; default: one named default).")
+def org_create(database_url: str | None, slug: str, name: str | None,
+               projects: tuple[str, ...]) -> None:
+    """Create org SLUG and its first project; an existing one is left as it is."""
+    from cryopg import engine
+    from cryopg.cli.processes import _with_pool
+
+    wanted = list(projects) or ["default"]
+
+    async def work(conn: Any) -> tuple[bool, list[str]]:
+        async with conn.transaction():  # the org and its projects, or none of them
+            created = await engine.ensure_org(conn, slug, name or slug)
+            made = [p for p in wanted if await engine.ensure_project(conn, slug, p, p)]
+        return created, made
+
+    created, made = _with_pool(database_url, work)
+    click.echo(f"{'created' if created else 'exists'}: org {slug}"
+               + (f", project {', '.join(made)}" if made else ""))
 
 
 @click.group("app-role")
@@ -239,4 +278,4 @@ def app_role_drop(database_url: str | None, role: str) -> None:
     click.echo(f"unbound {role}" if done else f"{role} was not an application role")
 
 
-COMMANDS = [secret, member, project, app_role]
+COMMANDS = [secret, member, project, org, app_role]

@@ -13,11 +13,16 @@ import click
 
 from cryopg.cli.target import Target
 
+# The server refused the request as bad input (a graph that does not compile, a reserved
+# key, a body too large): exit 2, as for any usage error. Everything else is 1.
+REFUSED_STATUSES = frozenset({400, 413, 422})
+
 
 class ApiError(click.ClickException):
     def __init__(self, message: str, code: str = "error", status: int = 0) -> None:
         super().__init__(message)
         self.code, self.status = code, status
+        self.exit_code = 2 if status in REFUSED_STATUSES else 1
 
 
 def valid_text(value: str, what: str) -> str:

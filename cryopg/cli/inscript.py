@@ -94,7 +94,10 @@ _STATE_ARITY = {"get": (1, 1), "version": (1, 1), "set": (2, 2), "delete": (1, 1
 
 def state_goes_to_server(argv: list[str]) -> bool:
     """`state` asked outside a run, or about a named run, is answered by the server over
-    HTTP (the click CLI); inside a run the socket answers and click is never imported."""
+    HTTP (the click CLI); inside a run the socket answers and click is never imported.
+    So is `emit` outside a run: it publishes on the project bus (cryopg/cli/bus.py)."""
+    if argv and argv[0] == "emit":
+        return not os.environ.get("CRYO_SOCKET") and not inside_run()
     if not argv or argv[0] != "state":
         return False
     if any(a == "--run" or a.startswith("--run=") for a in argv[1:]):
@@ -158,7 +161,7 @@ def main(argv: list[str]) -> int:
         return 2
     except AgentError as e:
         print(f"cryopg {verb}: {e}", file=sys.stderr)
-        return 1
+        return e.exit_code
 
 
 def _parse_step(args: list[str]) -> tuple[str, str | None, list[str], list[str]]:

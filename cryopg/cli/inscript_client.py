@@ -28,8 +28,20 @@ class UsageError(Exception):
     pass
 
 
+# What the engine or agent refused as bad input (a reserved `_cryo/` key, a value out of
+# range, a malformed request): a refusal, which exits 2 as a usage error does, not 1
+# (something broke).
+REFUSALS = frozenset({"reserved_key", "invalid_argument", "bad_request"})
+
+
 class AgentError(Exception):
-    pass
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.code in REFUSALS else 1
 
 
 def parse_duration(text: str) -> float:
@@ -172,7 +184,9 @@ def call(socket_path: str, request: dict[str, object]) -> dict[str, object]:
     if not reply.get("ok"):
         err = reply.get("error")
         message = err.get("message") if isinstance(err, dict) else None
-        raise AgentError(str(message or "the agent refused the request"))
+        code = err.get("code") if isinstance(err, dict) else None
+        raise AgentError(str(message or "the agent refused the request"),
+                         code if isinstance(code, str) else None)
     return reply
 
 

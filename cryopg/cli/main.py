@@ -10,25 +10,15 @@ from typing import Any
 
 import click
 
-from cryopg.cli import admin, pipeline, processes, triggers
+from cryopg.cli import admin, bus, pipeline, processes, run_once, triggers, workflows
 from cryopg.cli.client import Client, part, valid_text
+from cryopg.cli.follow import (
+    SKIPPED_EXIT,
+    follow_run,
+    parse_json,
+    read_script,
+)
 from cryopg.cli.target import resolve
-
-# How a finished run maps to this process's exit code.
-CANCELLED_EXIT = 130
-# `submit --policy skip` found its group held and created nothing.
-SKIPPED_EXIT = 3
-
-
-def outcome_exit_code(run: dict[str, Any]) -> int:
-    status = run["status"]
-    if status == "succeeded":
-        return 0
-    if status == "cancelled":
-        return CANCELLED_EXIT
-    code = run.get("exit_code")
-    return code if status == "failed" and isinstance(code, int) and 0 < code < 256 else 1
-
 
 IN_SCRIPT_HELP = """\b
 Inside a run (each takes -h):
@@ -74,43 +64,9 @@ def cli() -> None:
     """cryopg: durable workflows whose engine is PostgreSQL."""
 
 
-for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS]:
+for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS,
+                *bus.COMMANDS, *run_once.COMMANDS]:
     cli.add_command(command)
-
-
-def _follow(client: Client, run_id: str) -> int:
-    out = sys.stdout.buffer
-    for chunk in client.stream(f"/runs/{part(run_id, 'run id')}/logs?follow=1"):
-        out.write(chunk)
-        out.flush()
-    run = client.call("GET", f"/runs/{part(run_id, 'run id')}")
-    if run["status"] != "succeeded":
-        detail = f" ({run['error']})" if run.get("error") else ""
-        click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
-    return outcome_exit_code(run)
-
-
-def _read_script(file: Path) -> str:
-    try:
-        return file.read_text()
-    except FileNotFoundError:
-        raise click.ClickException(f"no such script: {file}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {file}: {exc}") from None
-
-
-def _parse_json(text: str | None, what: str) -> Any:
-    """JSON the server will take (cryopg/jsonlimits.py: depth, integers, text), or one
-    line saying why not."""
-    from cryopg.jsonlimits import JsonLimitError, loads
-
-    if text is None:
-        return None
-    try:
-        return loads(valid_text(text, what), what)
-    except JsonLimitError as exc:
-        raise click.BadParameter(str(exc) if str(exc).startswith(what)
-                                 else f"{what}: {exc}") from None
 
 
 @cli.command()
@@ -138,8 +94,8 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
     (.yaml/.yml, version cryosleep/pipeline/v1; a pipeline that does not compile is one
     line naming the job and key, exit code 2, and nothing is submitted).
     """
-    value = _parse_json(input_json, "--input")
-    source = _read_script(file)
+    value = parse_json(input_json, "--input")
+    source = read_script(file)
     if pipeline.is_pipeline_file(file, source):
         pipeline.check(file, source)
     client = Client(resolve())
@@ -161,7 +117,7 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
         return
     existing = "" if made["created"] else " (existing, same idempotency key)"
     click.echo(f"cryopg: run {run_id}{existing}", err=True)
-    sys.exit(_follow(client, run_id))
+    sys.exit(follow_run(client, run_id))
 
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:
@@ -214,7 +170,9 @@ def runs_show(run: str, as_json: bool) -> None:
     for key in fields:
         click.echo(f"{key + ':':<{width}}{got[key]}")
     for key, value in (got.get("outputs") or {}).items():
-        click.echo(f"output {key}: {json.dumps(value, separators=(',', ':'))}")
+        # A graph's output is the output "output": say it once.
+        label = "output:" if key == "output" else f"output {key}:"
+        click.echo(f"{label} {json.dumps(value, separators=(',', ':'))}")
     nodes = (got.get("graph") or {}).get("nodes") or []
     if nodes:
         _print_nodes(nodes)
@@ -238,9 +196,11 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
                      out if len(out) <= 60 else out[:57] + "..."))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     click.echo("nodes:")
-    for row in rows:
+    for row, n in zip(rows, [None, *nodes], strict=True):
         click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True))
                    + "  " + row[4])
+        for line in ((n or {}).get("log_tail") or "").splitlines():  # a failed job's last lines
+            click.echo(f"    | {line}")
 
 
 @cli.command()
@@ -250,7 +210,7 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
               help="The answer, a JSON object checked against the node's fields.")
 def approve(run: str, node: str, answer: str) -> None:
     """Answer the waiting approval NODE of graph run RUN."""
-    value = _parse_json(answer, "--json")
+    value = parse_json(answer, "--json")
     if not isinstance(value, dict):
         raise click.BadParameter("the answer must be a JSON object", param_hint="--json")
     target = resolve()
@@ -281,7 +241,7 @@ def logs(run: str, follow: bool) -> None:
     client = Client(target)
     run_id = target.qualify(run)
     if follow:
-        sys.exit(_follow(client, run_id))
+        sys.exit(follow_run(client, run_id))
     out = sys.stdout.buffer
     for chunk in client.stream(f"/runs/{part(run_id, 'run id')}/logs"):
         out.write(chunk)
@@ -335,17 +295,21 @@ def events(name: str | None, limit: int, as_json: bool) -> None:
         click.echo("no events" + (f" named {name}" if name else "") + " in this project yet",
                    err=True)
         return
-    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY")
+    # REFUSED: why no handler run started for the event ('-' when nothing was refused).
+    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY\tREFUSED")
     for ev in listed:
         payload = json.dumps(ev["payload"], separators=(",", ":"))
         click.echo(f"{ev['id']}\t{ev['created_at'][:19].replace('T', ' ')}\t{ev['name']}\t"
-                   f"{payload}\t{ev['emitted_by_run'] or '-'}"
-                   + (f"\t{ev['refused']}" if ev.get("refused") else ""))
+                   f"{payload}\t{ev['emitted_by_run'] or '-'}\t{ev.get('refused') or '-'}")
 
 
 @cli.group()
 def workflow() -> None:
     """Named scripts that applications submit from SQL with cryo.submit_run."""
+
+
+for command in workflows.COMMANDS:
+    workflow.add_command(command)
 
 
 @workflow.command("put")
@@ -354,13 +318,13 @@ def workflow() -> None:
 @click.option("--interpreter", metavar="I", help="Run it with I instead of choosing by extension.")
 def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
     """Store FILE (a script, graph or YAML pipeline) under NAME in the active project."""
-    source = _read_script(file)
+    source = read_script(file)
     if pipeline.is_pipeline_file(file, source):
         pipeline.check(file, source)
     target = resolve()
     got = Client(target).call("PUT", f"/workflows/{part(name, 'workflow name')}",
                               {"source": source, "filename": file.name,
-                               "interpreter": interpreter})
+                               "interpreter": interpreter, "workdir": os.getcwd()})
     kind = {"pipeline": "pipeline", "graph": "graph"}.get(got.get("kind"), "script")
     click.echo(f"stored {kind} workflow {name} in {target.org}/{target.project}")
 
@@ -385,6 +349,8 @@ def workflow_get(name: str, with_source: bool, as_json: bool) -> None:
     click.echo(f"name:      {got['name']}\nkind:      {kind}\nfilename:  {got['filename']}")
     if got.get("interpreter"):
         click.echo(f"interpreter: {got['interpreter']}")
+    if got.get("workdir"):  # where runs started by name run, on a local agent
+        click.echo(f"workdir:   {got['workdir']}")
     for key in ("on", "cancel_on"):
         if got.get(key):
             click.echo(f"{key + ':':<11}{json.dumps(got[key], separators=(',', ':'))}")
@@ -398,6 +364,10 @@ def workflow_get(name: str, with_source: bool, as_json: bool) -> None:
 
 WRITES_REFUSED = ("cannot write state from outside a run: a cell belongs to the workflow "
                   "that writes it; to tell a running workflow something, send it a signal")
+
+
+class WriteRefused(click.ClickException):
+    exit_code = 2  # a refusal, as every refused request exits
 
 
 @cli.group()
@@ -474,7 +444,7 @@ def _refuse_write(name: str) -> click.Command:
                    short_help="Only inside a run (see --help).")
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def refused(args: tuple[str, ...]) -> None:
-        raise click.ClickException(WRITES_REFUSED)
+        raise WriteRefused(WRITES_REFUSED)
 
     return refused
 

@@ -30,6 +30,10 @@ DEV_CAPS = ["shell", "polyglot", "connector"]
 DEV_OWNER = "dev"
 # How long stopping agents get to kill their scripts and hand their runs back.
 AGENT_STOP_SECONDS = 5.0
+# How long a stopping server lets requests in flight finish (long-polls are released at
+# once). With PostgreSQL down a request can wait on the pool for 10 s; it is not worth
+# holding the exit for: its client retries against the next server.
+SHUTDOWN_SECONDS = 2.0
 
 
 def _fail(exc: BaseException) -> click.ClickException:
@@ -68,22 +72,47 @@ def _master_key_from_env() -> Any:
         raise _fail(exc) from None
 
 
+def _cannot_listen(host: str, port: int, exc: OSError) -> click.ClickException:
+    hint = (f"; another process holds port {port}: pick another with --port"
+            if exc.errno == errno.EADDRINUSE else "")
+    return click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}")
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuses a port another process holds before anything is initialised or started, so
+    a clash costs no new cluster (the server binds it for real later, as aiohttp does:
+    with SO_REUSEADDR, which still fails on a port someone listens on)."""
+    if port == 0:
+        return
+    try:
+        addrs = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return  # the real bind says what is wrong with the host
+    for family, kind, proto, _, addr in addrs:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(addr)
+            except OSError as exc:
+                if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    raise _cannot_listen(host, port, exc) from None
+
+
 async def _start_site(config: Any, host: str, port: int) -> tuple[Any, str]:
     from aiohttp import web
 
     from cryopg.server.app import build_app
 
-    runner = web.AppRunner(build_app(config), handle_signals=False)
+    runner = web.AppRunner(build_app(config), handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_SECONDS)
     try:
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        hint = (f"; another process holds port {port}: pick another with --port"
-                if exc.errno == errno.EADDRINUSE else "")
-        raise click.ClickException(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+        raise _cannot_listen(host, port, exc) from None
     except CryoError as exc:
         await runner.cleanup()
         raise _fail(exc) from None
@@ -130,14 +159,16 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
 
 
 async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix: str,
-                      stop: asyncio.Event, *, local: bool,
-                      isolate_all: bool = False) -> list[asyncio.Task[None]]:
+                      stop: asyncio.Event, *, local: bool, isolate_all: bool = False,
+                      announce: Any = None) -> list[asyncio.Task[None]]:
     from agent.loop import prepare_isolation, run_agent
 
     try:
         box = await asyncio.to_thread(prepare_isolation, isolate_all)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
+    if announce is not None:
+        await announce(box is not None)
     return [asyncio.create_task(run_agent(url, token, agent_id=f"{prefix}-{i + 1}",
                                           capabilities=caps, stop=stop, local=local,
                                           sandbox=box, isolate_all=isolate_all))
@@ -153,6 +184,26 @@ async def _stop_agents(tasks: list[asyncio.Task[None]]) -> None:
         for task in late:
             task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _announce_agent(url: str, prefix: str, count: int, caps: list[str], *, local: bool,
+                          isolate_all: bool) -> None:
+    """The agent's first line: which server, whether it answers, what this agent takes and
+    where its scripts run, so a wrong URL or a missing capability shows at once."""
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, \
+                session.get(f"{url.rstrip('/')}/api/v1/health") as resp:
+            reached = "answers" if resp.status == 200 else f"answered {resp.status}"
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        reached = f"does not answer yet ({type(exc).__name__}); the agent keeps retrying"
+    ids = f"{prefix}-1" if count == 1 else f"{prefix}-1..{prefix}-{count}"
+    where = ("the directory each run was submitted from" if local
+             else "a fresh scratch directory per run")
+    confined = "; every run confined" if isolate_all else ""
+    click.echo(f"cryopg agent: connected to {url} (server {reached}) as {ids}; "
+               f"capabilities: {', '.join(caps)}; scripts run in {where}{confined}", err=True)
 
 
 @click.command("agent")
@@ -185,10 +236,15 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
                     or ["shell", "polyglot"])
     prefix = agent_id or f"{socket.gethostname()}-{os.getpid()}"
 
+    async def announce(isolating: bool) -> None:
+        await _announce_agent(url, prefix, count, [*capabilities, *(
+            ["isolated"] if isolating and "isolated" not in capabilities else [])],
+            local=local, isolate_all=isolate)
+
     async def run() -> None:
         stop = _stop_event()
         tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local,
-                                  isolate_all=isolate)
+                                  isolate_all=isolate, announce=announce)
         await stop.wait()
         await _stop_agents(tasks)
 
@@ -266,6 +322,7 @@ def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample:
     from cryopg.server.config import ServerConfig
 
     refuse_inside_run()
+    _check_port(host, port)
     state = Path.cwd() / STATE_DIR
     state.mkdir(exist_ok=True)
     cluster = None
@@ -478,19 +535,47 @@ def master_key_cmd() -> None:
     """The deployment master key, which wraps every org's data key."""
 
 
+def _dev_key_file(database_url: str | None) -> Path | None:
+    """The key file of the dev stack running here (`.cryopg/master.key`), when the
+    rotation is of that stack's database."""
+    found = find_dev_file()
+    if found is None:
+        return None
+    try:
+        dev_url = str(json.loads(found.read_text())["database_url"])
+    except (OSError, ValueError, KeyError):
+        return None
+    if database_url and database_url != dev_url:
+        return None
+    key_file = found.parent / "master.key"
+    return key_file if key_file.is_file() else None
+
+
 @master_key_cmd.command("rotate")
 @DB_URL
 @click.option("--generate", is_flag=True, help="Generate the new key and print it once.")
 def master_key_rotate(database_url: str | None, generate: bool) -> None:
     """Re-wrap every org key under a new master key, all in one transaction.
 
-    The old key comes from CRYOPG_MASTER_KEY, the new one from stdin (or --generate).
+    The old key comes from CRYOPG_MASTER_KEY (in a running dev stack's directory, from
+    .cryopg/master.key when that is not set), the new one from stdin (or --generate).
     Payloads are untouched: the org data keys stay the same, only their wrapping
-    changes. Restart the servers with the new key afterwards."""
+    changes. A dev stack's .cryopg/master.key is rewritten with the new key; restart
+    the servers (or `cryopg dev`) with the new key afterwards."""
     from cryopg import engine
     from cryopg.seal import MasterKey, generate_master_key, parse_master_key
 
+    key_file = _dev_key_file(database_url)
     old = _master_key_from_env()
+    if old is None and key_file is not None:
+        try:
+            old = MasterKey(parse_master_key(key_file.read_text()))
+        except CryoError as exc:
+            raise click.ClickException(f"{key_file}: {_fail(exc).message}") from None
+    if old is None and key_file is None and (Path.cwd() / STATE_DIR / "master.key").is_file():
+        raise click.ClickException("the dev stack of this directory is not running: start "
+                                   "`cryopg dev`, then rotate from here (that rewrites "
+                                   ".cryopg/master.key too)")
     if old is None:
         raise click.ClickException("CRYOPG_MASTER_KEY (the current master key) is not set")
     text = generate_master_key() if generate else sys.stdin.readline()
@@ -498,6 +583,11 @@ def master_key_rotate(database_url: str | None, generate: bool) -> None:
         new = MasterKey(parse_master_key(text))
     except CryoError as exc:
         raise _fail(exc) from None
+    # The dev stack's file follows only when it holds the key being replaced (a stack
+    # started with CRYOPG_MASTER_KEY set reads that instead).
+    if key_file is not None and old.key_id != _file_key_id(key_file):
+        key_file = None
+    staged = _stage_key(key_file, text) if key_file is not None else None
 
     async def work(conn: Any) -> int:
         rows = []
@@ -506,10 +596,43 @@ def master_key_rotate(database_url: str | None, generate: bool) -> None:
             rows.append((org, wrapped, new.wrap(org, key_id, data_key)))
         return await engine.rewrap_org_keys(conn, rows) if rows else 0
 
-    count = _with_pool(database_url, work)
+    try:
+        count = _with_pool(database_url, work)
+    except BaseException:
+        if staged is not None:
+            staged.unlink(missing_ok=True)
+        raise
     if generate:
         click.echo(text)
     click.echo(f"re-wrapped {count} org key(s) under master key {new.key_id}", err=True)
+    if key_file is not None and staged is not None:
+        os.replace(staged, key_file)  # committed: from now on only the new key opens them
+        click.echo(f"wrote the new key to {key_file}; restart `cryopg dev` to use it",
+                   err=True)
+    else:
+        click.echo("restart every server with CRYOPG_MASTER_KEY set to the new key", err=True)
+
+
+def _file_key_id(key_file: Path) -> str | None:
+    from cryopg.seal import MasterKey, parse_master_key
+
+    try:
+        return MasterKey(parse_master_key(key_file.read_text())).key_id
+    except (OSError, CryoError):
+        return None
+
+
+def _stage_key(key_file: Path, text: str) -> Path:
+    """Writes the new key beside the old one before the rotation commits, so the rename
+    after it cannot fail for want of space or permission."""
+    staged = key_file.with_name(key_file.name + ".new")
+    staged.unlink(missing_ok=True)
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text.strip() + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    return staged
 
 
 COMMANDS = [dev_cmd, server_cmd, agent_cmd, migrate_cmd, token_cmd, master_key_cmd]

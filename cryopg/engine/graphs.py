@@ -171,15 +171,59 @@ async def read_event(conn: AsyncConnection, event_id: int) -> tuple[bytes | None
 
 async def get_workflow(conn: AsyncConnection, org: str, project: str,
                        name: str) -> tuple[str, str | None, bytes, str, Any]:
-    cur = await conn.execute("SELECT * FROM cryo.get_workflow(%s, %s, %s)", (org, project, name))
+    cur = await conn.execute("SELECT filename, interpreter, source, kind, graph"
+                             " FROM cryo.get_workflow(%s, %s, %s)", (org, project, name))
     filename, interpreter, source, kind, graph = await cur.fetchone()
     return filename, interpreter, source, kind, graph
+
+
+async def workflow_workdir(conn: AsyncConnection, org: str, project: str,
+                           name: str) -> str | None:
+    """The directory a stored workflow was put from (where runs started by name run)."""
+    return await _one(conn, "SELECT workdir FROM cryo.get_workflow(%s, %s, %s)",
+                      (org, project, name))
 
 
 async def read_graph(conn: AsyncConnection, run_id: str) -> tuple[dict[str, Any], bytes] | None:
     cur = await conn.execute("SELECT graph, source FROM cryo.read_graph(%s)", (run_id,))
     row = await cur.fetchone()
     return (row[0], row[1]) if row else None
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphJob:
+    """A child run that did a node of a graph run (cryo.graph_jobs)."""
+
+    job_run_id: str
+    label: str
+    attempt: int
+    status: str
+    exit_code: int | None
+    error: str | None
+    finished: bool
+    created_at: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphLogChunk:
+    job_run_id: str
+    id: int
+    data: bytes
+
+
+async def graph_jobs(conn: AsyncConnection, run_id: str) -> list[GraphJob]:
+    cur = conn.cursor(row_factory=class_row(GraphJob))
+    await cur.execute("SELECT * FROM cryo.graph_jobs(%s)", (run_id,))
+    return await cur.fetchall()
+
+
+async def read_graph_logs(conn: AsyncConnection, run_id: str, after: dict[str, int],
+                          limit: int = 500) -> list[GraphLogChunk]:
+    """Chunks of the given jobs of a graph run, each after its own position."""
+    cur = conn.cursor(row_factory=class_row(GraphLogChunk))
+    await cur.execute("SELECT * FROM cryo.read_graph_logs(%s, %s, %s, %s)",
+                      (run_id, list(after), list(after.values()), limit))
+    return await cur.fetchall()
 
 
 @dataclasses.dataclass(frozen=True)

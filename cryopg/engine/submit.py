@@ -37,10 +37,11 @@ async def submit_run(conn: AsyncConnection, org: str, project: str, workflow: st
 
 async def put_workflow(conn: AsyncConnection, org: str, project: str, name: str, *,
                        filename: str, interpreter: str | None, source: bytes,
-                       graph: dict[str, Any] | None = None) -> None:
-    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s)",
+                       graph: dict[str, Any] | None = None,
+                       workdir: str | None = None) -> None:
+    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s, %s)",
                        (org, project, name, filename, interpreter, source,
-                        Jsonb(graph) if graph is not None else None))
+                        Jsonb(graph) if graph is not None else None, workdir))
 
 
 async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,

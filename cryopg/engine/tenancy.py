@@ -42,6 +42,41 @@ async def ensure_org(conn: AsyncConnection, slug: str, name: str) -> bool:
     return await _one(conn, "SELECT cryo.ensure_org(%s, %s)", (slug, name))
 
 
+@dataclass(frozen=True)
+class ProjectRow:
+    slug: str
+    name: str
+    created_at: dt.datetime
+
+
+async def list_projects(conn: AsyncConnection, org: str) -> list[ProjectRow]:
+    cur = conn.cursor(row_factory=class_row(ProjectRow))
+    await cur.execute("SELECT * FROM cryo.list_projects(%s)", (org,))
+    return await cur.fetchall()
+
+
+@dataclass(frozen=True)
+class WorkflowRow:
+    name: str
+    filename: str
+    kind: str
+    pipeline: str | None
+    updated_at: dt.datetime
+    schedules: int
+    handlers: int
+    webhooks: int
+
+
+async def list_workflows(conn: AsyncConnection, org: str, project: str) -> list[WorkflowRow]:
+    cur = conn.cursor(row_factory=class_row(WorkflowRow))
+    await cur.execute("SELECT * FROM cryo.list_workflows(%s, %s)", (org, project))
+    return await cur.fetchall()
+
+
+async def delete_workflow(conn: AsyncConnection, org: str, project: str, name: str) -> None:
+    await conn.execute("SELECT cryo.delete_workflow(%s, %s, %s)", (org, project, name))
+
+
 async def ensure_project(conn: AsyncConnection, org: str, slug: str, name: str) -> bool:
     return await _one(conn, "SELECT cryo.ensure_project(%s, %s, %s)", (org, slug, name))
 

@@ -59,8 +59,13 @@ def seconds(value: Any, where: str) -> float:
     return secs
 
 
-def is_graph(source: str) -> bool:
-    """Whether a submitted file is a graph document rather than a script."""
+def is_graph(source: str, filename: str | None = None) -> bool:
+    """Whether a submitted file is meant as a graph document rather than a script: a
+    `.json` file, or a JSON object whose version names a cryosleep document. Either is
+    compiled, so one that is not a valid graph (broken JSON, an unknown version) is
+    refused in one line instead of running as a script."""
+    if filename and filename.lower().endswith(".json"):
+        return True
     text = source.lstrip()
     if not text.startswith("{"):
         return False
@@ -70,7 +75,8 @@ def is_graph(source: str) -> bool:
         return True
     except ValueError:
         return False
-    return isinstance(doc, dict) and doc.get("version") in (VERSION, NODE_VERSION)
+    version = doc.get("version") if isinstance(doc, dict) else None
+    return isinstance(version, str) and version.startswith("cryosleep")
 
 
 def load(source: str) -> dict[str, Any]:
@@ -85,14 +91,22 @@ def load(source: str) -> dict[str, Any]:
         raise GraphError("a graph document is a JSON object")
     if doc.get("version") == NODE_VERSION:  # a single node runs as a one-node graph
         node = {k: v for k, v in doc.items() if k != "version"}
-        node.setdefault("id", "node")
+        # Named for its type, so a failure reads `node shell failed`.
+        kind = node.get("type")
+        node.setdefault("id", kind if isinstance(kind, str) and _ID.match(kind) else "node")
         doc = {"version": VERSION, "nodes": [node], "edges": []}
     return doc
 
 
 def compile_graph(doc: dict[str, Any]) -> Compiled:
-    if doc.get("version") != VERSION:
-        raise GraphError(f"version must be {VERSION!r}")
+    version = doc.get("version")
+    if version != VERSION:
+        if version is None:
+            raise GraphError(f"version: a graph document says \"version\": \"{VERSION}\"")
+        hint = (" (a pipeline is a YAML file: name it .yaml)"
+                if str(version).startswith("cryosleep/pipeline") else "")
+        raise GraphError(f"version: {json.dumps(version)[:80]} is not a version cryopg runs; "
+                         f"use {VERSION} (or {NODE_VERSION} for one node){hint}")
     unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name",
                           "if", "cancel_on", "on"}
     if unknown:

@@ -7,6 +7,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import psycopg
+import psycopg_pool
 from aiohttp import web
 
 from cryopg import engine
@@ -21,6 +22,8 @@ from cryopg.server.keys import OrgKeys
 from cryopg.server.limits import MAX_BODY, limits_middleware
 from cryopg.server.notifier import Notifier
 from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
+
+POOL_CLOSE_SECONDS = 1.0
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -42,6 +45,13 @@ async def errors_middleware(request: web.Request, handler):  # type: ignore[no-u
         return web.json_response(error_body(
             "invalid_argument", f"a value is {kind} for the database ({exc.sqlstate})"),
             status=400)
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        # The database is down or restarting: the caller retries (agents back off on
+        # 503), and the log gets one line, not a traceback per request.
+        print(f"cryopg server: {request.method} {request.path}: database unavailable "
+              f"({type(exc).__name__})", file=sys.stderr)
+        return web.json_response(error_body("unavailable", "the database is unavailable; "
+                                            "retry shortly"), status=503)
     except web.HTTPException as exc:
         if exc.status >= 400:
             return web.json_response(error_body("http", exc.reason), status=exc.status)
@@ -53,7 +63,8 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = await open_pool(cfg.database_url, max_size=cfg.pool_size)
     app[KEYS] = OrgKeys(app[POOL], cfg.master_key)
     yield
-    await app[POOL].close()
+    # Its workers may be retrying a database that is down: do not wait on them long.
+    await app[POOL].close(timeout=POOL_CLOSE_SECONDS)
 
 
 async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:

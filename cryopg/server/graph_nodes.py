@@ -248,14 +248,28 @@ async def collect(turn: Turn, r: NodeRow) -> bool:
     return False
 
 
+def _failure(r: NodeRow) -> str:
+    """Why a job failed, in the clear: its error or exit code. What it printed stays in
+    its sealed log; a reader gets the tail from there (user_api/graphs.py)."""
+    if r.job_status == "failed":
+        return r.job_error or (f"exit code {r.job_exit_code}" if r.job_exit_code is not None
+                               else "failed")
+    # cancelled, or a status a newer engine adds
+    return r.job_error if r.job_error and r.job_error != r.job_status else str(r.job_status)
+
+
 async def _job_result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
     assert r.job_run_id is not None
     ok = r.job_status == "succeeded"
-    why = None if ok else (r.job_error or f"{r.job_status}, exit code {r.job_exit_code}")
+    why = None
     if r.type in ("shell", "code", "http"):
         stdout = (await child_output(turn.conn, turn.sealer, r.job_run_id)).replace("\r\n", "\n")
+        if not ok:
+            why = _failure(r)
         if r.type == "shell":
-            return ok, {"stdout": stdout, "exit_code": r.job_exit_code}, why
+            # text: stdout as `$(...)` gives it, without the trailing newlines, for templates.
+            return ok, {"stdout": stdout, "text": stdout.rstrip("\n"),
+                        "exit_code": r.job_exit_code}, why
         lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
         try:
             value = json.loads(stdout) if r.type == "code" else json.loads(lines[-1])
@@ -266,6 +280,8 @@ async def _job_result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
         if r.type == "http" and isinstance(value, dict) and int(value.get("status") or 0) >= 400:
             return False, value, f"HTTP {value.get('status')}"
         return ok, value, why
+    if not ok:
+        why = _failure(r)
     outputs = await run_outputs(turn.conn, turn.sealer, r.job_run_id)
     if r.type == "workflow":
         return ok, outputs.get("output"), why

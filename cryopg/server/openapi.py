@@ -41,7 +41,6 @@ def _agent(required: tuple[str, ...] = (), **props: dict[str, Any]) -> dict[str,
     return _obj(_TOKEN + required, **_CALL, **props)
 
 
-_SCRIPT = _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S)
 _CLAIM = _obj(("agent_id",), agent_id=_S, capabilities=_STRS, wait=_N)
 
 P = "/api/v1/orgs/{org}/projects/{project}"
@@ -62,13 +61,18 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("GET", f"{P}/runs/{{run}}", "user", "One run: status, input, outputs, history", None, {}),
     ("GET", f"{P}/runs/{{run}}/checkpoints", "user", "A run's durable calls", None, {}),
     ("POST", f"{P}/runs/{{run}}/cancel", "user", "Cancel a run", None, {}),
-    ("PUT", f"{P}/workflows/{{name}}", "user", "Store a named workflow", _SCRIPT, {}),
+    ("PUT", f"{P}/workflows/{{name}}", "user", "Store a named workflow",
+     _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S, workdir=_S), {}),
     ("GET", f"{P}/workflows/{{name}}", "user", "A stored workflow", None, {"source": _S}),
+    ("GET", f"{P}/workflows", "user", "The project's stored workflows", None, {}),
+    ("DELETE", f"{P}/workflows/{{name}}", "user",
+     "Delete a stored workflow and the triggers its on: made", None, {}),
     ("POST", f"{P}/runs/{{run}}/approvals/{{node}}", "user",
      "Answer a waiting approval node", _obj(), {}),
     ("POST", f"{P}/runs/{{run}}/rerun", "user", "Rerun a graph run from a node",
      _obj(("from",), **{"from": _S}), {}),
-    ("GET", f"{P}/runs/{{run}}/logs", "user", "A run's log (text), optionally followed",
+    ("GET", f"{P}/runs/{{run}}/logs", "user", "A run's log (text), optionally followed; "
+     "a graph run's is its node jobs' logs, each line prefixed [node]",
      None, {"follow": _S, "after": _I}),
     ("GET", f"{P}/stream", "user", "Live changes of a project (server-sent events)", None, {}),
     ("GET", f"{P}/runs/{{run}}/stream", "user", "Live log and changes of a run (SSE)", None,
@@ -88,6 +92,7 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("PUT", f"{G}/members/{{login}}", "user", "Add a member or change its role",
      _obj(("role",), role=_S), {}),
     ("DELETE", f"{G}/members/{{login}}", "user", "Remove a member", None, {}),
+    ("GET", f"{G}/projects", "user", "The org's projects", None, {}),
     ("POST", f"{G}/projects", "user", "Create a project", _obj(("slug",), slug=_S, name=_S), {}),
     ("PATCH", P, "user", "Rename a project", _obj(("name",), name=_S), {}),
     ("DELETE", P, "user", "Delete a project and its runs", None, {}),

@@ -30,8 +30,10 @@ def _iso(value: Any) -> str:
 async def fire_due_schedules(app: web.Application, conn: Any = None,
                              limit: int = 100) -> list[str]:
     """One scheduler round, in one transaction: every due tick this server claimed
-    starts its run (or, for a schedule without a next fire time, gets one). Returns the
-    runs started. Tests pass their own autocommit connection (with cryo.fake_now set)."""
+    starts its run (or, for a schedule without a next fire time, gets one). A schedule
+    that fell behind fires each tick it missed, up to cron.MAX_LATE_TICKS; more than that
+    start one catch-up run. Returns the runs started. Tests pass their own autocommit
+    connection (with cryo.fake_now set)."""
     if conn is None:
         async with connection(app[POOL]) as pooled:
             return await fire_due_schedules(app, pooled, limit)
@@ -49,31 +51,37 @@ async def fire_due_schedules(app: web.Application, conn: Any = None,
                             nxt = None
                         await engine.plan_schedule(conn, s.org, s.project, s.name, nxt)
                         continue
-                    nxt = cron.next_after(s.cron, s.timezone, s.every_seconds,
-                                          max(s.now, s.next_fire_at), anchor=s.next_fire_at)
-                    run_id = await _fire(app, conn, s, nxt)
-                    if run_id:
-                        started.append(run_id)
+                    started += await _fire_due(app, conn, s)
             except (CryoError, psycopg.Error, cron.ScheduleError) as exc:
                 print(f"cryopg: schedule {s.org}/{s.project}/{s.name} did not fire: {exc}",
                       file=sys.stderr)
     return started
 
 
-async def _fire(app: web.Application, conn: Any, s: engine.DueSchedule, nxt: Any) -> str | None:
+async def _fire_due(app: web.Application, conn: Any, s: engine.DueSchedule) -> list[str]:
+    """Fires the due ticks of one claimed schedule, oldest first. Each fire_schedule call
+    checks that its tick is still the schedule's next one and moves it to the tick after,
+    under the row lock claim_schedules took, so no tick starts twice however many servers
+    run rounds at once."""
+    if s.next_fire_at is None:
+        return []
+    ticks, after_last, catch_up = cron.due_ticks(s.cron, s.timezone, s.every_seconds,
+                                                 s.next_fire_at, s.now)
     sealer = await app[KEYS].sealer(s.org)
     base = sealer.open_json(s.input) if s.input is not None else {}
-    # The tick after the one fired is also past: downtime made this one run catch up.
-    after = cron.next_after(s.cron, s.timezone, s.every_seconds, s.next_fire_at,
-                            anchor=s.next_fire_at)
-    trigger = {"kind": "schedule", "name": s.name, "scheduled_at": _iso(s.next_fire_at),
-               "catch_up": after <= s.now}
-    value = {**base, "trigger": trigger} if isinstance(base, dict) else {"input": base,
-                                                                       "trigger": trigger}
-    return await engine.fire_schedule(conn, s.org, s.project, s.name,
-                                      scheduled_at=s.next_fire_at, next_fire_at=nxt,
-                                      input=sealer.seal_json(value),
-                                      scope={"trigger": trigger, "input": value})
+    started: list[str] = []
+    for i, tick in enumerate(ticks):
+        nxt = ticks[i + 1] if i + 1 < len(ticks) else after_last
+        trigger = {"kind": "schedule", "name": s.name, "scheduled_at": _iso(tick),
+                   "catch_up": catch_up}
+        value = ({**base, "trigger": trigger} if isinstance(base, dict)
+                 else {"input": base, "trigger": trigger})
+        run_id = await engine.fire_schedule(conn, s.org, s.project, s.name, scheduled_at=tick,
+                                            next_fire_at=nxt, input=sealer.seal_json(value),
+                                            scope={"trigger": trigger, "input": value})
+        if run_id:
+            started.append(run_id)
+    return started
 
 
 async def send_statuses(app: web.Application, limit: int = 20) -> int:

@@ -2,8 +2,9 @@
 times here (with cronsim) and hands them to cryo.fire_schedule / create_schedule.
 
 Times are computed in the schedule's time zone (so `0 9 * * *` in Europe/Paris is 09:00
-there, summer and winter) and stored as timestamps. After downtime the next tick is the
-first one after now: the ticks missed meanwhile were one due row, fired as one run.
+there, summer and winter) and stored as timestamps. A round that comes late fires every
+tick it missed, up to MAX_LATE_TICKS of them; more missed ticks than that mean downtime,
+and they start one catch-up run, after which the next tick is the first one after now.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ import zoneinfo
 from cronsim import CronSim, CronSimError
 
 from cryopg.graphs.document import GraphError, seconds
+
+# A round fires each missed tick of a schedule as its own run while at most this many
+# are due (a slow or busy server, a restart); beyond it the server was down, and the
+# ticks start one catch-up run instead of a burst. docs/triggers.md says the same.
+MAX_LATE_TICKS = 10
 
 
 class ScheduleError(ValueError):
@@ -65,3 +71,21 @@ def next_after(cron: str | None, timezone: str, every: float | None, after: dt.d
     except StopIteration:
         raise ScheduleError(f"cron expression {cron!r} never fires") from None
     return got.astimezone(dt.UTC)
+
+
+def due_ticks(cron: str | None, timezone: str, every: float | None, first: dt.datetime,
+              now: dt.datetime, bound: int = MAX_LATE_TICKS
+              ) -> tuple[list[dt.datetime], dt.datetime, bool]:
+    """The ticks a round fires for a schedule whose next tick `first` is due at `now`:
+    (ticks, the schedule's next fire time after them, catch_up). Up to `bound` due ticks
+    are each fired; more than that make one catch-up run for `first`, and the schedule
+    moves on to its first tick after now."""
+    ticks = [first]
+    while True:
+        nxt = next_after(cron, timezone, every, ticks[-1], anchor=first)
+        if nxt > now:
+            return ticks, nxt, False
+        if len(ticks) >= bound:
+            return [first], next_after(cron, timezone, every, max(now, first),
+                                       anchor=first), True
+        ticks.append(nxt)

@@ -162,7 +162,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR020', 'forbidden', 'the member''s role does not allow this'),
         ('CR021', 'tenant_denied', 'the database role is not bound to that org and project (or to no tenant at all)'),
         ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
-        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group')
+        ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
+        ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

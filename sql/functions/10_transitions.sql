@@ -369,6 +369,9 @@ BEGIN
         PERFORM pg_notify('cryo_run', p_run_id);
     END IF;
     PERFORM cryo._release_leases(p_run_id);
+    IF v_run.kind = 'graph' AND p_status = 'cancelled' THEN  -- its nodes end with it
+        PERFORM cryo._graph_cancel_nodes(p_run_id, false);
+    END IF;
     IF v_run.parent_run_id IS NOT NULL THEN
         PERFORM cryo._wake_parent(p_run_id);
     END IF;

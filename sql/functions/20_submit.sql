@@ -193,10 +193,12 @@ $$;
 COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, text, jsonb) IS
     'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
 
--- Stores (or replaces) a named script so applications can submit it from SQL.
+-- Stores (or replaces) a named script so applications can submit it from SQL. p_workdir
+-- is the directory it was stored from (`cryopg workflow put` sends its own): runs started
+-- by name have no other, and a local agent runs them there.
 CREATE OR REPLACE FUNCTION cryo.put_workflow(
     p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea,
-    p_graph jsonb DEFAULT NULL)
+    p_graph jsonb DEFAULT NULL, p_workdir text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -205,20 +207,25 @@ BEGIN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
     END IF;
+    IF p_workdir IS NOT NULL AND (p_workdir !~ '^/' OR length(p_workdir) > 4096
+                                  OR p_workdir ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
+    END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                updated_at)
+                                workdir, updated_at)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
-            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, cryo.now())
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
+            cryo.now())
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
-           updated_at = excluded.updated_at;
+           workdir = excluded.workdir, updated_at = excluded.updated_at;
     -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
     PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
 END
 $$;
-COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb) IS
-    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name.';
+COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text) IS
+    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
 
 -- What an agent needs to run a stored workflow: a shell for a bash script (or a file
 -- without an extension), the polyglot runner for anything else.
@@ -284,12 +291,13 @@ BEGIN
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         cryo._workflow_caps(v_wf.filename),
-        p_workflow, p_input, p_concurrency, p_policy, p_graph => v_wf.graph) s;
+        p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
+        p_graph => v_wf.graph) s;
     RETURN v_id;
 END
 $$;
 COMMENT ON FUNCTION cryo.submit_run(text, text, text, jsonb, text, text, text) IS
-    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
+    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy, in the directory the workflow was stored from; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
 
 -- A child run or activity of an untrusted run is untrusted too, however it was started:
 -- this trigger carries the mark across parent_run_id, so no path through a child can
@@ -347,10 +355,12 @@ COMMENT ON FUNCTION cryo.queue_position(text) IS
     'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE OR REPLACE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text)
-RETURNS TABLE (filename text, interpreter text, source bytea, kind text, graph jsonb)
+RETURNS TABLE (filename text, interpreter text, source bytea, kind text, graph jsonb,
+               workdir text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph FROM cryo.workflows w
+    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph, w.workdir
+                   FROM cryo.workflows w
                   WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
@@ -358,4 +368,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.get_workflow(text, text, text) IS
-    'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph) and, for a graph, its compiled structure. Raises CR005 for an unknown workflow.';
+    'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, and the directory it was stored from. Raises CR005 for an unknown workflow.';

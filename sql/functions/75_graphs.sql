@@ -618,8 +618,16 @@ BEGIN
             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
         END IF;
         IF v_failed.node_id IS NOT NULL THEN
-            PERFORM cryo._finalize(p_run_id, 'failed', 1,
-                                   'node ' || v_failed.node_id || ' failed: ' || coalesce(v_failed.error, ''));
+            -- What was still running was cancelled above: its nodes say so.
+            PERFORM cryo._graph_cancel_nodes(p_run_id, true);
+            -- The run exits as its failing node's job did (1 when no job ran it).
+            PERFORM cryo._finalize(p_run_id, 'failed',
+                coalesce((SELECT c.exit_code FROM cryo.node_instances i
+                            JOIN cryo.runs c ON c.id = i.job_run_id
+                           WHERE i.run_id = p_run_id AND i.node_id = v_failed.node_id
+                             AND i.status = 'failed' AND c.exit_code BETWEEN 1 AND 255
+                           ORDER BY i.finished_at LIMIT 1), 1),
+                'node ' || v_failed.node_id || ' failed: ' || coalesce(v_failed.error, ''));
             RETURN 'failed';
         END IF;
         PERFORM cryo._finalize(p_run_id, 'succeeded', 0, NULL);
@@ -642,7 +650,44 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_settle(text, uuid, boolean, bytea) IS
-    'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, cancelling its running children; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+    'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+
+-- Ends the nodes of a graph run that had not ended: its running and waiting ones (with
+-- p_started_only, when a failed node ends the run and its running jobs were cancelled),
+-- or every one (the run itself was cancelled, from cryo._finalize), as 'cancelled'.
+CREATE OR REPLACE FUNCTION cryo._graph_cancel_nodes(p_run_id text, p_started_only boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.node_instances i
+       SET status = 'cancelled', finished_at = cryo.now(), wait_kind = NULL
+     WHERE i.run_id = p_run_id AND i.status IN ('ready', 'running', 'waiting', 'retrying');
+    WITH ended AS (
+        UPDATE cryo.node_states n SET status = 'cancelled', finished_at = cryo.now()
+         WHERE n.run_id = p_run_id
+           AND (n.status IN ('running', 'waiting') OR (n.status = 'pending' AND NOT p_started_only))
+        RETURNING n.run_id, n.org, n.project, n.node_id, n.started_at
+    )
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, created_at)
+    SELECT e.run_id, e.org, e.project, 'node_cancelled', 'run', 'node', e.node_id, 0, cryo.now()
+      FROM ended e WHERE e.started_at IS NOT NULL;
+END
+$$;
+
+-- How tick() names the wake of a graph run whose earliest timer is due: a sleep node's
+-- timer fired, a node's retry backoff passed, or a wait node's timeout ran out.
+CREATE OR REPLACE FUNCTION cryo._graph_due_kind(p_run_id text)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((
+        SELECT CASE WHEN i.status = 'retrying' THEN 'retry_due'
+                    WHEN i.wait_kind = 'sleep' THEN 'timer_fired'
+                    ELSE 'wait_timed_out' END
+          FROM cryo.node_instances i
+         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying') AND i.due_at IS NOT NULL
+         ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
+$$;
 
 -- Wakes a graph run parked on its nodes (a child ended, a signal, event, approval or
 -- lease arrived). The queue row is locked whatever its state: a run being driven right
@@ -687,7 +732,8 @@ BEGIN
     END IF;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
                           p_payload => p_answer);
-    PERFORM cryo._graph_poke(p_run_id, 'node_approved');
+    -- The wake says why in history under its own kind: node_approved is written once.
+    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
     RETURN true;
 END
 $$;
@@ -795,6 +841,59 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.read_graph(text) IS
     'Returns a graph run''s clear structure and its sealed document; no row for a script run. Raises nothing.';
+
+-- The jobs that did the nodes of a graph run, oldest first: each child run an agent ran
+-- for a node instance (a retry is another), and those of the graph runs its workflow
+-- nodes started, nested. label names the node as a log prefix: its id, '#item' for a
+-- fan-out instance, 'outer/inner' inside a workflow node; attempt counts the jobs
+-- of one label. Log followers read their logs with cryo.read_graph_logs.
+CREATE OR REPLACE FUNCTION cryo.graph_jobs(p_run_id text)
+RETURNS TABLE (job_run_id text, label text, attempt bigint, status text, exit_code integer,
+               error text, finished boolean, created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE jobs AS (
+        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
+               c.graph_node || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END AS label,
+               1 AS depth
+          FROM cryo.runs c
+          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.parent_run_id = p_run_id AND c.graph_node IS NOT NULL
+        UNION ALL
+        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
+               j.label || '/' || c.graph_node
+                   || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END,
+               j.depth + 1
+          FROM jobs j
+          JOIN cryo.runs c ON c.parent_run_id = j.id AND c.graph_node IS NOT NULL
+          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE j.kind = 'graph' AND j.depth < 16
+    )
+    SELECT j.id, j.label, row_number() OVER (PARTITION BY j.label ORDER BY j.created_at, j.id),
+           j.status, j.exit_code, j.error, cryo.is_terminal(j.status), j.created_at
+      FROM jobs j
+     WHERE j.kind = 'script'
+     ORDER BY j.created_at, j.id
+$$;
+COMMENT ON FUNCTION cryo.graph_jobs(text) IS
+    'Returns the child runs that did the nodes of a graph run (and of the graph runs its workflow nodes started), oldest first: each with a label naming its node (id, #item for a fan-out instance, outer/inner when nested), which attempt of that label it is, its status, exit code and error, and whether it has finished. Raises nothing.';
+
+-- The log chunks of a graph run's jobs after a position per job: p_jobs[i] after chunk
+-- id p_after[i], at most p_limit per job, in chunk order. A job that is not one of the
+-- run's (cryo.graph_jobs) gives nothing.
+CREATE OR REPLACE FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[],
+                                                p_limit integer DEFAULT 500)
+RETURNS TABLE (job_run_id text, id bigint, data bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT c.job, l.id, l.data
+      FROM unnest(p_jobs, p_after) AS c(job, after)
+      JOIN cryo.graph_jobs(p_run_id) g ON g.job_run_id = c.job
+      CROSS JOIN LATERAL (SELECT l.id, l.data FROM cryo.logs l
+                           WHERE l.run_id = c.job AND l.id > coalesce(c.after, 0)
+                           ORDER BY l.id LIMIT p_limit) l
+     ORDER BY l.id
+$$;
+COMMENT ON FUNCTION cryo.read_graph_logs(text, text[], bigint[], integer) IS
+    'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
 
 -- -- graph calls from scripts ------------------------------------------------------------
 -- A script calls a stored graph (family graph.call, name: the graph's name) or a single

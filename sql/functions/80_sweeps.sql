@@ -34,11 +34,18 @@ BEGIN
 
     -- Due parked rows: a sleep is over, a bounded wait timed out (its memo records exit
     -- code 124, so replay takes the same branch), or a retry's backoff has passed.
-    SELECT array_agg(d.run_id) FILTER (WHERE d.park_reason = 'sleeping'),
-           array_agg(d.run_id) FILTER (WHERE d.park_reason = 'retry-backoff'),
-           array_agg(d.run_id) FILTER (WHERE d.park_reason NOT IN ('sleeping', 'retry-backoff'))
+    -- A graph run's substate sums up all its nodes, so its wake is named by the node
+    -- whose timer is due (cryo._graph_due_kind): a sleep node is not a timed-out wait.
+    SELECT array_agg(d.run_id) FILTER (WHERE d.kind = 'timer_fired'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'retry_due'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'wait_timed_out')
       INTO v_sleeps, v_retries, v_waits
-      FROM (SELECT q.run_id, q.park_reason FROM cryo.queue q
+      FROM (SELECT q.run_id,
+                   CASE WHEN q.required_caps = '{graph}' THEN cryo._graph_due_kind(q.run_id)
+                        WHEN q.park_reason = 'sleeping' THEN 'timer_fired'
+                        WHEN q.park_reason = 'retry-backoff' THEN 'retry_due'
+                        ELSE 'wait_timed_out' END AS kind
+              FROM cryo.queue q
              WHERE q.state = 'parked' AND q.wake_at <= v_now
              ORDER BY q.wake_at
              LIMIT p_batch

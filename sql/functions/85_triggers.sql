@@ -71,7 +71,10 @@ BEGIN
     SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, p_input,
         p_idempotency_key, cryo._workflow_caps(v_wf.filename), p_workflow, p_input_clear,
-        v_group, NULL, coalesce(p_untrusted, false), p_graph => v_wf.graph) s;
+        v_group, NULL, coalesce(p_untrusted, false),
+        -- An untrusted run gets no directory of the project's: it runs in scratch.
+        p_workdir => CASE WHEN coalesce(p_untrusted, false) THEN NULL ELSE v_wf.workdir END,
+        p_graph => v_wf.graph) s;
     IF v_created THEN
         UPDATE cryo.runs SET trigger_kind = p_kind, trigger_name = p_name, trigger_depth = p_depth
          WHERE id = v_id;
@@ -85,12 +88,14 @@ $$;
 --
 -- A schedule's next_fire_at is the tick it has not fired yet. Every server's scheduler
 -- calls claim_schedules, which locks the due rows with SKIP LOCKED, and for each one
--- either fire_schedule (start the run, move next_fire_at past now) or plan_schedule
--- (a schedule with no next fire yet), all in that one transaction. A row is held by one
--- scheduler at a time and fire_schedule refuses a tick that is no longer the row's
--- next one, so however many servers run, a tick starts one run, and none is dropped:
--- a tick stays due until a transaction that fired it commits. After downtime the many
--- missed ticks are one due row, so they start one catch-up run.
+-- either fire_schedule (start the run of one tick, move next_fire_at to the tick after
+-- it) or plan_schedule (a schedule with no next fire yet), all in that one transaction.
+-- A round that comes late calls fire_schedule once per missed tick, oldest first, up to
+-- a bound the server keeps (cron.MAX_LATE_TICKS); beyond it the server was down, and one
+-- call fires the oldest tick as a catch-up run and moves next_fire_at past now. A row is
+-- held by one scheduler at a time and fire_schedule refuses a tick that is no longer the
+-- row's next one, so however many servers run, a tick starts one run, and none is
+-- dropped: a tick stays due until a transaction that fired it commits.
 
 CREATE OR REPLACE FUNCTION cryo.create_schedule(
     p_org text, p_project text, p_name text, p_workflow text, p_cron text, p_timezone text,
@@ -198,8 +203,9 @@ COMMENT ON FUNCTION cryo.plan_schedule(text, text, text, timestamptz) IS
     'Sets the next fire time of a schedule that has none; NULL pauses it (an expression the server could not read). Returns nothing. Raises nothing.';
 
 -- Fires the due tick p_scheduled_at of a schedule claimed by claim_schedules: starts one
--- run and moves the schedule to p_next (the first tick after now, so missed ticks make
--- one catch-up run). p_input is the sealed input with its trigger; p_scope the clear
+-- run and moves the schedule to p_next (the tick after it, which may be due too: the
+-- round then fires that one next; or, for a catch-up run, the first tick after now).
+-- p_input is the sealed input with its trigger; p_scope the clear
 -- {trigger, input} a graph's if and concurrency read. Returns the run id, NULL when the
 -- graph's if was false or the tick is no longer the schedule's next one.
 CREATE OR REPLACE FUNCTION cryo.fire_schedule(
@@ -232,7 +238,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.fire_schedule(text, text, text, timestamptz, timestamptz, bytea, jsonb) IS
-    'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next; returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+    'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
 -- -- a workflow's own triggers (on: schedule / event) ---------------------------------------
 

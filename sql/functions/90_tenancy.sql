@@ -296,6 +296,70 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.list_projects(text) IS 'Returns the projects of an org by slug. Raises nothing.';
 
+-- Stored workflows of a project, for `cryopg workflow list`: what each is and what starts
+-- it (schedules and event handlers naming it, webhooks bound to it), read in one pass.
+CREATE OR REPLACE FUNCTION cryo.list_workflows(p_org text, p_project text)
+RETURNS TABLE (name text, filename text, kind text, pipeline text, updated_at timestamptz,
+               schedules bigint, handlers bigint, webhooks bigint)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM cryo._require_project(p_org, p_project);
+    RETURN QUERY
+    SELECT w.name, w.filename,
+           CASE WHEN w.graph ? 'pipeline' THEN 'pipeline' ELSE w.kind END,
+           w.graph ->> 'pipeline', w.updated_at,
+           (SELECT count(*) FROM cryo.schedules s
+             WHERE s.org = w.org AND s.project = w.project AND s.workflow = w.name),
+           (SELECT count(*) FROM cryo.event_handlers h
+             WHERE h.org = w.org AND h.project = w.project AND h.workflow = w.name),
+           (SELECT count(*) FROM cryo.webhooks k
+             WHERE k.org = w.org AND k.project = w.project AND k.workflow = w.name)
+      FROM cryo.workflows w
+     WHERE w.org = p_org AND w.project = p_project
+     ORDER BY w.name;
+END
+$$;
+COMMENT ON FUNCTION cryo.list_workflows(text, text) IS
+    'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
+
+-- Removes a stored workflow. The schedules and handlers its own `on:` registered go with
+-- it; a schedule, handler or webhook made separately that starts it is never removed
+-- behind its owner's back: the delete is refused (CR055), naming them, until they are
+-- deleted or pointed elsewhere. Runs already started keep their pinned copy.
+CREATE OR REPLACE FUNCTION cryo.delete_workflow(p_org text, p_project text, p_name text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_users text;
+BEGIN
+    PERFORM 1 FROM cryo.workflows
+      WHERE org = p_org AND project = p_project AND name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project
+            USING ERRCODE = 'CR005';
+    END IF;
+    SELECT string_agg(what, ', ' ORDER BY what) INTO v_users FROM (
+        SELECT 'schedule ' || s.name AS what FROM cryo.schedules s
+         WHERE s.org = p_org AND s.project = p_project AND s.workflow = p_name
+           AND s.source_workflow IS DISTINCT FROM p_name
+        UNION ALL
+        SELECT 'handler ' || h.name FROM cryo.event_handlers h
+         WHERE h.org = p_org AND h.project = p_project AND h.workflow = p_name
+           AND h.source_workflow IS DISTINCT FROM p_name
+        UNION ALL
+        SELECT 'webhook ' || k.name FROM cryo.webhooks k
+         WHERE k.org = p_org AND k.project = p_project AND k.workflow = p_name) u;
+    IF v_users IS NOT NULL THEN
+        RAISE EXCEPTION 'workflow % is started by %; delete those first', p_name, v_users
+            USING ERRCODE = 'CR055';
+    END IF;
+    -- Its own schedules and handlers go by the foreign keys' ON DELETE CASCADE.
+    DELETE FROM cryo.workflows WHERE org = p_org AND project = p_project AND name = p_name;
+END
+$$;
+COMMENT ON FUNCTION cryo.delete_workflow(text, text, text) IS
+    'Deletes a stored workflow with the schedules and handlers its on: registered. Returns nothing. Raises CR005 for an unknown workflow, CR055 when a schedule, handler or webhook made separately still starts it.';
+
 -- Adds or changes a member. p_by is the acting member's login (NULL: an operator on the
 -- database, who may do anything). Only an owner grants or takes away owner, and the
 -- last owner of an org cannot be demoted.

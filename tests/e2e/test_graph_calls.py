@@ -94,9 +94,9 @@ echo end
     assert "graph failed=1 cryopg call-graph: graph 'tally' (run dev:default:run-" in log
     assert "failed: node bump failed: incr needs a number to add, not 'lots'" in log
     assert "node failed=1 cryopg call-node: shell node (run " in log
-    assert "node node failed" in log
-    assert "script refused=1 cryopg call-graph: workflow 'plain' is a script, not a graph" in log
-    assert "bad refused=1 cryopg call-node: node node: config.op must be one of" in log
+    assert "node shell failed: exit code 3" in log
+    assert "script refused=2 cryopg call-graph: workflow 'plain' is a script, not a graph" in log
+    assert "bad refused=2 cryopg call-node: node state: config.op must be one of" in log
     assert "usage=2" in log and log.rstrip().endswith("end")
     # Each failed child ran once; the refused calls started nothing.
     assert [(k, s) for k, s, _ in _children(dsn, run_id)] == [("graph", "failed"),

@@ -20,6 +20,10 @@ from agent.job import sweep_job_dirs
 from tests.conftest import _cluster
 from tests.e2e.helpers import script, show, submit, wait_for
 
+# Whole-log assertions: a claim lapsing on a loaded machine would replay a pass and
+# print its lines twice, so these runs keep a claim long enough to ride out the load.
+pytestmark = pytest.mark.claim_seconds(30)
+
 SECRET = "isolation-SECRET-7731"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (scripts/setup installs it)")

@@ -118,10 +118,10 @@ def test_dedup_ledger_branches_three_ways_under_errexit(stack: Stack) -> None:
     assert (first.returncode, first.stdout.strip()) == (0, "processing o-17")
     assert (second.returncode, second.stdout.strip()) == (0, "order o-17 already handled")
     assert (other.returncode, other.stdout.strip()) == (0, "processing o-18")
-    # A failure is never read as "someone else has it": a refused write is exit 1.
+    # A failure is never read as "someone else has it": a refused write exits 2, never 3.
     broken = _follow(stack, submit(stack, wf, "--input", json.dumps("x" * 600)))  # key too long
     assert broken.returncode == 1
-    assert "broken (1)" in broken.stdout
+    assert "broken (2)" in broken.stdout
     # Without `|| rc=$?`, losing the claim ends an errexit script right there, with 3.
     bare = script(stack.dir, "bare.sh", "set -eu\ncryopg state add seen-o-17 --entity ledger\n"
                                         "echo unreachable\n")
@@ -261,8 +261,8 @@ echo "deleted=[$(cryopg state get doc)]"
     assert out[4:7] == ["doc|[]|2", "greeting|hello world|1", f"path/with/slash|{marker}|1"]
     assert out[7].startswith("incr-on-text=1 ") and "not a number" in out[7]
     assert out[8] == "still=hello world"
-    assert out[9].startswith("reserved=1 ") and "reserved" in out[9]
-    assert out[10].startswith("reused=1 ") and "already used" in out[10]
+    assert out[9].startswith("reserved=2 ") and "reserved" in out[9]  # a refusal: 2
+    assert out[10].startswith("reused=2 ") and "already used" in out[10]  # refused
     assert out[11] == "deleted=[]"
 
     # From outside: the same output, bare run ids qualified, unset prints nothing.
@@ -279,7 +279,7 @@ echo "deleted=[$(cryopg state get doc)]"
     for verb in (["set", "k", "1"], ["add", "k"], ["incr", "k"], ["cas", "k", "1", "--expect", "1"],
                  ["delete", "k"]):
         refused = stack.cli("state", *verb, "--entity", "things")
-        assert refused.returncode == 1 and "send it a signal" in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "send it a signal" in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     missing = stack.cli("state", "list", "--run", "run-0000000000000000")
     assert missing.returncode == 1 and "no run" in missing.stderr

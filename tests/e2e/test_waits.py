@@ -138,7 +138,7 @@ rc=0; cryopg activity-submit bad -- true || rc=$?; echo "reuse-rc=$rc"
     done = _follow(stack, submit(stack, wf), timeout=60)
     assert "broken" in done.stdout and "bad-rc=9" in done.stdout
     assert "failed=1" in done.stdout  # bad was collected already; only worse is counted
-    assert "already submitted" in done.stdout and "reuse-rc=1" in done.stdout
+    assert "already submitted" in done.stdout and "reuse-rc=2" in done.stdout
 
 
 def test_spawn_starts_a_child_once_and_outputs_show(stack: Any) -> None:

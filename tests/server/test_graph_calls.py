@@ -93,4 +93,4 @@ async def test_a_failed_child_is_the_calls_answer_and_bad_calls_are_refused(srv:
     entry = _entry(grant, "node.call")
     assert entry["exit_code"] == 1 and entry["answer"]["status"] == "failed"
     assert entry["answer"]["output"] is None
-    assert "node node failed: incr needs a number to add" in entry["answer"]["error"]
+    assert "node state failed: incr needs a number to add" in entry["answer"]["error"]

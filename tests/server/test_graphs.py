@@ -59,8 +59,9 @@ async def test_the_dedup_ledger_runs_once_per_order(srv: Server) -> None:
     await srv.finish(job)
     run = await until(srv, first, ended)
     assert run["status"] == "succeeded"
-    assert nodes_of(run)["process"]["output"] == {"stdout": "processing 42\n", "exit_code": 0}
-    assert run["outputs"]["output"] == {"process": {"stdout": "processing 42\n", "exit_code": 0}}
+    shell = {"stdout": "processing 42\n", "text": "processing 42", "exit_code": 0}
+    assert nodes_of(run)["process"]["output"] == shell
+    assert run["outputs"]["output"] == {"process": shell}
 
     second = await submit_graph(srv, LEDGER, input={"order_id": 42})
     run = await until(srv, second, ended)

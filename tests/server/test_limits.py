@@ -206,7 +206,7 @@ async def test_a_pattern_re2_cannot_run_is_refused_at_submit(srv: Server,
     doc = graph([{"id": "ok", "type": "approval", "config": {"fields": fields}}])
     message = (await srv.user("POST", "/runs", {"source": doc, "filename": "g.json"})).refused(
         400, "invalid_argument")
-    assert message.startswith("node ok: config.fields:")
+    assert message.startswith("g.json: node ok: config.fields:"), message
     await nothing_submitted(srv)
 
 

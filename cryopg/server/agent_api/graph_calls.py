@@ -80,10 +80,10 @@ async def call_node(request: web.Request) -> web.Response:
 
 
 def load_node(node_type: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The one-node graph a node call runs (its node id is "node"), whose output is the
+    """The one-node graph a node call runs (its node id is its type), whose output is the
     node's own output rather than the map of sink nodes a graph gives by default."""
     doc = load(json.dumps({"version": NODE_VERSION, "type": node_type, "config": config}))
-    return {**doc, "output": {"$expr": "nodes.node.output"}}
+    return {**doc, "output": {"$expr": f"nodes.{doc['nodes'][0]['id']}.output"}}
 
 
 def add_routes(app: web.Application) -> None:

@@ -2,7 +2,8 @@
 
 `/api/v1/orgs/{org}/members[/{login}]` and `/api/v1/orgs/{org}/projects[/{project}]`
 are org-level; `…/projects/{project}/retention` is a project's. Deleting a project is
-an Owner's call.
+an Owner's call. Listing and deleting a project's stored workflows live here too (putting
+and reading one is in runs.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
-from cryopg.server.auth import ADMIN, OWNER, VIEWER, require_user
+from cryopg.server.auth import ADMIN, MEMBER, OWNER, VIEWER, require_user
 from cryopg.server.bodies import json_body, seconds_field, str_field
 from cryopg.server.render import iso
 from cryopg.server.state import POOL
@@ -66,6 +67,14 @@ async def create_project(request: web.Request) -> web.Response:
     return web.json_response({"slug": slug, "created": created}, status=201 if created else 200)
 
 
+async def list_projects(request: web.Request) -> web.Response:
+    await require_user(request, VIEWER, project=False)
+    async with connection(request.app[POOL]) as conn:
+        rows = await engine.list_projects(conn, request.match_info["org"])
+    return web.json_response({"projects": [
+        {"slug": p.slug, "name": p.name, "created_at": iso(p.created_at)} for p in rows]})
+
+
 async def rename_project(request: web.Request) -> web.Response:
     await require_user(request, ADMIN)
     body = await json_body(request)
@@ -110,14 +119,38 @@ async def put_retention(request: web.Request) -> web.Response:
     return await _retention_json(request)
 
 
+# -- stored workflows: listed and deleted here, put and read in runs.py -----------------------
+
+async def list_workflows(request: web.Request) -> web.Response:
+    await require_user(request, VIEWER)
+    async with connection(request.app[POOL]) as conn:
+        rows = await engine.list_workflows(conn, request.match_info["org"],
+                                           request.match_info["project"])
+    return web.json_response({"workflows": [
+        {"name": w.name, "filename": w.filename, "kind": w.kind, "pipeline": w.pipeline,
+         "updated_at": iso(w.updated_at), "schedules": w.schedules, "handlers": w.handlers,
+         "webhooks": w.webhooks} for w in rows]})
+
+
+async def delete_workflow(request: web.Request) -> web.Response:
+    await require_user(request, MEMBER)
+    async with connection(request.app[POOL]) as conn:
+        await engine.delete_workflow(conn, request.match_info["org"],
+                                     request.match_info["project"], request.match_info["name"])
+    return web.json_response({})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get(f"{ORG_ROUTE}/me", whoami)
     app.router.add_get(f"{ORG_ROUTE}/members", list_members)
     app.router.add_put(f"{ORG_ROUTE}/members/{{login}}", put_member)
     app.router.add_delete(f"{ORG_ROUTE}/members/{{login}}", remove_member)
+    app.router.add_get(f"{ORG_ROUTE}/projects", list_projects)
     app.router.add_post(f"{ORG_ROUTE}/projects", create_project)
     app.router.add_patch(f"{ORG_ROUTE}/projects/{{project}}", rename_project)
     project = f"{ORG_ROUTE}/projects/{{project}}"
     app.router.add_delete(project, delete_project)
     app.router.add_get(f"{project}/retention", get_retention)
     app.router.add_put(f"{project}/retention", put_retention)
+    app.router.add_get(f"{project}/workflows", list_workflows)
+    app.router.add_delete(f"{project}/workflows/{{name}}", delete_workflow)

@@ -12,6 +12,7 @@ from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.db import connection
+from cryopg.engine import GraphJob
 from cryopg.errors import InvalidArgument, NotFound, RunFinished
 from cryopg.graphs.document import (
     ApprovalValidator,
@@ -32,17 +33,17 @@ from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 
 
 def compiled_graph(source: str, filename: str | None = None) -> Compiled | None:
-    """The compiled document when a submitted source is a graph or a YAML pipeline (by
-    its .yaml/.yml name or its `version:` line), else None (a script)."""
+    """The compiled document when a submitted source is a graph (a .json file, or a JSON
+    object naming a cryosleep version) or a YAML pipeline (by its .yaml/.yml name or its
+    `version:` line), else None (a script). One that does not compile is refused in one
+    line naming the file, never run as a script."""
     try:
         if is_pipeline(source, filename):
             return compile_pipeline(source)
-        if is_graph(source):
+        if is_graph(source, filename):
             return compile_graph(load(source))
-    except PipelineError as exc:
+    except (PipelineError, GraphError) as exc:
         raise InvalidArgument(f"{filename}: {exc}" if filename else str(exc)) from None
-    except GraphError as exc:
-        raise InvalidArgument(str(exc)) from None
     return None
 
 
@@ -88,12 +89,49 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
                        else [got_out.get(i) for i in range(n["items"])])
         if n["type"] == "approval":
             n["approval"] = {"fields": configs.get(nid, {}).get("fields", {})}
+    failed = [n for n in nodes.values() if n["status"] == "failed"]
+    if failed:
+        jobs = await engine.graph_jobs(conn, run_id)
+        for n in failed:
+            tail = await failed_job_tail(conn, sealer, jobs, n["id"])
+            if tail:
+                n["log_tail"] = tail
     order = [d["id"] for d in structure.get("nodes", [])]
     edges = [{"from": dep, "to": d["id"]} for d in structure.get("nodes", []) for dep in d["deps"]]
     got_graph = {"nodes": [nodes[i] for i in order if i in nodes], "edges": edges}
     if structure.get("pipeline"):
         got_graph["pipeline"] = structure["pipeline"]
     return got_graph
+
+
+# A failed node's JSON carries the last lines its failing job printed (log_tail), read
+# from the job's sealed log when asked for: the clear error says only how it ended.
+TAIL_BYTES = 16 << 10
+TAIL_LINES = 5
+TAIL_LINE_CHARS = 200
+
+
+def text_tail(text: str) -> str:
+    """The last few non-blank lines of a job's output, each cut to a readable length."""
+    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").replace("\r", "\n").splitlines()
+             if ln.strip()]
+    return "\n".join(ln if len(ln) <= TAIL_LINE_CHARS else ln[:TAIL_LINE_CHARS - 3] + "..."
+                     for ln in lines[-TAIL_LINES:])
+
+
+async def failed_job_tail(conn: AsyncConnection, sealer: Sealer, jobs: list[GraphJob],
+                          node: str) -> str:
+    """The tail of the log of the newest failed job of `node`: its own, a fan-out item's,
+    or a job inside the graph a workflow node ran."""
+    mine = [j for j in jobs if j.status == "failed" and (
+        j.label == node or j.label.startswith((f"{node}#", f"{node}/")))]
+    if not mine:
+        return ""
+    job = mine[-1].job_run_id
+    start = await engine.log_tail_start(conn, job, TAIL_BYTES)
+    chunks = await engine.read_logs(conn, job, start.after_id)
+    text = b"".join(sealer.open(c.data) for c in chunks).decode("utf-8", errors="replace")
+    return text_tail(text)
 
 
 async def approve(request: web.Request) -> web.Response:

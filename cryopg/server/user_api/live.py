@@ -22,6 +22,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.seal import Sealer
 from cryopg.server.auth import require_user
 from cryopg.server.bodies import query_int
 from cryopg.server.notifier import Notifier
@@ -36,19 +37,21 @@ TAIL_MAX_BYTES = 8 << 20
 
 
 class SSE:
-    """One event stream response, with the keepalive clock."""
+    """One event stream response, with the keepalive clock.
 
-    def __init__(self, resp: web.StreamResponse) -> None:
-        self.resp = resp
+    A browser tab that closes leaves the stream to find out on its next write, which
+    raises a ConnectionError (aiohttp's ClientConnectionResetError). That is how most
+    streams end, not a failure: the handlers catch it and return quietly, so aiohttp
+    logs no traceback for it."""
+
+    def __init__(self) -> None:
+        self.resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                                "Cache-Control": "no-cache",
+                                                "X-Accel-Buffering": "no"})
         self.last = time.monotonic()
 
-    @classmethod
-    async def open(cls, request: web.Request) -> SSE:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
-        await resp.prepare(request)
-        return cls(resp)
+    async def open(self, request: web.Request) -> None:
+        await self.resp.prepare(request)
 
     async def send(self, event: str, data: Any) -> None:
         await self.resp.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
@@ -138,8 +141,9 @@ async def project_stream(request: web.Request) -> web.StreamResponse:
     await require_user(request)
     org, project = project_of(request)
     feed, q = _subscribe(request.app, org, project)
+    sse = SSE()
     try:
-        sse = await SSE.open(request)
+        await sse.open(request)
         await sse.send("hello", {"org": org, "project": project})
         while True:
             try:
@@ -150,9 +154,11 @@ async def project_stream(request: web.Request) -> web.StreamResponse:
             if item is None:
                 break
             await sse.send("changed", item)
+        await sse.resp.write_eof()
+    except ConnectionError:
+        pass  # the browser went away (see SSE)
     finally:
         feed.subscribers.discard(q)
-    await sse.resp.write_eof()
     return sse.resp
 
 
@@ -167,12 +173,23 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
     if tail < 0 or tail > TAIL_MAX_BYTES:
         raise InvalidArgument(f"tail must be between 0 and {TAIL_MAX_BYTES} bytes")
     sealer = await request.app[KEYS].sealer(run.org)
-    pool, notifier = request.app[POOL], request.app[NOTIFIER]
-    async with connection(pool) as conn:
+    async with connection(request.app[POOL]) as conn:
         if not run.finished:
             await engine.watch_run(conn, run.id)
         start = await engine.log_tail_start(conn, run.id, tail)
-    sse = await SSE.open(request)
+    sse = SSE()
+    try:
+        await sse.open(request)
+        await _follow_run(request.app, sse, sealer, run, start)
+        await sse.resp.write_eof()
+    except ConnectionError:
+        pass  # the browser went away (see SSE)
+    return sse.resp
+
+
+async def _follow_run(app: web.Application, sse: SSE, sealer: Sealer, run: engine.Run,
+                      start: engine.LogTail) -> None:
+    pool, notifier = app[POOL], app[NOTIFIER]
     await sse.send("hello", {"run": run.id, "status": run.status})
     await sse.send("tail", {"skipped_bytes": start.skipped_bytes,
                             "total_bytes": start.total_bytes})
@@ -206,8 +223,6 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), sse.quiet_for())
         await sse.keepalive()
-    await sse.resp.write_eof()
-    return sse.resp
 
 
 async def _feeds_ctx(app: web.Application):  # type: ignore[no-untyped-def]

@@ -1,16 +1,30 @@
-"""`GET …/runs/{run}/logs[?follow=1&after=ID]`: a run's log, streamed as it is written."""
+"""`GET …/runs/{run}/logs[?follow=1&after=ID]`: a run's log, streamed as it is written.
+
+A graph run (a graph or a pipeline) has no log of its own: its log is its node jobs'
+logs, each line prefixed with the node it came from, as CI systems prefix a job's lines
+(`[build] make: ok`), and one line as each job ends (`[build] failed: exit code 2`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
+from cryopg.engine import GraphJob, Run
+from cryopg.seal import Sealer
 from cryopg.server.bodies import INT8, query_int
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
+
+BACKSTOP_SECONDS = 2.0  # a follower reads again this often without a notify
+JOB_CHUNKS = 500  # chunks per job per read; a job that filled it is read again at once
+# After a graph run ends, how long a follower waits for jobs it cancelled to stop (an
+# agent stops one within a log flush or two; a lost agent's waits for its claim to lapse).
+CANCEL_GRACE_SECONDS = 5.0
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
@@ -18,10 +32,20 @@ async def logs(request: web.Request) -> web.StreamResponse:
     follow = request.query.get("follow") in ("1", "true", "yes")
     after = query_int(request, "after", 0, INT8)
     sealer = await request.app[KEYS].sealer(run.org)
-    pool, notifier = request.app[POOL], request.app[NOTIFIER]
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8",
                                        "X-Cryo-Run": run.id})
     await resp.prepare(request)
+    if run.kind == "graph":
+        await _graph_log(request, resp, sealer, run, follow, after)
+    else:
+        await _run_log(request, resp, sealer, run, follow, after)
+    await resp.write_eof()
+    return resp
+
+
+async def _run_log(request: web.Request, resp: web.StreamResponse, sealer: Sealer, run: Run,
+                   follow: bool, after: int) -> None:
+    pool, notifier = request.app[POOL], request.app[NOTIFIER]
     finished = run.finished
     if follow and not finished:
         async with connection(pool) as conn:
@@ -41,11 +65,112 @@ async def logs(request: web.Request) -> web.StreamResponse:
             finished = (await engine.get_run(conn, run.id)).finished
         if not finished:  # when it is, loop once more for the bytes sent before the end
             try:
-                await asyncio.wait_for(woken.wait(), 2.0)
+                await asyncio.wait_for(woken.wait(), BACKSTOP_SECONDS)
             except TimeoutError:
                 pass
-    await resp.write_eof()
-    return resp
+
+
+class _JobLines:
+    """One job's bytes as prefixed lines: a line is written once it is complete, and
+    what is left of it when the job ends."""
+
+    def __init__(self, job: GraphJob) -> None:
+        self.prefix = f"[{job.label}] ".encode()
+        self.partial = b""
+        self.started = False
+        self.attempt = job.attempt
+
+    def header(self) -> bytes:
+        """A retry's first line says which attempt follows."""
+        if self.started:
+            return b""
+        self.started = True
+        return self.prefix + f"attempt {self.attempt}\n".encode() if self.attempt > 1 else b""
+
+    def feed(self, data: bytes) -> bytes:
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        return b"".join(self.prefix + ln.removesuffix(b"\r") + b"\n" for ln in lines)
+
+    def flush(self) -> bytes:
+        rest, self.partial = self.partial, b""
+        return self.prefix + rest.removesuffix(b"\r") + b"\n" if rest else b""
+
+
+def _outcome(job: GraphJob) -> str:
+    if job.status == "failed":
+        why = job.error or (f"exit code {job.exit_code}" if job.exit_code is not None else "")
+        return "failed" + (f": {why.splitlines()[0]}" if why else "")
+    return job.status
+
+
+async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sealer, run: Run,
+                     follow: bool, floor: int) -> None:
+    pool, notifier = request.app[POOL], request.app[NOTIFIER]
+    lines: dict[str, _JobLines] = {}
+    after: dict[str, int] = {}
+    done: set[str] = set()  # jobs ended and drained, their outcome written
+    watched: set[str] = set()
+    ended_at: float | None = None  # when this follower saw the graph run finished
+    while True:
+        events = [notifier.run_event(run.id)] + [notifier.run_event(j) for j in watched - done]
+        async with connection(pool) as conn:
+            # The run's status first: once it is seen finished, the jobs read next are all
+            # it will ever have.
+            if ended_at is None and (run.finished or not follow
+                                     or (await engine.get_run(conn, run.id)).finished):
+                ended_at = time.monotonic()
+            if follow and run.id not in watched:
+                await engine.watch_run(conn, run.id)
+                watched.add(run.id)
+            jobs = [j for j in await engine.graph_jobs(conn, run.id) if j.job_run_id not in done]
+            for job in jobs:
+                lines.setdefault(job.job_run_id, _JobLines(job))
+                if follow and not job.finished and job.job_run_id not in watched:
+                    await engine.watch_run(conn, job.job_run_id)  # its log appends NOTIFY
+                    watched.add(job.job_run_id)
+            chunks = await engine.read_graph_logs(
+                conn, run.id, {j.job_run_id: after.get(j.job_run_id, floor) for j in jobs},
+                JOB_CHUNKS) if jobs else []
+        read: dict[str, int] = {}
+        out: list[tuple[float, bytes]] = []  # in chunk order; a job's end after its last chunk
+        for chunk in chunks:
+            job_lines = lines[chunk.job_run_id]
+            out.append((chunk.id, job_lines.header() + job_lines.feed(sealer.open(chunk.data))))
+            after[chunk.job_run_id] = chunk.id
+            read[chunk.job_run_id] = read.get(chunk.job_run_id, 0) + 1
+        for job in jobs:  # ended (as read before its log) and drained: its last words
+            if job.finished and read.get(job.job_run_id, 0) < JOB_CHUNKS:
+                job_lines = lines[job.job_run_id]
+                out.append((after.get(job.job_run_id, 0) + 0.5,
+                            job_lines.header() + job_lines.flush()
+                            + job_lines.prefix + _outcome(job).encode() + b"\n"))
+                done.add(job.job_run_id)
+        if out:
+            out.sort(key=lambda o: o[0])  # stable: jobs with no output in their start order
+            await resp.write(b"".join(b for _, b in out))
+        if any(n >= JOB_CHUNKS for n in read.values()):
+            continue  # drain before deciding anything
+        left = [j for j in jobs if j.job_run_id not in done]
+        if ended_at is not None and (
+                not left or not follow or notifier.closing
+                or time.monotonic() - ended_at > CANCEL_GRACE_SECONDS):
+            tail = b"".join(lines[j.job_run_id].flush() for j in left)
+            if tail:
+                await resp.write(tail)
+            return
+        if notifier.closing:
+            return
+        await _wait_any(events, BACKSTOP_SECONDS)
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    waits = [asyncio.ensure_future(ev.wait()) for ev in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def add_routes(app: web.Application) -> None:

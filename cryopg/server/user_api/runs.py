@@ -11,7 +11,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.auth import MEMBER, VIEWER, require_user
-from cryopg.server.bodies import json_body, query_int, script_fields
+from cryopg.server.bodies import json_body, optional_str_field, query_int, script_fields
 from cryopg.server.caps import required_caps
 from cryopg.server.redact import masked
 from cryopg.server.render import iso, open_document, run_input, run_json, run_outputs
@@ -160,6 +160,8 @@ async def put_workflow(request: web.Request) -> web.Response:
     org, project = project_of(request)
     body = await json_body(request)
     source, filename, interpreter = script_fields(body)
+    # Where the workflow was stored from: runs started by name run there on a local agent.
+    workdir = optional_str_field(body, "workdir", limit=4096)
     graph = compiled_graph(source, filename)
     for expr in (graph.structure.get("on", {}).get("schedule", []) if graph else []):
         try:  # on.schedule registers schedules (in UTC): each cron text must read
@@ -171,7 +173,7 @@ async def put_workflow(request: web.Request) -> web.Response:
         await engine.put_workflow(conn, org, project, request.match_info["name"], filename=filename,
                                   interpreter=interpreter,
                                   source=sealer.seal_text(graph.source() if graph else source),
-                                  graph=graph and graph.structure)
+                                  graph=graph and graph.structure, workdir=workdir)
     return web.json_response({"name": request.match_info["name"],
                               **_kind(graph and graph.structure)})
 
@@ -196,8 +198,9 @@ async def get_workflow(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         filename, interpreter, sealed, _, structure = await engine.get_workflow(
             conn, org, project, name)
+        workdir = await engine.workflow_workdir(conn, org, project, name)
     got: dict[str, Any] = {"name": name, "filename": filename, "interpreter": interpreter,
-                           **_kind(structure)}
+                           "workdir": workdir, **_kind(structure)}
     if structure is not None:
         got["nodes"] = [{"id": n["id"], "type": n["type"], "needs": n.get("deps", [])}
                         for n in structure.get("nodes", [])]
