@@ -315,6 +315,21 @@ def _dev_master_key(state: Path) -> Any:
     return MasterKey(parse_master_key(key_file.read_text()))
 
 
+def start_dev_cluster(state: Path) -> Any:
+    """The dev stack's PostgreSQL under `state`, started (and made) if it was not, with
+    its `cryopg` database."""
+    from cryopg.devpg import Cluster, ClusterError
+
+    cluster = Cluster(state)
+    try:
+        cluster.ensure_initialized()
+        cluster.start()
+        cluster.create_database("cryopg")
+    except ClusterError as exc:
+        raise _fail(exc) from None
+    return cluster
+
+
 @click.command("dev")
 @DB_URL
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -328,7 +343,6 @@ def _dev_master_key(state: Path) -> Any:
 def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample: Path | None,
             no_sample: bool, claim_seconds: float, tick_interval: float) -> None:
     """Run a whole local stack: PostgreSQL under .cryopg/, the server, and agents."""
-    from cryopg.devpg import Cluster, ClusterError
     from cryopg.server.config import ServerConfig
 
     refuse_inside_run()
@@ -337,13 +351,7 @@ def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample:
     state.mkdir(exist_ok=True)
     cluster = None
     if not database_url:
-        cluster = Cluster(state)
-        try:
-            cluster.ensure_initialized()
-            cluster.start()
-            cluster.create_database("cryopg")
-        except ClusterError as exc:
-            raise _fail(exc) from None
+        cluster = start_dev_cluster(state)
         database_url = cluster.dsn("cryopg")
     try:
         _migrate(database_url)

@@ -104,20 +104,15 @@ def run_cmd(file: Path, input_json: str | None, interpreter: str | None, agents:
 
 def _embedded(body: dict[str, Any], agents: int) -> int:
     """Start the dev cluster, server and agents, run, and stop what was started here."""
-    from cryopg.cli.processes import _dev_master_key, _fail, _migrate
-    from cryopg.devpg import Cluster, ClusterError
+    from cryopg.cli.processes import _dev_master_key, _migrate, start_dev_cluster
+    from cryopg.devpg import Cluster
     from cryopg.server.config import ServerConfig
 
     state = Path.cwd() / STATE_DIR
     state.mkdir(exist_ok=True)
-    cluster = Cluster(state)
-    was_running = cluster.is_initialized() and cluster.is_running()
-    try:
-        cluster.ensure_initialized()
-        cluster.start()
-        cluster.create_database("cryopg")
-    except ClusterError as exc:
-        raise _fail(exc) from None
+    probe = Cluster(state)
+    was_running = probe.is_initialized() and probe.is_running()
+    cluster = start_dev_cluster(state)
     try:
         database_url = cluster.dsn("cryopg")
         _migrate(database_url)

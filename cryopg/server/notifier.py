@@ -94,3 +94,14 @@ class Notifier:
                 self._wake_all()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5)
+
+
+async def wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    """Until one of `events` is set or `timeout` seconds pass (the live streams' wait:
+    a notification, or the poll backstop)."""
+    waits = [asyncio.ensure_future(ev.wait()) for ev in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()

@@ -25,7 +25,7 @@ from cryopg.errors import InvalidArgument
 from cryopg.seal import Sealer
 from cryopg.server.auth import require_user
 from cryopg.server.bodies import query_int
-from cryopg.server.notifier import Notifier
+from cryopg.server.notifier import Notifier, wait_any
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 
@@ -67,15 +67,6 @@ class SSE:
         return max(0.05, KEEPALIVE_SECONDS - (time.monotonic() - self.last))
 
 
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
-    waits = [asyncio.ensure_future(ev.wait()) for ev in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-
-
 # -- the project feed -----------------------------------------------------------------------
 
 class ProjectFeed:
@@ -115,7 +106,7 @@ class ProjectFeed:
                         q.put_nowait({"ids": changed})
                 seen = now
             if not newly_watched:  # else read again at once, now listening for those too
-                await _wait_any(events, FEED_BACKSTOP_SECONDS)
+                await wait_any(events, FEED_BACKSTOP_SECONDS)
             await asyncio.sleep(FEED_COALESCE_SECONDS)
         for q in list(self.subscribers):
             q.put_nowait(None)

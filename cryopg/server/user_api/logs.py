@@ -17,6 +17,7 @@ from cryopg.db import connection
 from cryopg.engine import GraphJob, Run
 from cryopg.seal import Sealer
 from cryopg.server.bodies import INT8, query_int
+from cryopg.server.notifier import wait_any
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 
@@ -161,16 +162,7 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
             return
         if notifier.closing:
             return
-        await _wait_any(events, BACKSTOP_SECONDS)
-
-
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
-    waits = [asyncio.ensure_future(ev.wait()) for ev in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
+        await wait_any(events, BACKSTOP_SECONDS)
 
 
 def add_routes(app: web.Application) -> None:
