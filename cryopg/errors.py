@@ -99,6 +99,34 @@ class LeaseHeld(CryoError):
     code, http_status = "lease_held", 409
 
 
+class NotAMember(CryoError):
+    """Somebody the issuer vouched for whom the org neither lists nor maps to a role."""
+
+    code, http_status = "not_a_member", 403
+
+
+class SignInExpired(CryoError):
+    """The sign-in callback matched no sign-in of this browser (expired, used, or a
+    forged state)."""
+
+    code, http_status = "sign_in_expired", 400
+
+
+class SignInRefused(CryoError):
+    """The issuer's answer did not hold up: a bad ID token (signature, issuer, audience,
+    expiry, nonce) or a refused code. Raised by the server, which verifies tokens; no
+    SQLSTATE."""
+
+    code, http_status = "sign_in_refused", 401
+
+
+class CsrfRefused(CryoError):
+    """A cookie-authenticated request that changes something came without the session's
+    X-Cryo-CSRF header (a page of another site may have sent it). No SQLSTATE."""
+
+    code, http_status = "csrf_refused", 403
+
+
 class InUse(CryoError):
     """A stored workflow still started by a schedule, handler or webhook made on its own."""
 
@@ -119,6 +147,8 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR021": TenantDenied,
     "CR030": QueueFull,
     "CR031": LeaseHeld,
+    "CR040": NotAMember,
+    "CR041": SignInExpired,
     "CR055": InUse,
 }
 

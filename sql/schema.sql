@@ -698,6 +698,18 @@ CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETUR
     SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
 $$;
 
+CREATE FUNCTION cryo._mapped_role(p_org text, p_claims jsonb) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT m.role FROM cryo.oidc_role_maps m
+     WHERE m.org = p_org
+       AND (p_claims -> m.claim = to_jsonb(m.value)
+            OR (jsonb_typeof(p_claims -> m.claim) = 'array'
+                AND p_claims -> m.claim @> jsonb_build_array(m.value)))
+     ORDER BY cryo._role_rank(m.role) DESC
+     LIMIT 1
+$$;
+
 CREATE FUNCTION cryo._mark(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_due timestamp with time zone, p_ref_run_id text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1556,6 +1568,13 @@ BEGIN
       FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
      WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
        AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
+    IF NOT FOUND THEN
+        -- A session of somebody signed in through the OIDC issuer acts like a user token.
+        SELECT s.id, 'user' AS kind, s.org, m.login, m.role INTO v_tok
+          FROM cryo.sessions s JOIN cryo.members m ON m.id = s.member_id
+         WHERE s.secret_hash = p_secret_hash AND s.revoked_at IS NULL
+           AND s.expires_at > cryo.now();
+    END IF;
     IF NOT FOUND OR v_tok.kind <> 'user' OR v_tok.role IS NULL THEN
         RAISE EXCEPTION 'unknown, revoked or expired user token' USING ERRCODE = 'CR008';
     END IF;
@@ -1572,7 +1591,36 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) IS 'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+COMMENT ON FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) IS 'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner), made with a user token or a signed-in session (cryo.sessions); returns the token or session id, member login and role. Raises CR008 for a secret that is neither a live user token nor a live session, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+
+CREATE FUNCTION cryo.begin_oidc_login(p_id_hash bytea, p_state text, p_nonce text, p_code_verifier text, p_org text, p_ttl_seconds double precision DEFAULT 600) RETURNS timestamp with time zone
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_expires timestamptz;
+BEGIN
+    IF coalesce(length(p_state), 0) < 16 OR coalesce(length(p_nonce), 0) < 16
+       OR coalesce(length(p_code_verifier), 0) < 43 OR p_id_hash IS NULL THEN
+        RAISE EXCEPTION 'a sign-in needs an id, a state and nonce of 16+ characters and a PKCE verifier of 43+'
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT cryo._slug_ok(p_org) THEN
+        RAISE EXCEPTION 'org slug % must be lower-case letters, digits and - (up to 63)', p_org
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_ttl_seconds IS NULL OR NOT p_ttl_seconds BETWEEN 1 AND 3600 THEN
+        RAISE EXCEPTION 'a sign-in lasts 1 to 3600 seconds, not %', p_ttl_seconds USING ERRCODE = 'CR004';
+    END IF;
+    DELETE FROM cryo.oidc_logins WHERE expires_at <= v_now;
+    v_expires := v_now + make_interval(secs => p_ttl_seconds);
+    INSERT INTO cryo.oidc_logins (id_hash, state, nonce, code_verifier, org, created_at, expires_at)
+    VALUES (p_id_hash, p_state, p_nonce, p_code_verifier, p_org, v_now, v_expires);
+    RETURN v_expires;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.begin_oidc_login(p_id_hash bytea, p_state text, p_nonce text, p_code_verifier text, p_org text, p_ttl_seconds double precision) IS 'Records a browser sign-in sent to the issuer (state, nonce, PKCE verifier, org) under the hash of the browser''s id for it, for p_ttl_seconds; deletes expired ones; returns when it expires. Raises CR004 for a short state, nonce or verifier, a malformed org or a bad lifetime.';
 
 CREATE FUNCTION cryo.bind_app_role(p_role text, p_org text, p_project text DEFAULT NULL::text, p_create boolean DEFAULT false, p_login boolean DEFAULT true) RETURNS boolean
     LANGUAGE plpgsql
@@ -2018,6 +2066,16 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs, cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
 
+CREATE FUNCTION cryo.delete_role_map(p_org text, p_claim text, p_value text) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH gone AS (DELETE FROM cryo.oidc_role_maps
+                   WHERE org = p_org AND claim = p_claim AND value = p_value RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM gone)
+$$;
+
+COMMENT ON FUNCTION cryo.delete_role_map(p_org text, p_claim text, p_value text) IS 'Deletes one entry of the org''s claim map; returns false when there was none. Raises nothing.';
+
 CREATE FUNCTION cryo.delete_schedule(p_org text, p_project text, p_name text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -2184,6 +2242,16 @@ $$;
 
 COMMENT ON FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text) IS 'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. Raises CR002 for a stale claim, CR004 for a bad name or identity, CR009 for a disagreeing path.';
 
+CREATE FUNCTION cryo.end_session(p_secret_hash bytea) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH ended AS (UPDATE cryo.sessions s SET revoked_at = cryo.now()
+                    WHERE s.secret_hash = p_secret_hash AND s.revoked_at IS NULL RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM ended)
+$$;
+
+COMMENT ON FUNCTION cryo.end_session(p_secret_hash bytea) IS 'Revokes the session whose secret hashes to the argument; returns false when there was no live one. Raises nothing.';
+
 CREATE FUNCTION cryo.ensure_member(p_org text, p_login text, p_role text) RETURNS text
     LANGUAGE plpgsql
     AS $$
@@ -2254,6 +2322,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR021', 'tenant_denied', 'the database role is not bound to that org and project (or to no tenant at all)'),
         ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
         ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
+        ('CR040', 'not_a_member', 'the person who signed in is not a member of that org, and no claim of theirs maps to a role'),
+        ('CR041', 'sign_in_expired', 'no sign-in of this browser matches: unknown, expired, already used, or a forged state'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted')
 $$;
 
@@ -2973,6 +3043,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_projects(p_org text) IS 'Returns the projects of an org by slug. Raises nothing.';
 
+CREATE FUNCTION cryo.list_role_maps(p_org text) RETURNS TABLE(claim text, value text, role text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.claim, r.value, r.role, r.created_at FROM cryo.oidc_role_maps r
+     WHERE r.org = p_org ORDER BY r.claim, r.value
+$$;
+
+COMMENT ON FUNCTION cryo.list_role_maps(p_org text) IS 'Returns the org''s claim map by claim and value. Raises nothing.';
+
 CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text, kind text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
@@ -3037,6 +3116,17 @@ CREATE FUNCTION cryo.list_secrets(p_org text, p_project text) RETURNS TABLE(name
 $$;
 
 COMMENT ON FUNCTION cryo.list_secrets(p_org text, p_project text) IS 'Returns the names of a project''s secrets (never values), by name. Raises nothing.';
+
+CREATE FUNCTION cryo.list_sessions(p_org text) RETURNS TABLE(id text, member text, kind text, subject text, created_at timestamp with time zone, expires_at timestamp with time zone, revoked_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.id, m.login, s.kind, s.subject, s.created_at, s.expires_at, s.revoked_at
+      FROM cryo.sessions s JOIN cryo.members m ON m.id = s.member_id
+     WHERE s.org = p_org AND s.revoked_at IS NULL AND s.expires_at > cryo.now()
+     ORDER BY s.created_at, s.id
+$$;
+
+COMMENT ON FUNCTION cryo.list_sessions(p_org text) IS 'Returns the live sessions of an org (never a secret or its hash), oldest first. Raises nothing.';
 
 CREATE FUNCTION cryo.list_tokens(p_org text) RETURNS TABLE(id text, kind text, name text, member text, capabilities text[], created_at timestamp with time zone, expires_at timestamp with time zone, revoked_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -3138,6 +3228,71 @@ CREATE FUNCTION cryo.now() RETURNS timestamp with time zone
 $$;
 
 COMMENT ON FUNCTION cryo.now() IS 'Returns the engine time: the session setting cryo.fake_now when set in a test database (one marked by cryo.mark_test_database), else now(). Raises nothing.';
+
+CREATE FUNCTION cryo.oidc_sign_in(p_org text, p_issuer text, p_subject text, p_email text, p_claims jsonb, p_secret_hash bytea, p_kind text, p_ttl_seconds double precision) RETURNS TABLE(session_id text, member text, role text, expires_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_member cryo.members;
+    v_mapped text;
+    v_login text;
+    v_id text := 'ses-' || left(replace(gen_random_uuid()::text, '-', ''), 16);
+    v_expires timestamptz;
+    v_login_re constant text := '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$';
+BEGIN
+    IF coalesce(p_subject, '') = '' OR coalesce(p_issuer, '') = '' OR p_secret_hash IS NULL THEN
+        RAISE EXCEPTION 'a sign-in needs the issuer, the subject and a session secret' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_kind IS NULL OR p_kind NOT IN ('web', 'cli') THEN
+        RAISE EXCEPTION 'a session is web or cli, not %', p_kind USING ERRCODE = 'CR004';
+    END IF;
+    IF p_ttl_seconds IS NULL OR NOT p_ttl_seconds BETWEEN 60 AND 90 * 86400 THEN
+        RAISE EXCEPTION 'a session lasts 60 seconds to 90 days, not %', p_ttl_seconds USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs o WHERE o.slug = p_org) THEN
+        -- Said the same way as for a known org: a sign-in page must not tell whether an org exists.
+        RAISE EXCEPTION '% is not a member of org %', coalesce(p_email, p_subject), coalesce(p_org, '')
+            USING ERRCODE = 'CR040';
+    END IF;
+    SELECT * INTO v_member FROM cryo.members m WHERE m.org = p_org AND m.login = p_subject FOR UPDATE;
+    IF NOT FOUND AND p_email IS NOT NULL THEN
+        SELECT * INTO v_member FROM cryo.members m
+         WHERE m.org = p_org AND lower(m.login) = lower(p_email)
+         ORDER BY m.login = p_email DESC LIMIT 1 FOR UPDATE;
+    END IF;
+    v_mapped := cryo._mapped_role(p_org, coalesce(p_claims, '{}'));
+    IF v_member.id IS NULL THEN
+        IF v_mapped IS NULL THEN
+            RAISE EXCEPTION '% is not a member of org %', coalesce(p_email, p_subject), p_org
+                USING ERRCODE = 'CR040';
+        END IF;
+        v_login := CASE WHEN p_email ~ v_login_re THEN lower(p_email)
+                        WHEN p_subject ~ v_login_re THEN p_subject END;
+        IF v_login IS NULL THEN
+            RAISE EXCEPTION 'neither the email nor the subject of % can be a member login', p_subject
+                USING ERRCODE = 'CR040';
+        END IF;
+        PERFORM cryo.put_member(p_org, v_login, v_mapped, NULL);
+        SELECT * INTO v_member FROM cryo.members m WHERE m.org = p_org AND m.login = v_login;
+    ELSIF v_mapped IS NOT NULL AND v_mapped <> v_member.role
+          AND NOT (v_member.role = 'owner'
+                   AND NOT EXISTS (SELECT 1 FROM cryo.members o WHERE o.org = p_org
+                                      AND o.role = 'owner' AND o.id <> v_member.id)) THEN
+        UPDATE cryo.members m SET role = v_mapped WHERE m.id = v_member.id;
+        v_member.role := v_mapped;
+    END IF;
+    -- Sessions long over are of no use to anybody; the member's go as it signs in again.
+    DELETE FROM cryo.sessions s WHERE s.member_id = v_member.id AND s.expires_at < v_now - interval '7 days';
+    v_expires := v_now + make_interval(secs => p_ttl_seconds);
+    INSERT INTO cryo.sessions (id, org, member_id, secret_hash, kind, issuer, subject,
+                               created_at, expires_at)
+    VALUES (v_id, p_org, v_member.id, p_secret_hash, p_kind, p_issuer, p_subject, v_now, v_expires);
+    RETURN QUERY SELECT v_id, v_member.login, v_member.role, v_expires;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.oidc_sign_in(p_org text, p_issuer text, p_subject text, p_email text, p_claims jsonb, p_secret_hash bytea, p_kind text, p_ttl_seconds double precision) IS 'Opens a session (web or cli, for p_ttl_seconds) for the person the issuer verified, as the org''s member whose login is the subject or the email, with the role the org''s claim map gives (creating the member when the map admits a newcomer); returns the session id, member login, role and expiry. Raises CR040 when the org does not know the person and maps none of its claims (or the org does not exist), CR004 for a missing identity, a bad kind or lifetime.';
 
 CREATE FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_seconds double precision, p_path text DEFAULT NULL::text) RETURNS timestamp with time zone
     LANGUAGE plpgsql
@@ -3266,6 +3421,39 @@ END
 $_$;
 
 COMMENT ON FUNCTION cryo.put_member(p_org text, p_login text, p_role text, p_by text) IS 'Adds a member with a role or changes its role, acting as member p_by (NULL: operator); returns the member id. Raises CR004 for a bad role or login or for demoting the last owner, CR005 for an unknown org, CR020 when p_by may not grant that.';
+
+CREATE FUNCTION cryo.put_role_map(p_org text, p_claim text, p_value text, p_role text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_created boolean;
+BEGIN
+    IF p_role IS NULL OR p_role NOT IN ('owner', 'admin', 'member', 'viewer') THEN
+        RAISE EXCEPTION 'role must be owner, admin, member or viewer, not %', p_role USING ERRCODE = 'CR004';
+    END IF;
+    IF p_claim IS NULL OR p_claim !~ '^[A-Za-z_][A-Za-z0-9_:./-]{0,127}$' THEN
+        RAISE EXCEPTION 'a claim name is 1 to 128 letters, digits and _ : . / - (starting with a letter or _)'
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_claim IN ('sub', 'iss', 'aud', 'exp', 'iat', 'nbf', 'nonce', 'azp', 'email') THEN
+        RAISE EXCEPTION 'claim % names the person or the token, not a group or role', p_claim
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF coalesce(length(p_value), 0) NOT BETWEEN 1 AND 256 THEN
+        RAISE EXCEPTION 'a claim value is 1 to 256 characters' USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.orgs WHERE slug = p_org) THEN
+        RAISE EXCEPTION 'no org %', p_org USING ERRCODE = 'CR005';
+    END IF;
+    INSERT INTO cryo.oidc_role_maps AS r (org, claim, value, role, created_at)
+    VALUES (p_org, p_claim, p_value, p_role, cryo.now())
+    ON CONFLICT (org, claim, value) DO UPDATE SET role = excluded.role
+    RETURNING (r.xmax = 0) INTO v_created;
+    RETURN v_created;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.put_role_map(p_org text, p_claim text, p_value text, p_role text) IS 'Maps ID token claim p_claim holding p_value to member role p_role in the org (replacing an earlier role for it); returns true when new. Raises CR004 for a bad role, claim name (or one naming the person or token) or value, CR005 for an unknown org.';
 
 CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -3701,6 +3889,24 @@ $$;
 
 COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
 
+CREATE FUNCTION cryo.revoke_session(p_org text, p_session_id text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.sessions SET revoked_at = cryo.now()
+     WHERE org = p_org AND id = p_session_id AND revoked_at IS NULL;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.sessions WHERE org = p_org AND id = p_session_id) THEN
+        RAISE EXCEPTION 'no session % in org %', p_session_id, p_org USING ERRCODE = 'CR005';
+    END IF;
+    RETURN false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.revoke_session(p_org text, p_session_id text) IS 'Revokes a session of the org at once; returns false when it was already revoked. Raises CR005 for a session not of that org.';
+
 CREATE FUNCTION cryo.revoke_token(p_org text, p_token_id text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -3808,6 +4014,22 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Sends a named signal to a live run -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
+
+CREATE FUNCTION cryo.session_info(p_secret_hash bytea) RETURNS TABLE(session_id text, org text, member text, role text, kind text, expires_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY
+        SELECT s.id, s.org, m.login, m.role, s.kind, s.expires_at
+          FROM cryo.sessions s JOIN cryo.members m ON m.id = s.member_id
+         WHERE s.secret_hash = p_secret_hash AND s.revoked_at IS NULL AND s.expires_at > cryo.now();
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no live session (signed out, expired or revoked)' USING ERRCODE = 'CR008';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.session_info(p_secret_hash bytea) IS 'Returns the live session whose secret hashes to the argument: its id, org, member login, role, kind and expiry. Raises CR008 when none is live.';
 
 CREATE FUNCTION cryo.set_admission_queue_limit(p_org text, p_project text, p_limit integer) RETURNS void
     LANGUAGE plpgsql
@@ -4276,6 +4498,23 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
+
+CREATE FUNCTION cryo.take_oidc_login(p_id_hash bytea, p_state text) RETURNS TABLE(nonce text, code_verifier text, org text)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RETURN QUERY
+        DELETE FROM cryo.oidc_logins l
+         WHERE l.id_hash = p_id_hash AND l.state = p_state AND l.expires_at > cryo.now()
+        RETURNING l.nonce, l.code_verifier, l.org;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no sign-in of this browser with that state (unknown, expired, already used, or a forged state)'
+            USING ERRCODE = 'CR041';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.take_oidc_login(p_id_hash bytea, p_state text) IS 'Deletes and returns the live sign-in whose id hashes to p_id_hash and whose state is p_state (nonce, PKCE verifier, org). Raises CR041 when there is none (unknown, expired, used, or the state does not match).';
 
 CREATE FUNCTION cryo.take_status_posts(p_limit integer DEFAULT 20) RETURNS TABLE(run_id text, org text, project text, webhook text, url text, sha text, status text, exit_code integer, error text)
     LANGUAGE sql
@@ -4752,6 +4991,31 @@ CREATE TABLE cryo.members (
 
 COMMENT ON TABLE cryo.members IS 'People of an org and their role (owner, admin, member, viewer); a user token acts for one member.';
 
+CREATE TABLE cryo.oidc_logins (
+    id_hash bytea NOT NULL,
+    state text NOT NULL,
+    nonce text NOT NULL,
+    code_verifier text NOT NULL,
+    org text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.oidc_logins IS 'Browser sign-ins sent to the issuer and not back yet: keyed by the hash of the id in the browser''s cookie, holding the state, nonce and PKCE verifier the callback must match. Single use; gone after a few minutes.';
+
+CREATE TABLE cryo.oidc_role_maps (
+    org text NOT NULL,
+    claim text NOT NULL,
+    value text NOT NULL,
+    role text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT oidc_role_maps_claim_check CHECK ((claim ~ '^[A-Za-z_][A-Za-z0-9_:./-]{0,127}$'::text)),
+    CONSTRAINT oidc_role_maps_role_check CHECK ((role = ANY (ARRAY['owner'::text, 'admin'::text, 'member'::text, 'viewer'::text]))),
+    CONSTRAINT oidc_role_maps_value_check CHECK (((length(value) >= 1) AND (length(value) <= 256)))
+);
+
+COMMENT ON TABLE cryo.oidc_role_maps IS 'An org''s map from an ID token claim value (e.g. claim groups, value ops) to a member role: a person whose token carries it signs in with that role (the highest, when several match), made a member when new.';
+
 CREATE TABLE cryo.orgs (
     slug text NOT NULL,
     name text NOT NULL,
@@ -4872,6 +5136,22 @@ CREATE TABLE cryo.secrets (
 );
 
 COMMENT ON TABLE cryo.secrets IS 'Project secrets, sealed under the org data key; opened only into a claim grant of a trusted run.';
+
+CREATE TABLE cryo.sessions (
+    id text NOT NULL,
+    org text NOT NULL,
+    member_id text NOT NULL,
+    secret_hash bytea NOT NULL,
+    kind text NOT NULL,
+    issuer text NOT NULL,
+    subject text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    revoked_at timestamp with time zone,
+    CONSTRAINT sessions_kind_check CHECK ((kind = ANY (ARRAY['web'::text, 'cli'::text])))
+);
+
+COMMENT ON TABLE cryo.sessions IS 'A person signed in through the OIDC issuer, acting as one member of one org: the web UI''s cookie (kind web) or the CLI''s stored credential (kind cli). Stored as the hash of its secret; it ends at expires_at or when revoked (sign-out, an admin, or the member''s removal).';
 
 CREATE TABLE cryo.signals (
     id bigint NOT NULL,
@@ -5062,6 +5342,12 @@ ALTER TABLE ONLY cryo.node_instances
 ALTER TABLE ONLY cryo.node_states
     ADD CONSTRAINT node_states_pkey PRIMARY KEY (run_id, node_id);
 
+ALTER TABLE ONLY cryo.oidc_logins
+    ADD CONSTRAINT oidc_logins_pkey PRIMARY KEY (id_hash);
+
+ALTER TABLE ONLY cryo.oidc_role_maps
+    ADD CONSTRAINT oidc_role_maps_pkey PRIMARY KEY (org, claim, value);
+
 ALTER TABLE ONLY cryo.orgs
     ADD CONSTRAINT orgs_pkey PRIMARY KEY (slug);
 
@@ -5082,6 +5368,12 @@ ALTER TABLE ONLY cryo.schedules
 
 ALTER TABLE ONLY cryo.secrets
     ADD CONSTRAINT secrets_pkey PRIMARY KEY (org, project, name);
+
+ALTER TABLE ONLY cryo.sessions
+    ADD CONSTRAINT sessions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY cryo.sessions
+    ADD CONSTRAINT sessions_secret_hash_key UNIQUE (secret_hash);
 
 ALTER TABLE ONLY cryo.signals
     ADD CONSTRAINT signals_pkey PRIMARY KEY (id);
@@ -5132,6 +5424,8 @@ CREATE INDEX node_instances_event_waiters ON cryo.node_instances USING btree (or
 
 CREATE INDEX node_instances_job ON cryo.node_instances USING btree (job_run_id) WHERE (job_run_id IS NOT NULL);
 
+CREATE INDEX oidc_logins_expiry ON cryo.oidc_logins USING btree (expires_at);
+
 CREATE INDEX queue_claimed_expiry ON cryo.queue USING btree (claim_expires_at) WHERE (state = 'claimed'::text);
 
 CREATE INDEX queue_graph_pending ON cryo.queue USING btree (enqueued_at) WHERE ((state = 'pending'::text) AND (required_caps = '{graph}'::text[]));
@@ -5153,6 +5447,10 @@ CREATE INDEX runs_parent ON cryo.runs USING btree (parent_run_id) WHERE (parent_
 CREATE INDEX runs_project_created ON cryo.runs USING btree (org, project, created_at DESC);
 
 CREATE INDEX schedules_due ON cryo.schedules USING btree (next_fire_at NULLS FIRST) WHERE (NOT paused);
+
+CREATE INDEX sessions_member ON cryo.sessions USING btree (member_id);
+
+CREATE INDEX sessions_org ON cryo.sessions USING btree (org, created_at);
 
 CREATE INDEX signals_run ON cryo.signals USING btree (run_id);
 
@@ -5202,6 +5500,9 @@ ALTER TABLE ONLY cryo.node_instances
 ALTER TABLE ONLY cryo.node_states
     ADD CONSTRAINT node_states_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
 
+ALTER TABLE ONLY cryo.oidc_role_maps
+    ADD CONSTRAINT oidc_role_maps_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
 ALTER TABLE ONLY cryo.projects
     ADD CONSTRAINT projects_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
 
@@ -5222,6 +5523,12 @@ ALTER TABLE ONLY cryo.schedules
 
 ALTER TABLE ONLY cryo.secrets
     ADD CONSTRAINT secrets_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug);
+
+ALTER TABLE ONLY cryo.sessions
+    ADD CONSTRAINT sessions_member_id_fkey FOREIGN KEY (member_id) REFERENCES cryo.members(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.sessions
+    ADD CONSTRAINT sessions_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
 
 ALTER TABLE ONLY cryo.signals
     ADD CONSTRAINT signals_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);

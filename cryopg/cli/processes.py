@@ -128,6 +128,16 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
+def _oidc_from_env() -> Any:
+    """Sign-in through an OIDC issuer, when CRYOPG_OIDC_ISSUER and _CLIENT_ID are set."""
+    from cryopg.server.oidc import OidcSettings
+
+    try:
+        return OidcSettings.from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @click.command("server")
 @DB_URL
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -146,7 +156,7 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
         raise click.ClickException(
             "CRYOPG_MASTER_KEY is not set; the server will not start without its master key")
     config = ServerConfig(database_url, master, claim_seconds=claim_seconds,
-                          tick_interval=tick_interval)
+                          tick_interval=tick_interval, oidc=_oidc_from_env())
 
     async def run() -> None:
         stop = _stop_event()
@@ -347,7 +357,7 @@ def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample:
         _migrate(database_url)
         master = _dev_master_key(state)
         config = ServerConfig(database_url, master, claim_seconds=claim_seconds,
-                              tick_interval=tick_interval)
+                              tick_interval=tick_interval, oidc=_oidc_from_env())
         asyncio.run(_dev_main(config, state, host, port, agents,
                               None if no_sample else sample))
     finally:

@@ -1,7 +1,9 @@
 """Which server, token and project the CLI talks to.
 
 `CRYOPG_URL` + `CRYOPG_TOKEN` point anywhere; otherwise the dev stack's
-`.cryopg/dev.json` is found from the current directory or one of its parents.
+`.cryopg/dev.json` is found from the current directory or one of its parents; otherwise
+the sign-in `cryopg login` stored (for `CRYOPG_URL` when only that is set, else the last
+server signed in to).
 """
 
 from __future__ import annotations
@@ -62,17 +64,38 @@ def resolve() -> Target:
     if env.get("CRYOPG_URL"):
         token = env.get("CRYOPG_TOKEN")
         if not token:
-            raise click.ClickException("CRYOPG_URL is set but CRYOPG_TOKEN is not")
+            signed = _signed_in(env["CRYOPG_URL"])
+            if signed is None:
+                raise click.ClickException(
+                    "CRYOPG_URL is set but CRYOPG_TOKEN is not (nor has `cryopg login --url "
+                    f"{env['CRYOPG_URL']}` signed in there)")
+            return _target_of(signed, org, project)
         return Target(env["CRYOPG_URL"].rstrip("/"), token, org or "dev", project or "default",
                       env.get("CRYOPG_AGENT_TOKEN"))
     found = find_dev_file()
     if found is None:
+        signed = _signed_in(None)
+        if signed is not None:
+            return _target_of(signed, org, project)
         raise click.ClickException(
-            "no cryopg dev stack found here or above (start `cryopg dev`, or set CRYOPG_URL and "
-            "CRYOPG_TOKEN)")
+            "no cryopg dev stack found here or above (start `cryopg dev`, sign in with "
+            "`cryopg login --url URL`, or set CRYOPG_URL and CRYOPG_TOKEN)")
     try:
         dev = json.loads(found.read_text())
         return Target(dev["url"], dev["user_token"], org or dev["org"], project or dev["project"],
                       dev.get("agent_token"))
     except (ValueError, KeyError) as exc:
         raise click.ClickException(f"{found} is not a valid dev stack file: {exc}") from exc
+
+
+def _signed_in(url: str | None) -> dict[str, object] | None:
+    """The stored sign-in for url (None: the last one), never inside a run."""
+    refuse_inside_run()
+    from cryopg.cli import credentials
+
+    return credentials.entry_for(url)
+
+
+def _target_of(signed: dict[str, object], org: str | None, project: str | None) -> Target:
+    return Target(str(signed["url"]), str(signed["session"]), org or str(signed["org"]),
+                  project or str(signed["project"]))

@@ -69,6 +69,23 @@ from cryopg.engine.reads import (
     run_entity_cells,
     watch_run,
 )
+from cryopg.engine.sessions import (
+    PendingLogin,
+    RoleMap,
+    SessionInfo,
+    SessionRow,
+    SignedIn,
+    begin_oidc_login,
+    delete_role_map,
+    end_session,
+    list_role_maps,
+    list_sessions,
+    oidc_sign_in,
+    put_role_map,
+    revoke_session,
+    session_info,
+    take_oidc_login,
+)
 from cryopg.engine.state import (
     state_add,
     state_cas,
@@ -192,6 +209,21 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "PendingLogin",
+    "RoleMap",
+    "SessionInfo",
+    "SessionRow",
+    "SignedIn",
+    "begin_oidc_login",
+    "delete_role_map",
+    "end_session",
+    "list_role_maps",
+    "list_sessions",
+    "oidc_sign_in",
+    "put_role_map",
+    "revoke_session",
+    "session_info",
+    "take_oidc_login",
     "DueSchedule",
     "Delivery",
     "Handler",

@@ -13,7 +13,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
-from cryopg.server import agent_api, graph_driver, openapi, triggers, ui, user_api
+from cryopg.server import agent_api, graph_driver, openapi, sign_in, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.agent_api.claims import AGENTS_SEEN
 from cryopg.server.auth import AGENT_TOKENS
@@ -130,5 +130,6 @@ def build_app(config: ServerConfig) -> web.Application:
     openapi.add_routes(app)
     user_api.add_routes(app)
     agent_api.add_routes(app)
+    sign_in.add_routes(app)
     ui.add_routes(app)
     return app

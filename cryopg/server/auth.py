@@ -3,11 +3,21 @@
 A user route names the role it needs; cryo.authorize_user checks the token, that the
 org and project of the path are the token's own (else 404, never a 403 that would
 confirm another tenant's project exists) and the member's role (else 403).
+
+A person signed in through the OIDC issuer holds a session instead (cryo.sessions): the
+CLI presents its secret as a bearer token, the web UI's browser as a cookie. A browser
+sends a cookie with requests other sites' pages make, so a cookie alone authorizes only
+safe methods; anything else also needs the X-Cryo-CSRF header, whose value is derived
+from the session's secret and handed to the page itself (GET /api/v1/auth/session). A
+page of another origin can neither read it nor, without a CORS preflight this server
+never grants, send a custom header.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import re
 import secrets
 import time
@@ -19,7 +29,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo, UserAuth
-from cryopg.errors import InvalidArgument, NotFound, Unauthorized
+from cryopg.errors import CsrfRefused, InvalidArgument, NotFound, Unauthorized
 from cryopg.server.bodies import claim_token
 from cryopg.server.state import POOL
 
@@ -41,11 +51,49 @@ def _bearer(request: web.Request) -> bytes:
     return secret_hash(header[7:].strip())
 
 
+# The session cookie: `__Host-` (Secure, Path=/, no Domain: no other host can set it)
+# wherever the browser reaches the server over HTTPS or not on loopback.
+SESSION_COOKIES = ("__Host-cryo_session", "cryo_session")
+CSRF_HEADER = "X-Cryo-CSRF"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def session_cookie(request: web.Request) -> str | None:
+    for name in SESSION_COOKIES:
+        value = request.cookies.get(name)
+        if value:
+            return value
+    return None
+
+
+def csrf_of(session_secret: str) -> str:
+    """The anti-forgery value of a session: only who holds the cookie's value has it."""
+    digest = hashlib.sha256(b"cryopg-csrf\0" + session_secret.encode()).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def user_secret_hash(request: web.Request) -> bytes:
+    """The hash of the caller's user credential: a bearer token (a user token or a CLI
+    session), else the web session cookie, which for an unsafe method must come with
+    its X-Cryo-CSRF header."""
+    if request.headers.get("Authorization"):
+        return _bearer(request)
+    cookie = session_cookie(request)
+    if cookie is None:
+        raise Unauthorized("missing bearer token or session")
+    if request.method not in SAFE_METHODS:
+        sent = request.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(sent.encode(), csrf_of(cookie).encode()):
+            raise CsrfRefused(f"a request made with the session cookie needs its {CSRF_HEADER}"
+                              " header (the web UI sends it)")
+    return secret_hash(cookie)
+
+
 async def require_user(request: web.Request, need: str = VIEWER, *,
                        project: bool = True) -> UserAuth:
-    """A user token of the path's org (and project, unless an org-level route) whose
-    member holds at least `need`."""
-    hashed = _bearer(request)
+    """A user token or session of the path's org (and project, unless an org-level
+    route) whose member holds at least `need`."""
+    hashed = user_secret_hash(request)
     org = request.match_info["org"]
     proj = request.match_info.get("project") if project else None
     async with connection(request.app[POOL]) as conn:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from cryopg.seal import MasterKey
+
+if TYPE_CHECKING:
+    from cryopg.server.oidc import OidcSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,3 +19,4 @@ class ServerConfig:
     tick_interval: float = 1.0
     claim_wait_max: float = 25.0
     pool_size: int = 10
+    oidc: OidcSettings | None = None  # sign-in through an OIDC issuer (CRYOPG_OIDC_*)

@@ -48,8 +48,8 @@ G = "/api/v1/orgs/{org}"
 A = "/api/v1/agent/runs/{run}"
 
 # (method, path, auth, summary, request body schema or None, query parameters)
-# auth: "user" (a user token, the route names the role), "agent" (an agent token),
-# "signature" (a webhook's HMAC), "none".
+# auth: "user" (a user token or session, the route names the role), "agent" (an agent
+# token), "signature" (a webhook's HMAC), "cookie" (the web UI's session), "none".
 ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str, Any]]]] = [
     ("GET", "/api/v1/health", "none", "The server and its database answer", None, {}),
     ("GET", OPENAPI_PATH, "none", "This document", None, {}),
@@ -92,6 +92,23 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("PUT", f"{G}/members/{{login}}", "user", "Add a member or change its role",
      _obj(("role",), role=_S), {}),
     ("DELETE", f"{G}/members/{{login}}", "user", "Remove a member", None, {}),
+    ("GET", f"{G}/role-maps", "user", "Which ID token claim values give which role", None, {}),
+    ("PUT", f"{G}/role-maps/{{claim}}/{{value}}", "user",
+     "Give a role to whoever's ID token claim holds a value", _obj(("role",), role=_S), {}),
+    ("DELETE", f"{G}/role-maps/{{claim}}/{{value}}", "user", "Remove a claim's role", None, {}),
+    ("GET", f"{G}/sessions", "user", "The org's live sign-in sessions", None, {}),
+    ("DELETE", f"{G}/sessions/{{session}}", "user", "End a sign-in session", None, {}),
+    ("GET", "/api/v1/auth/config", "none", "How to sign in: the OIDC issuer and client id",
+     None, {}),
+    ("GET", "/api/v1/auth/oidc/login", "none",
+     "Start a browser sign-in at the issuer (redirects)", None, {"org": _S}),
+    ("GET", "/api/v1/auth/oidc/callback", "none",
+     "Where the issuer sends the browser back (sets the session cookie)", None,
+     {"code": _S, "state": _S, "error": _S, "error_description": _S}),
+    ("POST", "/api/v1/auth/oidc/cli", "none", "Trade an ID token for a CLI session",
+     _obj(("id_token", "org"), id_token=_S, org=_S, nonce=_S), {}),
+    ("GET", "/api/v1/auth/session", "cookie", "Who the session cookie signs in", None, {}),
+    ("POST", "/api/v1/auth/logout", "user", "End the caller's session", None, {}),
     ("GET", f"{G}/projects", "user", "The org's projects", None, {}),
     ("POST", f"{G}/projects", "user", "Create a project", _obj(("slug",), slug=_S, name=_S), {}),
     ("PATCH", P, "user", "Rename a project", _obj(("name",), name=_S), {}),

@@ -163,6 +163,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR021', 'tenant_denied', 'the database role is not bound to that org and project (or to no tenant at all)'),
         ('CR030', 'queue_full', 'the concurrency group''s queue holds its limit of runs'),
         ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
+        ('CR040', 'not_a_member', 'the person who signed in is not a member of that org, and no claim of theirs maps to a role'),
+        ('CR041', 'sign_in_expired', 'no sign-in of this browser matches: unknown, expired, already used, or a forged state'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS

@@ -116,6 +116,13 @@ BEGIN
       FROM cryo.tokens t LEFT JOIN cryo.members m ON m.id = t.member_id
      WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL
        AND (t.expires_at IS NULL OR t.expires_at > cryo.now());
+    IF NOT FOUND THEN
+        -- A session of somebody signed in through the OIDC issuer acts like a user token.
+        SELECT s.id, 'user' AS kind, s.org, m.login, m.role INTO v_tok
+          FROM cryo.sessions s JOIN cryo.members m ON m.id = s.member_id
+         WHERE s.secret_hash = p_secret_hash AND s.revoked_at IS NULL
+           AND s.expires_at > cryo.now();
+    END IF;
     IF NOT FOUND OR v_tok.kind <> 'user' OR v_tok.role IS NULL THEN
         RAISE EXCEPTION 'unknown, revoked or expired user token' USING ERRCODE = 'CR008';
     END IF;
@@ -132,7 +139,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.authorize_user(bytea, text, text, text) IS
-    'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner); returns the token id, member login and role. Raises CR008 for a token that is not a live user token, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+    'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner), made with a user token or a signed-in session (cryo.sessions); returns the token or session id, member login and role. Raises CR008 for a secret that is neither a live user token nor a live session, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
 
 CREATE OR REPLACE FUNCTION cryo.list_tokens(p_org text)
 RETURNS TABLE (id text, kind text, name text, member text, capabilities text[],

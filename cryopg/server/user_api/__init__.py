@@ -17,6 +17,7 @@ from cryopg.server.user_api import (
     logs,
     runs,
     secrets,
+    sign_ins,
     signals_events,
     state,
     triggers,
@@ -25,5 +26,5 @@ from cryopg.server.user_api import (
 
 def add_routes(app: web.Application) -> None:
     for module in (runs, graphs, logs, live, signals_events, state, admin, secrets, triggers,
-                   hooks):
+                   hooks, sign_ins):
         module.add_routes(app)

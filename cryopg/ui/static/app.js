@@ -20,7 +20,41 @@ const S = {
     sessionStorage.setItem("cryo.project", project);
   },
   clear() { sessionStorage.removeItem("cryo.token"); },
+  // Signed in through the OIDC issuer: the browser holds an HttpOnly session cookie the
+  // page never sees; the page holds the anti-forgery value every change must carry.
+  cookie: null,  // { org, login, role, csrf } while such a session is open
+  get signedIn() { return Boolean(this.token || this.cookie); },
 };
+
+// Asks the server whether this browser's cookie signs somebody in (never with a token).
+async function loadCookieSession() {
+  S.cookie = null;
+  try {
+    const r = await fetch("/api/v1/auth/session", { credentials: "same-origin" });
+    if (r.ok) S.cookie = await r.json();
+  } catch (_) { S.cookie = null; }
+  if (S.cookie && S.cookie.org !== S.org) {
+    sessionStorage.setItem("cryo.org", S.cookie.org);
+    sessionStorage.setItem("cryo.project", "default");
+  }
+}
+
+function authHeaders(method) {
+  if (S.token) return { Authorization: `Bearer ${S.token}` };
+  if (S.cookie && !["GET", "HEAD"].includes(method)) return { "X-Cryo-CSRF": S.cookie.csrf };
+  return {};
+}
+
+async function signOut() {
+  if (S.cookie) {
+    try {
+      await fetch("/api/v1/auth/logout", { method: "POST", credentials: "same-origin",
+                                           headers: { "X-Cryo-CSRF": S.cookie.csrf } });
+    } catch (_) { /* the page forgets the session either way */ }
+    S.cookie = null;
+  }
+  S.clear(); me = null; location.hash = "#/login";
+}
 
 // `cryopg dev` prints a link whose fragment carries a dev login (#login=TOKEN&org=..&project=..):
 // the fragment never reaches the server's logs; it is taken and removed from the URL at
@@ -35,7 +69,8 @@ async function takeFragmentLogin() {
   const p = new URLSearchParams(h);
   const token = p.get("login") || "", org = p.get("org") || "dev", project = p.get("project") || "default";
   if (!token) return;
-  if (S.token && S.token !== token) {
+  if (!S.token && !S.cookie) await loadCookieSession();
+  if ((S.token && S.token !== token) || (!S.token && S.cookie)) {
     let login = null;
     try {
       const r = await fetch(`/api/v1/orgs/${encodeURIComponent(org)}/me`,
@@ -180,15 +215,16 @@ function projectPath(rest) {
 }
 
 async function api(path, opts = {}) {
-  const headers = { Authorization: `Bearer ${S.token}` };
+  const method = opts.method || "GET";
+  const headers = authHeaders(method);
   if (opts.body !== undefined) headers["Content-Type"] = "application/json";
-  const r = await fetch(path, { method: opts.method || "GET", headers,
+  const r = await fetch(path, { method, headers, credentials: "same-origin",
     body: opts.body !== undefined ? JSON.stringify(opts.body) : undefined, signal: opts.signal });
   let body = null;
   try { body = await r.json(); } catch (_) { body = null; }
   if (!r.ok) {
     const e = (body && body.error) || {};
-    if (r.status === 401 && !opts.signingIn) { S.clear(); me = null; route(); }
+    if (r.status === 401 && !opts.signingIn) { S.clear(); S.cookie = null; me = null; route(); }
     throw new ApiError(r.status, e.code || "http", e.message || `HTTP ${r.status}`);
   }
   return body;
@@ -197,8 +233,8 @@ async function api(path, opts = {}) {
 // Server-sent events over fetch (EventSource cannot send an Authorization header).
 // Calls onEvent(name, data) per event; resolves when the stream ends or is aborted.
 async function sse(path, onEvent, signal) {
-  const r = await fetch(path, { headers: { Authorization: `Bearer ${S.token}`,
-                                           Accept: "text/event-stream" }, signal });
+  const r = await fetch(path, { headers: { ...authHeaders("GET"), Accept: "text/event-stream" },
+                                credentials: "same-origin", signal });
   if (!r.ok) throw new ApiError(r.status, "http", `stream: HTTP ${r.status}`);
   const reader = r.body.getReader();
   const dec = new TextDecoder();
@@ -242,12 +278,12 @@ let me = null;
 function navLinks() {
   const nav = document.getElementById("nav");
   nav.replaceChildren();
-  if (!S.token) return;
+  if (!S.signedIn) return;
   nav.append(el("a", { href: "#/runs" }, "Runs"), el("a", { href: "#/events" }, "Events"),
              el("a", { href: "#/secrets" }, "Secrets"), el("a", { href: "#/members" }, "Members"));
   document.getElementById("who").replaceChildren(
     `${S.org}/${S.project}${me ? ` · ${me.login} (${me.role})` : ""} `,
-    el("button", { onclick: () => { S.clear(); me = null; location.hash = "#/login"; } }, "Sign out"));
+    el("button", { id: "sign-out", onclick: signOut }, "Sign out"));
 }
 
 async function route() {
@@ -258,10 +294,16 @@ async function route() {
   const main = document.getElementById("main");
   const [path, qs] = location.hash.replace(/^#/, "").split("?");
   const q = new URLSearchParams(qs || "");
-  if (!S.token) { document.getElementById("who").replaceChildren(); navLinks(); return loginPage(main); }
+  if (!S.token && !S.cookie) {
+    await loadCookieSession();
+    if (ctl !== current) return;
+  }
+  if (!S.signedIn) { document.getElementById("who").replaceChildren(); navLinks(); return loginPage(main); }
   if (!me) {
     try { me = await api(`/api/v1/orgs/${encodeURIComponent(S.org)}/me`, { signingIn: true }); }
-    catch (e) { if (e.status === 401 || e.status === 404) { S.clear(); return loginPage(main, e.message); } }
+    catch (e) {
+      if (e.status === 401 || e.status === 404) { S.clear(); S.cookie = null; return loginPage(main, e.message); }
+    }
     if (ctl !== current) return;  // another navigation took over while we asked
   }
   navLinks();
@@ -298,6 +340,24 @@ function loginPage(main, err) {
   }, el("label", {}, "API token", token), el("label", {}, "Organisation", org),
      el("label", {}, "Project", project), el("button", { type: "submit", id: "login-submit" }, "Sign in"),
      msg));
+  offerIssuerSignIn(main, org, project);
+}
+
+// With an OIDC issuer configured, people sign in there: the server starts the sign-in
+// and sets the session cookie when the issuer sends the browser back.
+async function offerIssuerSignIn(main, org, project) {
+  let cfg = null;
+  try { cfg = await (await fetch("/api/v1/auth/config")).json(); } catch (_) { cfg = null; }
+  if (!cfg || !cfg.oidc) return;
+  const go = el("button", { type: "button", id: "sign-in-oidc", onclick: () => {
+    const o = org.value.trim() || "dev";
+    sessionStorage.setItem("cryo.org", o);
+    sessionStorage.setItem("cryo.project", project.value.trim() || "default");
+    location.href = `/api/v1/auth/oidc/login?org=${encodeURIComponent(o)}`;
+  } }, "Sign in with your identity provider");
+  main.insertBefore(el("div", { class: "card", id: "oidc-card" }, go,
+    el("p", { class: "muted" }, `Through ${cfg.oidc.issuer}, into the organisation below. ` +
+      "Or sign in with an API token.")), main.children[1] || null);
 }
 
 // -- runs list --------------------------------------------------------------------------
