@@ -57,7 +57,10 @@ class Sandbox:
         userns = ["--unshare-user", "--disable-userns"] if self.uid is None else []
         args = [self.bwrap, *userns, "--unshare-pid", "--unshare-net", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-                "--hostname", "cryo-job"]
+                "--hostname", "cryo-job",
+                # First, so what is bound below stays visible when it lives under /tmp
+                # (a checkout cloned there, say); /tmp is everyone's, as on any host.
+                "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
         for link in SYSTEM_LINKS:
             if os.path.islink(link):
                 args += ["--symlink", os.readlink(link), link]
@@ -69,7 +72,6 @@ class Sandbox:
             args += ["--perms", "0755", "--dir", parent]
         for path in self.readonly:
             args += ["--ro-bind", path, path]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         for path in writable:
             args += ["--bind", path, path]
         args += ["--chdir", cwd, "--"]
