@@ -16,8 +16,9 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from cryopg import engine
+from cryopg.db import translated
 from cryopg.engine import NodeRow, PlanRow
-from cryopg.errors import CryoError
+from cryopg.errors import CryoError, DatabaseUnavailable
 from cryopg.graphs.document import seconds
 from cryopg.graphs.http_request import job_source
 from cryopg.seal import Sealer
@@ -55,18 +56,25 @@ async def start(turn: Turn, p: PlanRow, rows: list[NodeRow]) -> bool:
     assert p.node_id is not None and p.item is not None
     c = p.config or {}
     try:
-        if p.type == "state":
-            out = await _state(turn, p, c, rows)
-            await turn.record(p.node_id, p.item, True, out)
-            return True
-        if p.type == "wait":
-            return await _wait(turn, p, c)
-        if p.type == "approval":
-            await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item,
-                                         "approval", None, None)
-            return False
-        await _job(turn, p, c)
-        return False
+        # A savepoint: a call the database refuses undoes only this start, and the turn's
+        # transaction stays usable to record the failure (without it the whole turn
+        # rolled back and the driver retried the same run forever).
+        with translated():
+            async with turn.conn.transaction():
+                if p.type == "state":
+                    out = await _state(turn, p, c, rows)
+                    await turn.record(p.node_id, p.item, True, out)
+                    return True
+                if p.type == "wait":
+                    return await _wait(turn, p, c)
+                if p.type == "approval":
+                    await engine.graph_wait_item(turn.conn, turn.run_id, turn.token,
+                                                 p.node_id, p.item, "approval", None, None)
+                    return False
+                await _job(turn, p, c)
+                return False
+    except DatabaseUnavailable:
+        raise  # an outage fails no node: the turn rolls back and runs again
     except (CryoError, ValueError, TypeError) as exc:
         # A node that cannot even start (a key it may not write, a number that is not
         # one, a stored workflow that is not there) fails, with the reason.

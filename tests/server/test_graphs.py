@@ -268,3 +268,21 @@ async def test_a_node_concurrency_group_holds_one_instance_at_a_time(srv: Server
     assert second is not None and second["run_id"] != first["run_id"]
     await srv.finish(second)
     assert [(await until(srv, i, ended))["status"] for i in (a, b)] == ["succeeded"] * 2
+
+
+async def test_a_state_node_the_database_refuses_fails_its_node_not_the_driver(
+        srv: Server) -> None:
+    # A refusal inside a turn (here a malformed entity name) must end the node with the
+    # reason; it used to abort the turn's transaction, so the driver rolled back and
+    # retried the same run forever.
+    doc = graph([
+        {"id": "bad", "type": "state",
+         "config": {"op": "set", "key": "k", "entity": "no spaces allowed", "value": 1}},
+        {"id": "after", "type": "state", "config": {"op": "get", "key": "k"}},
+    ], [("bad", "after")])
+    run_id = await submit_graph(srv, doc)
+    run = await until(srv, run_id, ended)
+    assert run["status"] == "failed", run
+    bad = nodes_of(run)["bad"]
+    assert bad["status"] == "failed" and "entity name" in (bad.get("error") or ""), bad
+    assert nodes_of(run)["after"]["status"] != "succeeded"
