@@ -1,0 +1,247 @@
+"""Where artifact bytes live: a directory (the default) or an S3 bucket.
+
+A blob's address is its project and SHA-256 (`{org}/{project}/{sha[:2]}/{sha}`), so
+the same bytes put twice are stored once per project and a name is only an index row.
+Bytes always move in chunks: an upload is hashed while it is spooled to a file (the
+digest is its address, known only at the end), a download is read a chunk at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryopg.artifacts.settings import ArtifactSettings, S3Settings
+from cryopg.errors import InvalidArgument
+
+CHUNK = 1 << 20  # bytes read or written at a time
+PART = 8 << 20  # an S3 multipart upload's part (the least S3 takes is 5 MiB)
+SIGN_SECONDS = 900
+
+
+class Spool:
+    """An upload on its way to the store: a temporary file, its digest and size."""
+
+    def __init__(self, directory: Path | None) -> None:
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="upload-", dir=directory)
+        self.path = Path(name)
+        self._file = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    async def write(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+        self.size += len(chunk)
+        await asyncio.to_thread(self._file.write, chunk)
+
+    def finish(self, expect: str | None) -> str:
+        self._file.close()
+        digest = self._hash.hexdigest()
+        if expect is not None and digest != expect:
+            self.discard()
+            raise InvalidArgument(f"the bytes sent have SHA-256 {digest}, not {expect}")
+        return digest
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+async def spool(chunks: AsyncIterator[bytes], directory: Path | None, expect: str | None,
+                limit: int | None = None) -> tuple[Spool, str]:
+    """Every chunk into a Spool, hashed on the way; refuses more than `limit` bytes."""
+    out = Spool(directory)
+    try:
+        async for chunk in chunks:
+            await out.write(chunk)
+            if limit is not None and out.size > limit:
+                raise InvalidArgument(f"the upload is larger than the {limit} bytes announced")
+        return out, out.finish(expect)
+    except BaseException:
+        out.discard()
+        raise
+
+
+def blob_key(org: str, project: str, sha256: str) -> str:
+    return f"{org}/{project}/{sha256[:2]}/{sha256}"
+
+
+class BlobStore(Protocol):
+    can_sign: bool
+
+    async def close(self) -> None: ...
+
+    async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
+                  expect: str | None = None, limit: int | None = None) -> tuple[str, int]: ...
+
+    def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]: ...
+
+    async def size(self, org: str, project: str, sha256: str) -> int | None: ...
+
+    async def delete(self, org: str, project: str, sha256: str) -> None: ...
+
+    async def sign(self, method: str, org: str, project: str, sha256: str,
+                   size: int) -> dict[str, Any] | None: ...
+
+
+class DirStore:
+    """Blobs as files under one directory; a put lands by rename, so a reader never sees
+    half a blob."""
+
+    can_sign = False
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._tmp = root / ".uploads"
+
+    async def close(self) -> None:
+        pass
+
+    def _path(self, org: str, project: str, sha256: str) -> Path:
+        return self.root / blob_key(org, project, sha256)
+
+    async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
+                  expect: str | None = None, limit: int | None = None) -> tuple[str, int]:
+        sp, digest = await spool(chunks, self._tmp, expect, limit)
+        final = self._path(org, project, digest)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(sp.path, final)
+        return digest, sp.size
+
+    async def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]:
+        with open(self._path(org, project, sha256), "rb") as fh:
+            while chunk := await asyncio.to_thread(fh.read, CHUNK):
+                yield chunk
+
+    async def size(self, org: str, project: str, sha256: str) -> int | None:
+        try:
+            return self._path(org, project, sha256).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    async def delete(self, org: str, project: str, sha256: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(org, project, sha256).unlink()
+
+    async def sign(self, method: str, org: str, project: str, sha256: str,
+                   size: int) -> dict[str, Any] | None:
+        return None
+
+
+class S3Store:
+    """Blobs as objects of one bucket (any S3-compatible endpoint), through aiobotocore.
+    Uploads past PART bytes go in parts, so no blob is ever held whole."""
+
+    can_sign = True
+
+    def __init__(self, settings: S3Settings, spool_dir: Path | None = None) -> None:
+        self._settings = settings
+        self._spool_dir = spool_dir
+        self._client: Any = None
+        self._stack = contextlib.AsyncExitStack()
+
+    async def open(self) -> S3Store:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import get_session
+
+        s = self._settings
+        self._client = await self._stack.enter_async_context(get_session().create_client(
+            "s3", endpoint_url=s.endpoint, region_name=s.region,
+            aws_access_key_id=s.access_key, aws_secret_access_key=s.secret_key,
+            config=AioConfig(signature_version="s3v4",
+                             s3={"addressing_style": "path"})))
+        return self
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    def _key(self, org: str, project: str, sha256: str) -> dict[str, str]:
+        return {"Bucket": self._settings.bucket, "Key": blob_key(org, project, sha256)}
+
+    async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
+                  expect: str | None = None, limit: int | None = None) -> tuple[str, int]:
+        sp, digest = await spool(chunks, self._spool_dir, expect, limit)
+        try:
+            await self.put_file(org, project, digest, sp.path, sp.size)
+        finally:
+            sp.discard()
+        return digest, sp.size
+
+    async def put_file(self, org: str, project: str, sha256: str, path: Path, size: int) -> None:
+        key = self._key(org, project, sha256)
+        with open(path, "rb") as fh:
+            if size <= PART:
+                body = await asyncio.to_thread(fh.read)
+                await self._client.put_object(Body=body, **key)
+                return
+            upload = await self._client.create_multipart_upload(**key)
+            upload_id = upload["UploadId"]
+            parts = []
+            try:
+                number = 1
+                while chunk := await asyncio.to_thread(fh.read, PART):
+                    done = await self._client.upload_part(
+                        Body=chunk, PartNumber=number, UploadId=upload_id, **key)
+                    parts.append({"ETag": done["ETag"], "PartNumber": number})
+                    number += 1
+                await self._client.complete_multipart_upload(
+                    UploadId=upload_id, MultipartUpload={"Parts": parts}, **key)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self._client.abort_multipart_upload(UploadId=upload_id, **key)
+                raise
+
+    async def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]:
+        resp = await self._client.get_object(**self._key(org, project, sha256))
+        async with resp["Body"] as body:
+            while chunk := await body.read(CHUNK):
+                yield chunk
+
+    async def size(self, org: str, project: str, sha256: str) -> int | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            head = await self._client.head_object(**self._key(org, project, sha256))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return int(head["ContentLength"])
+
+    async def delete(self, org: str, project: str, sha256: str) -> None:
+        await self._client.delete_object(**self._key(org, project, sha256))
+
+    async def sign(self, method: str, org: str, project: str, sha256: str,
+                   size: int) -> dict[str, Any] | None:
+        """A URL the agent uses directly. A PUT carries the digest as S3's own checksum,
+        so the store refuses bytes other than the ones the index will name."""
+        params = self._key(org, project, sha256)
+        if method == "PUT":
+            checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
+            url = await self._client.generate_presigned_url(
+                "put_object", Params={**params, "ChecksumSHA256": checksum},
+                ExpiresIn=SIGN_SECONDS)
+            return {"url": url, "method": "PUT",
+                    "headers": {"x-amz-checksum-sha256": checksum,
+                                "Content-Length": str(size)}}
+        url = await self._client.generate_presigned_url("get_object", Params=params,
+                                                        ExpiresIn=SIGN_SECONDS)
+        return {"url": url, "method": "GET", "headers": {}}
+
+
+async def open_store(settings: ArtifactSettings) -> BlobStore:
+    if settings.s3 is not None:
+        return await S3Store(settings.s3).open()
+    settings.directory.mkdir(parents=True, exist_ok=True)
+    return DirStore(settings.directory)
