@@ -243,5 +243,4 @@ class S3Store:
 async def open_store(settings: ArtifactSettings) -> BlobStore:
     if settings.s3 is not None:
         return await S3Store(settings.s3).open()
-    settings.directory.mkdir(parents=True, exist_ok=True)
-    return DirStore(settings.directory)
+    return DirStore(settings.directory)  # made at the first put, not before
