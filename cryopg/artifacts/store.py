@@ -9,8 +9,8 @@ digest is its address, known only at the end), a download is read a chunk at a t
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
+import datetime as dt
 import hashlib
 import os
 import tempfile
@@ -140,107 +140,76 @@ class DirStore:
 
 
 class S3Store:
-    """Blobs as objects of one bucket (any S3-compatible endpoint), through aiobotocore.
-    Uploads past PART bytes go in parts, so no blob is ever held whole."""
+    """Blobs as objects of one bucket (any S3-compatible endpoint), through obstore (the
+    S3 client the log store uses too). Uploads past PART bytes go in parts, at most two
+    in flight, so no blob is ever held whole."""
 
     can_sign = True
 
     def __init__(self, settings: S3Settings, spool_dir: Path | None = None) -> None:
-        self._settings = settings
+        from obstore.store import S3Store as ObjectStore
+
         self._spool_dir = spool_dir
-        self._client: Any = None
-        self._stack = contextlib.AsyncExitStack()
-
-    async def open(self) -> S3Store:
-        from aiobotocore.config import AioConfig
-        from aiobotocore.session import get_session
-
-        s = self._settings
-        self._client = await self._stack.enter_async_context(get_session().create_client(
-            "s3", endpoint_url=s.endpoint, region_name=s.region,
-            aws_access_key_id=s.access_key, aws_secret_access_key=s.secret_key,
-            config=AioConfig(signature_version="s3v4",
-                             s3={"addressing_style": "path"})))
-        return self
+        endpoint = settings.endpoint
+        self._store = ObjectStore(
+            settings.bucket, endpoint=endpoint, region=settings.region,
+            access_key_id=settings.access_key, secret_access_key=settings.secret_key,
+            virtual_hosted_style_request=False,
+            client_options={"allow_http": bool(endpoint and endpoint.startswith("http:"))})
 
     async def close(self) -> None:
-        await self._stack.aclose()
-
-    def _key(self, org: str, project: str, sha256: str) -> dict[str, str]:
-        return {"Bucket": self._settings.bucket, "Key": blob_key(org, project, sha256)}
+        pass
 
     async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
                   expect: str | None = None, limit: int | None = None) -> tuple[str, int]:
         sp, digest = await spool(chunks, self._spool_dir, expect, limit)
         try:
-            await self.put_file(org, project, digest, sp.path, sp.size)
+            await self.put_file(org, project, digest, sp.path)
         finally:
             sp.discard()
         return digest, sp.size
 
-    async def put_file(self, org: str, project: str, sha256: str, path: Path, size: int) -> None:
-        key = self._key(org, project, sha256)
-        with open(path, "rb") as fh:
-            if size <= PART:
-                body = await asyncio.to_thread(fh.read)
-                await self._client.put_object(Body=body, **key)
-                return
-            upload = await self._client.create_multipart_upload(**key)
-            upload_id = upload["UploadId"]
-            parts = []
-            try:
-                number = 1
-                while chunk := await asyncio.to_thread(fh.read, PART):
-                    done = await self._client.upload_part(
-                        Body=chunk, PartNumber=number, UploadId=upload_id, **key)
-                    parts.append({"ETag": done["ETag"], "PartNumber": number})
-                    number += 1
-                await self._client.complete_multipart_upload(
-                    UploadId=upload_id, MultipartUpload={"Parts": parts}, **key)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await self._client.abort_multipart_upload(UploadId=upload_id, **key)
-                raise
+    async def put_file(self, org: str, project: str, sha256: str, path: Path) -> None:
+        import obstore
+
+        await obstore.put_async(self._store, blob_key(org, project, sha256), path,
+                                chunk_size=PART, max_concurrency=2)
 
     async def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]:
-        resp = await self._client.get_object(**self._key(org, project, sha256))
-        async with resp["Body"] as body:
-            while chunk := await body.read(CHUNK):
-                yield chunk
+        import obstore
+
+        resp = await obstore.get_async(self._store, blob_key(org, project, sha256))
+        async for chunk in resp.stream(min_chunk_size=CHUNK):
+            yield bytes(chunk)
 
     async def size(self, org: str, project: str, sha256: str) -> int | None:
-        from botocore.exceptions import ClientError
+        import obstore
 
         try:
-            head = await self._client.head_object(**self._key(org, project, sha256))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return None
-            raise
-        return int(head["ContentLength"])
+            head = await obstore.head_async(self._store, blob_key(org, project, sha256))
+        except FileNotFoundError:
+            return None
+        return int(head["size"])
 
     async def delete(self, org: str, project: str, sha256: str) -> None:
-        await self._client.delete_object(**self._key(org, project, sha256))
+        import obstore
+
+        with contextlib.suppress(FileNotFoundError):
+            await obstore.delete_async(self._store, blob_key(org, project, sha256))
 
     async def sign(self, method: str, org: str, project: str, sha256: str,
                    size: int) -> dict[str, Any] | None:
-        """A URL the agent uses directly. A PUT carries the digest as S3's own checksum,
-        so the store refuses bytes other than the ones the index will name."""
-        params = self._key(org, project, sha256)
-        if method == "PUT":
-            checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
-            url = await self._client.generate_presigned_url(
-                "put_object", Params={**params, "ChecksumSHA256": checksum},
-                ExpiresIn=SIGN_SECONDS)
-            return {"url": url, "method": "PUT",
-                    "headers": {"x-amz-checksum-sha256": checksum,
-                                "Content-Length": str(size)}}
-        url = await self._client.generate_presigned_url("get_object", Params=params,
-                                                        ExpiresIn=SIGN_SECONDS)
-        return {"url": url, "method": "GET", "headers": {}}
+        """A URL the agent uses directly for SIGN_SECONDS; the commit that follows an
+        upload checks the object's size before any name points at it."""
+        import obstore
+
+        url = await obstore.sign_async(self._store, method, blob_key(org, project, sha256),
+                                       dt.timedelta(seconds=SIGN_SECONDS))
+        return {"url": str(url), "method": method,
+                "headers": {"Content-Length": str(size)} if method == "PUT" else {}}
 
 
 async def open_store(settings: ArtifactSettings) -> BlobStore:
     if settings.s3 is not None:
-        return await S3Store(settings.s3).open()
+        return S3Store(settings.s3)
     return DirStore(settings.directory)  # made at the first put, not before

@@ -183,13 +183,9 @@ def http_get(name: str, dest: Path, key: str | None, run: str | None) -> None:
         path, query = f"/runs/{quote(run, safe=':')}/artifacts/{quote(name, safe='')}", {}
     else:
         path, query = f"/artifacts/{quote(name, safe='')}", {"key": key or ""}
-    with _http("GET", path, query=query) as resp:
-        sha256 = resp.headers.get("X-Cryo-SHA256") or resp.headers.get("x-amz-meta-sha256")
-        chunks = iter(lambda: resp.read(CHUNK), b"")
-        if sha256:
-            _land(dest, chunks, sha256)
-        else:  # from a signed URL: the object's name is its digest
-            _land(dest, chunks, resp.url.rsplit("/", 1)[-1].split("?", 1)[0])
+    # Through the server (a redirect would carry the bearer token to the store).
+    with _http("GET", path, query={**query, "redirect": "0"}) as resp:
+        _land(dest, iter(lambda: resp.read(CHUNK), b""), resp.headers["X-Cryo-SHA256"])
 
 
 # -- the commands ----------------------------------------------------------------------
