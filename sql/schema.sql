@@ -1619,15 +1619,19 @@ $$;
 COMMENT ON FUNCTION cryo.artifact_scope(p_org text, p_project text, p_run_id text, p_key text) IS 'Returns the scope an artifact name lives in: {org}:{project}:key:{key} with a cache key, else the run id. Raises CR004 for a bad key or a run of another project.';
 
 CREATE FUNCTION cryo.artifact_usage(p_org text, p_project text) RETURNS bigint
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
-    SELECT coalesce(sum(b.size), 0)::bigint FROM cryo.artifact_blobs b
-     WHERE b.org = p_org AND b.project = p_project
-       AND EXISTS (SELECT 1 FROM cryo.artifacts a
-                    WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256)
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN (SELECT coalesce(sum(b.size), 0)::bigint FROM cryo.artifact_blobs b
+             WHERE b.org = p_org AND b.project = p_project
+               AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256));
+END
 $$;
 
-COMMENT ON FUNCTION cryo.artifact_usage(p_org text, p_project text) IS 'Returns the bytes of a project''s artifacts, each distinct blob (SHA-256) counted once. Raises nothing.';
+COMMENT ON FUNCTION cryo.artifact_usage(p_org text, p_project text) IS 'Returns the bytes of a project''s artifacts, each distinct blob (SHA-256) counted once. Raises CR021 for an application role of another tenant.';
 
 CREATE FUNCTION cryo.authenticate_token(p_secret_hash bytea) RETURNS TABLE(token_id text, kind text, org text, capabilities text[], member text, role text)
     LANGUAGE plpgsql STABLE
@@ -2454,7 +2458,8 @@ $$;
 COMMENT ON FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb) IS 'Returns the value of a compiled graph expression over a scope (a missing path is null). Raises nothing.';
 
 CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text)
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -3140,7 +3145,8 @@ $$;
 COMMENT ON FUNCTION cryo.list_app_roles() IS 'Returns every bound application role with its org and project (NULL: all of the org''s), whether it can log in (NULL: the role no longer exists) and whether it is a member of cryo_app. Raises nothing.';
 
 CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text)
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -3505,7 +3511,8 @@ $$;
 COMMENT ON FUNCTION cryo.plan_schedule(p_org text, p_project text, p_name text, p_next timestamp with time zone) IS 'Sets the next fire time of a schedule that has none; NULL pauses it (an expression the server could not read). Returns nothing. Raises nothing.';
 
 CREATE FUNCTION cryo.prepare_artifact(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
@@ -3532,7 +3539,8 @@ $$;
 COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -4836,6 +4844,21 @@ $$;
 
 COMMENT ON FUNCTION cryo.unbind_app_role(p_role text) IS 'Removes a role''s tenant binding and its membership of cryo_app (the role itself stays). Returns false when it had neither. Raises permission denied when the caller may not revoke cryo_app.';
 
+CREATE FUNCTION cryo.unindexed_artifact_blobs(p_org text, p_project text, p_sha256s text[]) RETURNS SETOF text
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
+    -- A statement of its own, so its snapshot sees every put committed before the lock.
+    RETURN QUERY SELECT DISTINCT s.sha256 FROM unnest(p_sha256s) AS s (sha256)
+                  WHERE NOT EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                                     WHERE b.org = p_org AND b.project = p_project
+                                       AND b.sha256 = s.sha256);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.unindexed_artifact_blobs(p_org text, p_project text, p_sha256s text[]) IS 'Takes the project''s artifact lock until commit and returns those of p_sha256s the project has no blob row for, whose bytes the caller may delete from the store. Raises nothing.';
+
 CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, failed integer)
     LANGUAGE plpgsql
     AS $$
@@ -5729,6 +5752,9 @@ ALTER TABLE ONLY cryo.app_roles
 
 ALTER TABLE ONLY cryo.artifact_blobs
     ADD CONSTRAINT artifact_blobs_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.artifacts
+    ADD CONSTRAINT artifacts_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.artifacts
     ADD CONSTRAINT artifacts_org_project_sha256_fkey FOREIGN KEY (org, project, sha256) REFERENCES cryo.artifact_blobs(org, project, sha256);

@@ -4,14 +4,17 @@ collector round, and answering a download (a signed URL, or the bytes themselves
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import psycopg
 from aiohttp import web
 from psycopg import AsyncConnection
 
 from cryopg.artifacts.settings import ArtifactSettings
-from cryopg.artifacts.store import BlobStore, open_store
+from cryopg.artifacts.store import BlobStore, DirStore, open_store
 from cryopg.db import connection
 from cryopg.engine import artifacts as index
 from cryopg.engine.artifacts import Artifact
@@ -23,6 +26,7 @@ from cryopg.server.state import POOL
 class Artifacts:
     settings: ArtifactSettings
     store: BlobStore
+    swept_at: float = float("-inf")  # time.monotonic() of this server's last store sweep
 
     @property
     def signs(self) -> bool:
@@ -51,13 +55,60 @@ async def commit(app: web.Application, org: str, project: str, sha256: str, size
     (it deletes bytes before it commits) leaves no name pointing at nothing: the put is
     refused as artifact_missing and the caller uploads again."""
     arts = app[ARTIFACTS]
-    async with connection(app[POOL]) as conn, conn.transaction():
-        row = await put(conn)
-        held = await arts.store.size(org, project, sha256)
-        if held != size:
-            raise ArtifactMissing(f"the store holds no blob {sha256} of {size} bytes; "
-                                  "upload it (again)")
+    try:
+        async with connection(app[POOL]) as conn, conn.transaction():
+            row = await put(conn)
+            held = await arts.store.size(org, project, sha256)
+            if held != size:
+                raise ArtifactMissing(f"the store holds no blob {sha256} of {size} bytes; "
+                                      "upload it (again)")
+    except Exception:
+        # A refused put (over the bound, a stale claim, the wrong size) leaves no bytes
+        # behind unless a name already points at them.
+        try:
+            await drop_unindexed(app, org, project, [sha256])
+        except (psycopg.Error, OSError) as exc:  # the sweep gets them later
+            print(f"cryopg: could not remove refused artifact bytes: {exc}", file=sys.stderr)
+        raise
     return row
+
+
+async def drop_unindexed(app: web.Application, org: str, project: str,
+                         sha256s: list[str]) -> int:
+    """Deletes the bytes of those blobs the project's index does not know, under the
+    project's artifact lock (a concurrent put then waits, finds them gone, uploads again)."""
+    store = app[ARTIFACTS].store
+    async with connection(app[POOL]) as conn, conn.transaction():
+        gone = await index.unindexed_artifact_blobs(conn, org, project, sha256s)
+        for sha256 in gone:
+            await store.delete(org, project, sha256)
+    return len(gone)
+
+
+SWEEP_BATCH = 500
+
+
+async def sweep_store(app: web.Application, grace: dt.timedelta | None = None) -> int:
+    """Removes objects of the store that no index row knows and that are older than the
+    grace period: bytes of a put that never committed, of a deleted project, or left by
+    a collector that died between its delete and its commit."""
+    arts = app[ARTIFACTS]
+    cutoff = dt.datetime.now(dt.UTC) - (arts.settings.grace if grace is None else grace)
+    pending: dict[tuple[str, str], list[str]] = {}
+    removed = 0
+    async for blob in arts.store.blobs():
+        if blob.modified >= cutoff:
+            continue
+        batch = pending.setdefault((blob.org, blob.project), [])
+        batch.append(blob.sha256)
+        if len(batch) >= SWEEP_BATCH:
+            removed += await drop_unindexed(app, blob.org, blob.project,
+                                            pending.pop((blob.org, blob.project)))
+    for (org, project), batch in pending.items():
+        removed += await drop_unindexed(app, org, project, batch)
+    if isinstance(arts.store, DirStore):
+        arts.store.drop_stale_uploads(cutoff)
+    return removed
 
 
 async def collect(app: web.Application) -> int:
@@ -76,6 +127,14 @@ async def collect_round(app: web.Application) -> None:
         await collect(app)
     except OSError as exc:  # the store is away: the rows come back with the rollback
         print(f"cryopg: artifact collection failed: {exc}", file=sys.stderr)
+    arts = app[ARTIFACTS]
+    # Listing the whole store is dear: at most once per grace period on each server.
+    if time.monotonic() - arts.swept_at >= arts.settings.grace.total_seconds():
+        arts.swept_at = time.monotonic()
+        try:
+            await sweep_store(app)
+        except OSError as exc:
+            print(f"cryopg: artifact store sweep failed: {exc}", file=sys.stderr)
 
 
 def artifact_json(a: Artifact) -> dict[str, object]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -77,6 +78,24 @@ def blob_key(org: str, project: str, sha256: str) -> str:
     return f"{org}/{project}/{sha256[:2]}/{sha256}"
 
 
+@dataclasses.dataclass(frozen=True)
+class StoredBlob:
+    """An object found in the store, for the sweep of bytes no index row knows."""
+    org: str
+    project: str
+    sha256: str
+    modified: dt.datetime
+
+
+def parse_key(key: str) -> tuple[str, str, str] | None:
+    """(org, project, sha256) of a blob key; None for anything else in the store."""
+    parts = key.split("/")
+    if len(parts) != 4 or len(parts[3]) != 64 or parts[2] != parts[3][:2] or any(
+            c not in "0123456789abcdef" for c in parts[3]):
+        return None
+    return parts[0], parts[1], parts[3]
+
+
 class BlobStore(Protocol):
     can_sign: bool
 
@@ -90,6 +109,8 @@ class BlobStore(Protocol):
     async def size(self, org: str, project: str, sha256: str) -> int | None: ...
 
     async def delete(self, org: str, project: str, sha256: str) -> None: ...
+
+    def blobs(self) -> AsyncIterator[StoredBlob]: ...
 
     async def sign(self, method: str, org: str, project: str, sha256: str,
                    size: int) -> dict[str, Any] | None: ...
@@ -133,6 +154,28 @@ class DirStore:
     async def delete(self, org: str, project: str, sha256: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(org, project, sha256).unlink()
+
+    async def blobs(self) -> AsyncIterator[StoredBlob]:
+        if not self.root.is_dir():
+            return
+        for path in await asyncio.to_thread(lambda: list(self.root.glob("*/*/??/*"))):
+            found = parse_key(path.relative_to(self.root).as_posix())
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if found is not None:
+                yield StoredBlob(*found, dt.datetime.fromtimestamp(mtime, dt.UTC))
+
+    def drop_stale_uploads(self, older_than: dt.datetime) -> int:
+        """Spools a server left behind when it died mid-upload."""
+        dropped = 0
+        for path in self._tmp.glob("upload-*") if self._tmp.is_dir() else ():
+            with contextlib.suppress(FileNotFoundError):
+                if dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC) < older_than:
+                    path.unlink()
+                    dropped += 1
+        return dropped
 
     async def sign(self, method: str, org: str, project: str, sha256: str,
                    size: int) -> dict[str, Any] | None:
@@ -196,6 +239,15 @@ class S3Store:
 
         with contextlib.suppress(FileNotFoundError):
             await obstore.delete_async(self._store, blob_key(org, project, sha256))
+
+    async def blobs(self) -> AsyncIterator[StoredBlob]:
+        import obstore
+
+        async for batch in obstore.list(self._store, chunk_size=1000):
+            for meta in batch:
+                found = parse_key(str(meta["path"]))
+                if found is not None:
+                    yield StoredBlob(*found, meta["last_modified"])
 
     async def sign(self, method: str, org: str, project: str, sha256: str,
                    size: int) -> dict[str, Any] | None:

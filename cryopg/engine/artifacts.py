@@ -93,3 +93,11 @@ async def collect_artifacts(conn: AsyncConnection, cached: dt.timedelta, grace: 
     cur = conn.cursor(row_factory=class_row(CollectedBlob))
     await cur.execute("SELECT * FROM cryo.collect_artifacts(%s, %s, %s)", (cached, grace, batch))
     return await cur.fetchall()
+
+
+async def unindexed_artifact_blobs(conn: AsyncConnection, org: str, project: str,
+                                   sha256s: list[str]) -> list[str]:
+    """Locks the project's artifacts until commit; the blobs no index row knows."""
+    cur = await conn.execute("SELECT * FROM cryo.unindexed_artifact_blobs(%s, %s, %s)",
+                             (org, project, sha256s))
+    return [r[0] for r in await cur.fetchall()]

@@ -43,14 +43,17 @@ $$;
 -- points at any more are not counted: they are on their way out.
 CREATE OR REPLACE FUNCTION cryo.artifact_usage(p_org text, p_project text)
 RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(sum(b.size), 0)::bigint FROM cryo.artifact_blobs b
-     WHERE b.org = p_org AND b.project = p_project
-       AND EXISTS (SELECT 1 FROM cryo.artifacts a
-                    WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN (SELECT coalesce(sum(b.size), 0)::bigint FROM cryo.artifact_blobs b
+             WHERE b.org = p_org AND b.project = p_project
+               AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256));
+END
 $$;
 COMMENT ON FUNCTION cryo.artifact_usage(text, text) IS
-    'Returns the bytes of a project''s artifacts, each distinct blob (SHA-256) counted once. Raises nothing.';
+    'Returns the bytes of a project''s artifacts, each distinct blob (SHA-256) counted once. Raises CR021 for an application role of another tenant.';
 
 -- Refuses a new blob that would take the project past p_max_bytes (NULL: no bound).
 CREATE OR REPLACE FUNCTION cryo._check_artifact_room(
@@ -242,3 +245,23 @@ END
 $$;
 COMMENT ON FUNCTION cryo.collect_artifacts(interval, interval, integer) IS
     'Deletes cached artifacts put more than p_cached ago, then the blobs no artifact points at that nobody touched within p_grace, at most p_batch of each; returns the removed blobs (org, project, sha256), whose bytes the caller deletes. Raises CR004 for a non-positive retention.';
+
+-- Of blobs the store holds for a project, the ones no index row knows (bytes of a put
+-- that was refused or never committed, or of a deleted project), under the project's
+-- artifact lock, held to commit: a put cannot name one of them before the caller has
+-- deleted its bytes, and one naming it later finds them gone and uploads again.
+CREATE OR REPLACE FUNCTION cryo.unindexed_artifact_blobs(p_org text, p_project text,
+                                                         p_sha256s text[])
+RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
+    -- A statement of its own, so its snapshot sees every put committed before the lock.
+    RETURN QUERY SELECT DISTINCT s.sha256 FROM unnest(p_sha256s) AS s (sha256)
+                  WHERE NOT EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                                     WHERE b.org = p_org AND b.project = p_project
+                                       AND b.sha256 = s.sha256);
+END
+$$;
+COMMENT ON FUNCTION cryo.unindexed_artifact_blobs(text, text, text[]) IS
+    'Takes the project''s artifact lock until commit and returns those of p_sha256s the project has no blob row for, whose bytes the caller may delete from the store. Raises nothing.';

@@ -27,6 +27,9 @@ CREATE TABLE cryo.artifacts (
     created_by_run text,
     created_at timestamptz NOT NULL,
     PRIMARY KEY (scope, name),
+    -- A deleted project's names go with it (and its blobs by their own key; the bytes
+    -- are then unknown to the index and the store sweep removes them).
+    FOREIGN KEY (org, project) REFERENCES cryo.projects (org, slug) ON DELETE CASCADE,
     FOREIGN KEY (org, project, sha256) REFERENCES cryo.artifact_blobs (org, project, sha256),
     CHECK ((run_id IS NULL) <> (cache_key IS NULL))
 );

@@ -197,3 +197,72 @@ async def test_a_1_gib_artifact_streams(unbounded: Path, tmp_path: Path, srv: Se
         assert fh.read() == b"tail!"
     os.unlink(back)
     (unbounded / "dev" / "default" / put.stdout.split()[0][:2] / put.stdout.split()[0]).unlink()
+
+
+def blob_path(art_dir: Path, sha256: str, project: str = "default") -> Path:
+    return art_dir / "dev" / project / sha256[:2] / sha256
+
+
+async def test_a_refused_put_leaves_no_bytes(art_dir: Path, srv: Server) -> None:
+    assert (await put_cached(srv, "one", "k", b"a" * 600))[0] == 201
+    # Without X-Cryo-SHA256 the bound is known only once the bytes are in the store.
+    status, body = await put_cached(srv, "four", "k", b"b" * 600)
+    assert status == 413 and body["error"]["code"] == "artifact_quota"
+    assert not blob_path(art_dir, sha(b"b" * 600)).exists()
+    assert blob_path(art_dir, sha(b"a" * 600)).exists()
+    # The same through a run: the proxied upload lands, the commit is refused.
+    run_id = await srv.submit("true\n")
+    grant = await srv.claim_run(run_id)
+    data = b"c" * 500
+    url = f"{AGENT_PATH}/runs/{run_id}/artifacts/blobs/{sha(data)}"
+    async with srv.client.put(url, data=data, headers={
+            "Authorization": f"Bearer {srv.tokens['agent']}",
+            "X-Cryo-Claim": grant["claim_token"]}) as resp:
+        assert resp.status == 200
+    assert blob_path(art_dir, sha(data)).exists()
+    (await srv.in_run(grant, "artifacts/commit", name="c", sha256=sha(data),
+                      size=len(data))).refused(413, "artifact_quota")
+    assert not blob_path(art_dir, sha(data)).exists()
+    # A refused put of bytes a name already points at leaves them for that name.
+    (await srv.in_run(grant, "artifacts/commit", name="a", sha256=sha(b"a" * 600),
+                      size=5)).refused(409, "artifact_missing")
+    assert blob_path(art_dir, sha(b"a" * 600)).exists()
+
+
+def _orphan(art_dir: Path, data: bytes, project: str = "default", age: float = 3600) -> Path:
+    """Bytes in the store no index row knows (a put that never committed), `age` old."""
+    path = blob_path(art_dir, sha(data), project)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    then = path.stat().st_mtime - age
+    os.utime(path, (then, then))
+    return path
+
+
+async def test_the_sweep_removes_bytes_no_index_knows(art_dir: Path, srv: Server) -> None:
+    from cryopg.artifacts.service import collect_round
+
+    assert (await put_cached(srv, "kept", "k", b"kept"))[0] == 201
+    kept = blob_path(art_dir, sha(b"kept"))
+    os.utime(kept, (kept.stat().st_mtime - 3600,) * 2)
+    old, fresh = _orphan(art_dir, b"never committed"), _orphan(art_dir, b"uploading", age=0)
+    stale_upload = art_dir / ".uploads" / "upload-dead"
+    stale_upload.write_bytes(b"half")
+    os.utime(stale_upload, (stale_upload.stat().st_mtime - 3600,) * 2)
+    # A deleted project's bytes: its index rows went with it.
+    async with await srv.connect() as conn:
+        await conn.execute("SELECT cryo.ensure_project('dev', 'gone', 'gone')")
+        await conn.execute("SELECT cryo.put_artifact('dev', 'gone', 'k', 'x', %s, 4, NULL)",
+                           (sha(b"gone"),))
+        gone = _orphan(art_dir, b"gone", project="gone")
+        await conn.execute("SELECT cryo.delete_project('dev', 'gone')")
+        await conn.commit()
+    srv.app[ARTIFACTS].swept_at -= 3600  # the app's first round swept when it started
+    await collect_round(srv.app)
+    assert kept.exists() and fresh.exists()
+    assert not old.exists() and not gone.exists() and not stale_upload.exists()
+    assert await download(srv, "/artifacts/kept?key=k") == (200, b"kept")
+    # The store is listed at most once per grace period on each server.
+    later = _orphan(art_dir, b"later")
+    await collect_round(srv.app)
+    assert later.exists()

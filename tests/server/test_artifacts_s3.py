@@ -83,3 +83,25 @@ async def test_proxy_mode_goes_through_the_server(proxied: str, srv: Server) -> 
     async with srv.client.get(f"{PROJECT_PATH}/runs/{run_id}/artifacts/blob", headers=headers,
                               allow_redirects=False) as resp:
         assert resp.status == 200 and await resp.read() == DATA
+
+
+async def test_the_sweep_removes_objects_no_index_knows(s3: str, srv: Server) -> None:
+    import datetime as dt
+
+    from cryopg.artifacts.service import ARTIFACTS, sweep_store
+
+    store = srv.app[ARTIFACTS].store
+    digest = hashlib.sha256(b"kept").hexdigest()
+    headers = {"Authorization": f"Bearer {srv.tokens['member']}"}
+    async with srv.client.put(f"{PROJECT_PATH}/artifacts/kept", params={"key": "k"},
+                              data=b"kept", headers=headers) as resp:
+        assert resp.status == 201, await resp.text()
+
+    async def one(data: bytes) -> object:
+        yield data
+
+    orphan, _ = await store.put("dev", "default", one(b"orphan"))
+    assert await sweep_store(srv.app) == 0  # both are younger than the grace period
+    assert await sweep_store(srv.app, grace=dt.timedelta(0)) == 1
+    assert await store.size("dev", "default", orphan) is None
+    assert await store.size("dev", "default", digest) == 4
