@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-use crate::sha256::Sha256;
+use sha2::{Digest, Sha256};
 use crate::{call, connect, decode_reply, number, opt, text, Error, Result};
 
 const CHUNK: usize = 1 << 20;
@@ -128,7 +128,8 @@ pub fn artifact_get(name: &str, path: Option<&Path>, options: &ArtifactOptions) 
             out.write_all(&buf[..got]).map_err(bad)?;
             left -= got as u64;
         }
-        if digest.hex() != text(&reply, "sha256") {
+        let hex: String = digest.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        if hex != text(&reply, "sha256") {
             return Err(Error::unavailable(format!("{op}: the artifact's bytes do not match its SHA-256")));
         }
         fs::rename(&tmp, &dest).map_err(bad)

@@ -29,7 +29,6 @@ use serde_json::{json, Map, Value};
 pub use serde_json;
 
 mod artifacts;
-mod sha256;
 pub use artifacts::{artifact_get, artifact_list, artifact_put, Artifact, ArtifactOptions};
 
 /// The ways a durable call fails.
