@@ -84,6 +84,12 @@ class AgentAPI:
             await self._session.close()
             self._session = None
 
+    def http(self) -> tuple[aiohttp.ClientSession, str]:
+        """The session (with the agent token) and `…/api/v1/agent` base, for calls that
+        move bytes rather than JSON (agent/artifacts.py)."""
+        assert self._session is not None, "AgentAPI used outside 'async with'"
+        return self._session, self._base
+
     # -- low level -------------------------------------------------------------------
 
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:

@@ -25,6 +25,7 @@ from agent.api import (
     retry_until,
     set_position,
 )
+from agent.artifacts import ARTIFACT_OPS, ArtifactCalls
 from agent.journal import JobHooks, JournalCursor, VerbError, call_path
 from agent.waits import WAIT_OPS
 
@@ -38,7 +39,8 @@ STATE_VERBS = (
     "state.cas",
     "state.incr",
 )
-VERBS = ("hello", "step.begin", "step.finish", "sleep", "annotate", *STATE_VERBS, *WAIT_OPS)
+VERBS = ("hello", "step.begin", "step.finish", "sleep", "annotate", *STATE_VERBS, *WAIT_OPS,
+         *ARTIFACT_OPS)
 # Server refusals of a state call that the script should see as they are (exit 1).
 STATE_REFUSALS = frozenset({"reserved_key", "invalid_argument", "not_a_number"})
 # Verb errors that fail the whole run (the script is stopped).
@@ -90,7 +92,11 @@ class DurableVerbs(JournalCursor):
                 return
             diverged: str | None = None
             try:
-                reply = await self.dispatch(_decode(line))
+                req = _decode(line)
+                if req.get("op") in ARTIFACT_OPS:  # bytes follow the line (artifacts.py)
+                    reply = await self._artifact(req, reader, writer)
+                else:
+                    reply = await self.dispatch(req)
             except VerbError as e:
                 reply = _error(e.code, e.message)
                 if e.code in RUN_FAILING:
@@ -151,6 +157,18 @@ class DurableVerbs(JournalCursor):
         if op in WAIT_OPS:
             return await waits.dispatch(self, op, req)
         return await self._annotate(req)
+
+    async def _artifact(self, req: dict[str, Any], reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> dict[str, Any] | None:
+        if self._job.ending():
+            raise VerbError("engine", "this pass of the run is ending")
+        calls = ArtifactCalls(self._job)
+        if req["op"] == "artifact.put":
+            return await calls.put(req, reader)
+        if req["op"] == "artifact.get":
+            await calls.get(req, writer)
+            return None
+        return await calls.list(req)
 
     async def _step_begin(self, req: dict[str, Any]) -> dict[str, Any]:
         name = req.get("name")

@@ -758,6 +758,10 @@ def main() -> int:
             import graph_bench  # bench/graph_bench.py; it imports this module's helpers
 
             r["graphs"] = graph_bench.graphs(bench, args.quick)
+        if want("artifacts"):
+            import artifact_bench  # bench/artifact_bench.py
+
+            r["artifacts"] = artifact_bench.artifacts(args.quick)
         r["elapsed_s"] = time.monotonic() - started
     finally:
         bench.stop()

@@ -179,6 +179,11 @@ def render(r: dict[str, Any]) -> str:
                 f"{ch['spawn_ms']:.1f} ms here. Published for 400 sequential ~10 ms tasks on one "
                 "worker: Windmill 19.7 s, Hatchet 35.8 s, Temporal 39.0 s.", ""]
 
+    if r.get("artifacts"):
+        import artifact_bench  # bench/artifact_bench.py, beside this file
+
+        out += artifact_bench.render(r["artifacts"])
+
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
     out.append("")
     r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)

@@ -133,6 +133,19 @@ class InUse(CryoError):
     code, http_status = "in_use", 409
 
 
+class ArtifactQuota(CryoError):
+    """A new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES."""
+
+    code, http_status = "artifact_quota", 413
+
+
+class ArtifactMissing(CryoError):
+    """The index names a blob the store no longer holds (collected meanwhile): upload the
+    bytes again. Raised by the server after checking its store; no SQLSTATE."""
+
+    code, http_status = "artifact_missing", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -150,6 +163,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR040": NotAMember,
     "CR041": SignInExpired,
     "CR055": InUse,
+    "CR075": ArtifactQuota,
 }
 
 

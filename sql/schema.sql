@@ -109,6 +109,25 @@ CREATE FUNCTION cryo._caller() RETURNS text
                 ELSE pg_catalog.current_setting('role') END
 $$;
 
+CREATE FUNCTION cryo._check_artifact_room(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_used bigint;
+BEGIN
+    IF p_max_bytes IS NULL OR EXISTS (
+        SELECT 1 FROM cryo.artifacts a
+         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256) THEN
+        RETURN;
+    END IF;
+    v_used := cryo.artifact_usage(p_org, p_project);
+    IF v_used + p_size > p_max_bytes THEN
+        RAISE EXCEPTION 'project %/% would hold % bytes of artifacts, over its bound of % (CRYOPG_ARTIFACTS_MAX_BYTES); % bytes are in use',
+            p_org, p_project, v_used + p_size, p_max_bytes, v_used USING ERRCODE = 'CR075';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._check_name(p_what text, p_name text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -129,6 +148,19 @@ BEGIN
     END IF;
 END
 $$;
+
+CREATE FUNCTION cryo._check_sha256(p_sha256 text, p_size bigint) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+BEGIN
+    IF p_sha256 IS NULL OR p_sha256 !~ '^[0-9a-f]{64}$' THEN
+        RAISE EXCEPTION 'sha256 must be 64 lower-case hex digits' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_size IS NULL OR p_size < 0 THEN
+        RAISE EXCEPTION 'size must be a non-negative number of bytes' USING ERRCODE = 'CR004';
+    END IF;
+END
+$_$;
 
 CREATE FUNCTION cryo._check_timeout(p_timeout double precision) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -926,6 +958,32 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._put_artifact(p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_by_run text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_scope text := cryo.artifact_scope(p_org, p_project, p_run_id, p_key);
+    v_now timestamptz := cryo.now();
+BEGIN
+    PERFORM cryo._check_name('artifact', p_name);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
+    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes);
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at)
+    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now)
+    ON CONFLICT (org, project, sha256) DO UPDATE SET touched_at = excluded.touched_at;
+    INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
+                                     created_by_run, created_at)
+    VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
+            p_sha256, p_size, p_by_run, v_now)
+    ON CONFLICT ON CONSTRAINT artifacts_pkey DO UPDATE
+       SET sha256 = excluded.sha256, size = excluded.size,
+           created_by_run = excluded.created_by_run, created_at = excluded.created_at;
+    RETURN QUERY SELECT v_scope, p_name, p_sha256, p_size, v_now;
+END
+$$;
+
 CREATE FUNCTION cryo._queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE
     AS $$
@@ -1541,6 +1599,40 @@ $$;
 
 COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) IS 'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
 
+CREATE FUNCTION cryo.artifact_scope(p_org text, p_project text, p_run_id text, p_key text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_key IS NOT NULL THEN
+        PERFORM cryo._check_name('cache key', p_key);
+        RETURN p_org || ':' || p_project || ':key:' || p_key;
+    END IF;
+    IF p_run_id IS NULL OR split_part(p_run_id, ':', 1) <> p_org
+       OR split_part(p_run_id, ':', 2) <> p_project THEN
+        RAISE EXCEPTION 'an artifact belongs to a run of project %/% or to a cache key',
+            p_org, p_project USING ERRCODE = 'CR004';
+    END IF;
+    RETURN p_run_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.artifact_scope(p_org text, p_project text, p_run_id text, p_key text) IS 'Returns the scope an artifact name lives in: {org}:{project}:key:{key} with a cache key, else the run id. Raises CR004 for a bad key or a run of another project.';
+
+CREATE FUNCTION cryo.artifact_usage(p_org text, p_project text) RETURNS bigint
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN (SELECT coalesce(sum(b.size), 0)::bigint FROM cryo.artifact_blobs b
+             WHERE b.org = p_org AND b.project = p_project
+               AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256));
+END
+$$;
+
+COMMENT ON FUNCTION cryo.artifact_usage(p_org text, p_project text) IS 'Returns the bytes of a project''s artifacts, each distinct blob (SHA-256) counted once. Raises CR021 for an application role of another tenant.';
+
 CREATE FUNCTION cryo.authenticate_token(p_secret_hash bytea) RETURNS TABLE(token_id text, kind text, org text, capabilities text[], member text, role text)
     LANGUAGE plpgsql STABLE
     AS $$
@@ -1913,6 +2005,33 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_path text) IS 'Returns (parked false, child, exit code) for a finished activity of the claimed run, or parks the run until it finishes (parked true). Raises CR002 for a stale claim, CR005 when no activity has the name, CR009 for a disagreeing path.';
+
+CREATE FUNCTION cryo.collect_artifacts(p_cached interval, p_grace interval, p_batch integer DEFAULT 1000) RETURNS TABLE(org text, project text, sha256 text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_cached <= interval '0' OR p_grace < interval '0' THEN
+        RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
+    END IF;
+    DELETE FROM cryo.artifacts a WHERE (a.scope, a.name) IN (
+        SELECT c.scope, c.name FROM cryo.artifacts c
+         WHERE c.cache_key IS NOT NULL AND c.created_at < cryo.now() - p_cached
+         ORDER BY c.created_at LIMIT p_batch
+           FOR UPDATE SKIP LOCKED);
+    RETURN QUERY
+    DELETE FROM cryo.artifact_blobs b WHERE (b.org, b.project, b.sha256) IN (
+        SELECT o.org, o.project, o.sha256 FROM cryo.artifact_blobs o
+         WHERE o.touched_at < cryo.now() - p_grace
+           AND NOT EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = o.org AND a.project = o.project AND a.sha256 = o.sha256)
+         ORDER BY o.touched_at LIMIT p_batch
+           FOR UPDATE SKIP LOCKED)
+    RETURNING b.org, b.project, b.sha256;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.collect_artifacts(p_cached interval, p_grace interval, p_batch integer) IS 'Deletes cached artifacts put more than p_cached ago, then the blobs no artifact points at that nobody touched within p_grace, at most p_batch of each; returns the removed blobs (org, project, sha256), whose bytes the caller deletes. Raises CR004 for a non-positive retention.';
 
 CREATE FUNCTION cryo.create_handler(p_org text, p_project text, p_name text, p_event text, p_workflow text) RETURNS void
     LANGUAGE plpgsql
@@ -2324,7 +2443,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
         ('CR040', 'not_a_member', 'the person who signed in is not a member of that org, and no claim of theirs maps to a role'),
         ('CR041', 'sign_in_expired', 'no sign-in of this browser matches: unknown, expired, already used, or a forged state'),
-        ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted')
+        ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
+        ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -2336,6 +2456,34 @@ CREATE FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb) RETURNS jsonb
 $$;
 
 COMMENT ON FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb) IS 'Returns the value of a compiled graph expression over a scope (a missing path is null). Raises nothing.';
+
+CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run
+                   FROM cryo.artifacts a
+                  WHERE a.scope = p_scope AND a.name = p_name
+                    AND a.org = p_org AND a.project = p_project;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text) IS 'Returns the artifact p_name of scope p_scope in the project (no row when there is none). Raises CR021 for an application role of another tenant.';
+
+CREATE FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT b.size FROM cryo.artifact_blobs b
+     WHERE b.org = p_org AND b.project = p_project AND b.sha256 = p_sha256
+       AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                    WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256)
+$$;
+
+COMMENT ON FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text) IS 'Returns the size of the project''s blob with that SHA-256 when a name points at it, else NULL. Raises nothing.';
 
 CREATE FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer DEFAULT NULL::integer, p_error text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -2996,6 +3144,24 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_app_roles() IS 'Returns every bound application role with its org and project (NULL: all of the org''s), whether it can log in (NULL: the role no longer exists) and whether it is a member of cryo_app. Raises nothing.';
 
+CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run
+                   FROM cryo.artifacts a
+                  WHERE a.org = p_org AND a.project = p_project
+                    AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
+                  ORDER BY a.scope, a.name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text) IS 'Returns the artifacts of scope p_scope (a run id or a cache key''s scope), or every cached artifact of the project when p_scope is NULL, by scope and name. Raises CR021 for an application role of another tenant.';
+
 CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone, depth integer, untrusted boolean, refused text)
     LANGUAGE sql STABLE
     AS $$
@@ -3344,6 +3510,22 @@ $$;
 
 COMMENT ON FUNCTION cryo.plan_schedule(p_org text, p_project text, p_name text, p_next timestamp with time zone) IS 'Sets the next fire time of a schedule that has none; NULL pauses it (an expression the server could not read). Returns nothing. Raises nothing.';
 
+CREATE FUNCTION cryo.prepare_artifact(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes);
+    RETURN EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                    WHERE b.org = p_org AND b.project = p_project AND b.sha256 = p_sha256
+                      AND b.size = p_size);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.prepare_artifact(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Returns true when the project already holds a blob with that SHA-256 and size (no upload needed). Raises CR004 for a malformed digest or size, CR075 when a new blob of that size would take the project past p_max_bytes.';
+
 CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
@@ -3355,6 +3537,26 @@ CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_pa
 $$;
 
 COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
+
+CREATE FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    IF p_key IS NULL THEN
+        RAISE EXCEPTION 'outside a run an artifact needs a cache key (--key)' USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = p_org AND p.slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN QUERY SELECT * FROM cryo._put_artifact(
+        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Points the project''s cached artifact (p_key, p_name) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
 
 CREATE FUNCTION cryo.put_compiled_workflow(p_org text, p_project text, p_name text, p_compiled jsonb) RETURNS void
     LANGUAGE plpgsql
@@ -3454,6 +3656,20 @@ END
 $_$;
 
 COMMENT ON FUNCTION cryo.put_role_map(p_org text, p_claim text, p_value text, p_role text) IS 'Maps ID token claim p_claim holding p_value to member role p_role in the org (replacing an earlier role for it); returns true when new. Raises CR004 for a bad role, claim name (or one naming the person or token) or value, CR005 for an unknown org.';
+
+CREATE FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY SELECT * FROM cryo._put_artifact(
+        split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2), p_run_id, p_key, p_name,
+        p_sha256, p_size, p_max_bytes, p_run_id);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
 
 CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -4628,6 +4844,21 @@ $$;
 
 COMMENT ON FUNCTION cryo.unbind_app_role(p_role text) IS 'Removes a role''s tenant binding and its membership of cryo_app (the role itself stays). Returns false when it had neither. Raises permission denied when the caller may not revoke cryo_app.';
 
+CREATE FUNCTION cryo.unindexed_artifact_blobs(p_org text, p_project text, p_sha256s text[]) RETURNS SETOF text
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
+    -- A statement of its own, so its snapshot sees every put committed before the lock.
+    RETURN QUERY SELECT DISTINCT s.sha256 FROM unnest(p_sha256s) AS s (sha256)
+                  WHERE NOT EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                                     WHERE b.org = p_org AND b.project = p_project
+                                       AND b.sha256 = s.sha256);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.unindexed_artifact_blobs(p_org text, p_project text, p_sha256s text[]) IS 'Takes the project''s artifact lock until commit and returns those of p_sha256s the project has no blob row for, whose bytes the caller may delete from the store. Raises nothing.';
+
 CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, failed integer)
     LANGUAGE plpgsql
     AS $$
@@ -4759,6 +4990,38 @@ CREATE TABLE cryo.app_roles (
 );
 
 COMMENT ON TABLE cryo.app_roles IS 'Database roles in cryo_app and the tenant each may act on: one org, and one project of it or (project NULL) all of them. A cryo_app member without a row here is refused everything.';
+
+CREATE TABLE cryo.artifact_blobs (
+    org text NOT NULL,
+    project text NOT NULL,
+    sha256 text NOT NULL,
+    size bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    touched_at timestamp with time zone NOT NULL,
+    CONSTRAINT artifact_blobs_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT artifact_blobs_size_check CHECK ((size >= 0))
+);
+
+COMMENT ON TABLE cryo.artifact_blobs IS 'One row per distinct artifact content of a project (its SHA-256 and size); the project''s artifact bytes are the sum of these sizes, each counted once however many names point at it.';
+
+COMMENT ON COLUMN cryo.artifact_blobs.touched_at IS 'The last time a put pointed a name at this blob; the collector removes only blobs no name points at and nobody touched within its grace period.';
+
+CREATE TABLE cryo.artifacts (
+    org text NOT NULL,
+    project text NOT NULL,
+    scope text NOT NULL,
+    run_id text,
+    cache_key text,
+    name text NOT NULL,
+    sha256 text NOT NULL,
+    size bigint NOT NULL,
+    created_by_run text,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT artifacts_check CHECK (((run_id IS NULL) <> (cache_key IS NULL))),
+    CONSTRAINT artifacts_size_check CHECK ((size >= 0))
+);
+
+COMMENT ON TABLE cryo.artifacts IS 'Artifact names: (scope, name) -> blob. scope is the run id for a run''s artifact (collected with the run), or {org}:{project}:key:{cache key} for a cached artifact (kept for CRYOPG_RETENTION_ARTIFACTS after it was put).';
 
 CREATE TABLE cryo.event_handlers (
     org text NOT NULL,
@@ -5306,6 +5569,12 @@ ALTER TABLE ONLY cryo.agents
 ALTER TABLE ONLY cryo.app_roles
     ADD CONSTRAINT app_roles_pkey PRIMARY KEY (role);
 
+ALTER TABLE ONLY cryo.artifact_blobs
+    ADD CONSTRAINT artifact_blobs_pkey PRIMARY KEY (org, project, sha256);
+
+ALTER TABLE ONLY cryo.artifacts
+    ADD CONSTRAINT artifacts_pkey PRIMARY KEY (scope, name);
+
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_pkey PRIMARY KEY (org, project, name);
 
@@ -5402,6 +5671,14 @@ ALTER TABLE ONLY cryo.webhooks
 ALTER TABLE ONLY cryo.workflows
     ADD CONSTRAINT workflows_pkey PRIMARY KEY (org, project, name);
 
+CREATE INDEX artifact_blobs_touched ON cryo.artifact_blobs USING btree (touched_at);
+
+CREATE INDEX artifacts_blob ON cryo.artifacts USING btree (org, project, sha256);
+
+CREATE INDEX artifacts_cached ON cryo.artifacts USING btree (created_at) WHERE (cache_key IS NOT NULL);
+
+CREATE INDEX artifacts_run ON cryo.artifacts USING btree (run_id) WHERE (run_id IS NOT NULL);
+
 CREATE INDEX event_handlers_event ON cryo.event_handlers USING btree (org, project, event);
 
 CREATE INDEX events_created ON cryo.events USING btree (created_at);
@@ -5472,6 +5749,18 @@ ALTER TABLE ONLY cryo.app_roles
 
 ALTER TABLE ONLY cryo.app_roles
     ADD CONSTRAINT app_roles_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.artifact_blobs
+    ADD CONSTRAINT artifact_blobs_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.artifacts
+    ADD CONSTRAINT artifacts_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.artifacts
+    ADD CONSTRAINT artifacts_org_project_sha256_fkey FOREIGN KEY (org, project, sha256) REFERENCES cryo.artifact_blobs(org, project, sha256);
+
+ALTER TABLE ONLY cryo.artifacts
+    ADD CONSTRAINT artifacts_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_org_project_workflow_fkey FOREIGN KEY (org, project, workflow) REFERENCES cryo.workflows(org, project, name) ON DELETE CASCADE;

@@ -74,6 +74,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _BASE.mkdir(exist_ok=True)
     _BASE.chmod(0o755)  # when root, the postgres OS user must enter it
     atexit.register(_stop_cluster)  # also covers sessions that die before sessionfinish
+    # Artifact bytes of servers built in process (whose default is ./.cryopg-artifacts,
+    # the checkout) go with the cluster; a test that cares sets its own directory.
+    os.environ["CRYOPG_ARTIFACTS_DIR"] = str(_BASE / "artifacts")
     _cluster.start()
 
 

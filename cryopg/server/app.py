@@ -11,6 +11,7 @@ import psycopg_pool
 from aiohttp import web
 
 from cryopg import engine
+from cryopg.artifacts.service import artifacts_ctx, collect_round
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
 from cryopg.server import agent_api, graph_driver, openapi, sign_in, triggers, ui, user_api
@@ -81,7 +82,7 @@ async def _tick(app: web.Application) -> None:
 
 # What every server does on each tick interval, one after the other: the engine's
 # backstop sweep, then the triggers' rounds.
-ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses)
+ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, collect_round)
 
 
 async def _tick_forever(app: web.Application) -> None:
@@ -123,7 +124,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app[CONFIG] = config
     app[AGENT_TOKENS] = {}
     app[AGENTS_SEEN] = {}
-    app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, _ticker_ctx,
+    app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, artifacts_ctx, _ticker_ctx,
                             graph_driver.driver_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)

@@ -87,6 +87,15 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("GET", f"{P}/entities/{{entity}}/state", "user", "An entity's state cells", None, {}),
     ("GET", f"{P}/entities/{{entity}}/state/{{key}}", "user", "One state cell of an entity",
      None, {}),
+    ("GET", f"{P}/runs/{{run}}/artifacts", "user", "A run's artifacts", None, {}),
+    ("GET", f"{P}/runs/{{run}}/artifacts/{{name}}", "user", "Download a run's artifact "
+     "(a redirect to a signed URL, or the bytes)", None, {"redirect": _S}),
+    ("GET", f"{P}/artifacts", "user", "The project's cached (--key) artifacts", None,
+     {"key": _S}),
+    ("GET", f"{P}/artifacts/{{name}}", "user", "Download a cached artifact", None,
+     {"key": _S, "redirect": _S}),
+    ("PUT", f"{P}/artifacts/{{name}}", "user", "Upload a cached artifact (the body is the "
+     "bytes; X-Cryo-SHA256 optional)", None, {"key": _S}),
     ("GET", f"{G}/me", "user", "Who the token is", None, {}),
     ("GET", f"{G}/members", "user", "The org's members", None, {}),
     ("PUT", f"{G}/members/{{login}}", "user", "Add a member or change its role",
@@ -151,6 +160,18 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("POST", f"{A}/annotate", "agent", "Add a note to the run's history", _agent(text=_S), {}),
     ("POST", f"{A}/state/{{op}}", "agent", "Durable state: get, list, set, delete, add, cas, "
      "incr", _agent(key=_S, entity=_S, name=_S, value=_ANY, expect=_I, by=_N), {}),
+    ("POST", f"{A}/artifacts/prepare", "agent", "Before an artifact upload: present? where to",
+     _agent(("sha256", "size"), sha256=_S, size=_I, force=_B), {}),
+    ("POST", f"{A}/artifacts/commit", "agent", "Name an uploaded artifact",
+     _agent(("name", "sha256", "size"), name=_S, key=_S, sha256=_S, size=_I), {}),
+    ("POST", f"{A}/artifacts/find", "agent", "Where to download an artifact",
+     _agent(("name",), name=_S, key=_S, run=_S), {}),
+    ("POST", f"{A}/artifacts/list", "agent", "A run's (or the cached) artifacts",
+     _agent(run=_S, key=_S, cached=_B), {}),
+    ("PUT", f"{A}/artifacts/blobs/{{sha256}}", "agent", "Upload artifact bytes through the "
+     "server (X-Cryo-Claim header)", None, {}),
+    ("GET", f"{A}/artifacts/blobs/{{sha256}}", "agent", "Download artifact bytes through the "
+     "server (X-Cryo-Claim header)", None, {}),
     ("POST", f"{A}/waits/{{kind}}", "agent", "Wait for a signal or an event",
      _agent(("name", "ordinal"), name=_S, timeout=_N), {}),
     ("POST", f"{A}/emit", "agent", "Publish an event from the run",

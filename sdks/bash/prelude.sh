@@ -56,3 +56,8 @@ if value is None:
 print(value if isinstance(value, str) else json.dumps(value, separators=(",", ":")))
 ' "$CRYO_INPUT_FILE" "$1"
 }
+
+# Artifacts (cryopg artifact …): files kept with the run, or cached under a key.
+cryo_artifact_put() { "$CRYO_BIN" artifact put "$@"; }    # NAME PATH [--key K]
+cryo_artifact_get() { "$CRYO_BIN" artifact get "$@"; }    # NAME [PATH] [--key K | --run R]
+cryo_artifact_list() { "$CRYO_BIN" artifact list "$@"; }  # [RUN] [--cached] [--json]

@@ -104,6 +104,11 @@ func call(req request) (reply, error) {
 		}
 		return nil, &AgentUnavailable{op + ": the agent closed the connection without a reply"}
 	}
+	return decodeReply(op, raw)
+}
+
+// decodeReply turns a reply line into the reply, or the matching error kind.
+func decodeReply(op string, raw []byte) (reply, error) {
 	var r reply
 	if err := json.Unmarshal(raw, &r); err != nil || r == nil {
 		return nil, &AgentUnavailable{op + ": the agent sent a malformed reply"}

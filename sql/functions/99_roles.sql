@@ -45,7 +45,10 @@ BEGIN
         SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'cryo'
            AND p.proname IN ('submit_run', 'cancel_run', 'get_run', 'list_runs', 'read_history',
-                             'send_signal', 'publish_event', 'error_codes', 'queue_position')
+                             'send_signal', 'publish_event', 'error_codes', 'queue_position',
+                             -- artifacts: an application sharing the store indexes and reads
+                             'prepare_artifact', 'put_artifact', 'find_artifact',
+                             'list_artifacts', 'artifact_usage')
     LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, cryo, pg_temp', v_fn);
         IF v_app THEN

@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from cryopg.errors import BY_SQLSTATE, TenantDenied
 
 SOURCE = b"sealed-source"
+BLOB = "ab" * 32  # an artifact's SHA-256 (the index never sees the bytes)
 
 
 def _sqlstate(conn: psycopg.Connection, sql: str, params: tuple[Any, ...] = ()) -> str | None:
@@ -114,7 +115,8 @@ def world(db: psycopg.Connection) -> dict[str, Any]:
 def _counts(db: psycopg.Connection, org: str) -> tuple[int, ...]:
     """Everything an app call could leave behind in an org, as the owner sees it."""
     return tuple(db.execute(f"SELECT count(*) FROM cryo.{t} WHERE org = %s", (org,)).fetchone()[0]
-                 for t in ("runs", "history", "events", "signals", "queue", "journal"))
+                 for t in ("runs", "history", "events", "signals", "queue", "journal",
+                           "artifacts", "artifact_blobs"))
 
 
 def _statuses(db: psycopg.Connection, org: str) -> list[tuple[str, str, bool]]:
@@ -135,6 +137,13 @@ def _app_calls(org: str, project: str, run_id: str) -> list[tuple[str, tuple[Any
         ("SELECT cryo.queue_position(%s)", (run_id,)),
         ("SELECT cryo.send_signal(%s, 'approve', '{\"by\": \"mallory\"}')", (run_id,)),
         ("SELECT cryo.cancel_run(%s)", (run_id,)),
+        ("SELECT cryo.prepare_artifact(%s, %s, %s, 3, NULL)", (org, project, BLOB)),
+        ("SELECT * FROM cryo.put_artifact(%s, %s, 'lock-1', 'deps', %s, 3, NULL)",
+         (org, project, BLOB)),
+        ("SELECT * FROM cryo.find_artifact(%s, %s, %s, 'deps')",
+         (org, project, f"{org}:{project}:key:lock-1")),
+        ("SELECT * FROM cryo.list_artifacts(%s, %s, NULL)", (org, project)),
+        ("SELECT cryo.artifact_usage(%s, %s)", (org, project)),
     ]
 
 
@@ -188,6 +197,16 @@ def test_the_same_calls_work_on_its_own_org(
     assert db.execute(handled, ("acme",)).fetchone()[0] == 1  # acme's handler ran
     assert db.execute(handled, ("bolt",)).fetchone()[0] == 0  # bolt's did not
     assert app.execute("SELECT cryo.cancel_run(%s)", (own["pending"],)).fetchone()[0] == "cancelled"
+    # Artifacts: an application that shares the store indexes what it uploaded, and reads.
+    assert app.execute("SELECT cryo.prepare_artifact('acme', 'web', %s, 3, NULL)",
+                       (BLOB,)).fetchone()[0] is False
+    app.execute("SELECT * FROM cryo.put_artifact('acme', 'web', 'lock-1', 'deps', %s, 3, NULL)",
+                (BLOB,))
+    assert app.execute("SELECT sha256 FROM cryo.find_artifact('acme', 'web', "
+                       "'acme:web:key:lock-1', 'deps')").fetchone()[0] == BLOB
+    assert [r[0] for r in app.execute(
+        "SELECT name FROM cryo.list_artifacts('acme', 'web', NULL)")] == ["deps"]
+    assert app.execute("SELECT cryo.artifact_usage('acme', 'web')").fetchone()[0] == 3
 
 
 def test_a_project_bound_role_is_held_to_that_project(

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from cryopg.server.user_api import (
     admin,
+    artifacts,
     graphs,
     hooks,
     live,
@@ -26,5 +27,5 @@ from cryopg.server.user_api import (
 
 def add_routes(app: web.Application) -> None:
     for module in (runs, graphs, logs, live, signals_events, state, admin, secrets, triggers,
-                   hooks, sign_ins):
+                   hooks, sign_ins, artifacts):
         module.add_routes(app)

@@ -291,6 +291,32 @@ def call_node(type: str, config: dict[str, Any], input: Any = None) -> Any:
                          "input": input}).get("output")
 
 
+def artifact_put(name: str, path: str | os.PathLike[str], *,
+                 key: str | None = None) -> dict[str, Any]:
+    """Store the file at `path` as artifact `name` of this run (or, with `key`, the
+    project's cached artifact); returns its name, sha256 and size. Not journaled: a
+    replay puts the same bytes again, which the store keeps once."""
+    from cryosleep import artifacts
+
+    return artifacts.put(_client, name, path, key)
+
+
+def artifact_get(name: str, path: str | os.PathLike[str] | None = None, *,
+                 key: str | None = None, run: str | None = None) -> str:
+    """Fetch artifact `name` (this run's, the cached one with `key`, or run `run`'s) into
+    `path` (default: the name's last part); returns the path written."""
+    from cryosleep import artifacts
+
+    return artifacts.get(_client, name, path, key=key, run=run)
+
+
+def artifact_list(run: str | None = None, *, cached: bool = False) -> list[dict[str, Any]]:
+    """This run's artifacts (or run `run`'s, or with cached=True the project's cached)."""
+    from cryosleep import artifacts
+
+    return artifacts.list_(_client, run, cached)
+
+
 def annotate(text: str) -> None:
     """Attach a markdown note to the run page (not durable: each pass adds it again)."""
     _client.call({"op": "annotate", "text": text})

@@ -28,6 +28,9 @@ use serde_json::{json, Map, Value};
 
 pub use serde_json;
 
+mod artifacts;
+pub use artifacts::{artifact_get, artifact_list, artifact_put, Artifact, ArtifactOptions};
+
 /// The ways a durable call fails.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Error {
@@ -158,7 +161,12 @@ fn call(request: Value) -> Result<Map<String, Value>> {
         }
         return Err(Error::unavailable(format!("{op}: the agent closed the connection without a reply")));
     }
-    let reply: Map<String, Value> = match serde_json::from_slice(&raw) {
+    decode_reply(&op, &raw)
+}
+
+/// A reply line as the reply, or the matching error kind.
+fn decode_reply(op: &str, raw: &[u8]) -> Result<Map<String, Value>> {
+    let reply: Map<String, Value> = match serde_json::from_slice(raw) {
         Ok(Value::Object(m)) => m,
         _ => return Err(Error::unavailable(format!("{op}: the agent sent a malformed reply"))),
     };

@@ -1,6 +1,7 @@
 import { AgentUnavailable, ScriptError, StepFailed, WaitTimeout } from "./errors.js";
 import { agentVerbs, resetAgentCache } from "./transport.js";
 export { AgentUnavailable, ScriptError, StepFailed, WaitTimeout, agentVerbs, resetAgentCache };
+export { artifactGet, artifactList, artifactPut, type ArtifactGetOptions, type ArtifactInfo, type ArtifactListOptions, type ArtifactPutOptions, } from "./artifacts.js";
 /** A JSON value as it comes back from the journal. */
 export type Json = null | boolean | number | string | Json[] | {
     [key: string]: Json;

@@ -14,6 +14,7 @@ import { AgentUnavailable, ScriptError, StepFailed, WaitTimeout } from "./errors
 import { checkJson, encodeJson } from "./json.js";
 import { agentVerbs, call, requireVerb, resetAgentCache } from "./transport.js";
 export { AgentUnavailable, ScriptError, StepFailed, WaitTimeout, agentVerbs, resetAgentCache };
+export { artifactGet, artifactList, artifactPut, } from "./artifacts.js";
 const UNITS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 /** A {@link Duration} in milliseconds; a malformed string is a ScriptError bad_request. */
 export function toMs(value, what = "duration") {

@@ -23,7 +23,7 @@ function intEnv(name, fallback) {
         return fallback;
     return Number.parseInt(raw, 10);
 }
-function socketPath(op) {
+export function socketPath(op) {
     const path = process.env.CRYO_SOCKET;
     if (!path) {
         throw new ScriptError("outside_run", `${op}: not inside a cryopg run (CRYO_SOCKET is not set); submit the script with ` +
@@ -42,7 +42,7 @@ function openOnce(path) {
         });
     });
 }
-async function connect(path) {
+export async function connect(path) {
     const attempts = Math.max(1, intEnv("CRYO_CONNECT_ATTEMPTS", 3));
     const backoff = intEnv("CRYO_CONNECT_BACKOFF_MS", 50);
     for (let attempt = 0;; attempt++) {

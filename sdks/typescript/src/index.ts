@@ -15,6 +15,15 @@ import { checkJson, encodeJson } from "./json.js";
 import { agentVerbs, call, requireVerb, resetAgentCache } from "./transport.js";
 
 export { AgentUnavailable, ScriptError, StepFailed, WaitTimeout, agentVerbs, resetAgentCache };
+export {
+  artifactGet,
+  artifactList,
+  artifactPut,
+  type ArtifactGetOptions,
+  type ArtifactInfo,
+  type ArtifactListOptions,
+  type ArtifactPutOptions,
+} from "./artifacts.js";
 
 /** A JSON value as it comes back from the journal. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };

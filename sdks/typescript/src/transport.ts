@@ -28,7 +28,7 @@ function intEnv(name: string, fallback: number): number {
   return Number.parseInt(raw, 10);
 }
 
-function socketPath(op: string): string {
+export function socketPath(op: string): string {
   const path = process.env.CRYO_SOCKET;
   if (!path) {
     throw new ScriptError(
@@ -52,7 +52,7 @@ function openOnce(path: string): Promise<Socket> {
   });
 }
 
-async function connect(path: string): Promise<Socket> {
+export async function connect(path: string): Promise<Socket> {
   const attempts = Math.max(1, intEnv("CRYO_CONNECT_ATTEMPTS", 3));
   const backoff = intEnv("CRYO_CONNECT_BACKOFF_MS", 50);
   for (let attempt = 0; ; attempt++) {

@@ -1,0 +1,267 @@
+"""Where artifact bytes live: a directory (the default) or an S3 bucket.
+
+A blob's address is its project and SHA-256 (`{org}/{project}/{sha[:2]}/{sha}`), so
+the same bytes put twice are stored once per project and a name is only an index row.
+Bytes always move in chunks: an upload is hashed while it is spooled to a file (the
+digest is its address, known only at the end), a download is read a chunk at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryopg.artifacts.settings import ArtifactSettings, S3Settings
+from cryopg.errors import InvalidArgument
+
+CHUNK = 1 << 20  # bytes read or written at a time
+PART = 8 << 20  # an S3 multipart upload's part (the least S3 takes is 5 MiB)
+SIGN_SECONDS = 900
+
+
+class Spool:
+    """An upload on its way to the store: a temporary file, its digest and size."""
+
+    def __init__(self, directory: Path | None) -> None:
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="upload-", dir=directory)
+        self.path = Path(name)
+        self._file = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    async def write(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+        self.size += len(chunk)
+        await asyncio.to_thread(self._file.write, chunk)
+
+    def finish(self, expect: str | None) -> str:
+        self._file.close()
+        digest = self._hash.hexdigest()
+        if expect is not None and digest != expect:
+            self.discard()
+            raise InvalidArgument(f"the bytes sent have SHA-256 {digest}, not {expect}")
+        return digest
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+async def spool(chunks: AsyncIterator[bytes], directory: Path | None, expect: str | None,
+                limit: int | None = None) -> tuple[Spool, str]:
+    """Every chunk into a Spool, hashed on the way; refuses more than `limit` bytes."""
+    out = Spool(directory)
+    try:
+        async for chunk in chunks:
+            await out.write(chunk)
+            if limit is not None and out.size > limit:
+                raise InvalidArgument(f"the upload is larger than the {limit} bytes announced")
+        return out, out.finish(expect)
+    except BaseException:
+        out.discard()
+        raise
+
+
+def blob_key(org: str, project: str, sha256: str) -> str:
+    return f"{org}/{project}/{sha256[:2]}/{sha256}"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredBlob:
+    """An object found in the store, for the sweep of bytes no index row knows."""
+    org: str
+    project: str
+    sha256: str
+    modified: dt.datetime
+
+
+def parse_key(key: str) -> tuple[str, str, str] | None:
+    """(org, project, sha256) of a blob key; None for anything else in the store."""
+    parts = key.split("/")
+    if len(parts) != 4 or len(parts[3]) != 64 or parts[2] != parts[3][:2] or any(
+            c not in "0123456789abcdef" for c in parts[3]):
+        return None
+    return parts[0], parts[1], parts[3]
+
+
+class BlobStore(Protocol):
+    can_sign: bool
+
+    async def close(self) -> None: ...
+
+    async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
+                  expect: str | None = None, limit: int | None = None) -> tuple[str, int]: ...
+
+    def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]: ...
+
+    async def size(self, org: str, project: str, sha256: str) -> int | None: ...
+
+    async def delete(self, org: str, project: str, sha256: str) -> None: ...
+
+    def blobs(self) -> AsyncIterator[StoredBlob]: ...
+
+    async def sign(self, method: str, org: str, project: str, sha256: str,
+                   size: int) -> dict[str, Any] | None: ...
+
+
+class DirStore:
+    """Blobs as files under one directory; a put lands by rename, so a reader never sees
+    half a blob."""
+
+    can_sign = False
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._tmp = root / ".uploads"
+
+    async def close(self) -> None:
+        pass
+
+    def _path(self, org: str, project: str, sha256: str) -> Path:
+        return self.root / blob_key(org, project, sha256)
+
+    async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
+                  expect: str | None = None, limit: int | None = None) -> tuple[str, int]:
+        sp, digest = await spool(chunks, self._tmp, expect, limit)
+        final = self._path(org, project, digest)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(sp.path, final)
+        return digest, sp.size
+
+    async def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]:
+        with open(self._path(org, project, sha256), "rb") as fh:
+            while chunk := await asyncio.to_thread(fh.read, CHUNK):
+                yield chunk
+
+    async def size(self, org: str, project: str, sha256: str) -> int | None:
+        try:
+            return self._path(org, project, sha256).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    async def delete(self, org: str, project: str, sha256: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(org, project, sha256).unlink()
+
+    async def blobs(self) -> AsyncIterator[StoredBlob]:
+        if not self.root.is_dir():
+            return
+        for path in await asyncio.to_thread(lambda: list(self.root.glob("*/*/??/*"))):
+            found = parse_key(path.relative_to(self.root).as_posix())
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if found is not None:
+                yield StoredBlob(*found, dt.datetime.fromtimestamp(mtime, dt.UTC))
+
+    def drop_stale_uploads(self, older_than: dt.datetime) -> int:
+        """Spools a server left behind when it died mid-upload."""
+        dropped = 0
+        for path in self._tmp.glob("upload-*") if self._tmp.is_dir() else ():
+            with contextlib.suppress(FileNotFoundError):
+                if dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC) < older_than:
+                    path.unlink()
+                    dropped += 1
+        return dropped
+
+    async def sign(self, method: str, org: str, project: str, sha256: str,
+                   size: int) -> dict[str, Any] | None:
+        return None
+
+
+class S3Store:
+    """Blobs as objects of one bucket (any S3-compatible endpoint), through obstore (the
+    S3 client the log store uses too). Uploads past PART bytes go in parts, at most two
+    in flight, so no blob is ever held whole."""
+
+    can_sign = True
+
+    def __init__(self, settings: S3Settings, spool_dir: Path | None = None) -> None:
+        from obstore.store import S3Store as ObjectStore
+
+        self._spool_dir = spool_dir
+        endpoint = settings.endpoint
+        self._store = ObjectStore(
+            settings.bucket, endpoint=endpoint, region=settings.region,
+            access_key_id=settings.access_key, secret_access_key=settings.secret_key,
+            virtual_hosted_style_request=False,
+            client_options={"allow_http": bool(endpoint and endpoint.startswith("http:"))})
+
+    async def close(self) -> None:
+        pass
+
+    async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
+                  expect: str | None = None, limit: int | None = None) -> tuple[str, int]:
+        sp, digest = await spool(chunks, self._spool_dir, expect, limit)
+        try:
+            await self.put_file(org, project, digest, sp.path)
+        finally:
+            sp.discard()
+        return digest, sp.size
+
+    async def put_file(self, org: str, project: str, sha256: str, path: Path) -> None:
+        import obstore
+
+        await obstore.put_async(self._store, blob_key(org, project, sha256), path,
+                                chunk_size=PART, max_concurrency=2)
+
+    async def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]:
+        import obstore
+
+        resp = await obstore.get_async(self._store, blob_key(org, project, sha256))
+        async for chunk in resp.stream(min_chunk_size=CHUNK):
+            yield bytes(chunk)
+
+    async def size(self, org: str, project: str, sha256: str) -> int | None:
+        import obstore
+
+        try:
+            head = await obstore.head_async(self._store, blob_key(org, project, sha256))
+        except FileNotFoundError:
+            return None
+        return int(head["size"])
+
+    async def delete(self, org: str, project: str, sha256: str) -> None:
+        import obstore
+
+        with contextlib.suppress(FileNotFoundError):
+            await obstore.delete_async(self._store, blob_key(org, project, sha256))
+
+    async def blobs(self) -> AsyncIterator[StoredBlob]:
+        import obstore
+
+        async for batch in obstore.list(self._store, chunk_size=1000):
+            for meta in batch:
+                found = parse_key(str(meta["path"]))
+                if found is not None:
+                    yield StoredBlob(*found, meta["last_modified"])
+
+    async def sign(self, method: str, org: str, project: str, sha256: str,
+                   size: int) -> dict[str, Any] | None:
+        """A URL the agent uses directly for SIGN_SECONDS; the commit that follows an
+        upload checks the object's size before any name points at it."""
+        import obstore
+
+        url = await obstore.sign_async(self._store, method, blob_key(org, project, sha256),
+                                       dt.timedelta(seconds=SIGN_SECONDS))
+        return {"url": str(url), "method": method,
+                "headers": {"Content-Length": str(size)} if method == "PUT" else {}}
+
+
+async def open_store(settings: ArtifactSettings) -> BlobStore:
+    if settings.s3 is not None:
+        return S3Store(settings.s3)
+    return DirStore(settings.directory)  # made at the first put, not before

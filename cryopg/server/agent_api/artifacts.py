@@ -1,0 +1,156 @@
+"""Artifacts of a running script: `…/agent/runs/{run}/artifacts/…`.
+
+A put is prepare (is the blob there already, would it fit), an upload (to a URL the
+store signed, or to this server's blob route when the store cannot sign or
+CRYOPG_ARTIFACTS_PROXY is set), then commit (the index row). A get is find, then a
+download the same two ways. The blob routes carry the claim token in the X-Cryo-Claim
+header (their body is the bytes); every route needs the run's live claim.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.artifacts.service import (
+    ARTIFACTS,
+    artifact_json,
+    check_digest,
+    commit,
+    receive_blob,
+    stream_blob,
+)
+from cryopg.db import connection
+from cryopg.engine import artifacts as index
+from cryopg.errors import InvalidArgument, NotFound
+from cryopg.server import limits
+from cryopg.server.agent_api.in_run import RUN_ROUTE, add_run_route
+from cryopg.server.auth import agent_claim, agent_run, bind_claim, require_agent
+from cryopg.server.bodies import INT8, int_field, json_body, optional_str_field, str_field
+from cryopg.server.state import POOL
+
+CLAIM_HEADER = "X-Cryo-Claim"
+SIZE = (0, INT8[1])
+
+
+async def _header_claim(request: web.Request) -> uuid.UUID:
+    info = await require_agent(request)
+    try:
+        token = uuid.UUID(request.headers.get(CLAIM_HEADER, ""))
+    except ValueError:
+        raise InvalidArgument(f"the {CLAIM_HEADER} header must hold the claim token") from None
+    return bind_claim(info.token_id, token)
+
+
+async def _checked(request: web.Request, token: uuid.UUID) -> None:
+    async with connection(request.app[POOL]) as conn:
+        await engine.check_claim(conn, request.match_info["run"], token)
+
+
+def _download(a: index.Artifact, signed: dict[str, Any] | None) -> dict[str, Any]:
+    return {**artifact_json(a), "download": signed or {"proxy": True}}
+
+
+async def prepare(request: web.Request) -> web.Response:
+    run_id, org, project = await agent_run(request)
+    body = await json_body(request)
+    token = await agent_claim(request, body)
+    sha256 = check_digest(body.get("sha256"))
+    size = int_field(body, "size", SIZE)
+    arts = request.app[ARTIFACTS]
+    async with connection(request.app[POOL]) as conn, conn.transaction():
+        await engine.check_claim(conn, run_id, token)
+        present = await index.prepare_artifact(conn, org, project, sha256, size,
+                                               arts.settings.max_bytes)
+    upload = None
+    if not present or body.get("force"):
+        signed = await arts.store.sign("PUT", org, project, sha256, size) if arts.signs else None
+        upload = signed or {"proxy": True}
+    return web.json_response({"present": present, "upload": upload})
+
+
+@limits.raw_body
+async def put_blob(request: web.Request) -> web.Response:
+    run_id, org, project = await agent_run(request)
+    await _checked(request, await _header_claim(request))
+    sha256 = check_digest(request.match_info["sha256"])
+    digest, size = await receive_blob(request, org, project, expect=sha256)
+    return web.json_response({"sha256": digest, "size": size})
+
+
+async def commit_put(request: web.Request) -> web.Response:
+    run_id, org, project = await agent_run(request)
+    body = await json_body(request)
+    token = await agent_claim(request, body)
+    name, key = str_field(body, "name"), optional_str_field(body, "key")
+    sha256, size = check_digest(body.get("sha256")), int_field(body, "size", SIZE)
+    max_bytes = request.app[ARTIFACTS].settings.max_bytes
+    row = await commit(request.app, org, project, sha256, size, lambda conn:
+                       index.put_run_artifact(conn, run_id, token, key, name, sha256, size,
+                                              max_bytes))
+    return web.json_response(artifact_json(row))
+
+
+async def _scope(request: web.Request, body: dict[str, Any], run_id: str, org: str,
+                 project: str) -> str:
+    key, other = optional_str_field(body, "key"), optional_str_field(body, "run")
+    if key is not None and other is not None:
+        raise InvalidArgument("give a cache key or a run, not both")
+    if other is not None and not other.startswith(f"{org}:{project}:"):
+        raise NotFound(f"no run {other} in {org}/{project}")
+    async with connection(request.app[POOL]) as conn:
+        return await index.artifact_scope(conn, org, project, other or run_id, key)
+
+
+async def find(request: web.Request) -> web.Response:
+    run_id, org, project = await agent_run(request)
+    body = await json_body(request)
+    token = await agent_claim(request, body)
+    name = str_field(body, "name")
+    scope = await _scope(request, body, run_id, org, project)
+    arts = request.app[ARTIFACTS]
+    async with connection(request.app[POOL]) as conn, conn.transaction():
+        await engine.check_claim(conn, run_id, token)
+        found = await index.find_artifact(conn, org, project, scope, name)
+    if found is None:
+        raise NotFound(f"no artifact {name!r} in {scope}")
+    signed = (await arts.store.sign("GET", org, project, found.sha256, found.size)
+              if arts.signs else None)
+    return web.json_response(_download(found, signed))
+
+
+async def get_blob(request: web.Request) -> web.StreamResponse:
+    run_id, org, project = await agent_run(request)
+    await _checked(request, await _header_claim(request))
+    sha256 = check_digest(request.match_info["sha256"])
+    async with connection(request.app[POOL]) as conn:
+        size = await index.find_artifact_blob(conn, org, project, sha256)
+    if size is None:
+        raise NotFound(f"no artifact blob {sha256} in {org}/{project}")
+    return await stream_blob(request, org, project, sha256, size)
+
+
+async def list_(request: web.Request) -> web.Response:
+    run_id, org, project = await agent_run(request)
+    body = await json_body(request)
+    token = await agent_claim(request, body)
+    cached = body.get("cached", False)
+    if not isinstance(cached, bool):
+        raise InvalidArgument("cached must be true or false")
+    scope = None if cached else await _scope(request, body, run_id, org, project)
+    async with connection(request.app[POOL]) as conn, conn.transaction():
+        await engine.check_claim(conn, run_id, token)
+        rows = await index.list_artifacts(conn, org, project, scope)
+    return web.json_response({"artifacts": [artifact_json(a) for a in rows]})
+
+
+def add_routes(app: web.Application) -> None:
+    add_run_route(app, "artifacts/prepare", prepare)
+    add_run_route(app, "artifacts/commit", commit_put)
+    add_run_route(app, "artifacts/find", find)
+    add_run_route(app, "artifacts/list", list_)
+    app.router.add_put(f"{RUN_ROUTE}/artifacts/blobs/{{sha256}}", put_blob)
+    app.router.add_get(f"{RUN_ROUTE}/artifacts/blobs/{{sha256}}", get_blob)

@@ -1,0 +1,267 @@
+-- Artifacts: the index of named files whose bytes live in a directory or an S3 bucket,
+-- addressed by SHA-256 under their project. A name lives in a scope: its run (the run
+-- id, so it is collected with the run) or a cache key of the project
+-- ({org}:{project}:key:{key}, kept for the artifact retention the server passes in).
+-- Both scopes start with {org}:{project}:, the prefix every run id has.
+-- Python moves the bytes and calls these; SQL never sees them.
+
+-- The scope a name lives in: a run's own, or a cache key's.
+CREATE OR REPLACE FUNCTION cryo.artifact_scope(
+    p_org text, p_project text, p_run_id text, p_key text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_key IS NOT NULL THEN
+        PERFORM cryo._check_name('cache key', p_key);
+        RETURN p_org || ':' || p_project || ':key:' || p_key;
+    END IF;
+    IF p_run_id IS NULL OR split_part(p_run_id, ':', 1) <> p_org
+       OR split_part(p_run_id, ':', 2) <> p_project THEN
+        RAISE EXCEPTION 'an artifact belongs to a run of project %/% or to a cache key',
+            p_org, p_project USING ERRCODE = 'CR004';
+    END IF;
+    RETURN p_run_id;
+END
+$$;
+COMMENT ON FUNCTION cryo.artifact_scope(text, text, text, text) IS
+    'Returns the scope an artifact name lives in: {org}:{project}:key:{key} with a cache key, else the run id. Raises CR004 for a bad key or a run of another project.';
+
+CREATE OR REPLACE FUNCTION cryo._check_sha256(p_sha256 text, p_size bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_sha256 IS NULL OR p_sha256 !~ '^[0-9a-f]{64}$' THEN
+        RAISE EXCEPTION 'sha256 must be 64 lower-case hex digits' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_size IS NULL OR p_size < 0 THEN
+        RAISE EXCEPTION 'size must be a non-negative number of bytes' USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+-- The bytes a project's artifacts hold, each distinct blob counted once. Blobs no name
+-- points at any more are not counted: they are on their way out.
+CREATE OR REPLACE FUNCTION cryo.artifact_usage(p_org text, p_project text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN (SELECT coalesce(sum(b.size), 0)::bigint FROM cryo.artifact_blobs b
+             WHERE b.org = p_org AND b.project = p_project
+               AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256));
+END
+$$;
+COMMENT ON FUNCTION cryo.artifact_usage(text, text) IS
+    'Returns the bytes of a project''s artifacts, each distinct blob (SHA-256) counted once. Raises CR021 for an application role of another tenant.';
+
+-- Refuses a new blob that would take the project past p_max_bytes (NULL: no bound).
+CREATE OR REPLACE FUNCTION cryo._check_artifact_room(
+    p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_used bigint;
+BEGIN
+    IF p_max_bytes IS NULL OR EXISTS (
+        SELECT 1 FROM cryo.artifacts a
+         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256) THEN
+        RETURN;
+    END IF;
+    v_used := cryo.artifact_usage(p_org, p_project);
+    IF v_used + p_size > p_max_bytes THEN
+        RAISE EXCEPTION 'project %/% would hold % bytes of artifacts, over its bound of % (CRYOPG_ARTIFACTS_MAX_BYTES); % bytes are in use',
+            p_org, p_project, v_used + p_size, p_max_bytes, v_used USING ERRCODE = 'CR075';
+    END IF;
+END
+$$;
+
+-- Before an upload: whether the store already holds the blob (a put then sends no bytes),
+-- and a refusal now rather than after the bytes moved when it would not fit.
+CREATE OR REPLACE FUNCTION cryo.prepare_artifact(
+    p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes);
+    RETURN EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                    WHERE b.org = p_org AND b.project = p_project AND b.sha256 = p_sha256
+                      AND b.size = p_size);
+END
+$$;
+COMMENT ON FUNCTION cryo.prepare_artifact(text, text, text, bigint, bigint) IS
+    'Returns true when the project already holds a blob with that SHA-256 and size (no upload needed). Raises CR004 for a malformed digest or size, CR075 when a new blob of that size would take the project past p_max_bytes.';
+
+-- Points a name at a blob (already in the store), in one transaction: the blob's row is
+-- made or touched, the bound checked under a per-project lock so two puts cannot both
+-- squeeze under it, and the name (re)pointed. A name's earlier blob is left to the
+-- collector.
+CREATE OR REPLACE FUNCTION cryo._put_artifact(
+    p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text,
+    p_size bigint, p_max_bytes bigint, p_by_run text)
+RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_scope text := cryo.artifact_scope(p_org, p_project, p_run_id, p_key);
+    v_now timestamptz := cryo.now();
+BEGIN
+    PERFORM cryo._check_name('artifact', p_name);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
+    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes);
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at)
+    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now)
+    ON CONFLICT (org, project, sha256) DO UPDATE SET touched_at = excluded.touched_at;
+    INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
+                                     created_by_run, created_at)
+    VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
+            p_sha256, p_size, p_by_run, v_now)
+    ON CONFLICT ON CONSTRAINT artifacts_pkey DO UPDATE
+       SET sha256 = excluded.sha256, size = excluded.size,
+           created_by_run = excluded.created_by_run, created_at = excluded.created_at;
+    RETURN QUERY SELECT v_scope, p_name, p_sha256, p_size, v_now;
+END
+$$;
+
+-- A run's put (its own artifact, or a cached one with p_key), under its live claim.
+CREATE OR REPLACE FUNCTION cryo.put_run_artifact(
+    p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint,
+    p_max_bytes bigint)
+RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY SELECT * FROM cryo._put_artifact(
+        split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2), p_run_id, p_key, p_name,
+        p_sha256, p_size, p_max_bytes, p_run_id);
+END
+$$;
+COMMENT ON FUNCTION cryo.put_run_artifact(text, uuid, text, text, text, bigint, bigint) IS
+    'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
+
+-- A put from outside a run: only a cached artifact (a run's own are the run's to write).
+CREATE OR REPLACE FUNCTION cryo.put_artifact(
+    p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint,
+    p_max_bytes bigint)
+RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    IF p_key IS NULL THEN
+        RAISE EXCEPTION 'outside a run an artifact needs a cache key (--key)' USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = p_org AND p.slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN QUERY SELECT * FROM cryo._put_artifact(
+        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL);
+END
+$$;
+COMMENT ON FUNCTION cryo.put_artifact(text, text, text, text, text, bigint, bigint) IS
+    'Points the project''s cached artifact (p_key, p_name) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
+
+-- One name of a scope (a run id, or a cache key's scope from cryo.artifact_scope).
+CREATE OR REPLACE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text)
+RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
+               cache_key text, created_by_run text)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run
+                   FROM cryo.artifacts a
+                  WHERE a.scope = p_scope AND a.name = p_name
+                    AND a.org = p_org AND a.project = p_project;
+END
+$$;
+COMMENT ON FUNCTION cryo.find_artifact(text, text, text, text) IS
+    'Returns the artifact p_name of scope p_scope in the project (no row when there is none). Raises CR021 for an application role of another tenant.';
+
+-- A scope's names, or with p_scope NULL every cached artifact of the project.
+CREATE OR REPLACE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text)
+RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
+               cache_key text, created_by_run text)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._app_tenant_check(p_org, p_project);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run
+                   FROM cryo.artifacts a
+                  WHERE a.org = p_org AND a.project = p_project
+                    AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
+                  ORDER BY a.scope, a.name;
+END
+$$;
+COMMENT ON FUNCTION cryo.list_artifacts(text, text, text) IS
+    'Returns the artifacts of scope p_scope (a run id or a cache key''s scope), or every cached artifact of the project when p_scope is NULL, by scope and name. Raises CR021 for an application role of another tenant.';
+
+-- Whether a project holds a blob, and its size (a proxied download asks by digest).
+CREATE OR REPLACE FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text)
+RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT b.size FROM cryo.artifact_blobs b
+     WHERE b.org = p_org AND b.project = p_project AND b.sha256 = p_sha256
+       AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                    WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256)
+$$;
+COMMENT ON FUNCTION cryo.find_artifact_blob(text, text, text) IS
+    'Returns the size of the project''s blob with that SHA-256 when a name points at it, else NULL. Raises nothing.';
+
+-- Retention of artifacts: cached names older than p_cached go, then blobs no name points
+-- at and nobody touched within p_grace are removed and returned, so the caller deletes
+-- their bytes from the store before it commits (a put of the same blob meanwhile waits
+-- on these rows, then finds the bytes gone and uploads them again).
+CREATE OR REPLACE FUNCTION cryo.collect_artifacts(p_cached interval, p_grace interval,
+                                                  p_batch integer DEFAULT 1000)
+RETURNS TABLE (org text, project text, sha256 text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_cached <= interval '0' OR p_grace < interval '0' THEN
+        RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
+    END IF;
+    DELETE FROM cryo.artifacts a WHERE (a.scope, a.name) IN (
+        SELECT c.scope, c.name FROM cryo.artifacts c
+         WHERE c.cache_key IS NOT NULL AND c.created_at < cryo.now() - p_cached
+         ORDER BY c.created_at LIMIT p_batch
+           FOR UPDATE SKIP LOCKED);
+    RETURN QUERY
+    DELETE FROM cryo.artifact_blobs b WHERE (b.org, b.project, b.sha256) IN (
+        SELECT o.org, o.project, o.sha256 FROM cryo.artifact_blobs o
+         WHERE o.touched_at < cryo.now() - p_grace
+           AND NOT EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = o.org AND a.project = o.project AND a.sha256 = o.sha256)
+         ORDER BY o.touched_at LIMIT p_batch
+           FOR UPDATE SKIP LOCKED)
+    RETURNING b.org, b.project, b.sha256;
+END
+$$;
+COMMENT ON FUNCTION cryo.collect_artifacts(interval, interval, integer) IS
+    'Deletes cached artifacts put more than p_cached ago, then the blobs no artifact points at that nobody touched within p_grace, at most p_batch of each; returns the removed blobs (org, project, sha256), whose bytes the caller deletes. Raises CR004 for a non-positive retention.';
+
+-- Of blobs the store holds for a project, the ones no index row knows (bytes of a put
+-- that was refused or never committed, or of a deleted project), under the project's
+-- artifact lock, held to commit: a put cannot name one of them before the caller has
+-- deleted its bytes, and one naming it later finds them gone and uploads again.
+CREATE OR REPLACE FUNCTION cryo.unindexed_artifact_blobs(p_org text, p_project text,
+                                                         p_sha256s text[])
+RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
+    -- A statement of its own, so its snapshot sees every put committed before the lock.
+    RETURN QUERY SELECT DISTINCT s.sha256 FROM unnest(p_sha256s) AS s (sha256)
+                  WHERE NOT EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                                     WHERE b.org = p_org AND b.project = p_project
+                                       AND b.sha256 = s.sha256);
+END
+$$;
+COMMENT ON FUNCTION cryo.unindexed_artifact_blobs(text, text, text[]) IS
+    'Takes the project''s artifact lock until commit and returns those of p_sha256s the project has no blob row for, whose bytes the caller may delete from the store. Raises nothing.';

@@ -1,0 +1,107 @@
+"""Artifacts on an S3 endpoint (moto's server mode): an agent uploads and downloads with
+URLs the store signed, a user download is a redirect to one, and with
+CRYOPG_ARTIFACTS_PROXY the bytes go through the server instead."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from tests.artifacts_s3 import moto_s3
+from tests.server.conftest import AGENT_PATH, PROJECT_PATH, Server
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Listed before `srv`, so the app starts on the bucket."""
+    with moto_s3() as endpoint:
+        monkeypatch.setenv("CRYOPG_ARTIFACTS_S3_BUCKET", "artifacts")
+        monkeypatch.setenv("CRYOPG_ARTIFACTS_S3_ENDPOINT", endpoint)
+        monkeypatch.setenv("CRYOPG_ARTIFACTS_S3_ACCESS_KEY_ID", "test")
+        monkeypatch.setenv("CRYOPG_ARTIFACTS_S3_SECRET_ACCESS_KEY", "test")
+        monkeypatch.delenv("CRYOPG_ARTIFACTS_MAX_BYTES", raising=False)
+        monkeypatch.delenv("CRYOPG_ARTIFACTS_PROXY", raising=False)
+        yield endpoint
+
+
+@pytest.fixture
+def proxied(s3: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("CRYOPG_ARTIFACTS_PROXY", "1")
+    return s3
+
+
+DATA = b"x" * (9 << 20) + b"end"  # past one part: a multipart upload when proxied
+
+
+async def test_signed_urls_move_the_bytes(s3: str, srv: Server) -> None:
+    digest = hashlib.sha256(DATA).hexdigest()
+    run_id = await srv.submit("true\n")
+    grant = await srv.claim_run(run_id)
+    ready = (await srv.in_run(grant, "artifacts/prepare", sha256=digest, size=len(DATA))).ok()
+    upload = ready["upload"]
+    assert upload["method"] == "PUT" and upload["url"].startswith(s3)
+    async with aiohttp.ClientSession() as plain:  # no agent token goes to the store
+        async with plain.put(upload["url"], data=DATA, headers=upload["headers"]) as resp:
+            assert resp.status == 200, await resp.text()
+        row = (await srv.in_run(grant, "artifacts/commit", name="blob", sha256=digest,
+                                size=len(DATA))).ok()
+        assert row["sha256"] == digest
+        found = (await srv.in_run(grant, "artifacts/find", name="blob")).ok()
+        assert found["download"]["url"].startswith(s3)
+        async with plain.get(found["download"]["url"]) as resp:
+            assert await resp.read() == DATA
+    # A user download redirects to a signed URL, or with ?redirect=0 streams.
+    headers = {"Authorization": f"Bearer {srv.tokens['viewer']}"}
+    path = f"{PROJECT_PATH}/runs/{run_id}/artifacts/blob"
+    async with srv.client.get(path, headers=headers, allow_redirects=False) as resp:
+        assert resp.status == 302 and resp.headers["Location"].startswith(s3)
+    async with srv.client.get(path + "?redirect=0", headers=headers) as resp:
+        assert resp.status == 200 and await resp.read() == DATA
+
+
+async def test_proxy_mode_goes_through_the_server(proxied: str, srv: Server) -> None:
+    digest = hashlib.sha256(DATA).hexdigest()
+    run_id = await srv.submit("true\n")
+    grant = await srv.claim_run(run_id)
+    ready = (await srv.in_run(grant, "artifacts/prepare", sha256=digest, size=len(DATA))).ok()
+    assert ready["upload"] == {"proxy": True}
+    blob = f"{AGENT_PATH}/runs/{run_id}/artifacts/blobs/{digest}"
+    claim = {"Authorization": f"Bearer {srv.tokens['agent']}",
+             "X-Cryo-Claim": grant["claim_token"]}
+    async with srv.client.put(blob, data=DATA, headers=claim) as resp:
+        assert resp.status == 200, await resp.text()
+    (await srv.in_run(grant, "artifacts/commit", name="blob", sha256=digest,
+                      size=len(DATA))).ok()
+    found = (await srv.in_run(grant, "artifacts/find", name="blob")).ok()
+    assert found["download"] == {"proxy": True}
+    async with srv.client.get(blob, headers=claim) as resp:
+        assert resp.status == 200 and await resp.read() == DATA
+    headers = {"Authorization": f"Bearer {srv.tokens['viewer']}"}
+    async with srv.client.get(f"{PROJECT_PATH}/runs/{run_id}/artifacts/blob", headers=headers,
+                              allow_redirects=False) as resp:
+        assert resp.status == 200 and await resp.read() == DATA
+
+
+async def test_the_sweep_removes_objects_no_index_knows(s3: str, srv: Server) -> None:
+    import datetime as dt
+
+    from cryopg.artifacts.service import ARTIFACTS, sweep_store
+
+    store = srv.app[ARTIFACTS].store
+    digest = hashlib.sha256(b"kept").hexdigest()
+    headers = {"Authorization": f"Bearer {srv.tokens['member']}"}
+    async with srv.client.put(f"{PROJECT_PATH}/artifacts/kept", params={"key": "k"},
+                              data=b"kept", headers=headers) as resp:
+        assert resp.status == 201, await resp.text()
+
+    async def one(data: bytes) -> object:
+        yield data
+
+    orphan, _ = await store.put("dev", "default", one(b"orphan"))
+    assert await sweep_store(srv.app) == 0  # both are younger than the grace period
+    assert await sweep_store(srv.app, grace=dt.timedelta(0)) == 1
+    assert await store.size("dev", "default", orphan) is None
+    assert await store.size("dev", "default", digest) == 4
