@@ -60,22 +60,25 @@ async def test_every_per_run_agent_route_needs_the_live_claim(srv: Server) -> No
     valid agent token without the run's claim, and none discloses the run's cell."""
     victim = await _claimed_with_a_cell(srv)
     prefix = RUN_ROUTE + "/"
-    routes = sorted({r.resource.canonical for r in srv.app.router.routes()
-                     if r.resource is not None and r.resource.canonical.startswith(prefix)})
+    routes = sorted({(r.method, r.resource.canonical) for r in srv.app.router.routes()
+                     if r.resource is not None and r.resource.canonical.startswith(prefix)
+                     and r.method != "HEAD"})
     assert len(routes) >= 15, routes
     fill = {"{op}": ["get", "list", "set", "delete", "add", "cas", "incr"],
-            "{kind}": ["signal", "event"]}
+            "{kind}": ["signal", "event"], "{sha256}": ["0" * 64]}
     body = {"claim_token": str(uuid.uuid4()), "key": "k", "name": "n", "ordinal": 0,
             "path": "x/n/0", "family": "x", "position": 0, "seconds": 1, "group": "g",
             "filename": "a.sh", "source": "echo", "argv": ["true"], "outcome": "succeeded",
             "exit_code": 0, "type": "state", "config": {"op": "get", "key": "k"},
             "value": 1, "expect": 0, "text": "t", "data": ""}
-    paths = [r.replace("{run}", victim["run_id"]) for r in routes]
+    paths = [(m, r.replace("{run}", victim["run_id"])) for m, r in routes]
     for hole, values in fill.items():
-        paths = [p.replace(hole, v) for p in paths for v in (values if hole in p else [""])]
+        paths = [(m, p.replace(hole, v)) for m, p in paths
+                 for v in (values if hole in p else [""])]
     assert len(paths) >= len(routes) + 7
-    for path in paths:
-        reply = await srv.request("POST", path, body, token=srv.tokens["agent"])
+    for method, path in paths:
+        assert "{" not in path, path  # a new path parameter needs a value in `fill`
+        reply = await srv.request(method, path, body, token=srv.tokens["agent"])
         assert reply.status in (400, 409), (path, reply.status, reply.text)
         assert SECRET not in reply.text, path
     assert await srv.status(victim["run_id"]) == "running"
