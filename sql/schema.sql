@@ -2200,6 +2200,36 @@ $$;
 
 COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false or its on.webhook leaves the event out) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
 
+CREATE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NULL::text, p_agent_id text DEFAULT NULL::text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_n integer;
+BEGIN
+    IF p_build IS NULL AND p_agent_id IS NULL THEN
+        RAISE EXCEPTION 'name a build or an agent to drain' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.agents a SET drain_requested_at = cryo.now()
+     WHERE a.org = p_org AND a.drain_requested_at IS NULL
+       AND (p_build IS NULL OR a.build = p_build)
+       AND (p_agent_id IS NULL OR a.id = p_agent_id
+            OR (left(a.id, length(p_agent_id) + 1) = p_agent_id || '-'
+                AND substr(a.id, length(p_agent_id) + 2) ~ '^[0-9]+$'));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.drain_agents(p_org text, p_build text, p_agent_id text) IS 'Marks the org''s agents of build p_build and/or id p_agent_id (or p_agent_id-N) as draining; returns how many were newly marked. Raises CR004 when neither is given.';
+
+CREATE FUNCTION cryo.draining_agents() RETURNS TABLE(org text, id text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.org, a.id FROM cryo.agents a WHERE a.drain_requested_at IS NOT NULL
+$$;
+
+COMMENT ON FUNCTION cryo.draining_agents() IS 'Returns (org, id) of every agent asked to drain. Raises nothing.';
+
 CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb)
     LANGUAGE plpgsql
     AS $$
@@ -2983,6 +3013,25 @@ $$;
 
 COMMENT ON FUNCTION cryo.is_terminal(p_status text) IS 'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
 
+CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(id text, build text, capabilities text[], registered_at timestamp with time zone, last_seen_at timestamp with time zone, last_claim_at timestamp with time zone, claimed_run text, drain_requested_at timestamp with time zone, state text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.id, a.build, a.capabilities, a.registered_at, a.last_seen_at,
+           greatest(a.last_claim_at, c.claimed_at), c.run_id, a.drain_requested_at,
+           CASE WHEN a.last_seen_at < cryo.now() - p_gone_after AND c.run_id IS NULL THEN 'gone'
+                WHEN a.drain_requested_at IS NOT NULL THEN 'draining'
+                WHEN c.run_id IS NOT NULL THEN 'busy'
+                ELSE 'idle' END
+      FROM cryo.agents a
+      LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at FROM cryo.queue q
+                          WHERE q.org = a.org AND q.state = 'claimed' AND q.agent_id = a.id
+                          ORDER BY q.claimed_at DESC LIMIT 1) c ON true
+     WHERE a.org = p_org
+     ORDER BY a.id
+$$;
+
+COMMENT ON FUNCTION cryo.list_agents(p_org text, p_gone_after interval) IS 'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state (draining, busy, idle, or gone when not seen for p_gone_after). Raises nothing.';
+
 CREATE FUNCTION cryo.list_app_roles() RETURNS TABLE(role text, org text, project text, can_login boolean, in_cryo_app boolean, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
@@ -3701,16 +3750,24 @@ $$;
 
 COMMENT ON FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[]) IS 'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
 
-CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) RETURNS void
+CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text DEFAULT NULL::text, p_instance text DEFAULT NULL::text, p_last_claim_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE sql
     AS $$
-    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
-    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
+    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at, build,
+                             instance, last_claim_at)
+    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now(), p_build, p_instance,
+            p_last_claim_at)
     ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
-       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at
+       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at,
+           -- another process under an old id is a restarted agent: a drain was for the old one
+           drain_requested_at = CASE WHEN excluded.instance IS DISTINCT FROM cryo.agents.instance
+                                     THEN NULL ELSE cryo.agents.drain_requested_at END,
+           build = excluded.build, instance = excluded.instance,
+           last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at)
+    RETURNING drain_requested_at IS NOT NULL
 $$;
 
-COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) IS 'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
+COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old) and when it last received a run (a known one is kept when NULL). Returns true when the agent was asked to drain. Raises nothing of its own.';
 
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql
@@ -4748,7 +4805,11 @@ CREATE TABLE cryo.agents (
     org text NOT NULL,
     capabilities text[] NOT NULL,
     registered_at timestamp with time zone NOT NULL,
-    last_seen_at timestamp with time zone NOT NULL
+    last_seen_at timestamp with time zone NOT NULL,
+    build text,
+    instance text,
+    drain_requested_at timestamp with time zone,
+    last_claim_at timestamp with time zone
 );
 
 CREATE TABLE cryo.app_roles (
@@ -4866,7 +4927,8 @@ CREATE TABLE cryo.history (
     key_ordinal integer,
     attempt integer,
     payload bytea,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    replica text DEFAULT NULLIF(current_setting('cryo.replica_id'::text, true), ''::text)
 );
 
 CREATE SEQUENCE cryo.history_id_seq
@@ -5401,6 +5463,8 @@ ALTER TABLE ONLY cryo.webhooks
 
 ALTER TABLE ONLY cryo.workflows
     ADD CONSTRAINT workflows_pkey PRIMARY KEY (org, project, name);
+
+CREATE INDEX agents_draining ON cryo.agents USING btree (org, id) WHERE (drain_requested_at IS NOT NULL);
 
 CREATE INDEX event_handlers_event ON cryo.event_handlers USING btree (org, project, event);
 

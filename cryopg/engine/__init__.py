@@ -8,6 +8,7 @@ finish ends it; state, sweeps and reads serve it throughout. Import from here
 
 from __future__ import annotations
 
+from cryopg.engine.agents import AgentRow, drain_agents, draining_agents, list_agents
 from cryopg.engine.claim import (
     append_log,
     check_claim,
@@ -209,6 +210,10 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "AgentRow",
+    "drain_agents",
+    "draining_agents",
+    "list_agents",
     "PendingLogin",
     "RoleMap",
     "SessionInfo",
