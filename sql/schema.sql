@@ -340,6 +340,7 @@ BEGIN
     DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids);  -- objects: the bucket's lifecycle
     DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.run_outputs WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.state_cells WHERE run_id = ANY (p_ids);
@@ -1540,6 +1541,35 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) IS 'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
+
+CREATE FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs%ROWTYPE;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF v_run.finished_at IS NULL THEN
+        RAISE EXCEPTION 'run % has not finished; its log stays in the database', p_run_id
+            USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.log_archives (run_id, org, project, object_key, last_chunk_id, bytes,
+                                   archived_at)
+    VALUES (p_run_id, v_run.org, v_run.project, p_object_key, p_last_chunk_id, p_bytes,
+            cryo.now())
+    ON CONFLICT (run_id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;  -- another replica moved it first
+    END IF;
+    DELETE FROM cryo.logs WHERE run_id = p_run_id AND id <= p_last_chunk_id;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) IS 'Records a finished run''s log as moved to the object store (key, last chunk id, bytes) and deletes those chunks from cryo.logs; returns false when it was recorded already (nothing changes). Raises CR003 for an unknown run, CR004 for a run not finished.';
 
 CREATE FUNCTION cryo.authenticate_token(p_secret_hash bytea) RETURNS TABLE(token_id text, kind text, org text, capabilities text[], member text, role text)
     LANGUAGE plpgsql STABLE
@@ -3240,6 +3270,21 @@ $$;
 
 COMMENT ON FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) IS 'Returns where a tail window of about p_bytes of a run''s log starts: the chunk id to read after, how many (sealed) bytes come before it, and the log''s total. Raises nothing.';
 
+CREATE FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer) RETURNS TABLE(run_id text, org text, project text, bytes bigint, last_chunk_id bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.id, r.org, r.project, s.bytes, s.last_id
+      FROM cryo.runs r
+      CROSS JOIN LATERAL (SELECT sum(length(l.data))::bigint AS bytes, max(l.id) AS last_id
+                            FROM cryo.logs l WHERE l.run_id = r.id) s
+     WHERE r.finished_at IS NOT NULL AND r.finished_at <= cryo.now() - p_older_than
+       AND s.last_id IS NOT NULL
+     ORDER BY r.finished_at, r.id
+     LIMIT p_limit
+$$;
+
+COMMENT ON FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer) IS 'Returns up to p_limit runs finished at least p_older_than ago whose log has chunks in cryo.logs: run, org, project, sealed bytes held and last chunk id. Raises nothing.';
+
 CREATE FUNCTION cryo.mark_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -3637,6 +3682,15 @@ CREATE FUNCTION cryo.read_last_attempt_log(p_run_id text) RETURNS TABLE(id bigin
 $$;
 
 COMMENT ON FUNCTION cryo.read_last_attempt_log(p_run_id text) IS 'Returns the sealed log chunks of a run''s latest attempt, in order. Raises nothing.';
+
+CREATE FUNCTION cryo.read_log_archive(p_run_id text) RETURNS TABLE(object_key text, last_chunk_id bigint, bytes bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.object_key, a.last_chunk_id, a.bytes FROM cryo.log_archives a
+     WHERE a.run_id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.read_log_archive(p_run_id text) IS 'Returns the object key, last chunk id and size of a run''s log moved to the object store; no row when it has not moved. Raises nothing.';
 
 CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea)
     LANGUAGE sql STABLE
@@ -4665,6 +4719,34 @@ $$;
 
 COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
+CREATE FUNCTION cryo.trim_run_log(p_run_id text, p_keep_bytes bigint, p_marker bytea) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_dropped bigint;
+    v_last bigint;
+BEGIN
+    WITH sized AS (
+        SELECT l.id, length(l.data) AS n,
+               sum(length(l.data)) OVER (ORDER BY l.id DESC) AS from_end
+          FROM cryo.logs l WHERE l.run_id = p_run_id
+    ), gone AS (
+        DELETE FROM cryo.logs l USING sized s
+         WHERE l.id = s.id AND s.from_end > p_keep_bytes
+        RETURNING l.id, s.n
+    )
+    SELECT coalesce(sum(n), 0), max(id) INTO v_dropped, v_last FROM gone;
+    IF v_last IS NOT NULL THEN
+        INSERT INTO cryo.logs (id, run_id, org, project, attempt, data, created_at)
+        SELECT v_last, r.id, r.org, r.project, r.attempt, p_marker, cryo.now()
+          FROM cryo.runs r WHERE r.id = p_run_id;
+    END IF;
+    RETURN v_dropped;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.trim_run_log(p_run_id text, p_keep_bytes bigint, p_marker bytea) IS 'Drops the oldest log chunks of a run beyond its newest p_keep_bytes (sealed sizes) and puts the sealed marker p_marker where the last dropped chunk was; returns the sealed bytes dropped (0: nothing changed). Raises nothing.';
+
 CREATE FUNCTION cryo.unbind_app_role(p_role text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -5021,6 +5103,18 @@ CREATE VIEW cryo.live_claims WITH (security_barrier='true') AS
   WHERE ((q.state = 'claimed'::text) AND ((((q.org || ':'::text) || q.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant)));
 
 COMMENT ON VIEW cryo.live_claims IS 'Claims held right now: which agent, since when, and when the claim expires unless renewed.';
+
+CREATE TABLE cryo.log_archives (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    object_key text NOT NULL,
+    last_chunk_id bigint NOT NULL,
+    bytes bigint NOT NULL,
+    archived_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.log_archives IS 'Runs whose log moved to the object store: the object key (sealed, compressed chunks), the last chunk id it holds and its size in bytes.';
 
 CREATE TABLE cryo.logs (
     id bigint NOT NULL,
@@ -5388,6 +5482,9 @@ ALTER TABLE ONLY cryo.lease_waiters
 
 ALTER TABLE ONLY cryo.leases
     ADD CONSTRAINT leases_pkey PRIMARY KEY (org, project, grp);
+
+ALTER TABLE ONLY cryo.log_archives
+    ADD CONSTRAINT log_archives_pkey PRIMARY KEY (run_id);
 
 ALTER TABLE ONLY cryo.logs
     ADD CONSTRAINT logs_pkey PRIMARY KEY (id);

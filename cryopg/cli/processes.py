@@ -138,6 +138,16 @@ def _oidc_from_env() -> Any:
         raise click.ClickException(str(exc)) from None
 
 
+def _log_store_from_env() -> Any:
+    """Finished runs' logs in an S3-compatible store, when CRYOPG_LOGS_S3_BUCKET is set."""
+    from cryopg.logstore.settings import LogStoreSettings
+
+    try:
+        return LogStoreSettings.from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _replica_from_env() -> str:
     from cryopg.server.replica import replica_id_from_env
 
@@ -166,7 +176,7 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
             "CRYOPG_MASTER_KEY is not set; the server will not start without its master key")
     config = ServerConfig(database_url, master, claim_seconds=claim_seconds,
                           tick_interval=tick_interval, oidc=_oidc_from_env(),
-                          replica_id=_replica_from_env())
+                          replica_id=_replica_from_env(), log_store=_log_store_from_env())
 
     async def run() -> None:
         stop = _stop_event()

@@ -60,6 +60,14 @@ from cryopg.engine.journal import (
     read_logs,
     record_steps,
 )
+from cryopg.engine.log_store import (
+    LogArchive,
+    LogToMove,
+    archive_run_log,
+    logs_to_archive,
+    read_log_archive,
+    trim_run_log,
+)
 from cryopg.engine.reads import (
     get_run,
     list_runs,
@@ -210,6 +218,12 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "LogArchive",
+    "LogToMove",
+    "archive_run_log",
+    "logs_to_archive",
+    "read_log_archive",
+    "trim_run_log",
     "AgentRow",
     "drain_agents",
     "draining_agents",

@@ -13,6 +13,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
+from cryopg.logstore import mover as log_mover
 from cryopg.server import agent_api, agents, graph_driver, openapi, sign_in, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.auth import AGENT_TOKENS
@@ -81,8 +82,9 @@ async def _tick(app: web.Application) -> None:
 
 
 # What every server does on each tick interval, one after the other: the engine's
-# backstop sweep, then the triggers' rounds, then the agents' drain marks.
-ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, agents.refresh_drains)
+# backstop sweep, then the triggers' rounds, the agents' drain marks, the logs' move.
+ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, agents.refresh_drains,
+          log_mover.move_logs)
 
 
 async def _tick_forever(app: web.Application) -> None:
@@ -122,6 +124,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[errors_middleware, limits_middleware, ui.ui_headers],
                           client_max_size=MAX_BODY)
     app[CONFIG] = config
+    log_mover.setup(app)
     app[AGENT_TOKENS] = {}
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, _ticker_ctx,
                             graph_driver.driver_ctx])

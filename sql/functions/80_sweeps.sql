@@ -134,6 +134,7 @@ BEGIN
     DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
+    DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids);  -- objects: the bucket's lifecycle
     DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.run_outputs WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.state_cells WHERE run_id = ANY (p_ids);

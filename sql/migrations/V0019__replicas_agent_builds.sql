@@ -18,3 +18,18 @@ ALTER TABLE cryo.agents ADD COLUMN instance text;
 ALTER TABLE cryo.agents ADD COLUMN drain_requested_at timestamptz;
 ALTER TABLE cryo.agents ADD COLUMN last_claim_at timestamptz;
 CREATE INDEX agents_draining ON cryo.agents (org, id) WHERE drain_requested_at IS NOT NULL;
+
+-- Logs in object storage (CRYOPG_LOGS_S3_*): once a finished run's log has moved to the
+-- store, its chunks leave cryo.logs and this row says where the log is. No foreign key:
+-- a run's rows are collected together (cryo._collect_runs), as for every run table.
+CREATE TABLE cryo.log_archives (
+    run_id text PRIMARY KEY,
+    org text NOT NULL,
+    project text NOT NULL,
+    object_key text NOT NULL,
+    last_chunk_id bigint NOT NULL,
+    bytes bigint NOT NULL,
+    archived_at timestamptz NOT NULL
+);
+COMMENT ON TABLE cryo.log_archives IS
+    'Runs whose log moved to the object store: the object key (sealed, compressed chunks), the last chunk id it holds and its size in bytes.';
