@@ -758,6 +758,10 @@ def main() -> int:
             import graph_bench  # bench/graph_bench.py; it imports this module's helpers
 
             r["graphs"] = graph_bench.graphs(bench, args.quick)
+        if want("replicas"):
+            import replica_bench  # bench/replica_bench.py
+
+            r["replicas"] = replica_bench.replicas(bench)
         r["elapsed_s"] = time.monotonic() - started
     finally:
         bench.stop()

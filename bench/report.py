@@ -179,6 +179,10 @@ def render(r: dict[str, Any]) -> str:
                 f"{ch['spawn_ms']:.1f} ms here. Published for 400 sequential ~10 ms tasks on one "
                 "worker: Windmill 19.7 s, Hatchet 35.8 s, Temporal 39.0 s.", ""]
 
+    if r.get("replicas"):
+        import replica_bench  # bench/replica_bench.py, beside this file
+
+        out += replica_bench.render(r)
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
     out.append("")
     r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)
