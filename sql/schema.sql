@@ -340,7 +340,9 @@ BEGIN
     DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
-    DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids);  -- objects: the bucket's lifecycle
+    WITH moved AS (DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids) RETURNING object_key)
+    INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)  -- the movers delete them
+    SELECT object_key, cryo.now() FROM moved;
     DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.run_outputs WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.state_cells WHERE run_id = ANY (p_ids);
@@ -1548,9 +1550,11 @@ CREATE FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_ch
 DECLARE
     v_run cryo.runs%ROWTYPE;
 BEGIN
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR KEY SHARE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+        INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
+        VALUES (p_object_key, cryo.now());
+        RETURN false;
     END IF;
     IF v_run.finished_at IS NULL THEN
         RAISE EXCEPTION 'run % has not finished; its log stays in the database', p_run_id
@@ -1569,7 +1573,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) IS 'Records a finished run''s log as moved to the object store (key, last chunk id, bytes) and deletes those chunks from cryo.logs; returns false when it was recorded already (nothing changes). Raises CR003 for an unknown run, CR004 for a run not finished.';
+COMMENT ON FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) IS 'Records a finished run''s log as moved to the object store (key, last chunk id, bytes) and deletes those chunks from cryo.logs; returns false when it was recorded already (nothing changes) or the run is gone (the key is queued for deletion). Raises CR004 for a run not finished.';
 
 CREATE FUNCTION cryo.authenticate_token(p_secret_hash bytea) RETURNS TABLE(token_id text, kind text, org text, capabilities text[], member text, role text)
     LANGUAGE plpgsql STABLE
@@ -2094,7 +2098,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs, cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
+COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs (moved ones queued for the movers to delete), cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.delete_role_map(p_org text, p_claim text, p_value text) RETURNS boolean
     LANGUAGE sql
@@ -2234,23 +2238,36 @@ CREATE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NULL::text, p
     LANGUAGE plpgsql
     AS $_$
 DECLARE
-    v_n integer;
+    v_ids text[];
+    v_note text;
 BEGIN
     IF p_build IS NULL AND p_agent_id IS NULL THEN
         RAISE EXCEPTION 'name a build or an agent to drain' USING ERRCODE = 'CR004';
     END IF;
-    UPDATE cryo.agents a SET drain_requested_at = cryo.now()
-     WHERE a.org = p_org AND a.drain_requested_at IS NULL
-       AND (p_build IS NULL OR a.build = p_build)
-       AND (p_agent_id IS NULL OR a.id = p_agent_id
-            OR (left(a.id, length(p_agent_id) + 1) = p_agent_id || '-'
-                AND substr(a.id, length(p_agent_id) + 2) ~ '^[0-9]+$'));
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    WITH marked AS (
+        UPDATE cryo.agents a SET drain_requested_at = cryo.now()
+         WHERE a.org = p_org AND a.drain_requested_at IS NULL
+           AND (p_build IS NULL OR a.build = p_build)
+           AND (p_agent_id IS NULL OR a.id = p_agent_id
+                OR (left(a.id, length(p_agent_id) + 1) = p_agent_id || '-'
+                    AND substr(a.id, length(p_agent_id) + 2) ~ '^[0-9]+$'))
+        RETURNING a.id)
+    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM marked;
+    IF cardinality(v_ids) > 0 THEN
+        -- Every replica hears it at commit and refuses these agents at once, so a claim
+        -- held open on another replica is not granted one last run. The ids ride along
+        -- when they fit a notification (8000 bytes); else replicas re-read every mark.
+        v_note := json_build_object('org', p_org, 'ids', v_ids)::text;
+        IF octet_length(v_note) > 7000 THEN
+            v_note := json_build_object('org', p_org)::text;
+        END IF;
+        PERFORM pg_notify('cryo_drain', v_note);
+    END IF;
+    RETURN cardinality(v_ids);
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.drain_agents(p_org text, p_build text, p_agent_id text) IS 'Marks the org''s agents of build p_build and/or id p_agent_id (or p_agent_id-N) as draining; returns how many were newly marked. Raises CR004 when neither is given.';
+COMMENT ON FUNCTION cryo.drain_agents(p_org text, p_build text, p_agent_id text) IS 'Marks the org''s agents of build p_build and/or id p_agent_id (or p_agent_id-N) as draining and notifies cryo_drain (JSON: org, and ids when they fit); returns how many were newly marked. Raises CR004 when neither is given.';
 
 CREATE FUNCTION cryo.draining_agents() RETURNS TABLE(org text, id text)
     LANGUAGE sql STABLE
@@ -2517,6 +2534,20 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+
+CREATE FUNCTION cryo.forget_log_objects(p_ids bigint[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.log_objects_to_delete WHERE id = ANY (p_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.forget_log_objects(p_ids bigint[]) IS 'Deletes the queued rows p_ids once their objects are deleted from the store; returns how many went (0 when another replica forgot them first). Raises nothing.';
 
 CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql STABLE
@@ -3253,6 +3284,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_workflows(p_org text, p_project text) IS 'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
 
+CREATE FUNCTION cryo.log_objects_to_delete(p_limit integer) RETURNS TABLE(id bigint, object_key text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT d.id, d.object_key FROM cryo.log_objects_to_delete d ORDER BY d.id LIMIT p_limit
+$$;
+
+COMMENT ON FUNCTION cryo.log_objects_to_delete(p_limit integer) IS 'Returns up to p_limit queued (id, object key) of moved logs whose runs were collected, oldest first. Raises nothing.';
+
 CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE(after_id bigint, skipped_bytes bigint, total_bytes bigint)
     LANGUAGE sql STABLE
     AS $$
@@ -3273,14 +3312,25 @@ COMMENT ON FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) IS 'Retur
 CREATE FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer) RETURNS TABLE(run_id text, org text, project text, bytes bigint, last_chunk_id bigint)
     LANGUAGE sql STABLE
     AS $$
-    SELECT r.id, r.org, r.project, s.bytes, s.last_id
-      FROM cryo.runs r
+    WITH RECURSIVE hot(run_id) AS (
+        (SELECT l.run_id FROM cryo.logs l ORDER BY l.run_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT l.run_id FROM cryo.logs l WHERE l.run_id > h.run_id
+                 ORDER BY l.run_id LIMIT 1)
+          FROM hot h WHERE h.run_id IS NOT NULL
+    ), due AS (
+        SELECT r.id, r.org, r.project, r.finished_at
+          FROM hot h JOIN cryo.runs r ON r.id = h.run_id
+         WHERE r.finished_at <= cryo.now() - p_older_than
+         ORDER BY r.finished_at, r.id
+         LIMIT p_limit
+    )
+    SELECT d.id, d.org, d.project, s.bytes, s.last_id
+      FROM due d
       CROSS JOIN LATERAL (SELECT sum(length(l.data))::bigint AS bytes, max(l.id) AS last_id
-                            FROM cryo.logs l WHERE l.run_id = r.id) s
-     WHERE r.finished_at IS NOT NULL AND r.finished_at <= cryo.now() - p_older_than
-       AND s.last_id IS NOT NULL
-     ORDER BY r.finished_at, r.id
-     LIMIT p_limit
+                            FROM cryo.logs l WHERE l.run_id = d.id) s
+     WHERE s.last_id IS NOT NULL
+     ORDER BY d.finished_at, d.id
 $$;
 
 COMMENT ON FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer) IS 'Returns up to p_limit runs finished at least p_older_than ago whose log has chunks in cryo.logs: run, org, project, sealed bytes held and last chunk id. Raises nothing.';
@@ -5116,6 +5166,23 @@ CREATE TABLE cryo.log_archives (
 
 COMMENT ON TABLE cryo.log_archives IS 'Runs whose log moved to the object store: the object key (sealed, compressed chunks), the last chunk id it holds and its size in bytes.';
 
+CREATE TABLE cryo.log_objects_to_delete (
+    id bigint NOT NULL,
+    object_key text NOT NULL,
+    queued_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.log_objects_to_delete IS 'Keys of moved-log objects whose runs are gone, waiting for a mover to delete them from the store.';
+
+CREATE SEQUENCE cryo.log_objects_to_delete_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.log_objects_to_delete_id_seq OWNED BY cryo.log_objects_to_delete.id;
+
 CREATE TABLE cryo.logs (
     id bigint NOT NULL,
     run_id text NOT NULL,
@@ -5449,6 +5516,8 @@ ALTER TABLE ONLY cryo.history ALTER COLUMN id SET DEFAULT nextval('cryo.history_
 
 ALTER TABLE ONLY cryo.lease_waiters ALTER COLUMN id SET DEFAULT nextval('cryo.lease_waiters_id_seq'::regclass);
 
+ALTER TABLE ONLY cryo.log_objects_to_delete ALTER COLUMN id SET DEFAULT nextval('cryo.log_objects_to_delete_id_seq'::regclass);
+
 ALTER TABLE ONLY cryo.logs ALTER COLUMN id SET DEFAULT nextval('cryo.logs_id_seq'::regclass);
 
 ALTER TABLE ONLY cryo.signals ALTER COLUMN id SET DEFAULT nextval('cryo.signals_id_seq'::regclass);
@@ -5485,6 +5554,9 @@ ALTER TABLE ONLY cryo.leases
 
 ALTER TABLE ONLY cryo.log_archives
     ADD CONSTRAINT log_archives_pkey PRIMARY KEY (run_id);
+
+ALTER TABLE ONLY cryo.log_objects_to_delete
+    ADD CONSTRAINT log_objects_to_delete_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY cryo.logs
     ADD CONSTRAINT logs_pkey PRIMARY KEY (id);

@@ -50,3 +50,13 @@ async def trim_run_log(conn: AsyncConnection, run_id: str, keep_bytes: int,
                        marker: bytes) -> int:
     return int(await _one(conn, "SELECT cryo.trim_run_log(%s, %s, %s)",
                           (run_id, keep_bytes, marker)))
+
+
+async def log_objects_to_delete(conn: AsyncConnection, limit: int) -> list[tuple[int, str]]:
+    cur = await conn.execute("SELECT id, object_key FROM cryo.log_objects_to_delete(%s)",
+                             (limit,))
+    return [(int(i), str(k)) for i, k in await cur.fetchall()]
+
+
+async def forget_log_objects(conn: AsyncConnection, ids: list[int]) -> int:
+    return int(await _one(conn, "SELECT cryo.forget_log_objects(%s)", (ids,)))

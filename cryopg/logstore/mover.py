@@ -49,6 +49,7 @@ class LogStore:
         try:
             for item in todo:
                 await self._move(app, item)
+            deleted = await self._delete_collected(app)
         except Exception as exc:  # noqa: BLE001 - the store's failures are many; all wait
             if self.down_since is None:
                 print(f"cryopg: log store unavailable ({type(exc).__name__}: "
@@ -64,7 +65,8 @@ class LogStore:
             self.down_since = None
         self.backoff = MOVE_EVERY
         # A full batch means more are waiting: go again on the next tick.
-        self.next_round = time.monotonic() + (0 if len(todo) == BATCH else MOVE_EVERY)
+        full = len(todo) == BATCH or deleted == BATCH
+        self.next_round = time.monotonic() + (0 if full else MOVE_EVERY)
 
     async def _move(self, app: web.Application, item: engine.LogToMove) -> None:
         sealer = await app[KEYS].sealer(item.org)
@@ -83,6 +85,18 @@ class LogStore:
         async with connection(app[POOL]) as conn:
             await engine.archive_run_log(conn, item.run_id, key, item.last_chunk_id,
                                          sum(len(d) for _, d in chunks))
+
+    async def _delete_collected(self, app: web.Application) -> int:
+        """Deletes the objects of collected runs' logs (queued by their collection), then
+        their rows; another replica doing the same at once deletes nothing twice of note."""
+        async with connection(app[POOL]) as conn:
+            queued = await engine.log_objects_to_delete(conn, BATCH)
+        if not queued:
+            return 0
+        await obstore.delete_async(self.store, sorted({k for _, k in queued}))
+        async with connection(app[POOL]) as conn:
+            await engine.forget_log_objects(conn, [i for i, _ in queued])
+        return len(queued)
 
     async def _bound(self, app: web.Application, todo: list[engine.LogToMove]) -> None:
         """The store is down: a waiting log keeps its newest run_buffer_bytes, and all of

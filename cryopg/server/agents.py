@@ -2,17 +2,23 @@
 `POST /api/v1/orgs/{org}/agents/drain` (by build or id), and an agent's own
 `POST /api/v1/agent/drain` (what `cryopg agent --drain` sends).
 
-A drain is a mark in the database (cryo.drain_agents). Every replica reads the marks on
-its tick into a set, so the claim path asks memory, not the database, whether an agent
-is draining: a draining agent keeps the run it holds, its finish hands it no next run,
-and its next claim is refused with `draining`, on which it exits. An agent's refresh of
-its row (build, process instance, last run received) happens now and then, never per
-claim; a new instance under the same id (a restarted agent) clears an old drain.
+A drain is a mark in the database (cryo.drain_agents), which notifies `cryo_drain` at
+commit: every replica adds the agents named to its set at once (and re-reads all marks
+on its tick, and after its notifier reconnects), so the claim path asks memory, not the
+database, whether an agent is draining: a draining agent keeps the run it holds, its
+finish hands it no next run, and its next claim is refused with `draining`, on which it
+exits. An agent's refresh of its row (build, process instance, last run received) happens
+now and then, never per claim; a new instance under the same id (a restarted agent)
+clears an old drain.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -24,9 +30,10 @@ from cryopg.errors import Draining
 from cryopg.server.auth import ADMIN, VIEWER, agent_id_of, require_agent, require_user
 from cryopg.server.bodies import json_body, optional_str_field
 from cryopg.server.render import iso
-from cryopg.server.state import POOL
+from cryopg.server.state import NOTIFIER, POOL
 
 REFRESH_SECONDS = 30.0  # how often a claiming agent's row is refreshed
+DRAIN_CHANNEL = "cryo_drain"
 DRAINING = web.AppKey("draining_agents", set)
 SEEN = web.AppKey("agents_refreshed", dict)
 LAST_GRANT = web.AppKey("agents_last_grant", dict)
@@ -79,6 +86,34 @@ async def refresh_drains(app: web.Application) -> None:
     """A tick round: the drain marks as the database holds them."""
     async with connection(app[POOL]) as conn:
         _replace(app, await engine.draining_agents(conn))
+
+
+def drain_hook(app: web.Application) -> Callable[[str | None], None]:
+    """What the notifier calls on `cryo_drain`: the agents named are refused from now on,
+    before any later notify wakes a claim; then every mark is re-read (None: a reconnect,
+    notes may have been missed)."""
+    refreshing: set[asyncio.Task[None]] = set()
+
+    async def reread() -> None:
+        try:
+            await refresh_drains(app)
+        except Exception as exc:  # noqa: BLE001 - the tick reads them again
+            print(f"cryopg: reading drain marks failed ({exc})", file=sys.stderr)
+
+    def heard(payload: str | None) -> None:
+        try:
+            note = json.loads(payload) if payload else {}
+            org, ids = note.get("org"), note.get("ids") or []
+            app[DRAINING].update((str(org), str(i)) for i in ids)
+        except (ValueError, AttributeError, TypeError):
+            pass  # not ours to fail on: the re-read below has the marks
+        task = asyncio.ensure_future(reread())
+        refreshing.add(task)
+        task.add_done_callback(refreshing.discard)
+        if payload and NOTIFIER in app:
+            app[NOTIFIER].wake_work()  # a held claim of a draining agent answers now
+
+    return heard
 
 
 def _replace(app: web.Application, marks: set[tuple[str, str]]) -> None:

@@ -70,7 +70,8 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:
-    app[NOTIFIER] = Notifier(app[CONFIG].database_url)
+    app[NOTIFIER] = Notifier(app[CONFIG].database_url,
+                             hooks={agents.DRAIN_CHANNEL: agents.drain_hook(app)})
     await app[NOTIFIER].start()
     yield
     await app[NOTIFIER].stop()

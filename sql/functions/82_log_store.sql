@@ -6,23 +6,39 @@
 
 -- Finished runs (for at least p_older_than, so whatever reads a job's output as it ends
 -- reads it from the database) whose log still has chunks in cryo.logs, oldest end first.
+-- Driven from cryo.logs, not cryo.runs: a skip scan of logs_run visits each run with
+-- chunks in the hot tier once (live runs and finished ones not moved yet), so a round
+-- costs the same however many finished runs have moved or logged nothing.
 CREATE OR REPLACE FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer)
 RETURNS TABLE (run_id text, org text, project text, bytes bigint, last_chunk_id bigint)
 LANGUAGE sql STABLE AS $$
-    SELECT r.id, r.org, r.project, s.bytes, s.last_id
-      FROM cryo.runs r
+    WITH RECURSIVE hot(run_id) AS (
+        (SELECT l.run_id FROM cryo.logs l ORDER BY l.run_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT l.run_id FROM cryo.logs l WHERE l.run_id > h.run_id
+                 ORDER BY l.run_id LIMIT 1)
+          FROM hot h WHERE h.run_id IS NOT NULL
+    ), due AS (
+        SELECT r.id, r.org, r.project, r.finished_at
+          FROM hot h JOIN cryo.runs r ON r.id = h.run_id
+         WHERE r.finished_at <= cryo.now() - p_older_than
+         ORDER BY r.finished_at, r.id
+         LIMIT p_limit
+    )
+    SELECT d.id, d.org, d.project, s.bytes, s.last_id
+      FROM due d
       CROSS JOIN LATERAL (SELECT sum(length(l.data))::bigint AS bytes, max(l.id) AS last_id
-                            FROM cryo.logs l WHERE l.run_id = r.id) s
-     WHERE r.finished_at IS NOT NULL AND r.finished_at <= cryo.now() - p_older_than
-       AND s.last_id IS NOT NULL
-     ORDER BY r.finished_at, r.id
-     LIMIT p_limit
+                            FROM cryo.logs l WHERE l.run_id = d.id) s
+     WHERE s.last_id IS NOT NULL
+     ORDER BY d.finished_at, d.id
 $$;
 COMMENT ON FUNCTION cryo.logs_to_archive(interval, integer) IS
     'Returns up to p_limit runs finished at least p_older_than ago whose log has chunks in cryo.logs: run, org, project, sealed bytes held and last chunk id. Raises nothing.';
 
 -- Records that a run's log up to chunk p_last_chunk_id is in the store under
--- p_object_key, and drops those chunks from the hot tier, in one transaction.
+-- p_object_key, and drops those chunks from the hot tier, in one transaction. The run's
+-- key-share lock orders this against its collection: a run collected first (or meanwhile)
+-- is gone, and the object just written is queued for deletion instead.
 CREATE OR REPLACE FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text,
                                                 p_last_chunk_id bigint, p_bytes bigint)
 RETURNS boolean
@@ -30,9 +46,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_run cryo.runs%ROWTYPE;
 BEGIN
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR KEY SHARE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+        INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
+        VALUES (p_object_key, cryo.now());
+        RETURN false;
     END IF;
     IF v_run.finished_at IS NULL THEN
         RAISE EXCEPTION 'run % has not finished; its log stays in the database', p_run_id
@@ -51,7 +69,33 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.archive_run_log(text, text, bigint, bigint) IS
-    'Records a finished run''s log as moved to the object store (key, last chunk id, bytes) and deletes those chunks from cryo.logs; returns false when it was recorded already (nothing changes). Raises CR003 for an unknown run, CR004 for a run not finished.';
+    'Records a finished run''s log as moved to the object store (key, last chunk id, bytes) and deletes those chunks from cryo.logs; returns false when it was recorded already (nothing changes) or the run is gone (the key is queued for deletion). Raises CR004 for a run not finished.';
+
+-- The movers' other half: objects of collected runs to delete, oldest first. Several
+-- replicas may list the same rows; deleting an object twice is harmless.
+CREATE OR REPLACE FUNCTION cryo.log_objects_to_delete(p_limit integer)
+RETURNS TABLE (id bigint, object_key text)
+LANGUAGE sql STABLE AS $$
+    SELECT d.id, d.object_key FROM cryo.log_objects_to_delete d ORDER BY d.id LIMIT p_limit
+$$;
+COMMENT ON FUNCTION cryo.log_objects_to_delete(integer) IS
+    'Returns up to p_limit queued (id, object key) of moved logs whose runs were collected, oldest first. Raises nothing.';
+
+-- Once the store has deleted the objects, their rows go (by id: a key queued again since
+-- it was listed stays queued).
+CREATE OR REPLACE FUNCTION cryo.forget_log_objects(p_ids bigint[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.log_objects_to_delete WHERE id = ANY (p_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION cryo.forget_log_objects(bigint[]) IS
+    'Deletes the queued rows p_ids once their objects are deleted from the store; returns how many went (0 when another replica forgot them first). Raises nothing.';
 
 -- Where a run's moved log is, if it moved.
 CREATE OR REPLACE FUNCTION cryo.read_log_archive(p_run_id text)

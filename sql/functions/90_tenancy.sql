@@ -227,23 +227,36 @@ CREATE OR REPLACE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NU
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_n integer;
+    v_ids text[];
+    v_note text;
 BEGIN
     IF p_build IS NULL AND p_agent_id IS NULL THEN
         RAISE EXCEPTION 'name a build or an agent to drain' USING ERRCODE = 'CR004';
     END IF;
-    UPDATE cryo.agents a SET drain_requested_at = cryo.now()
-     WHERE a.org = p_org AND a.drain_requested_at IS NULL
-       AND (p_build IS NULL OR a.build = p_build)
-       AND (p_agent_id IS NULL OR a.id = p_agent_id
-            OR (left(a.id, length(p_agent_id) + 1) = p_agent_id || '-'
-                AND substr(a.id, length(p_agent_id) + 2) ~ '^[0-9]+$'));
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    WITH marked AS (
+        UPDATE cryo.agents a SET drain_requested_at = cryo.now()
+         WHERE a.org = p_org AND a.drain_requested_at IS NULL
+           AND (p_build IS NULL OR a.build = p_build)
+           AND (p_agent_id IS NULL OR a.id = p_agent_id
+                OR (left(a.id, length(p_agent_id) + 1) = p_agent_id || '-'
+                    AND substr(a.id, length(p_agent_id) + 2) ~ '^[0-9]+$'))
+        RETURNING a.id)
+    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM marked;
+    IF cardinality(v_ids) > 0 THEN
+        -- Every replica hears it at commit and refuses these agents at once, so a claim
+        -- held open on another replica is not granted one last run. The ids ride along
+        -- when they fit a notification (8000 bytes); else replicas re-read every mark.
+        v_note := json_build_object('org', p_org, 'ids', v_ids)::text;
+        IF octet_length(v_note) > 7000 THEN
+            v_note := json_build_object('org', p_org)::text;
+        END IF;
+        PERFORM pg_notify('cryo_drain', v_note);
+    END IF;
+    RETURN cardinality(v_ids);
 END
 $$;
 COMMENT ON FUNCTION cryo.drain_agents(text, text, text) IS
-    'Marks the org''s agents of build p_build and/or id p_agent_id (or p_agent_id-N) as draining; returns how many were newly marked. Raises CR004 when neither is given.';
+    'Marks the org''s agents of build p_build and/or id p_agent_id (or p_agent_id-N) as draining and notifies cryo_drain (JSON: org, and ids when they fit); returns how many were newly marked. Raises CR004 when neither is given.';
 
 -- What every server replica reads each tick: the agents asked to drain, so a claim for
 -- one is refused without a query on the claim path.

@@ -33,3 +33,15 @@ CREATE TABLE cryo.log_archives (
 );
 COMMENT ON TABLE cryo.log_archives IS
     'Runs whose log moved to the object store: the object key (sealed, compressed chunks), the last chunk id it holds and its size in bytes.';
+
+-- Objects of moved logs whose runs were collected (retention, project delete): the
+-- collecting transaction queues their keys here, a replica's mover deletes the objects
+-- and then the rows. One row per queuing (no unique key): a key queued again while a
+-- mover deletes it (a late mover's put) keeps a row the mover did not list.
+CREATE TABLE cryo.log_objects_to_delete (
+    id bigserial PRIMARY KEY,
+    object_key text NOT NULL,
+    queued_at timestamptz NOT NULL
+);
+COMMENT ON TABLE cryo.log_objects_to_delete IS
+    'Keys of moved-log objects whose runs are gone, waiting for a mover to delete them from the store.';

@@ -4,8 +4,12 @@ run it holds and refuses its next claim, a restarted agent is not held by an old
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import psycopg
 
+from cryopg.server.agent_api.batching import CLAIMS
 from tests.server.conftest import AGENT_CAPS, Server
 
 
@@ -69,3 +73,24 @@ async def test_an_agent_token_drains_its_own_id(srv: Server) -> None:
     (await _claim(srv, "box-2", "b")).refused(409, "draining")  # type: ignore[attr-defined]
     (await _claim(srv, "boxer", "b")).ok(204)  # type: ignore[attr-defined]
     (await srv.agent("/drain", {"agent_id": "bad id"})).refused(400, "invalid_argument")
+
+
+async def test_a_drain_asked_on_another_replica_refuses_a_held_claim_at_once(
+        srv: Server) -> None:
+    """The drain comes from another connection (another replica, or psql): this server's
+    tick waits an hour, so only the cryo_drain notification can tell it in time."""
+    (await _claim(srv, "far-1", "b")).ok(204)  # type: ignore[attr-defined]
+    held = asyncio.create_task(srv.agent("/claim", {
+        "agent_id": "far-1", "capabilities": AGENT_CAPS, "wait": 2, "build": "b",
+        "instance": "i1"}))
+    dispatcher = srv.app[CLAIMS]
+    deadline = time.monotonic() + 10
+    while not any(dispatcher._waiting.values()):  # the claim is held open, waiting
+        assert time.monotonic() < deadline and not held.done()
+        await asyncio.sleep(0.01)
+    with psycopg.connect(srv.dsn, autocommit=True) as db:
+        assert db.execute("SELECT cryo.drain_agents('dev', NULL, 'far-1')").fetchone() == (1,)
+    run_id = await srv.submit()  # its cryo_work notify comes after the drain's
+    (await held).ok(204)  # not granted one last run
+    assert await srv.status(run_id) == "pending"
+    (await _claim(srv, "far-1", "b")).refused(409, "draining")  # type: ignore[attr-defined]

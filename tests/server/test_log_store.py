@@ -168,3 +168,72 @@ async def test_an_outage_mid_run_bounds_the_waiting_log_and_marks_the_gap(
     assert text.endswith("23" * (piece // 2))  # the newest bytes are kept
     assert not text.startswith("00")  # the oldest went
     assert 3 << 20 < len(text) <= (4 << 20) + 200, len(text)
+
+
+def _queued(srv: Server) -> list[str]:
+    with psycopg.connect(srv.dsn) as db:
+        return [k for (k,) in db.execute(
+            "SELECT object_key FROM cryo.log_objects_to_delete ORDER BY id").fetchall()]
+
+
+def _keys(moto: Moto) -> list[str]:
+    return sorted(o["Key"] for o in moto.s3().list_objects_v2(Bucket=BUCKET).get("Contents", []))
+
+
+async def _moved_run(srv: Server, text: bytes) -> str:
+    grant = await srv.claim_run(await srv.submit())
+    await srv.log(grant, text)
+    await srv.finish(grant)
+    await _move(srv)
+    assert _db_chunks(srv, grant["run_id"]) == (0, 0)
+    return str(grant["run_id"])
+
+
+async def test_collected_runs_take_their_log_objects_with_them(
+        stored: Server, moto: Moto) -> None:
+    old = [await _moved_run(stored, f"old {i}\n".encode()) for i in range(2)]
+    assert _keys(moto) == sorted(f"logs/{r.replace(':', '/')}" for r in old)
+    (await stored.user("PUT", "/retention", {"runs_seconds": 60}, role="admin")).ok()
+    await stored.tick(later=3600)  # retention collects both runs...
+    assert sorted(_queued(stored)) == _keys(moto)  # ...queuing their objects, same transaction
+    kept = await _moved_run(stored, b"young\n")  # a later round deletes them; a young run stays
+    assert _queued(stored) == [] and _keys(moto) == [f"logs/{kept.replace(':', '/')}"]
+    await _move(stored)  # idempotent: nothing queued, nothing more goes
+    assert _keys(moto) == [f"logs/{kept.replace(':', '/')}"]
+    # A mover that wrote a run's object after the run was collected queues it itself.
+    moto.s3().put_object(Bucket=BUCKET, Key="logs/late/object", Body=b"x")
+    with psycopg.connect(stored.dsn, autocommit=True) as db:
+        assert db.execute("SELECT cryo.archive_run_log('dev:gone', 'logs/late/object', 9, 1)"
+                          ).fetchone() == (False,)
+    await _move(stored)
+    assert _keys(moto) == [f"logs/{kept.replace(':', '/')}"]
+    # Deleting the project takes the rest.
+    (await stored.user("DELETE", "", role="owner")).ok()
+    await _move(stored)
+    assert _keys(moto) == [] and _queued(stored) == []
+
+
+def _buffers(plan: dict) -> int:  # type: ignore[type-arg]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+async def test_finding_logs_to_move_does_not_grow_with_finished_runs(srv: Server) -> None:
+    done = await srv.run_to_end()
+    waiting = await srv.claim_run(await srv.submit())
+    await srv.log(waiting, b"not moved yet\n")
+    await srv.finish(waiting)
+    explain = ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+               "SELECT * FROM cryo.logs_to_archive('0 seconds', 50)")
+    with psycopg.connect(srv.dsn, autocommit=True) as db:
+        before = _buffers(db.execute(explain).fetchone()[0][0]["Plan"])  # type: ignore[index]
+        # 20000 more finished runs whose logs moved (or who logged nothing).
+        db.execute("""
+            INSERT INTO cryo.runs
+            SELECT (json_populate_record(r, json_build_object(
+                        'id', r.id || '-' || g, 'idempotency_key', NULL))).*
+              FROM cryo.runs r, generate_series(1, 20000) g WHERE r.id = %s""", (done,))
+        db.execute("ANALYZE cryo.runs")
+        got = db.execute("SELECT run_id FROM cryo.logs_to_archive('0 seconds', 50)").fetchall()
+        assert got == [(waiting["run_id"],)]
+        after = _buffers(db.execute(explain).fetchone()[0][0]["Plan"])  # type: ignore[index]
+    assert after <= before + 20, (before, after)
