@@ -284,7 +284,10 @@ class AgentAPI:
 
 def claim_body(agent_id: str, capabilities: list[str], wait: float) -> dict[str, Any]:
     """What a claim asks for, alone or riding on a finish."""
-    return {"agent_id": agent_id, "capabilities": list(capabilities), "wait": wait}
+    from agent.drain import INSTANCE, build_id
+
+    return {"agent_id": agent_id, "capabilities": list(capabilities), "wait": wait,
+            "build": build_id(), "instance": INSTANCE}
 
 
 def _error_from(status: int, payload: Any) -> AgentAPIError:

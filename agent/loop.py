@@ -34,14 +34,17 @@ async def run_agent(
     local: bool = False,
     sandbox: Sandbox | None = None,
     isolate_all: bool = False,
+    drain: asyncio.Event | None = None,
 ) -> None:
     """Claim and run jobs one at a time until `stop` is set (forever without one).
 
     A `local` agent (the dev stack's, or one started from a dev directory) runs each
     script in the directory it was submitted from; any other runs it in a scratch
     directory. With a `sandbox` it also takes untrusted runs and confines them (every
-    run with `isolate_all`)."""
+    run with `isolate_all`). With `drain` set (agent/drain.py) it finishes the run it
+    holds and returns, as when the server refuses its claim as draining."""
     stop = stop or asyncio.Event()
+    drain = drain or asyncio.Event()
     if sandbox is not None and "isolated" not in capabilities:
         capabilities = [*capabilities, "isolated"]
     mode = (replay_mode or os.environ.get("CRYO_REPLAY_MODE") or "strict").strip().lower()
@@ -55,7 +58,7 @@ async def run_agent(
     grant: dict[str, Any] | None = None
     async with AgentAPI(url, token) as api:
         while True:
-            if stop.is_set():
+            if stop.is_set() or drain.is_set():  # a grant not yet started goes back
                 if grant is not None:
                     await release(api, grant["run_id"], grant["claim_token"])
                 break
@@ -69,11 +72,14 @@ async def run_agent(
                 continue
             try:
                 grant = await _unless_stopped(
-                    api.claim(agent_id, capabilities, wait=CLAIM_WAIT), stop
+                    api.claim(agent_id, capabilities, wait=CLAIM_WAIT), stop, drain
                 )
             except _Stopped:
                 break
             except Exception as e:
+                if isinstance(e, AgentAPIError) and e.code == "draining":
+                    _log(f"{agent_id}: asked to drain; exiting")
+                    break
                 # Unreachable or refusing: say so once per outage, back off, keep trying.
                 if not outage:
                     _log(f"{agent_id}: {_describe(e)}; retrying with backoff")
@@ -103,13 +109,14 @@ def prepare_isolation(isolate_all: bool) -> Sandbox | None:
     return None
 
 
-async def _unless_stopped(call: Awaitable[T], stop: asyncio.Event) -> T:
+async def _unless_stopped(call: Awaitable[T], *events: asyncio.Event) -> T:
     task = asyncio.ensure_future(call)
-    stopping = asyncio.create_task(stop.wait())
+    stopping = [asyncio.create_task(ev.wait()) for ev in events]
     try:
-        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, *stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stopping.cancel()
+        for waiter in stopping:
+            waiter.cancel()
         if not task.done():
             task.cancel()
             try:

@@ -762,6 +762,10 @@ def main() -> int:
             import artifact_bench  # bench/artifact_bench.py
 
             r["artifacts"] = artifact_bench.artifacts(args.quick)
+        if want("replicas"):
+            import replica_bench  # bench/replica_bench.py
+
+            r["replicas"] = replica_bench.replicas(bench)
         r["elapsed_s"] = time.monotonic() - started
     finally:
         bench.stop()

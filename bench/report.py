@@ -184,6 +184,10 @@ def render(r: dict[str, Any]) -> str:
 
         out += artifact_bench.render(r["artifacts"])
 
+    if r.get("replicas"):
+        import replica_bench  # bench/replica_bench.py, beside this file
+
+        out += replica_bench.render(r)
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
     out.append("")
     r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)

@@ -146,6 +146,13 @@ class ArtifactMissing(CryoError):
     code, http_status = "artifact_missing", 409
 
 
+class Draining(CryoError):
+    """The agent was asked to drain (`cryopg agents drain`): it gets no new run. No
+    SQLSTATE: the server refuses it from the drain marks it reads each tick."""
+
+    code, http_status = "draining", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,

@@ -372,6 +372,9 @@ BEGIN
     DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
+    WITH moved AS (DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids) RETURNING object_key)
+    INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)  -- the movers delete them
+    SELECT object_key, cryo.now() FROM moved;
     DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.run_outputs WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.state_cells WHERE run_id = ANY (p_ids);
@@ -1599,6 +1602,37 @@ $$;
 
 COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) IS 'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
 
+CREATE FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs%ROWTYPE;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
+        VALUES (p_object_key, cryo.now());
+        RETURN false;
+    END IF;
+    IF v_run.finished_at IS NULL THEN
+        RAISE EXCEPTION 'run % has not finished; its log stays in the database', p_run_id
+            USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.log_archives (run_id, org, project, object_key, last_chunk_id, bytes,
+                                   archived_at)
+    VALUES (p_run_id, v_run.org, v_run.project, p_object_key, p_last_chunk_id, p_bytes,
+            cryo.now())
+    ON CONFLICT (run_id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;  -- another replica moved it first
+    END IF;
+    DELETE FROM cryo.logs WHERE run_id = p_run_id AND id <= p_last_chunk_id;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) IS 'Records a finished run''s log as moved to the object store (key, last chunk id, bytes) and deletes those chunks from cryo.logs; returns false when it was recorded already (nothing changes) or the run is gone (the key is queued for deletion). Raises CR004 for a run not finished.';
+
 CREATE FUNCTION cryo.artifact_scope(p_org text, p_project text, p_run_id text, p_key text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -2183,7 +2217,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs, cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
+COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs (moved ones queued for the movers to delete), cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.delete_role_map(p_org text, p_claim text, p_value text) RETURNS boolean
     LANGUAGE sql
@@ -2318,6 +2352,49 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false or its on.webhook leaves the event out) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
+
+CREATE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NULL::text, p_agent_id text DEFAULT NULL::text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_ids text[];
+    v_note text;
+BEGIN
+    IF p_build IS NULL AND p_agent_id IS NULL THEN
+        RAISE EXCEPTION 'name a build or an agent to drain' USING ERRCODE = 'CR004';
+    END IF;
+    WITH marked AS (
+        UPDATE cryo.agents a SET drain_requested_at = cryo.now()
+         WHERE a.org = p_org AND a.drain_requested_at IS NULL
+           AND (p_build IS NULL OR a.build = p_build)
+           AND (p_agent_id IS NULL OR a.id = p_agent_id
+                OR (left(a.id, length(p_agent_id) + 1) = p_agent_id || '-'
+                    AND substr(a.id, length(p_agent_id) + 2) ~ '^[0-9]+$'))
+        RETURNING a.id)
+    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM marked;
+    IF cardinality(v_ids) > 0 THEN
+        -- Every replica hears it at commit and refuses these agents at once, so a claim
+        -- held open on another replica is not granted one last run. The ids ride along
+        -- when they fit a notification (8000 bytes); else replicas re-read every mark.
+        v_note := json_build_object('org', p_org, 'ids', v_ids)::text;
+        IF octet_length(v_note) > 7000 THEN
+            v_note := json_build_object('org', p_org)::text;
+        END IF;
+        PERFORM pg_notify('cryo_drain', v_note);
+    END IF;
+    RETURN cardinality(v_ids);
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.drain_agents(p_org text, p_build text, p_agent_id text) IS 'Marks the org''s agents of build p_build and/or id p_agent_id (or p_agent_id-N) as draining and notifies cryo_drain (JSON: org, and ids when they fit); returns how many were newly marked. Raises CR004 when neither is given.';
+
+CREATE FUNCTION cryo.draining_agents() RETURNS TABLE(org text, id text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.org, a.id FROM cryo.agents a WHERE a.drain_requested_at IS NOT NULL
+$$;
+
+COMMENT ON FUNCTION cryo.draining_agents() IS 'Returns (org, id) of every agent asked to drain. Raises nothing.';
 
 CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb)
     LANGUAGE plpgsql
@@ -2605,6 +2682,20 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+
+CREATE FUNCTION cryo.forget_log_objects(p_ids bigint[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM cryo.log_objects_to_delete WHERE id = ANY (p_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.forget_log_objects(p_ids bigint[]) IS 'Deletes the queued rows p_ids once their objects are deleted from the store; returns how many went (0 when another replica forgot them first). Raises nothing.';
 
 CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql STABLE
@@ -3131,6 +3222,25 @@ $$;
 
 COMMENT ON FUNCTION cryo.is_terminal(p_status text) IS 'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
 
+CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(id text, build text, capabilities text[], registered_at timestamp with time zone, last_seen_at timestamp with time zone, last_claim_at timestamp with time zone, claimed_run text, drain_requested_at timestamp with time zone, state text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.id, a.build, a.capabilities, a.registered_at, a.last_seen_at,
+           greatest(a.last_claim_at, c.claimed_at), c.run_id, a.drain_requested_at,
+           CASE WHEN a.last_seen_at < cryo.now() - p_gone_after AND c.run_id IS NULL THEN 'gone'
+                WHEN a.drain_requested_at IS NOT NULL THEN 'draining'
+                WHEN c.run_id IS NOT NULL THEN 'busy'
+                ELSE 'idle' END
+      FROM cryo.agents a
+      LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at FROM cryo.queue q
+                          WHERE q.org = a.org AND q.state = 'claimed' AND q.agent_id = a.id
+                          ORDER BY q.claimed_at DESC LIMIT 1) c ON true
+     WHERE a.org = p_org
+     ORDER BY a.id
+$$;
+
+COMMENT ON FUNCTION cryo.list_agents(p_org text, p_gone_after interval) IS 'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state (draining, busy, idle, or gone when not seen for p_gone_after). Raises nothing.';
+
 CREATE FUNCTION cryo.list_app_roles() RETURNS TABLE(role text, org text, project text, can_login boolean, in_cryo_app boolean, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
@@ -3340,6 +3450,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_workflows(p_org text, p_project text) IS 'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
 
+CREATE FUNCTION cryo.log_objects_to_delete(p_limit integer) RETURNS TABLE(id bigint, object_key text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT d.id, d.object_key FROM cryo.log_objects_to_delete d ORDER BY d.id LIMIT p_limit
+$$;
+
+COMMENT ON FUNCTION cryo.log_objects_to_delete(p_limit integer) IS 'Returns up to p_limit queued (id, object key) of moved logs whose runs were collected, oldest first. Raises nothing.';
+
 CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE(after_id bigint, skipped_bytes bigint, total_bytes bigint)
     LANGUAGE sql STABLE
     AS $$
@@ -3356,6 +3474,32 @@ CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE
 $$;
 
 COMMENT ON FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) IS 'Returns where a tail window of about p_bytes of a run''s log starts: the chunk id to read after, how many (sealed) bytes come before it, and the log''s total. Raises nothing.';
+
+CREATE FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer) RETURNS TABLE(run_id text, org text, project text, bytes bigint, last_chunk_id bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH RECURSIVE hot(run_id) AS (
+        (SELECT l.run_id FROM cryo.logs l ORDER BY l.run_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT l.run_id FROM cryo.logs l WHERE l.run_id > h.run_id
+                 ORDER BY l.run_id LIMIT 1)
+          FROM hot h WHERE h.run_id IS NOT NULL
+    ), due AS (
+        SELECT r.id, r.org, r.project, r.finished_at
+          FROM hot h JOIN cryo.runs r ON r.id = h.run_id
+         WHERE r.finished_at <= cryo.now() - p_older_than
+         ORDER BY r.finished_at, r.id
+         LIMIT p_limit
+    )
+    SELECT d.id, d.org, d.project, s.bytes, s.last_id
+      FROM due d
+      CROSS JOIN LATERAL (SELECT sum(length(l.data))::bigint AS bytes, max(l.id) AS last_id
+                            FROM cryo.logs l WHERE l.run_id = d.id) s
+     WHERE s.last_id IS NOT NULL
+     ORDER BY d.finished_at, d.id
+$$;
+
+COMMENT ON FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer) IS 'Returns up to p_limit runs finished at least p_older_than ago whose log has chunks in cryo.logs: run, org, project, sealed bytes held and last chunk id. Raises nothing.';
 
 CREATE FUNCTION cryo.mark_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -3805,6 +3949,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_last_attempt_log(p_run_id text) IS 'Returns the sealed log chunks of a run''s latest attempt, in order. Raises nothing.';
 
+CREATE FUNCTION cryo.read_log_archive(p_run_id text) RETURNS TABLE(object_key text, last_chunk_id bigint, bytes bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.object_key, a.last_chunk_id, a.bytes FROM cryo.log_archives a
+     WHERE a.run_id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.read_log_archive(p_run_id text) IS 'Returns the object key, last chunk id and size of a run''s log moved to the object store; no row when it has not moved. Raises nothing.';
+
 CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea)
     LANGUAGE sql STABLE
     AS $$
@@ -3917,16 +4070,24 @@ $$;
 
 COMMENT ON FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[]) IS 'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
 
-CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) RETURNS void
+CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text DEFAULT NULL::text, p_instance text DEFAULT NULL::text, p_last_claim_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE sql
     AS $$
-    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
-    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
+    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at, build,
+                             instance, last_claim_at)
+    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now(), p_build, p_instance,
+            p_last_claim_at)
     ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
-       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at
+       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at,
+           -- another process under an old id is a restarted agent: a drain was for the old one
+           drain_requested_at = CASE WHEN excluded.instance IS DISTINCT FROM cryo.agents.instance
+                                     THEN NULL ELSE cryo.agents.drain_requested_at END,
+           build = excluded.build, instance = excluded.instance,
+           last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at)
+    RETURNING drain_requested_at IS NOT NULL
 $$;
 
-COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) IS 'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
+COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old) and when it last received a run (a known one is kept when NULL). Returns true when the agent was asked to drain. Raises nothing of its own.';
 
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql
@@ -4824,6 +4985,34 @@ $$;
 
 COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
+CREATE FUNCTION cryo.trim_run_log(p_run_id text, p_keep_bytes bigint, p_marker bytea) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_dropped bigint;
+    v_last bigint;
+BEGIN
+    WITH sized AS (
+        SELECT l.id, length(l.data) AS n,
+               sum(length(l.data)) OVER (ORDER BY l.id DESC) AS from_end
+          FROM cryo.logs l WHERE l.run_id = p_run_id
+    ), gone AS (
+        DELETE FROM cryo.logs l USING sized s
+         WHERE l.id = s.id AND s.from_end > p_keep_bytes
+        RETURNING l.id, s.n
+    )
+    SELECT coalesce(sum(n), 0), max(id) INTO v_dropped, v_last FROM gone;
+    IF v_last IS NOT NULL THEN
+        INSERT INTO cryo.logs (id, run_id, org, project, attempt, data, created_at)
+        SELECT v_last, r.id, r.org, r.project, r.attempt, p_marker, cryo.now()
+          FROM cryo.runs r WHERE r.id = p_run_id;
+    END IF;
+    RETURN v_dropped;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.trim_run_log(p_run_id text, p_keep_bytes bigint, p_marker bytea) IS 'Drops the oldest log chunks of a run beyond its newest p_keep_bytes (sealed sizes) and puts the sealed marker p_marker where the last dropped chunk was; returns the sealed bytes dropped (0: nothing changed). Raises nothing.';
+
 CREATE FUNCTION cryo.unbind_app_role(p_role text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -4979,7 +5168,11 @@ CREATE TABLE cryo.agents (
     org text NOT NULL,
     capabilities text[] NOT NULL,
     registered_at timestamp with time zone NOT NULL,
-    last_seen_at timestamp with time zone NOT NULL
+    last_seen_at timestamp with time zone NOT NULL,
+    build text,
+    instance text,
+    drain_requested_at timestamp with time zone,
+    last_claim_at timestamp with time zone
 );
 
 CREATE TABLE cryo.app_roles (
@@ -5129,7 +5322,8 @@ CREATE TABLE cryo.history (
     key_ordinal integer,
     attempt integer,
     payload bytea,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    replica text DEFAULT NULLIF(current_setting('cryo.replica_id'::text, true), ''::text)
 );
 
 CREATE SEQUENCE cryo.history_id_seq
@@ -5222,6 +5416,35 @@ CREATE VIEW cryo.live_claims WITH (security_barrier='true') AS
   WHERE ((q.state = 'claimed'::text) AND ((((q.org || ':'::text) || q.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant)));
 
 COMMENT ON VIEW cryo.live_claims IS 'Claims held right now: which agent, since when, and when the claim expires unless renewed.';
+
+CREATE TABLE cryo.log_archives (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    object_key text NOT NULL,
+    last_chunk_id bigint NOT NULL,
+    bytes bigint NOT NULL,
+    archived_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.log_archives IS 'Runs whose log moved to the object store: the object key (sealed, compressed chunks), the last chunk id it holds and its size in bytes.';
+
+CREATE TABLE cryo.log_objects_to_delete (
+    id bigint NOT NULL,
+    object_key text NOT NULL,
+    queued_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.log_objects_to_delete IS 'Keys of moved-log objects whose runs are gone, waiting for a mover to delete them from the store.';
+
+CREATE SEQUENCE cryo.log_objects_to_delete_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.log_objects_to_delete_id_seq OWNED BY cryo.log_objects_to_delete.id;
 
 CREATE TABLE cryo.logs (
     id bigint NOT NULL,
@@ -5556,6 +5779,8 @@ ALTER TABLE ONLY cryo.history ALTER COLUMN id SET DEFAULT nextval('cryo.history_
 
 ALTER TABLE ONLY cryo.lease_waiters ALTER COLUMN id SET DEFAULT nextval('cryo.lease_waiters_id_seq'::regclass);
 
+ALTER TABLE ONLY cryo.log_objects_to_delete ALTER COLUMN id SET DEFAULT nextval('cryo.log_objects_to_delete_id_seq'::regclass);
+
 ALTER TABLE ONLY cryo.logs ALTER COLUMN id SET DEFAULT nextval('cryo.logs_id_seq'::regclass);
 
 ALTER TABLE ONLY cryo.signals ALTER COLUMN id SET DEFAULT nextval('cryo.signals_id_seq'::regclass);
@@ -5595,6 +5820,12 @@ ALTER TABLE ONLY cryo.lease_waiters
 
 ALTER TABLE ONLY cryo.leases
     ADD CONSTRAINT leases_pkey PRIMARY KEY (org, project, grp);
+
+ALTER TABLE ONLY cryo.log_archives
+    ADD CONSTRAINT log_archives_pkey PRIMARY KEY (run_id);
+
+ALTER TABLE ONLY cryo.log_objects_to_delete
+    ADD CONSTRAINT log_objects_to_delete_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY cryo.logs
     ADD CONSTRAINT logs_pkey PRIMARY KEY (id);
@@ -5670,6 +5901,8 @@ ALTER TABLE ONLY cryo.webhooks
 
 ALTER TABLE ONLY cryo.workflows
     ADD CONSTRAINT workflows_pkey PRIMARY KEY (org, project, name);
+
+CREATE INDEX agents_draining ON cryo.agents USING btree (org, id) WHERE (drain_requested_at IS NOT NULL);
 
 CREATE INDEX artifact_blobs_touched ON cryo.artifact_blobs USING btree (touched_at);
 

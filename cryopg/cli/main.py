@@ -10,7 +10,17 @@ from typing import Any
 
 import click
 
-from cryopg.cli import admin, bus, login, pipeline, processes, run_once, triggers, workflows
+from cryopg.cli import (
+    admin,
+    agents,
+    bus,
+    login,
+    pipeline,
+    processes,
+    run_once,
+    triggers,
+    workflows,
+)
 from cryopg.cli.artifacts import artifact
 from cryopg.cli.client import Client, part, valid_text
 from cryopg.cli.follow import (
@@ -66,7 +76,8 @@ def cli() -> None:
 
 
 for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *triggers.COMMANDS,
-                *login.COMMANDS, *bus.COMMANDS, *run_once.COMMANDS, artifact]:
+                *login.COMMANDS, *bus.COMMANDS, *run_once.COMMANDS, *agents.COMMANDS,
+                artifact]:
     cli.add_command(command)
 
 

@@ -138,6 +138,25 @@ def _oidc_from_env() -> Any:
         raise click.ClickException(str(exc)) from None
 
 
+def _log_store_from_env() -> Any:
+    """Finished runs' logs in an S3-compatible store, when CRYOPG_LOGS_S3_BUCKET is set."""
+    from cryopg.logstore.settings import LogStoreSettings
+
+    try:
+        return LogStoreSettings.from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _replica_from_env() -> str:
+    from cryopg.server.replica import replica_id_from_env
+
+    try:
+        return replica_id_from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @click.command("server")
 @DB_URL
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -156,7 +175,8 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
         raise click.ClickException(
             "CRYOPG_MASTER_KEY is not set; the server will not start without its master key")
     config = ServerConfig(database_url, master, claim_seconds=claim_seconds,
-                          tick_interval=tick_interval, oidc=_oidc_from_env())
+                          tick_interval=tick_interval, oidc=_oidc_from_env(),
+                          replica_id=_replica_from_env(), log_store=_log_store_from_env())
 
     async def run() -> None:
         stop = _stop_event()
@@ -170,7 +190,8 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
 
 async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix: str,
                       stop: asyncio.Event, *, local: bool, isolate_all: bool = False,
-                      announce: Any = None) -> list[asyncio.Task[None]]:
+                      announce: Any = None,
+                      drain: asyncio.Event | None = None) -> list[asyncio.Task[None]]:
     from agent.loop import prepare_isolation, run_agent
 
     try:
@@ -181,7 +202,8 @@ async def _run_agents(url: str, token: str, count: int, caps: list[str], prefix:
         await announce(box is not None)
     return [asyncio.create_task(run_agent(url, token, agent_id=f"{prefix}-{i + 1}",
                                           capabilities=caps, stop=stop, local=local,
-                                          sandbox=box, isolate_all=isolate_all))
+                                          sandbox=box, isolate_all=isolate_all,
+                                          drain=drain))
             for i in range(count)]
 
 
@@ -231,9 +253,15 @@ async def _announce_agent(url: str, prefix: str, count: int, caps: list[str], *,
 @click.option("--isolate", is_flag=True,
               help="Confine every run, not only untrusted ones: another OS user, its own PID, "
                    "mount and network namespaces (needs bubblewrap).")
+@click.option("--drain", is_flag=True,
+              help="Run no agent: ask the running agent(s) of --id to drain (finish the run "
+                   "held, take no new one, exit). SIGTERM to an agent does the same.")
 def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_id: str | None,
-              count: int, local: bool | None, isolate: bool) -> None:
-    """Run an agent that claims and runs jobs (from a dev directory, or with --url and --token)."""
+              count: int, local: bool | None, isolate: bool, drain: bool) -> None:
+    """Run an agent that claims and runs jobs (from a dev directory, or with --url and --token).
+
+    SIGTERM drains it (the run it holds finishes, then it exits); a second SIGTERM or
+    SIGINT stops it at once, handing its run back."""
     if local is None:
         local = not url and find_dev_file() is not None
     if not url or not token:
@@ -242,6 +270,9 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
             raise click.ClickException("no --url/--token given and no cryopg dev stack found here")
         dev = json.loads(found.read_text())
         url, token = url or dev["url"], token or dev["agent_token"]
+    if drain:
+        _ask_drain(url, token, agent_id)
+        return
     capabilities = ([c for cap in caps for c in cap.replace(",", " ").split()]
                     or ["shell", "polyglot"])
     prefix = agent_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -252,13 +283,40 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
             local=local, isolate_all=isolate)
 
     async def run() -> None:
-        stop = _stop_event()
+        from agent.drain import signal_events
+
+        stop, draining = signal_events()
         tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local,
-                                  isolate_all=isolate, announce=announce)
-        await stop.wait()
+                                  isolate_all=isolate, announce=announce, drain=draining)
+        stopping = asyncio.create_task(stop.wait())
+        # Until stopped, or every agent has drained and returned.
+        await asyncio.wait([stopping, asyncio.gather(*tasks, return_exceptions=True)],
+                           return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
         await _stop_agents(tasks)
 
     asyncio.run(run())
+
+
+def _ask_drain(url: str, token: str, agent_id: str | None) -> None:
+    """`cryopg agent --drain --id ID`: the server marks the agent(s) draining."""
+    import urllib.error
+    import urllib.request
+
+    if not agent_id:
+        raise click.UsageError("--drain needs --id (the id the agent was started with)")
+    req = urllib.request.Request(
+        f"{url.rstrip('/')}/api/v1/agent/drain", method="POST",
+        data=json.dumps({"agent_id": agent_id}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            n = json.loads(resp.read())["draining"]
+    except urllib.error.HTTPError as exc:
+        raise click.ClickException(f"the server refused the drain ({exc.code})") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise click.ClickException(f"cannot reach the server at {url}: {exc}") from None
+    click.echo(f"draining {n} agent(s) of id {agent_id}")
 
 
 async def _dev_tokens(dsn: str, dev_file: Path) -> tuple[str, str]:

@@ -8,6 +8,7 @@ finish ends it; state, sweeps and reads serve it throughout. Import from here
 
 from __future__ import annotations
 
+from cryopg.engine.agents import AgentRow, drain_agents, draining_agents, list_agents
 from cryopg.engine.claim import (
     append_log,
     check_claim,
@@ -58,6 +59,16 @@ from cryopg.engine.journal import (
     read_last_attempt_log,
     read_logs,
     record_steps,
+)
+from cryopg.engine.log_store import (
+    LogArchive,
+    LogToMove,
+    archive_run_log,
+    forget_log_objects,
+    log_objects_to_delete,
+    logs_to_archive,
+    read_log_archive,
+    trim_run_log,
 )
 from cryopg.engine.reads import (
     get_run,
@@ -209,6 +220,18 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "LogArchive",
+    "LogToMove",
+    "archive_run_log",
+    "logs_to_archive",
+    "read_log_archive",
+    "trim_run_log",
+    "log_objects_to_delete",
+    "forget_log_objects",
+    "AgentRow",
+    "drain_agents",
+    "draining_agents",
+    "list_agents",
     "PendingLogin",
     "RoleMap",
     "SessionInfo",

@@ -42,5 +42,9 @@ async def revoke_token(conn: AsyncConnection, org: str, token_id: str) -> bool:
     return await _one(conn, "SELECT cryo.revoke_token(%s, %s)", (org, token_id))
 
 
-async def register_agent(conn: AsyncConnection, org: str, agent_id: str, caps: list[str]) -> None:
-    await conn.execute("SELECT cryo.register_agent(%s, %s, %s)", (org, agent_id, caps))
+async def register_agent(conn: AsyncConnection, org: str, agent_id: str, caps: list[str],
+                         build: str | None = None, instance: str | None = None,
+                         last_claim_at: dt.datetime | None = None) -> bool:
+    """True when the agent was asked to drain."""
+    return bool(await _one(conn, "SELECT cryo.register_agent(%s, %s, %s, %s, %s, %s)",
+                           (org, agent_id, caps, build, instance, last_claim_at)))

@@ -14,14 +14,15 @@ from cryopg import engine
 from cryopg.artifacts.service import artifacts_ctx, collect_round
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
-from cryopg.server import agent_api, graph_driver, openapi, sign_in, triggers, ui, user_api
+from cryopg.logstore import mover as log_mover
+from cryopg.server import agent_api, agents, graph_driver, openapi, sign_in, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
-from cryopg.server.agent_api.claims import AGENTS_SEEN
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
 from cryopg.server.limits import MAX_BODY, limits_middleware
 from cryopg.server.notifier import Notifier
+from cryopg.server.replica import with_replica
 from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
 
 POOL_CLOSE_SECONDS = 1.0
@@ -61,7 +62,8 @@ async def errors_middleware(request: web.Request, handler):  # type: ignore[no-u
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     cfg = app[CONFIG]
-    app[POOL] = await open_pool(cfg.database_url, max_size=cfg.pool_size)
+    app[POOL] = await open_pool(with_replica(cfg.database_url, cfg.replica_id),
+                                max_size=cfg.pool_size)
     app[KEYS] = OrgKeys(app[POOL], cfg.master_key)
     yield
     # Its workers may be retrying a database that is down: do not wait on them long.
@@ -69,7 +71,8 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:
-    app[NOTIFIER] = Notifier(app[CONFIG].database_url)
+    app[NOTIFIER] = Notifier(app[CONFIG].database_url,
+                             hooks={agents.DRAIN_CHANNEL: agents.drain_hook(app)})
     await app[NOTIFIER].start()
     yield
     await app[NOTIFIER].stop()
@@ -81,8 +84,10 @@ async def _tick(app: web.Application) -> None:
 
 
 # What every server does on each tick interval, one after the other: the engine's
-# backstop sweep, then the triggers' rounds.
-ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, collect_round)
+# backstop sweep, then the triggers' rounds, the agents' drain marks, the logs' move, the
+# artifact collector.
+ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, agents.refresh_drains,
+          log_mover.move_logs, collect_round)
 
 
 async def _tick_forever(app: web.Application) -> None:
@@ -114,7 +119,7 @@ async def _release_long_polls(app: web.Application) -> None:
 async def health(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         await conn.execute("SELECT 1")
-    return web.json_response({"ok": True})
+    return web.json_response({"ok": True, "replica": request.app[CONFIG].replica_id})
 
 
 def build_app(config: ServerConfig) -> web.Application:
@@ -122,8 +127,8 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[errors_middleware, limits_middleware, ui.ui_headers],
                           client_max_size=MAX_BODY)
     app[CONFIG] = config
+    log_mover.setup(app)
     app[AGENT_TOKENS] = {}
-    app[AGENTS_SEEN] = {}
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, artifacts_ctx, _ticker_ctx,
                             graph_driver.driver_ctx])
     app.on_shutdown.append(_release_long_polls)
@@ -131,6 +136,7 @@ def build_app(config: ServerConfig) -> web.Application:
     openapi.add_routes(app)
     user_api.add_routes(app)
     agent_api.add_routes(app)
+    agents.add_routes(app)
     sign_in.add_routes(app)
     ui.add_routes(app)
     return app

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable, Mapping
 
 import psycopg
 
 
 class Notifier:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str,
+                 hooks: Mapping[str, Callable[[str | None], None]] | None = None) -> None:
         self._dsn = dsn
+        # Other channels and what hears them, called in the loop in arrival order (before
+        # a later cryo_work wakes anyone); with None after a reconnect: notes were missed.
+        self._hooks = dict(hooks or {})
         self._work = asyncio.Event()
         self._runs: dict[str, asyncio.Event] = {}
         self._task: asyncio.Task[None] | None = None
@@ -43,7 +48,13 @@ class Notifier:
         if ev is not None:
             ev.set()
 
+    def wake_work(self) -> None:
+        """Wakes the claim waiters as a `cryo_work` notify would."""
+        self._wake_work()
+
     def _wake_all(self) -> None:
+        for hook in self._hooks.values():
+            hook(None)
         self._wake_work()
         runs, self._runs = self._runs, {}
         for ev in runs.values():
@@ -77,12 +88,16 @@ class Notifier:
                         self._dsn, autocommit=True) as conn:
                     await conn.execute("LISTEN cryo_work")
                     await conn.execute("LISTEN cryo_run")
+                    for channel in self._hooks:
+                        await conn.execute(f"LISTEN {channel}")
                     self.connected.set()
                     backoff = 0.5
                     self._wake_all()  # anything that happened while we were away
                     async for note in conn.notifies():
                         if note.channel == "cryo_work":
                             self._wake_work()
+                        elif note.channel in self._hooks:
+                            self._hooks[note.channel](note.payload)
                         else:
                             self._wake_run(note.payload)
             except asyncio.CancelledError:

@@ -41,7 +41,7 @@ def _agent(required: tuple[str, ...] = (), **props: dict[str, Any]) -> dict[str,
     return _obj(_TOKEN + required, **_CALL, **props)
 
 
-_CLAIM = _obj(("agent_id",), agent_id=_S, capabilities=_STRS, wait=_N)
+_CLAIM = _obj(("agent_id",), agent_id=_S, capabilities=_STRS, wait=_N, build=_S, instance=_S)
 
 P = "/api/v1/orgs/{org}/projects/{project}"
 G = "/api/v1/orgs/{org}"
@@ -56,6 +56,12 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("POST", f"{P}/runs", "user", "Submit a script, graph or pipeline as a run",
      _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S, input=_ANY,
           idempotency_key=_S, untrusted=_B, concurrency=_S, policy=_S, workdir=_S), {}),
+    ("GET", f"{G}/agents", "user", "The org's agents: build, capabilities, last claim, state "
+     "(Viewer)", None, {}),
+    ("POST", f"{G}/agents/drain", "user", "Ask agents of a build (or an id) to drain at their "
+     "next claim (Admin)", _obj((), build=_S, agent_id=_S), {}),
+    ("POST", "/api/v1/agent/drain", "agent", "Ask this org's agent(s) of one id to drain",
+     _obj(("agent_id",), agent_id=_S), {}),
     ("GET", f"{P}/runs", "user", "A project's runs, newest first", None,
      {"limit": _I, "status": _S, "workflow": _S, "parent": _S, "before": _S, "top": _S}),
     ("GET", f"{P}/runs/{{run}}", "user", "One run: status, input, outputs, history", None, {}),

@@ -134,6 +134,9 @@ BEGIN
     DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
+    WITH moved AS (DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids) RETURNING object_key)
+    INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)  -- the movers delete them
+    SELECT object_key, cryo.now() FROM moved;
     DELETE FROM cryo.signals WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.run_outputs WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.state_cells WHERE run_id = ANY (p_ids);
@@ -244,4 +247,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.delete_project(text, text) IS
-    'Deletes a project with all its runs (live ones included), journals, logs, cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
+    'Deletes a project with all its runs (live ones included), journals, logs (moved ones queued for the movers to delete), cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';

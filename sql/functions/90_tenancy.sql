@@ -170,16 +170,103 @@ $$;
 COMMENT ON FUNCTION cryo.revoke_token(text, text) IS
     'Revokes a token at once; returns false when it was already revoked. Raises CR005 for a token not of that org.';
 
-CREATE OR REPLACE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[])
-RETURNS void
+-- An agent's periodic refresh (the server calls it now and then while the agent claims,
+-- not per claim): capabilities, build and when it last received a run. The answer tells
+-- the server whether the agent was asked to drain, so it gets no new claim.
+CREATE OR REPLACE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[],
+                                               p_build text DEFAULT NULL,
+                                               p_instance text DEFAULT NULL,
+                                               p_last_claim_at timestamptz DEFAULT NULL)
+RETURNS boolean
 LANGUAGE sql AS $$
-    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at)
-    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now())
+    INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at, build,
+                             instance, last_claim_at)
+    VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now(), p_build, p_instance,
+            p_last_claim_at)
     ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
-       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at
+       SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at,
+           -- another process under an old id is a restarted agent: a drain was for the old one
+           drain_requested_at = CASE WHEN excluded.instance IS DISTINCT FROM cryo.agents.instance
+                                     THEN NULL ELSE cryo.agents.drain_requested_at END,
+           build = excluded.build, instance = excluded.instance,
+           last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at)
+    RETURNING drain_requested_at IS NOT NULL
 $$;
-COMMENT ON FUNCTION cryo.register_agent(text, text, text[]) IS
-    'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
+COMMENT ON FUNCTION cryo.register_agent(text, text, text[], text, text, timestamptz) IS
+    'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old) and when it last received a run (a known one is kept when NULL). Returns true when the agent was asked to drain. Raises nothing of its own.';
+
+-- The agents of an org as operators see them: build, capabilities, when last seen and
+-- last given a run, and a state: draining (asked to, still seen), busy (holds a claim),
+-- idle, or gone (not seen for p_gone_after).
+CREATE OR REPLACE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '2 minutes')
+RETURNS TABLE (id text, build text, capabilities text[], registered_at timestamptz,
+               last_seen_at timestamptz, last_claim_at timestamptz, claimed_run text,
+               drain_requested_at timestamptz, state text)
+LANGUAGE sql STABLE AS $$
+    SELECT a.id, a.build, a.capabilities, a.registered_at, a.last_seen_at,
+           greatest(a.last_claim_at, c.claimed_at), c.run_id, a.drain_requested_at,
+           CASE WHEN a.last_seen_at < cryo.now() - p_gone_after AND c.run_id IS NULL THEN 'gone'
+                WHEN a.drain_requested_at IS NOT NULL THEN 'draining'
+                WHEN c.run_id IS NOT NULL THEN 'busy'
+                ELSE 'idle' END
+      FROM cryo.agents a
+      LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at FROM cryo.queue q
+                          WHERE q.org = a.org AND q.state = 'claimed' AND q.agent_id = a.id
+                          ORDER BY q.claimed_at DESC LIMIT 1) c ON true
+     WHERE a.org = p_org
+     ORDER BY a.id
+$$;
+COMMENT ON FUNCTION cryo.list_agents(text, interval) IS
+    'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state (draining, busy, idle, or gone when not seen for p_gone_after). Raises nothing.';
+
+-- Asks agents to drain: they finish the run they hold, take no new one and exit. By build
+-- (every agent of the org reporting it), by id (an id or the ids `cryopg agent --id ID
+-- --count N` gives, ID-1..ID-N), or both.
+CREATE OR REPLACE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NULL,
+                                             p_agent_id text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids text[];
+    v_note text;
+BEGIN
+    IF p_build IS NULL AND p_agent_id IS NULL THEN
+        RAISE EXCEPTION 'name a build or an agent to drain' USING ERRCODE = 'CR004';
+    END IF;
+    WITH marked AS (
+        UPDATE cryo.agents a SET drain_requested_at = cryo.now()
+         WHERE a.org = p_org AND a.drain_requested_at IS NULL
+           AND (p_build IS NULL OR a.build = p_build)
+           AND (p_agent_id IS NULL OR a.id = p_agent_id
+                OR (left(a.id, length(p_agent_id) + 1) = p_agent_id || '-'
+                    AND substr(a.id, length(p_agent_id) + 2) ~ '^[0-9]+$'))
+        RETURNING a.id)
+    SELECT coalesce(array_agg(id), '{}') INTO v_ids FROM marked;
+    IF cardinality(v_ids) > 0 THEN
+        -- Every replica hears it at commit and refuses these agents at once, so a claim
+        -- held open on another replica is not granted one last run. The ids ride along
+        -- when they fit a notification (8000 bytes); else replicas re-read every mark.
+        v_note := json_build_object('org', p_org, 'ids', v_ids)::text;
+        IF octet_length(v_note) > 7000 THEN
+            v_note := json_build_object('org', p_org)::text;
+        END IF;
+        PERFORM pg_notify('cryo_drain', v_note);
+    END IF;
+    RETURN cardinality(v_ids);
+END
+$$;
+COMMENT ON FUNCTION cryo.drain_agents(text, text, text) IS
+    'Marks the org''s agents of build p_build and/or id p_agent_id (or p_agent_id-N) as draining and notifies cryo_drain (JSON: org, and ids when they fit); returns how many were newly marked. Raises CR004 when neither is given.';
+
+-- What every server replica reads each tick: the agents asked to drain, so a claim for
+-- one is refused without a query on the claim path.
+CREATE OR REPLACE FUNCTION cryo.draining_agents()
+RETURNS TABLE (org text, id text)
+LANGUAGE sql STABLE AS $$
+    SELECT a.org, a.id FROM cryo.agents a WHERE a.drain_requested_at IS NOT NULL
+$$;
+COMMENT ON FUNCTION cryo.draining_agents() IS
+    'Returns (org, id) of every agent asked to drain. Raises nothing.';
 
 -- Master key rotation: the CLI reads every wrapped key, unwraps it with the old master
 -- key and wraps the same data key with the new one, then swaps them all here in one

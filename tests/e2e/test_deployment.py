@@ -120,7 +120,7 @@ echo finished
     leaving = split.agent("leaving")
     run_id = split.cli("submit", str(wf)).stdout.strip()
     wait_for("the script to start", lambda: lines(started) == ["x"])
-    leaving.send_signal(signal.SIGTERM)  # the script runs in a session of its own
+    leaving.send_signal(signal.SIGINT)  # SIGTERM would drain; the script has its own session
     assert leaving.wait(timeout=20) == 0
     run = _run(split, run_id)
     kinds = [e["kind"] for e in run["history"]]

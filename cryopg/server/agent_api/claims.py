@@ -18,7 +18,8 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo
-from cryopg.errors import InvalidArgument
+from cryopg.errors import Draining, InvalidArgument
+from cryopg.server import agents
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES, ClaimAsk
 from cryopg.server.agent_api.grant import grant
 from cryopg.server.agent_api.in_run import add_run_route
@@ -27,9 +28,6 @@ from cryopg.server.bodies import json_body
 from cryopg.server.state import CONFIG, KEYS, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
-# How often a claiming agent's row in cryo.agents is refreshed (last_seen_at, caps).
-AGENT_REFRESH_SECONDS = 30.0
-AGENTS_SEEN = web.AppKey("agents_seen", dict)
 
 
 async def claim(request: web.Request) -> web.StreamResponse:
@@ -46,6 +44,7 @@ def _claim_ask(request: web.Request, info: TokenInfo,
     asked = body.get("capabilities") or DEFAULT_CAPS
     if not isinstance(asked, list):
         raise InvalidArgument("capabilities must be a list")
+    agents.note_report(request, body)  # build and instance, for the agent's refresh
     # The token's ceiling bounds what a claim may serve, whatever the agent advertises.
     # "graph" is the server drivers' own: no agent ever takes a graph run.
     # "isolated" is no privilege but a promise the agent confines untrusted jobs; it only
@@ -67,9 +66,10 @@ async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps:
     deadline = loop.time() + wait
     await _seen(request, info, agent_id, caps)
 
-    def alive() -> bool:  # an agent that hung up gets nothing claimed for it
+    def alive() -> bool:  # an agent that hung up (or is draining) gets nothing claimed
         transport = request.transport
-        return transport is not None and not transport.is_closing()
+        return (transport is not None and not transport.is_closing()
+                and not agents.draining(request.app, info.org, agent_id))
 
     while True:
         got = await request.app[CLAIMS].claim(info.org, agent_id, caps,
@@ -79,21 +79,14 @@ async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps:
             return None
         granted = await grant(request, info.org, got)
         if granted is not None:
+            agents.note_grant(request.app, info.org, agent_id)
             return granted
 
 
 async def _seen(request: web.Request, info: TokenInfo, agent_id: str, caps: list[str]) -> None:
     """Refreshes the agent's row in cryo.agents now and then (a write per claim would tax
-    every job)."""
-    now = asyncio.get_running_loop().time()
-    seen = request.app[AGENTS_SEEN]
-    key = (info.org, agent_id, tuple(caps))
-    if seen.get(key, 0.0) < now:
-        async with connection(request.app[POOL]) as conn:
-            await engine.register_agent(conn, info.org, agent_id, caps)
-        if len(seen) > 10_000:
-            seen.clear()
-        seen[key] = now + AGENT_REFRESH_SECONDS
+    every job); a draining agent is refused here (server/agents.py)."""
+    await agents.seen(request, info, agent_id, caps)
 
 
 async def logs(request: web.Request) -> web.Response:
@@ -135,17 +128,27 @@ async def finish(request: web.Request) -> web.Response:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
     ask = None
+    drain = False
     if claim_ask is not None:
-        await _seen(request, info, claim_ask[0], claim_ask[1])
+        try:
+            await _seen(request, info, claim_ask[0], claim_ask[1])
+        except Draining:  # it ends this run and gets no next one; its next claim is refused
+            claim_ask, drain = None, True
+    if claim_ask is not None:
         ask = ClaimAsk(info.org, claim_ask[0], tuple(claim_ask[1]), info.token_id)
     got = await request.app[FINISHES].finish(
         run_id, token, str(body.get("outcome") or ""), exit_code,
         None if error is None else str(error), sealed, ask)
     if claim_ask is None:
-        return web.json_response({})
+        return web.json_response({"next": None, "drain": True} if drain else {})
     granted = None if got is None else await grant(request, info.org, got)
+    if granted is not None:
+        agents.note_grant(request.app, info.org, claim_ask[0])
     if granted is None and claim_ask[2] > 0:
-        granted = await _long_poll(request, info, *claim_ask)
+        try:
+            granted = await _long_poll(request, info, *claim_ask)
+        except Draining:  # asked while it finished: the run is ended all the same
+            return web.json_response({"next": None, "drain": True})
     return web.json_response({"next": granted})
 
 

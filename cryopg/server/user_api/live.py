@@ -22,6 +22,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.logstore.mover import moved_chunks
 from cryopg.seal import Sealer
 from cryopg.server.auth import require_user
 from cryopg.server.bodies import query_int
@@ -168,10 +169,21 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
         if not run.finished:
             await engine.watch_run(conn, run.id)
         start = await engine.log_tail_start(conn, run.id, tail)
+    # A log moved to the object store comes from there (a 503 if it is down).
+    moved, _ = await moved_chunks(request.app, run.id, sealer, 0)
+    if moved:  # the same tail window over it: whole chunks, newest last
+        total, size, kept = sum(len(d) for _, d in moved), 0, []
+        for cid, data in reversed(moved):
+            if size + len(data) > tail:
+                break
+            kept.append((cid, data))
+            size += len(data)
+        start = engine.LogTail(max(start.after_id, moved[-1][0]), total - size, total)
+        moved = kept[::-1]
     sse = SSE()
     try:
         await sse.open(request)
-        await _follow_run(request.app, sse, sealer, run, start)
+        await _follow_run(request.app, sse, sealer, run, start, moved)
         await sse.resp.write_eof()
     except ConnectionError:
         pass  # the browser went away (see SSE)
@@ -179,11 +191,13 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
 
 
 async def _follow_run(app: web.Application, sse: SSE, sealer: Sealer, run: engine.Run,
-                      start: engine.LogTail) -> None:
+                      start: engine.LogTail, moved: list[tuple[int, bytes]]) -> None:
     pool, notifier = app[POOL], app[NOTIFIER]
     await sse.send("hello", {"run": run.id, "status": run.status})
     await sse.send("tail", {"skipped_bytes": start.skipped_bytes,
                             "total_bytes": start.total_bytes})
+    for cid, data in moved:
+        await sse.send("log", {"id": cid, "text": data.decode("utf-8", errors="replace")})
     after, drained_after_end = start.after_id, False
     last_sig: tuple[Any, ...] | None = None
     while not notifier.closing:

@@ -15,6 +15,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import GraphJob, Run
+from cryopg.logstore.mover import moved_chunks
 from cryopg.seal import Sealer
 from cryopg.server.bodies import INT8, query_int
 from cryopg.server.notifier import wait_any
@@ -33,13 +34,18 @@ async def logs(request: web.Request) -> web.StreamResponse:
     follow = request.query.get("follow") in ("1", "true", "yes")
     after = query_int(request, "after", 0, INT8)
     sealer = await request.app[KEYS].sealer(run.org)
+    # A log moved to the object store is read from there first (a 503 if it is down).
+    moved, moved_to = ([], after) if run.kind == "graph" else await moved_chunks(
+        request.app, run.id, sealer, after)
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8",
                                        "X-Cryo-Run": run.id})
     await resp.prepare(request)
     if run.kind == "graph":
         await _graph_log(request, resp, sealer, run, follow, after)
     else:
-        await _run_log(request, resp, sealer, run, follow, after)
+        if moved:
+            await resp.write(b"".join(data for _, data in moved))
+        await _run_log(request, resp, sealer, run, follow, moved_to)
     await resp.write_eof()
     return resp
 
@@ -112,6 +118,7 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
     after: dict[str, int] = {}
     done: set[str] = set()  # jobs ended and drained, their outcome written
     watched: set[str] = set()
+    checked: set[str] = set()  # ended jobs whose log was looked for in the object store
     ended_at: float | None = None  # when this follower saw the graph run finished
     while True:
         events = [notifier.run_event(run.id)] + [notifier.run_event(j) for j in watched - done]
@@ -135,6 +142,17 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
                 JOB_CHUNKS) if jobs else []
         read: dict[str, int] = {}
         out: list[tuple[float, bytes]] = []  # in chunk order; a job's end after its last chunk
+        for job in jobs:  # an ended job's log may have moved to the object store
+            if job.finished and job.job_run_id not in checked:
+                checked.add(job.job_run_id)
+                moved, pos = await moved_chunks(request.app, job.job_run_id, sealer,
+                                                after.get(job.job_run_id, floor))
+                job_lines = lines[job.job_run_id]
+                for cid, data in moved:
+                    out.append((cid, job_lines.header() + job_lines.feed(data)))
+                after[job.job_run_id] = pos
+                if moved:  # its database chunks (read above) were from before the move
+                    chunks = [c for c in chunks if c.job_run_id != job.job_run_id]
         for chunk in chunks:
             job_lines = lines[chunk.job_run_id]
             out.append((chunk.id, job_lines.header() + job_lines.feed(sealer.open(chunk.data))))
