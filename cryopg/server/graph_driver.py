@@ -20,6 +20,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
+from cryopg.errors import DatabaseUnavailable
 from cryopg.server import graph_nodes
 from cryopg.server.render import open_document, run_input
 from cryopg.server.state import KEYS, NOTIFIER, POOL
@@ -28,7 +29,9 @@ DRIVER_ID = f"driver:{socket.gethostname()}"
 # Turns run one per transaction; a few at once keep one slow turn from holding up the
 # rest (SKIP LOCKED keeps them on different runs).
 DRIVERS = 4
-MAX_ROUNDS = 200  # plan/record rounds in one turn; a graph that keeps going yields
+# Plan/record rounds in one turn. A graph that keeps going yields (cryo.graph_yield): it
+# is pending again at once, behind the runs already waiting, so no run holds a driver.
+MAX_ROUNDS = 200
 
 
 def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str] | None:
@@ -111,6 +114,9 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
             # Nothing ended in the database: what started runs elsewhere, and another
             # plan would find nothing new. (A wait may be due at once: look again.)
             break
+    else:
+        await engine.graph_yield(conn, g.run_id, g.claim_token)
+        return "yielded"
     return await engine.graph_settle(conn, g.run_id, g.claim_token, False)
 
 
@@ -126,35 +132,108 @@ async def drive_once(app: web.Application) -> int:
     async with connection(app[POOL]) as conn, conn.transaction():
         driven = await engine.drive_graphs(conn, DRIVER_ID, 1)
         for g in driven:
-            await advance(app, conn, g)
+            try:
+                # A savepoint: a turn that fails undoes only itself, and the run is parked
+                # with a backoff in the same transaction instead of being handed out again
+                # at once, ahead of every other tenant's runs.
+                async with conn.transaction():
+                    settled = await advance(app, conn, g)
+            except (DatabaseUnavailable, asyncio.CancelledError):
+                raise  # an outage blames no run: the whole turn rolls back
+            except Exception as exc:  # noqa: BLE001 - any bug in one run stays in that run
+                why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)
+                await engine.graph_defer(conn, g.run_id, g.claim_token, why)
+                settled = "parked"
+            if settled in ("parked", "yielded") and TIMERS in app:
+                app[TIMERS].rearm()
         return len(driven)
 
 
-async def drive_forever(app: web.Application, stop: asyncio.Event) -> None:
-    # `stop` as well as cancel: on Python 3.11 asyncio.wait_for swallows a cancel that
-    # arrives as the event it waits on is set (shutdown sets every waiter's event), and
-    # the loop would go on forever, hanging the app's cleanup.
-    while not stop.is_set():
-        woke = app[NOTIFIER].work_event()
-        try:
-            n = await drive_once(app)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the run stays pending; try again soon
-            print(f"cryopg: graph driver: {type(exc).__name__}: {exc}", file=sys.stderr)
-            n = 0
-            await asyncio.sleep(0.5)
-        if n == 0:
+class Timers:
+    """Exact timers: one task per server sleeps until the earliest deadline among parked
+    graph runs (sleep and wait nodes, retries, backoffs), as the database computes it
+    (cryo.wake_due_graphs), and wakes what is due then -- not at the next tick. A turn
+    that parks a run re-arms it, since its deadline may be the earliest now."""
+
+    def __init__(self) -> None:
+        self._changed = asyncio.Event()
+
+    def rearm(self) -> None:
+        self._changed.set()
+
+    async def run(self, app: web.Application, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self._changed.clear()
             try:
-                async with asyncio.timeout(1.0):  # a cancel at shutdown goes straight through
-                    await woke.wait()
+                async with connection(app[POOL]) as conn, conn.transaction():
+                    nxt = await engine.wake_due_graphs(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the tick still backs every timer
+                print(f"cryopg: graph timers: {type(exc).__name__}: {exc}", file=sys.stderr)
+                nxt = 1.0
+            # Other replicas' deadlines are seen within a second; this one's exactly.
+            wait = 1.0 if nxt is None else max(0.0, min(nxt, 1.0))
+            try:
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
             except TimeoutError:
                 pass
 
 
+class Idle:
+    """Which idle driver a work notify wakes: only one watches at a time (the others
+    queue on the lock), and a driver that found work kicks the watcher, so the drivers
+    that wake match the runs there are -- not all of them on every NOTIFY."""
+
+    def __init__(self) -> None:
+        self.watch = asyncio.Lock()
+        self._kick = asyncio.Event()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def wait(self, app: web.Application) -> None:
+        async with self.watch:
+            self._kick = kick = asyncio.Event()
+            waits = {asyncio.ensure_future(app[NOTIFIER].work_event().wait()),
+                     asyncio.ensure_future(kick.wait())}
+            try:
+                await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+
+
+TIMERS = web.AppKey("graph_timers", Timers)
+
+
+async def drive_forever(app: web.Application, stop: asyncio.Event, idle: Idle) -> None:
+    # `stop` as well as cancel: on Python 3.11 asyncio.wait_for swallows a cancel that
+    # arrives as the event it waits on is set (shutdown sets every waiter's event), and
+    # the loop would go on forever, hanging the app's cleanup.
+    while not stop.is_set():
+        try:
+            n = await drive_once(app)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an outage: the run stays pending
+            print(f"cryopg: graph driver: {type(exc).__name__}: {exc}", file=sys.stderr)
+            n = 0
+            await asyncio.sleep(0.5)
+        if n:
+            idle.kick()  # there may be more: one more driver looks
+            continue
+        await idle.wait(app)
+
+
 async def driver_ctx(app: web.Application) -> AsyncIterator[None]:
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(drive_forever(app, stop)) for _ in range(DRIVERS)]
+    idle = Idle()
+    app[TIMERS] = Timers()
+    tasks = [asyncio.create_task(drive_forever(app, stop, idle)) for _ in range(DRIVERS)]
+    tasks.append(asyncio.create_task(app[TIMERS].run(app, stop)))
     yield
     stop.set()
     for task in tasks:

@@ -1,0 +1,50 @@
+-- Flat graph turns. A turn must cost what is ready, not the size of the graph, and its
+-- queries must stay keyed on a brand-new run whose statistics say nothing. Each node row
+-- therefore carries its own clear definition (so no turn re-expands the whole graph
+-- document), its place in document order, the nodes it depends on and the nodes that
+-- depend on it, and open_deps: how many of its predecessors have not ended yet. A node is
+-- ready when it is pending with open_deps = 0, found through a partial index.
+-- A graph run whose turn fails is retried with backoff (drive_failures counts the
+-- failures in a row), so one poisoned run never holds up the others.
+
+ALTER TABLE cryo.node_states ADD COLUMN ord integer;
+ALTER TABLE cryo.node_states ADD COLUMN def jsonb;
+ALTER TABLE cryo.node_states ADD COLUMN deps text[];
+ALTER TABLE cryo.node_states ADD COLUMN dependents text[];
+ALTER TABLE cryo.node_states ADD COLUMN open_deps integer NOT NULL DEFAULT 0;
+
+-- Live graph runs gain the new columns from their pinned structure.
+WITH defs AS (
+    SELECT r.id AS run_id, d.def ->> 'id' AS node_id, d.ord::integer AS ord, d.def,
+           ARRAY(SELECT DISTINCT x FROM jsonb_array_elements_text(coalesce(d.def -> 'deps', '[]')) x)
+               AS deps
+      FROM cryo.runs r, jsonb_array_elements(r.graph -> 'nodes') WITH ORDINALITY AS d(def, ord)
+     WHERE r.kind = 'graph' AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
+)
+UPDATE cryo.node_states n
+   SET ord = d.ord, def = d.def, deps = d.deps,
+       dependents = ARRAY(SELECT e.node_id FROM defs e WHERE e.run_id = d.run_id
+                             AND d.node_id = ANY (e.deps)),
+       open_deps = (SELECT count(*) FROM cryo.node_states m WHERE m.run_id = d.run_id
+                       AND m.node_id = ANY (d.deps)
+                       AND m.status IN ('pending', 'running', 'waiting'))
+  FROM defs d
+ WHERE n.run_id = d.run_id AND n.node_id = d.node_id;
+
+CREATE INDEX node_states_ready ON cryo.node_states (run_id, ord)
+    WHERE status = 'pending' AND open_deps = 0;
+CREATE INDEX node_states_live ON cryo.node_states (run_id, ord)
+    WHERE status IN ('running', 'waiting');
+CREATE INDEX node_states_open ON cryo.node_states (run_id)
+    WHERE status IN ('pending', 'running', 'waiting');
+CREATE INDEX node_states_failed ON cryo.node_states (run_id, finished_at)
+    WHERE status = 'failed';
+CREATE INDEX node_instances_live ON cryo.node_instances (run_id, node_id, item)
+    WHERE status IN ('ready', 'running', 'waiting', 'retrying');
+
+ALTER TABLE cryo.queue ADD COLUMN drive_failures integer NOT NULL DEFAULT 0;
+
+COMMENT ON COLUMN cryo.node_states.open_deps IS
+    'How many of the node''s predecessors have not ended; pending with 0 means ready.';
+COMMENT ON COLUMN cryo.queue.drive_failures IS
+    'For a graph run: how many driver turns in a row failed (each backs off longer).';
