@@ -720,7 +720,7 @@ BEGIN
       INTO v_reason
       FROM cryo.node_instances i WHERE i.run_id = p_run_id
        AND i.status IN ('running', 'waiting', 'retrying', 'ready');
-    UPDATE cryo.queue q SET drive_failures = 0 WHERE q.run_id = p_run_id AND q.drive_failures <> 0;
+    UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
                        (SELECT min(i.due_at) FROM cryo.node_instances i
                          WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying')));
@@ -738,7 +738,7 @@ RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
-    UPDATE cryo.queue q SET drive_failures = 0 WHERE q.run_id = p_run_id AND q.drive_failures <> 0;
+    UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, 'running-nodes', NULL, NULL, NULL);
     PERFORM cryo._wake(ARRAY[p_run_id], 'turn_yielded');
 END
@@ -754,12 +754,15 @@ RETURNS double precision
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_secs double precision := least(60, 0.5 * power(2, least(v_q.drive_failures, 10)));
+    v_failures integer;
+    v_secs double precision;
 BEGIN
-    UPDATE cryo.queue q SET drive_failures = q.drive_failures + 1 WHERE q.run_id = p_run_id;
+    UPDATE cryo.runs r SET drive_failures = r.drive_failures + 1 WHERE r.id = p_run_id
+    RETURNING r.drive_failures INTO v_failures;
+    v_secs := least(60, 0.5 * power(2, least(v_failures - 1, 10)));
     -- The reason is the event's name (clear, as node errors are), the count its ordinal.
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'graph_turn_failed', 'graph',
-                          left(coalesce(p_error, 'failed'), 200), v_q.drive_failures + 1);
+                          left(coalesce(p_error, 'failed'), 200), v_failures);
     PERFORM cryo._park(p_run_id, 'driver-backoff', NULL, NULL,
                        cryo.now() + make_interval(secs => v_secs));
     RETURN v_secs;

@@ -42,9 +42,9 @@ CREATE INDEX node_states_failed ON cryo.node_states (run_id, finished_at)
 CREATE INDEX node_instances_live ON cryo.node_instances (run_id, node_id, item)
     WHERE status IN ('ready', 'running', 'waiting', 'retrying');
 
-ALTER TABLE cryo.queue ADD COLUMN drive_failures integer NOT NULL DEFAULT 0;
+ALTER TABLE cryo.runs ADD COLUMN drive_failures integer NOT NULL DEFAULT 0;
 
 COMMENT ON COLUMN cryo.node_states.open_deps IS
     'How many of the node''s predecessors have not ended; pending with 0 means ready.';
-COMMENT ON COLUMN cryo.queue.drive_failures IS
+COMMENT ON COLUMN cryo.runs.drive_failures IS
     'For a graph run: how many driver turns in a row failed (each backs off longer).';
