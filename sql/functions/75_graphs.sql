@@ -221,7 +221,9 @@ RETURNS TABLE (node_id text, type text, node_status text, items integer, item in
                job_run_id text, job_status text, job_finished boolean, job_exit_code integer,
                job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint,
                event_id bigint, started_at timestamptz)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     -- Two keyed parts, whatever the planner's statistics say about a brand-new run: the
@@ -231,13 +233,18 @@ BEGIN
     RETURN QUERY
         WITH picked AS (
             SELECT n.*, true AS whole FROM cryo.node_states n
-             WHERE n.run_id = p_run_id AND (p_nodes IS NULL OR n.node_id = ANY (p_nodes))
+             WHERE p_nodes IS NULL AND n.run_id = p_run_id
             UNION ALL
-            SELECT n.*, false FROM cryo.node_states n
-             WHERE p_nodes IS NOT NULL AND n.run_id = p_run_id AND NOT (n.node_id = ANY (p_nodes))
-               AND n.node_id IN (SELECT l.node_id FROM cryo.node_instances l
-                                  WHERE l.run_id = p_run_id
-                                    AND l.status IN ('ready', 'running', 'waiting', 'retrying'))
+            SELECT n.*, true FROM unnest(p_nodes) AS k(id)
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.id) n
+            UNION ALL
+            SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
+                                     WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
+                                       AND l.status IN ('ready', 'running', 'waiting', 'retrying')
+                                       AND NOT (l.node_id = ANY (p_nodes))) k
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.node_id) n
         )
         SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
                coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
@@ -289,7 +296,9 @@ CREATE OR REPLACE FUNCTION cryo.graph_plan(
     p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb)
 RETURNS TABLE (action text, node_id text, type text, item integer, attempt integer,
                config jsonb, item_value jsonb, idempotency_key text, output jsonb)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_node cryo.node_states;
@@ -348,11 +357,16 @@ $$;
 -- one open predecessor fewer. Called once per node, on the transition that ends it.
 CREATE OR REPLACE FUNCTION cryo._graph_node_ended(p_run_id text, p_node text)
 RETURNS void
-LANGUAGE sql AS $$
-    UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-      FROM cryo.node_states e
-     WHERE e.run_id = p_run_id AND e.node_id = p_node
-       AND n.run_id = p_run_id AND n.node_id = ANY (e.dependents)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_next text[] := (SELECT e.dependents FROM cryo.node_states e
+                       WHERE e.run_id = p_run_id AND e.node_id = p_node);
+BEGIN
+    IF cardinality(v_next) > 0 THEN  -- by key: (run, node) = any of a few, not a join
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_run_id AND n.node_id = ANY (v_next);
+    END IF;
+END
 $$;
 
 -- Decides the ready nodes (pending, every predecessor ended): skipped when their
@@ -360,7 +374,9 @@ $$;
 -- size). Skips cascade within one call. Reads only ready nodes and their predecessors.
 CREATE OR REPLACE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_run_id text := p_q.run_id;
     v_node cryo.node_states;
@@ -430,7 +446,9 @@ $$;
 CREATE OR REPLACE FUNCTION cryo._graph_start_instances(
     p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb)
 RETURNS TABLE (item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_run_id text := p_q.run_id;
     v_node text := p_node.node_id;
@@ -546,7 +564,9 @@ CREATE OR REPLACE FUNCTION cryo.graph_record_item(
     p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text,
     p_output bytea DEFAULT NULL, p_error text DEFAULT NULL, p_exit_code integer DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_def jsonb;

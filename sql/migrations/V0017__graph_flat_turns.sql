@@ -3,7 +3,7 @@
 -- therefore carries its own clear definition (so no turn re-expands the whole graph
 -- document), its place in document order, the nodes it depends on and the nodes that
 -- depend on it, and open_deps: how many of its predecessors have not ended yet. A node is
--- ready when it is pending with open_deps = 0, found through a partial index.
+-- ready when it is pending with open_deps = 0, found by index.
 -- A graph run whose turn fails is retried with backoff (drive_failures counts the
 -- failures in a row), so one poisoned run never holds up the others.
 
@@ -31,14 +31,12 @@ UPDATE cryo.node_states n
   FROM defs d
  WHERE n.run_id = d.run_id AND n.node_id = d.node_id;
 
-CREATE INDEX node_states_ready ON cryo.node_states (run_id, ord)
-    WHERE status = 'pending' AND open_deps = 0;
-CREATE INDEX node_states_live ON cryo.node_states (run_id, ord)
-    WHERE status IN ('running', 'waiting');
-CREATE INDEX node_states_open ON cryo.node_states (run_id)
-    WHERE status IN ('pending', 'running', 'waiting');
-CREATE INDEX node_states_failed ON cryo.node_states (run_id, finished_at)
-    WHERE status = 'failed';
+-- Indexes whose leading columns are every condition a turn asks with (run, status, and
+-- for readiness open_deps), so the planner picks them over the primary key even when its
+-- statistics guess one row per run: a turn never filters a run's every node row.
+CREATE INDEX node_states_by_status ON cryo.node_states (run_id, status, open_deps, ord);
+-- Instances in flight, read once a turn (not per node): a partial index, so the primary
+-- key stays the only choice for a lookup by (run, node, item).
 CREATE INDEX node_instances_live ON cryo.node_instances (run_id, node_id, item)
     WHERE status IN ('ready', 'running', 'waiting', 'retrying');
 
