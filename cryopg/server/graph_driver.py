@@ -84,24 +84,28 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
         return opened[sealed]
 
     wanted = referenced(g.graph, configs)
+    listed = None if wanted is None else sorted(wanted)
+    rows = await engine.graph_state(conn, g.run_id, g.claim_token, listed)
+    scope = scope_of(g.run_id, input_value, rows, open_json, wanted)
+    turn = graph_nodes.Turn(conn, sealer, g.run_id, g.claim_token, g.org, g.project,
+                            configs, scope)
+    # What ended outside this turn (a child run, a signal, a timer) is recorded first.
+    # Nothing else changes under this run's lock until the turn commits, so once is enough.
+    moved = False
+    for r in rows:
+        if r.item is not None:
+            moved |= await graph_nodes.collect(turn, r)
+    if moved:
+        _merge(scope, g.run_id, input_value, open_json, wanted,
+               await engine.graph_state(conn, g.run_id, g.claim_token, listed))
     for _ in range(MAX_ROUNDS):
-        rows = await engine.graph_state(conn, g.run_id, g.claim_token,
-                                        None if wanted is None else sorted(wanted))
-        scope = scope_of(g.run_id, input_value, rows, open_json, wanted)
-        turn = graph_nodes.Turn(conn, sealer, g.run_id, g.claim_token, g.org, g.project,
-                                configs, scope)
-        moved = False
-        for r in rows:
-            if r.item is not None:
-                moved |= await graph_nodes.collect(turn, r)
-        if moved:
-            continue  # outputs changed: plan over the new scope
         plan = await engine.graph_plan(conn, g.run_id, g.claim_token, configs, scope)
         finish = next((p for p in plan if p.action == "finish"), None)
         started = [p for p in plan if p.action == "start"]
-        ended = False
+        touched = {p.node_id for p in plan if p.action == "skip"}
         for p in started:
-            ended |= await graph_nodes.start(turn, p, rows)
+            if await graph_nodes.start(turn, p):
+                touched.add(p.node_id)
         if finish is not None and not started:
             output = finish.output
             if output is None and finish.node_id is None:
@@ -110,14 +114,32 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
                                                            open_json))
             return await engine.graph_settle(conn, g.run_id, g.claim_token, True,
                                              sealer.seal_json({"answer": output}))
-        if not ended and not any(p.type == "wait" for p in started):
+        if not touched - {p.node_id for p in plan if p.action == "skip"} and not any(
+                p.type == "wait" for p in started):
             # Nothing ended in the database: what started runs elsewhere, and another
             # plan would find nothing new. (A wait may be due at once: look again.)
             break
+        # The scope follows what this round ended, read by key: a round costs what it
+        # touched, not the size of the graph.
+        waits = {p.node_id for p in started if p.type == "wait"}
+        if waits:  # a wait due at once (a zero sleep) ends in this turn
+            for r in await engine.graph_state(conn, g.run_id, g.claim_token, sorted(waits)):
+                if r.node_id in waits and r.item is not None and await graph_nodes.collect(turn, r):
+                    touched.add(r.node_id)
+        fresh = sorted(touched if wanted is None else touched & wanted)
+        if fresh:
+            _merge(scope, g.run_id, input_value, open_json, set(fresh),
+                   await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
     else:
         await engine.graph_yield(conn, g.run_id, g.claim_token)
         return "yielded"
     return await engine.graph_settle(conn, g.run_id, g.claim_token, False)
+
+
+def _merge(scope: dict[str, Any], run_id: str, input_value: Any, open_json: Any,
+           nodes: set[str] | None, rows: list[NodeRow]) -> None:
+    """Folds a re-read of some nodes into the turn's scope, in place."""
+    scope["nodes"].update(scope_of(run_id, input_value, rows, open_json, nodes)["nodes"])
 
 
 def _default_output(graph: dict[str, Any], scope: dict[str, Any]) -> Any:

@@ -51,7 +51,7 @@ class Turn:
             sealed, error, exit_code)
 
 
-async def start(turn: Turn, p: PlanRow, rows: list[NodeRow]) -> bool:
+async def start(turn: Turn, p: PlanRow) -> bool:
     """Starts one instance. Returns True when it also ended (a database node)."""
     assert p.node_id is not None and p.item is not None
     c = p.config or {}
@@ -62,7 +62,7 @@ async def start(turn: Turn, p: PlanRow, rows: list[NodeRow]) -> bool:
         with translated():
             async with turn.conn.transaction():
                 if p.type == "state":
-                    out = await _state(turn, p, c, rows)
+                    out = await _state(turn, p, c)
                     await turn.record(p.node_id, p.item, True, out)
                     return True
                 if p.type == "wait":
@@ -87,7 +87,7 @@ def _entity(c: dict[str, Any]) -> str | None:
     return None if e is None else str(e)
 
 
-async def _state(turn: Turn, p: PlanRow, c: dict[str, Any], rows: list[NodeRow]) -> Any:
+async def _state(turn: Turn, p: PlanRow, c: dict[str, Any]) -> Any:
     op, key, entity = c["op"], str(c["key"]), _entity(c)
     conn, run, tok, seal = turn.conn, turn.run_id, turn.token, turn.sealer
     name = f"node:{p.node_id}#{p.item}#{p.attempt}"

@@ -303,10 +303,18 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_node cryo.node_states;
     v_start record;
+    v_skipped text;
 BEGIN
     -- A failed node (after its retries) fails the run: nothing more starts.
     IF NOT cryo._graph_failing(p_run_id) THEN
-        PERFORM cryo._graph_schedule(v_q, p_scope);
+        -- What was skipped is said too, so the driver's scope follows without a re-read.
+        FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope) LOOP
+            action := 'skip';
+            node_id := v_skipped;
+            type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+            idempotency_key := NULL; output := NULL;
+            RETURN NEXT;
+        END LOOP;
         -- Start what can start: new instances of running nodes (up to max_parallel), and
         -- instances whose retry backoff has passed or whose concurrency group came free.
         FOR v_node IN SELECT * FROM cryo.node_states n
@@ -344,7 +352,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb) IS
-    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 -- Whether a node of the run has failed for good (the run is failing).
 CREATE OR REPLACE FUNCTION cryo._graph_failing(p_run_id text)
@@ -372,8 +380,9 @@ $$;
 -- Decides the ready nodes (pending, every predecessor ended): skipped when their
 -- predecessors were all skipped or their `if` is false, else running (with their fan-out
 -- size). Skips cascade within one call. Reads only ready nodes and their predecessors.
+-- Returns the nodes it skipped.
 CREATE OR REPLACE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb)
-RETURNS void
+RETURNS SETOF text
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
 SET plan_cache_mode = force_generic_plan AS $$
@@ -399,6 +408,7 @@ BEGIN
             IF cardinality(v_node.deps) > 0
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
+                RETURN NEXT v_node.node_id;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -407,6 +417,7 @@ BEGIN
                 'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
+                RETURN NEXT v_node.node_id;
                 v_changed := true;
                 CONTINUE;
             END IF;

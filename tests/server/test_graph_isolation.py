@@ -59,10 +59,10 @@ async def test_a_failing_turn_backs_off_and_blocks_nobody(
         srv: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     real_start = graph_nodes.start
 
-    async def start(turn: graph_nodes.Turn, p: Any, rows: Any) -> bool:
+    async def start(turn: graph_nodes.Turn, p: Any) -> bool:
         if p.node_id == "boom":
             raise RuntimeError("a bug in a node type")
-        return await real_start(turn, p, rows)
+        return await real_start(turn, p)
 
     monkeypatch.setattr(graph_nodes, "start", start)
     baseline = await _healthy_batch(srv, 20)
@@ -78,7 +78,8 @@ async def test_a_failing_turn_backs_off_and_blocks_nobody(
     # The backoff doubles: a poisoned run is not retried every turn.
     async with await srv.connect() as conn:
         cur = await conn.execute(
-            "SELECT count(*) FROM cryo.history WHERE run_id = ANY(%s) AND kind = 'graph_turn_failed'",
+            "SELECT count(*) FROM cryo.history"
+            " WHERE run_id = ANY(%s) AND kind = 'graph_turn_failed'",
             (bad,))
         (failures,) = await cur.fetchone()
     assert failures <= 2 * 4, failures  # 0.5 + 1 + 2 s of backoff at most within the test
