@@ -30,7 +30,23 @@ WRITE_OPS = frozenset({"set", "delete", "add", "cas", "incr"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-MAX_NODES = 1000
+# The documented bounds of a graph document (docs/graphs.md): a larger one is refused with
+# a one-line 400 before anything is stored.
+MAX_NODES = 10_000
+MAX_EDGES = 50_000
+MAX_SOURCE = 8 << 20  # bytes of the document's text
+# The config keys each node type reads; any other is refused, named (a typo such as
+# `evn` would otherwise be ignored silently).
+CONFIG_KEYS: dict[str, frozenset[str]] = {
+    "state": frozenset({"op", "key", "entity", "value", "expected", "by"}),
+    "shell": frozenset({"run", "env"}),
+    "code": frozenset({"script", "interpreter"}),
+    "script": frozenset({"workflow", "source", "filename", "interpreter", "input"}),
+    "http": frozenset({"method", "url", "headers", "body"}),
+    "wait": frozenset({"sleep", "signal", "event", "timeout"}),
+    "approval": frozenset({"fields"}),
+    "workflow": frozenset({"graph", "input"}),
+}
 
 
 class GraphError(ValueError):
@@ -82,6 +98,8 @@ def is_graph(source: str, filename: str | None = None) -> bool:
 def load(source: str) -> dict[str, Any]:
     """The document, read as JSON within cryopg's limits (jsonlimits.py: depth, integer
     range, no NUL), so compiling never meets what SQL or sealing would refuse."""
+    if len(source) > MAX_SOURCE:
+        raise GraphError(f"the graph: a document is at most {MAX_SOURCE >> 20} MiB")
     try:
         doc = loads(source, "the graph")
     except JsonLimitError as exc:
@@ -131,6 +149,8 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     edges = doc.get("edges", [])
     if not isinstance(edges, list):
         raise GraphError("edges: must be a list of {from, to}")
+    if len(edges) > MAX_EDGES:
+        raise GraphError(f"edges: a graph has at most {MAX_EDGES} edges")
     for e in edges:
         if not isinstance(e, dict) or set(e) != {"from", "to"}:
             raise GraphError(f"edges: {json.dumps(e)[:60]} is not {{\"from\", \"to\"}}")
@@ -357,6 +377,10 @@ def _need(nid: str, config: dict[str, Any], key: str) -> Any:
 
 
 def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]) -> None:
+    unknown = set(c) - CONFIG_KEYS[ntype]
+    if unknown:
+        raise GraphError(f"node {nid}: config has unknown key {sorted(unknown)[0]!r} (a {ntype} "
+                         f"node reads {', '.join(sorted(CONFIG_KEYS[ntype]))})")
     def literal_str(key: str) -> None:
         v = c.get(key)
         if v is not None and not isinstance(v, (str, dict)):
