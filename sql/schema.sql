@@ -636,7 +636,8 @@ $$;
 CREATE FUNCTION cryo._graph_failing(p_run_id text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$
-    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed')
+    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated)
 $$;
 
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
@@ -681,12 +682,17 @@ CREATE FUNCTION cryo._graph_node_defs(p_graph jsonb) RETURNS TABLE(ord bigint, n
 $$;
 
 CREATE FUNCTION cryo._graph_node_ended(p_run_id text, p_node text) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-    UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-      FROM cryo.node_states e
-     WHERE e.run_id = p_run_id AND e.node_id = p_node
-       AND n.run_id = p_run_id AND n.node_id = ANY (e.dependents)
+DECLARE
+    v_next text[] := (SELECT e.dependents FROM cryo.node_states e
+                       WHERE e.run_id = p_run_id AND e.node_id = p_node);
+BEGIN
+    IF cardinality(v_next) > 0 THEN  -- by key: (run, node) = any of a few, not a join
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_run_id AND n.node_id = ANY (v_next);
+    END IF;
+END
 $$;
 
 CREATE FUNCTION cryo._graph_poke(p_run_id text, p_kind text) RETURNS void
@@ -703,8 +709,15 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb) RETURNS void
+CREATE FUNCTION cryo._graph_runs_on_failure(p_def jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
+$$;
+
+CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean) RETURNS SETOF text
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_run_id text := p_q.run_id;
@@ -714,20 +727,41 @@ DECLARE
     v_items jsonb;
     v_n integer;
     v_changed boolean := true;
+    v_handler boolean;
 BEGIN
     WHILE v_changed LOOP
+        -- A node failing in this loop (a fan-out that is not a list) fails the run.
+        p_failing := p_failing OR cryo._graph_failing(v_run_id);
+        -- A failing run with no always node or failure branch left decides nothing more
+        -- (what had not started stays pending, as the run ends).
+        IF p_failing AND NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = v_run_id
+                                        AND n.status = 'pending'
+                                        AND cryo._graph_runs_on_failure(n.def)) THEN
+            RETURN;
+        END IF;
         v_changed := false;
         FOR v_node IN SELECT * FROM cryo.node_states n
                        WHERE n.run_id = v_run_id AND n.status = 'pending' AND n.open_deps = 0
                        ORDER BY n.ord LOOP
+            v_handler := cryo._graph_runs_on_failure(v_node.def);
+            IF p_failing AND NOT v_handler THEN
+                -- The run is failing: what is not an always node or the failure branch
+                -- will not run, and its skip lets those after it be decided.
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
+                CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
+            END IF;
             SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
              WHERE n.run_id = v_run_id AND n.node_id = ANY (v_node.deps);
-            IF 'failed' = ANY (coalesce(v_dep_status, '{}')) THEN
-                RETURN;  -- the run is failing
-            END IF;
-            IF cardinality(v_node.deps) > 0
+            -- (A failed predecessor here failed with continue_on_error: it ended.)
+            IF cardinality(v_node.deps) > 0 AND NOT v_handler
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
+                RETURN NEXT v_node.node_id;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -736,6 +770,7 @@ BEGIN
                 'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
+                RETURN NEXT v_node.node_id;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -744,12 +779,14 @@ BEGIN
                 v_items := cryo._eval(v_node.def -> 'fan_out', v_scope);
                 IF jsonb_typeof(v_items) <> 'array' THEN
                     UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
-                           error = 'fan_out items is not a list'
+                           error = 'fan_out items is not a list',
+                           tolerated = coalesce((n.def ->> 'continue_on_error')::boolean, false)
                      WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
                     PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
                     PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
                                           v_node.node_id, 0);
-                    RETURN;
+                    v_changed := true;
+                    CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
             END IF;
@@ -796,6 +833,7 @@ CREATE TABLE cryo.node_states (
     deps text[],
     dependents text[],
     open_deps integer DEFAULT 0 NOT NULL,
+    tolerated boolean DEFAULT false NOT NULL,
     CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
@@ -803,8 +841,11 @@ COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (p
 
 COMMENT ON COLUMN cryo.node_states.open_deps IS 'How many of the node''s predecessors have not ended; pending with 0 means ready.';
 
+COMMENT ON COLUMN cryo.node_states.tolerated IS 'A failed node whose continue_on_error let the run go on (its successors run).';
+
 CREATE FUNCTION cryo._graph_start_instances(p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb) RETURNS TABLE(item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_run_id text := p_q.run_id;
@@ -3047,42 +3088,72 @@ COMMENT ON FUNCTION cryo.graph_jobs(p_run_id text) IS 'Returns the child runs th
 
 CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_node cryo.node_states;
     v_start record;
+    v_skipped text;
+    v_failing boolean;
+    v_done boolean;
 BEGIN
-    -- A failed node (after its retries) fails the run: nothing more starts.
-    IF NOT cryo._graph_failing(p_run_id) THEN
-        PERFORM cryo._graph_schedule(v_q, p_scope);
-        -- Start what can start: new instances of running nodes (up to max_parallel), and
-        -- instances whose retry backoff has passed or whose concurrency group came free.
-        FOR v_node IN SELECT * FROM cryo.node_states n
-                       WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
-                       ORDER BY n.ord LOOP
-            EXIT WHEN cryo._graph_failing(p_run_id);
-            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
-                action := 'start';
-                node_id := v_node.node_id;
-                type := v_node.type;
-                item := v_start.item;
-                attempt := v_start.attempt;
-                config := v_start.config;
-                item_value := v_start.item_value;
-                idempotency_key := v_start.idempotency_key;
-                output := NULL;
-                RETURN NEXT;
-            END LOOP;
+    -- A failed node (after its retries, without continue_on_error) fails the run: from
+    -- then on only always nodes and the failure branch start.
+    v_failing := cryo._graph_failing(p_run_id);
+    -- What was skipped is said too, so the driver's scope follows without a re-read.
+    FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
+        action := 'skip';
+        node_id := v_skipped;
+        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+        idempotency_key := NULL; output := NULL;
+        RETURN NEXT;
+    END LOOP;
+    -- Start what can start: new instances of running nodes (up to max_parallel), and
+    -- instances whose retry backoff has passed or whose concurrency group came free.
+    FOR v_node IN SELECT * FROM cryo.node_states n
+                   WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                   ORDER BY n.ord LOOP
+        v_failing := cryo._graph_failing(p_run_id);
+        CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+        FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
+            action := 'start';
+            node_id := v_node.node_id;
+            type := v_node.type;
+            item := v_start.item;
+            attempt := v_start.attempt;
+            config := v_start.config;
+            item_value := v_start.item_value;
+            idempotency_key := v_start.idempotency_key;
+            output := NULL;
+            RETURN NEXT;
         END LOOP;
-    END IF;
+    END LOOP;
 
-    IF cryo._graph_failing(p_run_id)
-       OR NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                         AND n.status IN ('pending', 'running', 'waiting')) THEN
+    v_failing := cryo._graph_failing(p_run_id);
+    IF v_failing THEN
+        -- Over when no always node or failure branch node is left to run.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._graph_runs_on_failure(n.def));
+    ELSE
+        -- Over when nothing is open but the failure branch, which is then skipped.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND NOT (n.status = 'pending'
+                                          AND coalesce((n.def ->> 'on_failure')::boolean, false)));
+        IF v_done THEN
+            FOR v_skipped IN SELECT n.node_id FROM cryo.node_states n
+                              WHERE n.run_id = p_run_id AND n.status = 'pending' ORDER BY n.ord LOOP
+                PERFORM cryo._graph_skip(v_q, v_skipped, 'the run did not fail');
+            END LOOP;
+        END IF;
+    END IF;
+    IF v_done THEN
         action := 'finish';
         node_id := (SELECT n.node_id FROM cryo.node_states n
-                     WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1);
+                     WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+                     ORDER BY n.finished_at LIMIT 1);
         type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
         output := (SELECT CASE WHEN node_id IS NULL AND r.graph ? 'output'
@@ -3093,10 +3164,11 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
@@ -3148,7 +3220,9 @@ BEGIN
     IF v_status IS NOT NULL THEN
         UPDATE cryo.node_states n
            SET status = v_status, error = p_error, finished_at = cryo.now(),
-               output = CASE WHEN n.items IS NULL THEN p_output END
+               output = CASE WHEN n.items IS NULL THEN p_output END,
+               tolerated = v_status = 'failed'
+                           AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
          WHERE n.run_id = p_run_id AND n.node_id = p_node;
         IF v_node.status IN ('pending', 'running', 'waiting') THEN
             PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
@@ -3178,7 +3252,8 @@ DECLARE
 BEGIN
     IF p_finish THEN
         SELECT * INTO v_failed FROM cryo.node_states n
-         WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1;
+         WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+         ORDER BY n.finished_at LIMIT 1;
         -- A failed node fails the run and cancels what is still running.
         FOR v_child IN SELECT i.job_run_id FROM cryo.node_instances i JOIN cryo.runs c ON c.id = i.job_run_id
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
@@ -3247,6 +3322,7 @@ COMMENT ON FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node tex
 
 CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEFAULT NULL::text[]) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
@@ -3257,13 +3333,18 @@ BEGIN
     RETURN QUERY
         WITH picked AS (
             SELECT n.*, true AS whole FROM cryo.node_states n
-             WHERE n.run_id = p_run_id AND (p_nodes IS NULL OR n.node_id = ANY (p_nodes))
+             WHERE p_nodes IS NULL AND n.run_id = p_run_id
             UNION ALL
-            SELECT n.*, false FROM cryo.node_states n
-             WHERE p_nodes IS NOT NULL AND n.run_id = p_run_id AND NOT (n.node_id = ANY (p_nodes))
-               AND n.node_id IN (SELECT l.node_id FROM cryo.node_instances l
-                                  WHERE l.run_id = p_run_id
-                                    AND l.status IN ('ready', 'running', 'waiting', 'retrying'))
+            SELECT n.*, true FROM unnest(p_nodes) AS k(id)
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.id) n
+            UNION ALL
+            SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
+                                     WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
+                                       AND l.status IN ('ready', 'running', 'waiting', 'retrying')
+                                       AND NOT (l.node_id = ANY (p_nodes))) k
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.node_id) n
         )
         SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
                coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
@@ -6084,13 +6165,7 @@ CREATE INDEX node_instances_job ON cryo.node_instances USING btree (job_run_id) 
 
 CREATE INDEX node_instances_live ON cryo.node_instances USING btree (run_id, node_id, item) WHERE (status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text]));
 
-CREATE INDEX node_states_failed ON cryo.node_states USING btree (run_id, finished_at) WHERE (status = 'failed'::text);
-
-CREATE INDEX node_states_live ON cryo.node_states USING btree (run_id, ord) WHERE (status = ANY (ARRAY['running'::text, 'waiting'::text]));
-
-CREATE INDEX node_states_open ON cryo.node_states USING btree (run_id) WHERE (status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text]));
-
-CREATE INDEX node_states_ready ON cryo.node_states USING btree (run_id, ord) WHERE ((status = 'pending'::text) AND (open_deps = 0));
+CREATE INDEX node_states_by_status ON cryo.node_states USING btree (run_id, status, open_deps, ord);
 
 CREATE INDEX oidc_logins_expiry ON cryo.oidc_logins USING btree (expires_at);
 

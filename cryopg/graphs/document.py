@@ -126,7 +126,7 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
         raise GraphError(f"version: {json.dumps(version)[:80]} is not a version cryopg runs; "
                          f"use {VERSION} (or {NODE_VERSION} for one node){hint}")
     unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name",
-                          "if", "cancel_on", "on"}
+                          "if", "cancel_on", "on", "on_failure"}
     if unknown:
         raise GraphError(f"unknown top-level key {sorted(unknown)[0]!r}")
     nodes = doc.get("nodes")
@@ -160,10 +160,13 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
         if e["from"] not in deps[e["to"]]:
             deps[e["to"]].append(e["from"])
     _check_acyclic(ids, deps)
+    handlers = _on_failure(doc.get("on_failure"), known) if "on_failure" in doc else set()
     structure_nodes = []
     configs = {}
     for n in nodes:
         s, c = _compile_node(n, known, deps[n["id"]])
+        if n["id"] in handlers:
+            s["on_failure"] = True
         structure_nodes.append(s)
         configs[n["id"]] = c
     structure: dict[str, Any] = {"nodes": structure_nodes}
@@ -217,6 +220,18 @@ def _trigger_keys(doc: dict[str, Any]) -> dict[str, Any]:
             k: _names(v, f"on.{k}", None if k == "schedule" else _EVENT_NAME)
             for k, v in on.items()}
     return out
+
+
+def _on_failure(value: Any, known: frozenset[str]) -> set[str]:
+    """The nodes of the graph's failure branch: they run only when the run is failing
+    (after what they depend on has ended), and are skipped when it succeeds."""
+    ids = [value] if isinstance(value, str) else value
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise GraphError("on_failure: a node id, or a list of them")
+    for i in ids:
+        if i not in known:
+            raise GraphError(f"on_failure: {i!r} names no node")
+    return set(ids)
 
 
 def _check_acyclic(ids: list[str], deps: dict[str, list[str]]) -> None:
@@ -308,7 +323,8 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
     nid = n["id"]
     field = "id"
     try:
-        unknown = set(n) - {"id", "type", "config", "if", "retry", "concurrency", "fan_out"}
+        unknown = set(n) - {"id", "type", "config", "if", "retry", "concurrency", "fan_out",
+                            "continue_on_error", "always"}
         if unknown:
             field = sorted(unknown)[0]
             raise GraphError(f"node {nid}: unknown key {field!r}")
@@ -325,6 +341,12 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "concurrency"
         if "concurrency" in n:
             s["concurrency"] = _identifier(n["concurrency"], known)
+        for flag in ("continue_on_error", "always"):
+            if flag in n:
+                if not isinstance(n[flag], bool):
+                    raise GraphError(f"node {nid}: {flag} must be true or false")
+                if n[flag]:
+                    s[flag] = True
         field = "retry"
         if "retry" in n:
             s["retry"] = _retry(n["retry"], nid)

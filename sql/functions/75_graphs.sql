@@ -304,44 +304,65 @@ DECLARE
     v_node cryo.node_states;
     v_start record;
     v_skipped text;
+    v_failing boolean;
+    v_done boolean;
 BEGIN
-    -- A failed node (after its retries) fails the run: nothing more starts.
-    IF NOT cryo._graph_failing(p_run_id) THEN
-        -- What was skipped is said too, so the driver's scope follows without a re-read.
-        FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope) LOOP
-            action := 'skip';
-            node_id := v_skipped;
-            type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
-            idempotency_key := NULL; output := NULL;
+    -- A failed node (after its retries, without continue_on_error) fails the run: from
+    -- then on only always nodes and the failure branch start.
+    v_failing := cryo._graph_failing(p_run_id);
+    -- What was skipped is said too, so the driver's scope follows without a re-read.
+    FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
+        action := 'skip';
+        node_id := v_skipped;
+        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+        idempotency_key := NULL; output := NULL;
+        RETURN NEXT;
+    END LOOP;
+    -- Start what can start: new instances of running nodes (up to max_parallel), and
+    -- instances whose retry backoff has passed or whose concurrency group came free.
+    FOR v_node IN SELECT * FROM cryo.node_states n
+                   WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                   ORDER BY n.ord LOOP
+        v_failing := cryo._graph_failing(p_run_id);
+        CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+        FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
+            action := 'start';
+            node_id := v_node.node_id;
+            type := v_node.type;
+            item := v_start.item;
+            attempt := v_start.attempt;
+            config := v_start.config;
+            item_value := v_start.item_value;
+            idempotency_key := v_start.idempotency_key;
+            output := NULL;
             RETURN NEXT;
         END LOOP;
-        -- Start what can start: new instances of running nodes (up to max_parallel), and
-        -- instances whose retry backoff has passed or whose concurrency group came free.
-        FOR v_node IN SELECT * FROM cryo.node_states n
-                       WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
-                       ORDER BY n.ord LOOP
-            EXIT WHEN cryo._graph_failing(p_run_id);
-            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
-                action := 'start';
-                node_id := v_node.node_id;
-                type := v_node.type;
-                item := v_start.item;
-                attempt := v_start.attempt;
-                config := v_start.config;
-                item_value := v_start.item_value;
-                idempotency_key := v_start.idempotency_key;
-                output := NULL;
-                RETURN NEXT;
-            END LOOP;
-        END LOOP;
-    END IF;
+    END LOOP;
 
-    IF cryo._graph_failing(p_run_id)
-       OR NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                         AND n.status IN ('pending', 'running', 'waiting')) THEN
+    v_failing := cryo._graph_failing(p_run_id);
+    IF v_failing THEN
+        -- Over when no always node or failure branch node is left to run.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._graph_runs_on_failure(n.def));
+    ELSE
+        -- Over when nothing is open but the failure branch, which is then skipped.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND NOT (n.status = 'pending'
+                                          AND coalesce((n.def ->> 'on_failure')::boolean, false)));
+        IF v_done THEN
+            FOR v_skipped IN SELECT n.node_id FROM cryo.node_states n
+                              WHERE n.run_id = p_run_id AND n.status = 'pending' ORDER BY n.ord LOOP
+                PERFORM cryo._graph_skip(v_q, v_skipped, 'the run did not fail');
+            END LOOP;
+        END IF;
+    END IF;
+    IF v_done THEN
         action := 'finish';
         node_id := (SELECT n.node_id FROM cryo.node_states n
-                     WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1);
+                     WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+                     ORDER BY n.finished_at LIMIT 1);
         type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
         output := (SELECT CASE WHEN node_id IS NULL AND r.graph ? 'output'
@@ -354,11 +375,20 @@ $$;
 COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb) IS
     'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
--- Whether a node of the run has failed for good (the run is failing).
+-- Whether a node of the run has failed for good (the run is failing); a node that failed
+-- with continue_on_error does not count.
 CREATE OR REPLACE FUNCTION cryo._graph_failing(p_run_id text)
 RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed')
+    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated)
+$$;
+
+-- Whether a node runs when the run is failing: always nodes, and the failure branch.
+CREATE OR REPLACE FUNCTION cryo._graph_runs_on_failure(p_def jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
 $$;
 
 -- A node has ended (succeeded, failed, skipped, seeded): each node depending on it has
@@ -381,7 +411,7 @@ $$;
 -- predecessors were all skipped or their `if` is false, else running (with their fan-out
 -- size). Skips cascade within one call. Reads only ready nodes and their predecessors.
 -- Returns the nodes it skipped.
-CREATE OR REPLACE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb)
+CREATE OR REPLACE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean)
 RETURNS SETOF text
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
@@ -394,18 +424,38 @@ DECLARE
     v_items jsonb;
     v_n integer;
     v_changed boolean := true;
+    v_handler boolean;
 BEGIN
     WHILE v_changed LOOP
+        -- A node failing in this loop (a fan-out that is not a list) fails the run.
+        p_failing := p_failing OR cryo._graph_failing(v_run_id);
+        -- A failing run with no always node or failure branch left decides nothing more
+        -- (what had not started stays pending, as the run ends).
+        IF p_failing AND NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = v_run_id
+                                        AND n.status = 'pending'
+                                        AND cryo._graph_runs_on_failure(n.def)) THEN
+            RETURN;
+        END IF;
         v_changed := false;
         FOR v_node IN SELECT * FROM cryo.node_states n
                        WHERE n.run_id = v_run_id AND n.status = 'pending' AND n.open_deps = 0
                        ORDER BY n.ord LOOP
+            v_handler := cryo._graph_runs_on_failure(v_node.def);
+            IF p_failing AND NOT v_handler THEN
+                -- The run is failing: what is not an always node or the failure branch
+                -- will not run, and its skip lets those after it be decided.
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
+                CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
+            END IF;
             SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
              WHERE n.run_id = v_run_id AND n.node_id = ANY (v_node.deps);
-            IF 'failed' = ANY (coalesce(v_dep_status, '{}')) THEN
-                RETURN;  -- the run is failing
-            END IF;
-            IF cardinality(v_node.deps) > 0
+            -- (A failed predecessor here failed with continue_on_error: it ended.)
+            IF cardinality(v_node.deps) > 0 AND NOT v_handler
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
                 RETURN NEXT v_node.node_id;
@@ -426,12 +476,14 @@ BEGIN
                 v_items := cryo._eval(v_node.def -> 'fan_out', v_scope);
                 IF jsonb_typeof(v_items) <> 'array' THEN
                     UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
-                           error = 'fan_out items is not a list'
+                           error = 'fan_out items is not a list',
+                           tolerated = coalesce((n.def ->> 'continue_on_error')::boolean, false)
                      WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
                     PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
                     PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
                                           v_node.node_id, 0);
-                    RETURN;
+                    v_changed := true;
+                    CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
             END IF;
@@ -628,7 +680,9 @@ BEGIN
     IF v_status IS NOT NULL THEN
         UPDATE cryo.node_states n
            SET status = v_status, error = p_error, finished_at = cryo.now(),
-               output = CASE WHEN n.items IS NULL THEN p_output END
+               output = CASE WHEN n.items IS NULL THEN p_output END,
+               tolerated = v_status = 'failed'
+                           AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
          WHERE n.run_id = p_run_id AND n.node_id = p_node;
         IF v_node.status IN ('pending', 'running', 'waiting') THEN
             PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
@@ -713,7 +767,8 @@ DECLARE
 BEGIN
     IF p_finish THEN
         SELECT * INTO v_failed FROM cryo.node_states n
-         WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1;
+         WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+         ORDER BY n.finished_at LIMIT 1;
         -- A failed node fails the run and cancels what is still running.
         FOR v_child IN SELECT i.job_run_id FROM cryo.node_instances i JOIN cryo.runs c ON c.id = i.job_run_id
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP

@@ -12,6 +12,8 @@ ALTER TABLE cryo.node_states ADD COLUMN def jsonb;
 ALTER TABLE cryo.node_states ADD COLUMN deps text[];
 ALTER TABLE cryo.node_states ADD COLUMN dependents text[];
 ALTER TABLE cryo.node_states ADD COLUMN open_deps integer NOT NULL DEFAULT 0;
+-- A node with continue_on_error that failed: it ended, and the run goes on.
+ALTER TABLE cryo.node_states ADD COLUMN tolerated boolean NOT NULL DEFAULT false;
 
 -- Live graph runs gain the new columns from their pinned structure.
 WITH defs AS (
@@ -42,6 +44,8 @@ CREATE INDEX node_instances_live ON cryo.node_instances (run_id, node_id, item)
 
 ALTER TABLE cryo.runs ADD COLUMN drive_failures integer NOT NULL DEFAULT 0;
 
+COMMENT ON COLUMN cryo.node_states.tolerated IS
+    'A failed node whose continue_on_error let the run go on (its successors run).';
 COMMENT ON COLUMN cryo.node_states.open_deps IS
     'How many of the node''s predecessors have not ended; pending with 0 means ready.';
 COMMENT ON COLUMN cryo.runs.drive_failures IS

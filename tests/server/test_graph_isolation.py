@@ -120,3 +120,41 @@ async def test_a_get_after_a_delete_reads_nothing(srv: Server) -> None:
     run = await until(srv, await submit_graph(srv, doc), ended)
     assert run["status"] == "succeeded", run
     assert run["outputs"]["output"] == {"value": None, "version": None}
+
+
+async def test_failure_branches_continue_on_error_always_and_on_failure(srv: Server) -> None:
+    bad_key = {"op": "set", "key": {"$template": "{{ input.missing }}"}, "value": 1}
+    # continue_on_error: the run goes on past the failure and succeeds.
+    tolerant = graph([
+        {"id": "flaky", "type": "state", "continue_on_error": True, "config": bad_key},
+        {"id": "after", "type": "state", "config": {"op": "set", "key": "k", "value": 1}},
+    ], [("flaky", "after")])
+    run = await until(srv, await submit_graph(srv, tolerant), ended)
+    assert run["status"] == "succeeded", run
+    assert nodes_of(run)["flaky"]["status"] == "failed"
+    assert nodes_of(run)["after"]["status"] == "succeeded"
+    # A failure: the next node is skipped, the clean-up (always) and the failure branch run,
+    # and the run still fails, naming the failed node.
+    failing = graph([
+        {"id": "work", "type": "state", "config": bad_key},
+        {"id": "next", "type": "state", "config": {"op": "set", "key": "n", "value": 1}},
+        {"id": "cleanup", "type": "state", "always": True,
+         "config": {"op": "set", "key": "cleaned", "value": True}},
+        {"id": "alert", "type": "state", "config": {"op": "set", "key": "alerted", "value": 1}},
+    ], [("work", "next"), ("next", "cleanup")], on_failure="alert")
+    run = await until(srv, await submit_graph(srv, failing), ended)
+    assert run["status"] == "failed" and "work" in run["error"], run
+    got = nodes_of(run)
+    assert [got[n]["status"] for n in ("work", "next", "cleanup", "alert")] == [
+        "failed", "skipped", "succeeded", "succeeded"], got
+    # On success the failure branch is skipped; always nodes run as usual.
+    fine = graph([
+        {"id": "work", "type": "state", "config": {"op": "set", "key": "k", "value": 1}},
+        {"id": "cleanup", "type": "state", "always": True,
+         "config": {"op": "set", "key": "cleaned", "value": True}},
+        {"id": "alert", "type": "state", "config": {"op": "set", "key": "alerted", "value": 1}},
+    ], [("work", "cleanup")], on_failure=["alert"])
+    run = await until(srv, await submit_graph(srv, fine), ended)
+    assert run["status"] == "succeeded", run
+    got = nodes_of(run)
+    assert (got["cleanup"]["status"], got["alert"]["status"]) == ("succeeded", "skipped"), got
