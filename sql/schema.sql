@@ -583,6 +583,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text, p_untrusted boolean) RETURNS TABLE(name text, value bytea, withheld boolean)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH node AS (
+        SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) AS names
+          FROM cryo.runs c
+          JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.id = p_run_id AND n.type = 'http'
+    )
+    SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
+     WHERE NOT EXISTS (SELECT 1 FROM node)
+        OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
+$$;
+
 CREATE FUNCTION cryo._grant_secrets(p_org text, p_project text, p_untrusted boolean) RETURNS TABLE(name text, value bytea, withheld boolean)
     LANGUAGE sql STABLE
     AS $$
@@ -2202,7 +2216,7 @@ BEGIN
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'name', s.name, 'value', encode(s.value, 'base64'),
                        'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
+              FROM cryo.runs r, cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s
              WHERE r.id = c.run_id),
            (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
       FROM c;
@@ -2260,7 +2274,7 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
 BEGIN
-    RETURN QUERY SELECT * FROM cryo._grant_secrets(v_q.org, v_q.project, v_untrusted);
+    RETURN QUERY SELECT * FROM cryo._grant_run_secrets(p_run_id, v_q.org, v_q.project, v_untrusted);
 END
 $$;
 

@@ -342,6 +342,8 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "config"
         _check_config(nid, ntype, config, known)
         compiled = _compile_value(config, known)
+        if ntype == "http" and config.get("secrets"):  # names, in the clear, for the grant
+            s["secrets"] = list(dict.fromkeys(config["secrets"]))
         if ntype == "state":  # a cell's key and entity are stored in the clear
             for name in ("key", "entity"):
                 if isinstance(compiled.get(name), dict):

@@ -167,7 +167,7 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
         source, caps = HTTP_JOB, ["connector"]
         job_input = {"method": str(c.get("method", "GET")).upper(), "url": str(c["url"]),
                      "headers": {str(k): str(v) for k, v in (c.get("headers") or {}).items()},
-                     "body": c.get("body")}
+                     "body": c.get("body"), "secrets": list(c.get("secrets") or [])}
     elif p.type == "script":
         job_input = c.get("input")
         if "workflow" in c:

@@ -1139,6 +1139,27 @@ $$;
 COMMENT ON FUNCTION cryo.read_graph_logs(text, text[], bigint[], integer) IS
     'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
 
+-- -- connector credentials -------------------------------------------------------------
+-- What a claim of a run may see (claim_grants and claim_secrets call this): the job of
+-- an http node sees only the project secrets its node names (its clear `secrets` list),
+-- so a credential reaches the connector agent doing that request and nothing else; any
+-- other run sees its project's secrets as before (cryo._grant_secrets). An untrusted
+-- run gets the names alone, either way. No secret is ever in a document or an input.
+CREATE OR REPLACE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text,
+                                                   p_untrusted boolean)
+RETURNS TABLE (name text, value bytea, withheld boolean)
+LANGUAGE sql STABLE AS $$
+    WITH node AS (
+        SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) AS names
+          FROM cryo.runs c
+          JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.id = p_run_id AND n.type = 'http'
+    )
+    SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
+     WHERE NOT EXISTS (SELECT 1 FROM node)
+        OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
+$$;
+
 -- -- graph calls from scripts ------------------------------------------------------------
 -- A script calls a stored graph (family graph.call, name: the graph's name) or a single
 -- node (family node.call, name: the node type) and waits for its output: a durable call
