@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from cryopg.server import graph_driver, graph_nodes
+from cryopg.graphs import driver as graph_driver
+from cryopg.graphs import starts as graph_nodes
 from tests.server.conftest import Server
 from tests.server.test_graphs import ended, graph, nodes_of, submit_graph, until
 

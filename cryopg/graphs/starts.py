@@ -1,4 +1,5 @@
-"""What the graph driver does for each node type: state and wait nodes in the database,
+"""What the graph driver does for each node type (the start and the result of each
+instance; the types themselves, with their config schemas, are in nodes/): state and wait
 within the driver's transaction; shell, code, script, http and workflow nodes as child
 runs; and, when a child has ended, the node output made from it.
 

@@ -21,7 +21,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
-from cryopg.server import graph_nodes
+from cryopg.graphs import starts as graph_nodes
 from cryopg.server.render import open_document, run_input
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
