@@ -201,18 +201,21 @@ def _one_graph(port: int, doc: str, run_input: Any = None) -> str:
         return json.loads(resp.read())["run_id"]
 
 
-def _span_ms(bench: Bench, db: str, run_id: str) -> float:
-    """A graph run's time from submit to end, read off the database's own clock."""
-    deadline = time.monotonic() + 900
+def _span_ms(bench: Bench, db: str, port: int, doc: str, run_input: Any = None) -> float:
+    """Wall time from a graph's submit to its end, polled every 2 ms. (The database's
+    finished_at is its last turn's transaction start, too early to time a turn by.)"""
+    t0 = time.monotonic()
+    run_id = _one_graph(port, doc, run_input)
+    deadline = t0 + 900
     with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
         while time.monotonic() < deadline:
-            row = conn.execute("SELECT status, extract(epoch FROM finished_at - created_at)"
-                               " FROM cryo.runs WHERE id = %s", (run_id,)).fetchone()
+            row = conn.execute("SELECT status, finished_at FROM cryo.runs WHERE id = %s",
+                               (run_id,)).fetchone()
             if row[1] is not None:
                 if row[0] != "succeeded":
                     raise RuntimeError(f"graph run {run_id} ended {row[0]}")
-                return float(row[1]) * 1000
-            time.sleep(0.05)
+                return (time.monotonic() - t0) * 1000
+            time.sleep(0.002)
     raise RuntimeError(f"graph run {run_id} did not finish")
 
 
@@ -226,8 +229,8 @@ def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
         db = bench.fresh_db()
         _user_token(bench, db)
         with cryopg_server(bench, db) as port:
-            out[f"state_chain_{n}_ms_per_node"] = _span_ms(
-                bench, db, _one_graph(port, _graph("state", n))) / n
+            out[f"state_chain_{n}_ms_per_node"] = _span_ms(bench, db, port,
+                                                           _graph("state", n)) / n
         bench.spent.append(db)
         log(f"graph state chain of {n}: {out[f'state_chain_{n}_ms_per_node']:.3f} ms a node"
             " (target < 1 ms)")
@@ -235,8 +238,8 @@ def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
         db = bench.fresh_db()
         _user_token(bench, db)
         with cryopg_server(bench, db) as port:
-            out[f"fan_{n}_ms_per_item"] = _span_ms(
-                bench, db, _one_graph(port, _graph("fan", n), {"xs": list(range(n))})) / n
+            out[f"fan_{n}_ms_per_item"] = _span_ms(bench, db, port, _graph("fan", n),
+                                                   {"xs": list(range(n))}) / n
         bench.spent.append(db)
         log(f"graph fan-out of {n}: {out[f'fan_{n}_ms_per_item']:.3f} ms an item")
     out["ratio_chain_1000_10"] = (out["state_chain_1000_ms_per_node"]
@@ -244,6 +247,10 @@ def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
     out["ratio_fan_1000_10"] = out["fan_1000_ms_per_item"] / out["fan_10_ms_per_item"]
     log(f"ratio graph-turn 1000-node/10-node: {out['ratio_chain_1000_10']:.2f} (target <= 2)")
     log(f"ratio graph-turn fan-out 1000/10: {out['ratio_fan_1000_10']:.2f} (target <= 2)")
+    out["ratio_chain_1000_400"] = (out["state_chain_1000_ms_per_node"]
+                                   / out["state_chain_400_ms_per_node"])
+    log(f"ratio graph-node 1000-chain/400-chain: {out['ratio_chain_1000_400']:.2f} "
+        "(a node's cost flat in the graph's size: about 1)")
     return out
 
 
@@ -257,3 +264,24 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
             "flat": flat_turns(bench, quick),
             "shell": graph_throughput(bench, "shell", per_level // 2),
             "chain": chain(bench)}
+
+
+def report_lines(gr: dict[str, Any]) -> list[str]:
+    """bench/report.py's lines for the flat-turn figures and the chain's ratio."""
+    out: list[str] = []
+    ch = gr.get("chain")
+    if ch:
+        out += [f"ratio graph-node/spawn: {ch['per_node_ms'] / ch['spawn_ms']:.2f} "
+                f"(target <= 1.5; driver {ch['driver_ms']:.1f} ms, agent claim "
+                f"{ch['claim_ms']:.1f} ms a node)", ""]
+    fl = gr.get("flat")
+    if fl:
+        chains = sorted(int(k.split("_")[2]) for k in fl if k.startswith("state_chain_"))
+        out += ["State chains, ms a node (wall time from submit to end, so the 10-node figure "
+                "carries the submit): " + ", ".join(
+                    f"{n}: {fl[f'state_chain_{n}_ms_per_node']:.2f}" for n in chains) + ". "
+                f"Fan-outs, ms an item: 10: {fl['fan_10_ms_per_item']:.2f}, 1000: "
+                f"{fl['fan_1000_ms_per_item']:.2f}.", "",
+                f"ratio graph-node 1000-chain/400-chain: {fl['ratio_chain_1000_400']:.2f}",
+                f"ratio graph-turn fan-out 1000/10: {fl['ratio_fan_1000_10']:.2f}", ""]
+    return out
