@@ -12,6 +12,7 @@ import asyncio
 import json
 import socket
 import sys
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -73,8 +74,7 @@ def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
 async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     """One turn on one driven run; returns how it settled."""
     sealer = await app[KEYS].sealer(g.org)
-    document = json.loads(open_document(sealer, g.source))
-    configs = document.get("configs", {})
+    configs, wanted = _pinned(sealer, g)
     input_value = run_input(sealer, g.input, g.input_clear)
     opened: dict[bytes, Any] = {}  # a turn opens each sealed output once
 
@@ -83,7 +83,6 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
             opened[sealed] = sealer.open_json(sealed)
         return opened[sealed]
 
-    wanted = referenced(g.graph, configs)
     listed = None if wanted is None else sorted(wanted)
     rows = await engine.graph_state(conn, g.run_id, g.claim_token, listed)
     scope = scope_of(g.run_id, input_value, rows, open_json, wanted)
@@ -91,13 +90,12 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
                             configs, scope)
     # What ended outside this turn (a child run, a signal, a timer) is recorded first.
     # Nothing else changes under this run's lock until the turn commits, so once is enough.
-    moved = False
-    for r in rows:
-        if r.item is not None:
-            moved |= await graph_nodes.collect(turn, r)
-    if moved:
-        _merge(scope, g.run_id, input_value, open_json, wanted,
-               await engine.graph_state(conn, g.run_id, g.claim_token, listed))
+    moved = {r.node_id for r in rows
+             if r.item is not None and await graph_nodes.collect(turn, r)}
+    fresh = sorted(moved if wanted is None else moved & wanted)
+    if fresh:  # only what the expressions read and was just recorded
+        _merge(scope, g.run_id, input_value, open_json, set(fresh),
+               await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
     for _ in range(MAX_ROUNDS):
         plan = await engine.graph_plan(conn, g.run_id, g.claim_token, configs, scope)
         finish = next((p for p in plan if p.action == "finish"), None)
@@ -134,6 +132,25 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
         await engine.graph_yield(conn, g.run_id, g.claim_token)
         return "yielded"
     return await engine.graph_settle(conn, g.run_id, g.claim_token, False)
+
+
+# A run's document is pinned: its opened configs, and the nodes its expressions read, are
+# kept for its next turns instead of being opened and walked again each time (the cost of
+# both grows with the graph). Keyed by run id; a few hundred runs' worth.
+_PINNED: OrderedDict[str, tuple[dict[str, Any], set[str] | None]] = OrderedDict()
+PINNED_RUNS = 256
+
+
+def _pinned(sealer: Any, g: Driven) -> tuple[dict[str, Any], set[str] | None]:
+    got = _PINNED.get(g.run_id)
+    if got is None:
+        configs = json.loads(open_document(sealer, g.source)).get("configs", {})
+        got = _PINNED[g.run_id] = (configs, referenced(g.graph, configs))
+        while len(_PINNED) > PINNED_RUNS:
+            _PINNED.popitem(last=False)
+    else:
+        _PINNED.move_to_end(g.run_id)
+    return got
 
 
 def _merge(scope: dict[str, Any], run_id: str, input_value: Any, open_json: Any,
