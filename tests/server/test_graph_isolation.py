@@ -109,7 +109,7 @@ async def test_a_timer_fires_at_its_deadline_without_a_tick(srv: Server) -> None
     run = await until(srv, run_id, ended, timeout=10)
     took = time.monotonic() - t0
     assert run["status"] == "succeeded", run
-    assert 1.0 <= took < 1.8, took
+    assert 1.0 <= took < 2.5, took  # the tick alone would take an hour
 
 
 async def test_a_get_after_a_delete_reads_nothing(srv: Server) -> None:
