@@ -1,4 +1,5 @@
-"""Graph figures, beside the script ones: a 10-node state-only graph and a 10-node shell
+"""Graph figures, beside the script ones: state chains and fan-outs at 10 and 1,000+ nodes
+(a turn's cost must not grow with the graph), a 10-node state-only graph and a 10-node shell
 graph (runs/s at 1 / 4 / 16 submitters, through a real `cryopg server` whose driver
 advances them; the shell nodes' agent is the bench's HTTP claimer, which finishes each
 job at once, so the figure is the engine's), and a chain of 400 trivial shell nodes on
@@ -31,14 +32,18 @@ USER_SECRET = "cryo_u_bench-user-secret"
 CHAIN = int(os.environ.get("CRYOPG_BENCH_CHAIN", "400"))
 
 
-def _graph(kind: str, n: int) -> str:
+def _graph(kind: str, n: int, *, edges: bool = True) -> str:
+    if kind == "fan":  # one state node over n items
+        return json.dumps({"version": "cryosleep-graph/v1", "nodes": [
+            {"id": "each", "type": "state", "fan_out": {"items": {"$expr": "input.xs"}},
+             "config": {"op": "incr", "key": "n", "by": 1}}]})
     if kind == "state":
         nodes = [{"id": f"n{i}", "type": "state",
                   "config": {"op": "set", "key": f"k{i}", "value": i}} for i in range(n)]
     else:
         nodes = [{"id": f"n{i}", "type": "shell", "config": {"run": "true"}} for i in range(n)]
-    edges = [{"from": f"n{i}", "to": f"n{i + 1}"} for i in range(n - 1)]
-    return json.dumps({"version": "cryosleep-graph/v1", "nodes": nodes, "edges": edges})
+    links = [{"from": f"n{i}", "to": f"n{i + 1}"} for i in range(n - 1)] if edges else []
+    return json.dumps({"version": "cryosleep-graph/v1", "nodes": nodes, "edges": links})
 
 
 def _user_token(bench: Bench, db: str) -> None:
@@ -179,7 +184,73 @@ def chain(bench: Bench) -> dict[str, float]:
     log(f"graph chain of {jobs}: {out['per_node_ms']:.1f} ms a node "
         f"({out['between_ms']:.1f} ms between nodes: driver {out['driver_ms']:.1f} ms, "
         f"agent claim {out['claim_ms']:.1f} ms); process start {spawn_ms:.1f} ms")
+    log(f"ratio graph-node/spawn: {out['per_node_ms'] / spawn_ms:.2f} (target <= 1.5; "
+        f"per node <= process start + 10 ms: {out['per_node_ms']:.1f} <= {spawn_ms + 10:.1f})")
     bench.spent.append(db)
+    return out
+
+
+def _one_graph(port: int, doc: str, run_input: Any = None) -> str:
+    body: dict[str, Any] = {"source": doc, "filename": "g.json"}
+    if run_input is not None:
+        body["input"] = run_input
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/orgs/dev/projects/default/runs", json.dumps(body).encode(),
+        {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as resp:
+        return json.loads(resp.read())["run_id"]
+
+
+def _span_ms(bench: Bench, db: str, port: int, doc: str, run_input: Any = None) -> float:
+    """Wall time from a graph's submit to its end, polled every 2 ms. (The database's
+    finished_at is its last turn's transaction start, too early to time a turn by.)"""
+    t0 = time.monotonic()
+    run_id = _one_graph(port, doc, run_input)
+    deadline = t0 + 900
+    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT status, finished_at FROM cryo.runs WHERE id = %s",
+                               (run_id,)).fetchone()
+            if row[1] is not None:
+                if row[0] != "succeeded":
+                    raise RuntimeError(f"graph run {run_id} ended {row[0]}")
+                return (time.monotonic() - t0) * 1000
+            time.sleep(0.002)
+    raise RuntimeError(f"graph run {run_id} did not finish")
+
+
+def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
+    """State chains (one node a turn: the turn's cost) and fan-outs (one turn over every
+    item) at 10 items and at 1,000 and more, each on a fresh server and database: the
+    cost a node must not grow with the graph. Prints the issue's target lines."""
+    out: dict[str, float] = {}
+    sizes = (10, 400, 1000) if quick else (10, 400, 1000, 5000)
+    for n in sizes:
+        db = bench.fresh_db()
+        _user_token(bench, db)
+        with cryopg_server(bench, db) as port:
+            out[f"state_chain_{n}_ms_per_node"] = _span_ms(bench, db, port,
+                                                           _graph("state", n)) / n
+        bench.spent.append(db)
+        log(f"graph state chain of {n}: {out[f'state_chain_{n}_ms_per_node']:.3f} ms a node"
+            " (target < 1 ms)")
+    for n in (10, 1000):
+        db = bench.fresh_db()
+        _user_token(bench, db)
+        with cryopg_server(bench, db) as port:
+            out[f"fan_{n}_ms_per_item"] = _span_ms(bench, db, port, _graph("fan", n),
+                                                   {"xs": list(range(n))}) / n
+        bench.spent.append(db)
+        log(f"graph fan-out of {n}: {out[f'fan_{n}_ms_per_item']:.3f} ms an item")
+    out["ratio_chain_1000_10"] = (out["state_chain_1000_ms_per_node"]
+                                  / out["state_chain_10_ms_per_node"])
+    out["ratio_fan_1000_10"] = out["fan_1000_ms_per_item"] / out["fan_10_ms_per_item"]
+    log(f"ratio graph-turn 1000-node/10-node: {out['ratio_chain_1000_10']:.2f} (target <= 2)")
+    log(f"ratio graph-turn fan-out 1000/10: {out['ratio_fan_1000_10']:.2f} (target <= 2)")
+    out["ratio_chain_1000_400"] = (out["state_chain_1000_ms_per_node"]
+                                   / out["state_chain_400_ms_per_node"])
+    log(f"ratio graph-node 1000-chain/400-chain: {out['ratio_chain_1000_400']:.2f} "
+        "(a node's cost flat in the graph's size: about 1)")
     return out
 
 
@@ -187,6 +258,30 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
     per_level = 40 if quick else 200
     if os.environ.get("CRYOPG_BENCH_GRAPHS") == "chain":  # while working on the chain
         return {"state": {}, "shell": {}, "chain": chain(bench)}
+    if os.environ.get("CRYOPG_BENCH_GRAPHS") == "flat":  # the flat-turn figures alone
+        return {"state": {}, "shell": {}, "flat": flat_turns(bench, quick)}
     return {"state": graph_throughput(bench, "state", per_level),
+            "flat": flat_turns(bench, quick),
             "shell": graph_throughput(bench, "shell", per_level // 2),
             "chain": chain(bench)}
+
+
+def report_lines(gr: dict[str, Any]) -> list[str]:
+    """bench/report.py's lines for the flat-turn figures and the chain's ratio."""
+    out: list[str] = []
+    ch = gr.get("chain")
+    if ch:
+        out += [f"ratio graph-node/spawn: {ch['per_node_ms'] / ch['spawn_ms']:.2f} "
+                f"(target <= 1.5; driver {ch['driver_ms']:.1f} ms, agent claim "
+                f"{ch['claim_ms']:.1f} ms a node)", ""]
+    fl = gr.get("flat")
+    if fl:
+        chains = sorted(int(k.split("_")[2]) for k in fl if k.startswith("state_chain_"))
+        out += ["State chains, ms a node (wall time from submit to end, so the 10-node figure "
+                "carries the submit): " + ", ".join(
+                    f"{n}: {fl[f'state_chain_{n}_ms_per_node']:.2f}" for n in chains) + ". "
+                f"Fan-outs, ms an item: 10: {fl['fan_10_ms_per_item']:.2f}, 1000: "
+                f"{fl['fan_1000_ms_per_item']:.2f}.", "",
+                f"ratio graph-node 1000-chain/400-chain: {fl['ratio_chain_1000_400']:.2f}",
+                f"ratio graph-turn fan-out 1000/10: {fl['ratio_fan_1000_10']:.2f}", ""]
+    return out

@@ -178,6 +178,7 @@ def render(r: dict[str, Any]) -> str:
                 f"Starting the process (`script -qec 'bash -c true'`) costs "
                 f"{ch['spawn_ms']:.1f} ms here. Published for 400 sequential ~10 ms tasks on one "
                 "worker: Windmill 19.7 s, Hatchet 35.8 s, Temporal 39.0 s.", ""]
+        out += __import__("graph_bench").report_lines(gr)  # bench/graph_bench.py
 
     if r.get("artifacts"):
         import artifact_bench  # bench/artifact_bench.py, beside this file

@@ -583,6 +583,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text, p_untrusted boolean) RETURNS TABLE(name text, value bytea, withheld boolean)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH node AS (
+        SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) AS names
+          FROM cryo.runs c
+          JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.id = p_run_id AND n.type = 'http'
+    )
+    SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
+     WHERE NOT EXISTS (SELECT 1 FROM node)
+        OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
+$$;
+
 CREATE FUNCTION cryo._grant_secrets(p_org text, p_project text, p_untrusted boolean) RETURNS TABLE(name text, value bytea, withheld boolean)
     LANGUAGE sql STABLE
     AS $$
@@ -633,6 +647,13 @@ CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
          ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
 $$;
 
+CREATE FUNCTION cryo._graph_failing(p_run_id text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated)
+$$;
+
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -641,8 +662,20 @@ BEGIN
        OR jsonb_array_length(p_graph -> 'nodes') = 0 THEN
         RAISE EXCEPTION 'a graph needs at least one node' USING ERRCODE = 'CR004';
     END IF;
-    INSERT INTO cryo.node_states (run_id, org, project, node_id, type)
-    SELECT p_run_id, p_org, p_project, d.node_id, d.type FROM cryo._graph_node_defs(p_graph) d;
+    -- Each node carries its definition, edges both ways and a count of predecessors
+    -- still open, so a turn finds what is ready by key (V0017).
+    WITH defs AS (
+        SELECT d.ord, d.node_id, d.type, d.def, ARRAY(SELECT DISTINCT x FROM unnest(d.deps) x) AS deps
+          FROM cryo._graph_node_defs(p_graph) d
+    ), back AS (
+        SELECT x.dep, array_agg(e.node_id ORDER BY e.ord) AS dependents
+          FROM defs e, unnest(e.deps) AS x(dep) GROUP BY x.dep
+    )
+    INSERT INTO cryo.node_states (run_id, org, project, node_id, type, ord, def, deps,
+                                  dependents, open_deps)
+    SELECT p_run_id, p_org, p_project, d.node_id, d.type, d.ord, d.def, d.deps,
+           coalesce(b.dependents, '{}'), cardinality(d.deps)
+      FROM defs d LEFT JOIN back b ON b.dep = d.node_id;
 END
 $$;
 
@@ -662,6 +695,20 @@ CREATE FUNCTION cryo._graph_node_defs(p_graph jsonb) RETURNS TABLE(ord bigint, n
       FROM jsonb_array_elements(p_graph -> 'nodes') WITH ORDINALITY AS n(def, ord)
 $$;
 
+CREATE FUNCTION cryo._graph_node_ended(p_run_id text, p_node text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_next text[] := (SELECT e.dependents FROM cryo.node_states e
+                       WHERE e.run_id = p_run_id AND e.node_id = p_node);
+BEGIN
+    IF cardinality(v_next) > 0 THEN  -- by key: (run, node) = any of a few, not a join
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_run_id AND n.node_id = ANY (v_next);
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._graph_poke(p_run_id text, p_kind text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -676,13 +723,237 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_runs_on_failure(p_def jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
+$$;
+
+CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean) RETURNS SETOF text
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    v_run_id text := p_q.run_id;
+    v_node cryo.node_states;
+    v_dep_status text[];
+    v_scope jsonb;
+    v_items jsonb;
+    v_n integer;
+    v_changed boolean := true;
+    v_handler boolean;
+BEGIN
+    WHILE v_changed LOOP
+        -- A node failing in this loop (a fan-out that is not a list) fails the run.
+        p_failing := p_failing OR cryo._graph_failing(v_run_id);
+        -- A failing run with no always node or failure branch left decides nothing more
+        -- (what had not started stays pending, as the run ends).
+        IF p_failing AND NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = v_run_id
+                                        AND n.status = 'pending'
+                                        AND cryo._graph_runs_on_failure(n.def)) THEN
+            RETURN;
+        END IF;
+        v_changed := false;
+        FOR v_node IN SELECT * FROM cryo.node_states n
+                       WHERE n.run_id = v_run_id AND n.status = 'pending' AND n.open_deps = 0
+                       ORDER BY n.ord LOOP
+            v_handler := cryo._graph_runs_on_failure(v_node.def);
+            IF p_failing AND NOT v_handler THEN
+                -- The run is failing: what is not an always node or the failure branch
+                -- will not run, and its skip lets those after it be decided.
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
+                CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
+            END IF;
+            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
+             WHERE n.run_id = v_run_id AND n.node_id = ANY (v_node.deps);
+            -- (A failed predecessor here failed with continue_on_error: it ended.)
+            IF cardinality(v_node.deps) > 0 AND NOT v_handler
+               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+                'id', v_node.node_id,
+                'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            v_n := NULL;
+            IF v_node.def ? 'fan_out' THEN
+                v_items := cryo._eval(v_node.def -> 'fan_out', v_scope);
+                IF jsonb_typeof(v_items) <> 'array' THEN
+                    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
+                           error = 'fan_out items is not a list',
+                           tolerated = coalesce((n.def ->> 'continue_on_error')::boolean, false)
+                     WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
+                    PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+                    PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
+                                          v_node.node_id, 0);
+                    v_changed := true;
+                    CONTINUE;
+                END IF;
+                v_n := jsonb_array_length(v_items);
+            END IF;
+            UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
+             WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
+            PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
+                                  v_node.node_id, 0);
+            IF v_n = 0 THEN  -- an empty fan-out is done at once, with an empty list
+                UPDATE cryo.node_states n SET status = 'succeeded', finished_at = cryo.now()
+                 WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
+                PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
     UPDATE cryo.node_states n SET status = 'skipped', error = p_why, finished_at = cryo.now()
      WHERE n.run_id = p_q.run_id AND n.node_id = p_node;
+    PERFORM cryo._graph_node_ended(p_q.run_id, p_node);
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_skipped', 'node', p_node, 0);
+END
+$$;
+
+CREATE TABLE cryo.node_states (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    node_id text NOT NULL,
+    type text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    items integer,
+    output bytea,
+    error text,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    ord integer,
+    def jsonb,
+    deps text[],
+    dependents text[],
+    open_deps integer DEFAULT 0 NOT NULL,
+    tolerated boolean DEFAULT false NOT NULL,
+    CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
+);
+
+COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded, cancelled), fan-out size, sealed output.';
+
+COMMENT ON COLUMN cryo.node_states.open_deps IS 'How many of the node''s predecessors have not ended; pending with 0 means ready.';
+
+COMMENT ON COLUMN cryo.node_states.tolerated IS 'A failed node whose continue_on_error let the run go on (its successors run).';
+
+CREATE FUNCTION cryo._graph_start_instances(p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb) RETURNS TABLE(item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    v_run_id text := p_q.run_id;
+    v_node text := p_node.node_id;
+    v_max integer := nullif(p_node.def ->> 'max_parallel', '')::integer;
+    v_fan boolean := p_node.items IS NOT NULL;
+    v_items jsonb;
+    v_active integer;
+    v_next integer;
+    v_n integer;
+    v_scope jsonb;
+    v_inst cryo.node_instances;
+    v_group text;
+    v_holder text;
+    v_path text;
+BEGIN
+    IF v_fan THEN
+        v_items := cryo._eval(p_node.def -> 'fan_out', p_scope || jsonb_build_object(
+            'node', jsonb_build_object('id', v_node)));
+    END IF;
+    SELECT count(*) INTO v_active FROM cryo.node_instances i
+     WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.status IN ('running', 'waiting');
+    v_next := coalesce((SELECT i.item + 1 FROM cryo.node_instances i
+                         WHERE i.run_id = v_run_id AND i.node_id = v_node
+                         ORDER BY i.item DESC LIMIT 1), 0);
+    FOR v_n IN
+        SELECT i.item FROM cryo.node_instances i
+         WHERE i.run_id = v_run_id AND i.node_id = v_node
+           AND (i.status = 'ready' OR (i.status = 'retrying' AND i.due_at <= cryo.now()))
+        UNION ALL
+        SELECT g FROM generate_series(v_next, coalesce(p_node.items, 1) - 1) g
+        ORDER BY 1
+    LOOP
+        EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
+        v_path := 'node/' || v_node || '/' || v_n;
+        v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+            'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan)));
+        IF v_fan THEN
+            v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
+        END IF;
+        INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
+        VALUES (v_run_id, p_q.org, p_q.project, v_node, v_n, 'ready', cryo.now())
+        ON CONFLICT ON CONSTRAINT node_instances_pkey DO NOTHING;
+        v_group := NULL;
+        -- A node's concurrency group is the same project lease scripts and submits use,
+        -- held by this run for as long as the instance runs. When the run was admitted
+        -- through that very group it holds it already (no other run is in it), and the
+        -- instance runs under the run's lease instead of waiting behind its own run.
+        IF p_node.def ? 'concurrency' THEN
+            v_group := cryo._eval(p_node.def -> 'concurrency', v_scope) #>> '{}';
+            BEGIN
+                PERFORM cryo._check_name('concurrency group', v_group);
+            EXCEPTION WHEN SQLSTATE 'CR004' THEN
+                -- A group that renders to nothing fails this node, not the driver's turn.
+                PERFORM cryo.graph_record_item(v_run_id, p_q.claim_token, v_node, v_n, 'failed',
+                                               NULL, 'concurrency group ' || SQLERRM);
+                CONTINUE;
+            END;
+            PERFORM cryo._lock_group(p_q.org, p_q.project, v_group);
+            v_holder := cryo._group_holder(p_q.org, p_q.project, v_group);
+            IF v_holder = v_run_id AND EXISTS (
+                    SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
+                       AND l.grp = v_group AND l.holder_run_id = v_run_id
+                       AND l.kind = 'admission') THEN
+                NULL;  -- the run's own admission lease covers the instance
+            ELSIF v_holder IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
+                       AND l.grp = v_group AND l.holder_run_id = v_run_id AND l.path = v_path) THEN
+                IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
+                                WHERE w.run_id = v_run_id AND w.grp = v_group AND w.path = v_path) THEN
+                    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
+                    VALUES (p_q.org, p_q.project, v_group, v_run_id, 'graph', true, v_path, cryo.now());
+                END IF;
+                UPDATE cryo.node_instances i SET lease_group = v_group
+                 WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n;
+                CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
+            END IF;
+            IF v_holder IS NULL THEN
+                PERFORM cryo._take_lease(p_q.org, p_q.project, v_group, v_run_id, 'graph', v_path, true);
+            END IF;
+        END IF;
+        UPDATE cryo.node_instances i
+           SET status = 'running', lease_group = v_group, job_run_id = NULL,
+               started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
+         WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n
+        RETURNING * INTO v_inst;
+        v_active := v_active + 1;
+        item := v_n;
+        attempt := v_inst.attempt;
+        config := cryo._render(coalesce(p_configs -> v_node, '{}'::jsonb), v_scope);
+        item_value := CASE WHEN v_fan THEN v_items -> v_n END;
+        idempotency_key := v_scope #>> '{node,idempotency_key}';
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 
@@ -1387,6 +1658,7 @@ CREATE TABLE cryo.runs (
     trigger_kind text,
     trigger_name text,
     trigger_depth integer,
+    drive_failures integer DEFAULT 0 NOT NULL,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -1397,6 +1669,8 @@ COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims car
 COMMENT ON COLUMN cryo.runs.graph IS 'A graph run''s clear structure: node ids, types, edges, compiled if/fan_out/concurrency/output expressions. Node configs stay sealed in source.';
 
 COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from (absolute; NULL when not given). Agents for local work run the script there; others run it in a scratch directory.';
+
+COMMENT ON COLUMN cryo.runs.drive_failures IS 'For a graph run: how many driver turns in a row failed (each backs off longer).';
 
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
@@ -1942,7 +2216,7 @@ BEGIN
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'name', s.name, 'value', encode(s.value, 'base64'),
                        'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
+              FROM cryo.runs r, cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s
              WHERE r.id = c.run_id),
            (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
       FROM c;
@@ -2000,7 +2274,7 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
 BEGIN
-    RETURN QUERY SELECT * FROM cryo._grant_secrets(v_q.org, v_q.project, v_untrusted);
+    RETURN QUERY SELECT * FROM cryo._grant_run_secrets(p_run_id, v_q.org, v_q.project, v_untrusted);
 END
 $$;
 
@@ -2775,6 +3049,28 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, and the directory it was stored from. Raises CR005 for an unknown workflow.';
 
+CREATE FUNCTION cryo.graph_defer(p_run_id text, p_token uuid, p_error text) RETURNS double precision
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_failures integer;
+    v_secs double precision;
+BEGIN
+    UPDATE cryo.runs r SET drive_failures = r.drive_failures + 1 WHERE r.id = p_run_id
+    RETURNING r.drive_failures INTO v_failures;
+    v_secs := least(60, 0.5 * power(2, least(v_failures - 1, 10)));
+    -- The reason is the event's name (clear, as node errors are), the count its ordinal.
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'graph_turn_failed', 'graph',
+                          left(coalesce(p_error, 'failed'), 200), v_failures);
+    PERFORM cryo._park(p_run_id, 'driver-backoff', NULL, NULL,
+                       cryo.now() + make_interval(secs => v_secs));
+    RETURN v_secs;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_defer(p_run_id text, p_token uuid, p_error text) IS 'Parks a graph run whose driver turn failed with p_error (one line, kept in history as graph_turn_failed), to be driven again after a backoff that doubles with each failure in a row, from 0.5 s up to 60 s; returns the backoff in seconds. Raises CR002 for a stale token.';
+
 CREATE FUNCTION cryo.graph_jobs(p_run_id text) RETURNS TABLE(job_run_id text, label text, attempt bigint, status text, exit_code integer, error text, finished boolean, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
@@ -2806,199 +3102,87 @@ COMMENT ON FUNCTION cryo.graph_jobs(p_run_id text) IS 'Returns the child runs th
 
 CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_graph jsonb := (SELECT r.graph FROM cryo.runs r WHERE r.id = p_run_id);
-    v_def record;
     v_node cryo.node_states;
-    v_dep_status text[];
-    v_scope jsonb;
-    v_items jsonb;
-    v_n integer;
-    v_inst cryo.node_instances;
-    v_max integer;
-    v_active integer;
-    v_group text;
-    v_holder text;
-    v_changed boolean := true;
-    v_exists boolean;
-    v_open text[];
+    v_start record;
+    v_skipped text;
+    v_failing boolean;
+    v_done boolean;
 BEGIN
-    -- A failed node (after its retries) fails the run: nothing more starts.
-    IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed') THEN
-        v_changed := false;
-    END IF;
-    -- Skips cascade within one call: a node whose predecessors were all skipped is
-    -- skipped as soon as they are.
-    WHILE v_changed LOOP
-        v_changed := false;
-        -- Only pending nodes whose predecessors have all ended: one statement, so a turn
-        -- costs what is ready rather than the size of the graph.
-        v_open := ARRAY(SELECT m.node_id FROM cryo.node_states m WHERE m.run_id = p_run_id
-                           AND m.status NOT IN ('succeeded', 'skipped', 'seeded', 'failed'));
-        FOR v_def IN SELECT d.* FROM cryo._graph_node_defs(v_graph) d
-                      JOIN cryo.node_states n ON n.run_id = p_run_id AND n.node_id = d.node_id
-                     WHERE n.status = 'pending' AND NOT (d.deps && v_open)
-                     ORDER BY d.ord LOOP
-            SELECT * INTO v_node FROM cryo.node_states n
-             WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-            CONTINUE WHEN v_node.status <> 'pending';
-            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
-             WHERE n.run_id = p_run_id AND n.node_id = ANY (v_def.deps);
-            CONTINUE WHEN EXISTS (SELECT 1 FROM unnest(v_dep_status) s
-                                   WHERE s NOT IN ('succeeded', 'skipped', 'seeded', 'failed'));
-            CONTINUE WHEN 'failed' = ANY (coalesce(v_dep_status, '{}'));  -- the run is failing
-            IF cardinality(v_def.deps) > 0
-               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
-                PERFORM cryo._graph_skip(v_q, v_def.node_id, 'its predecessors were all skipped');
-                v_changed := true;
-                CONTINUE;
-            END IF;
-            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-                'id', v_def.node_id,
-                'idempotency_key', cryo._graph_key(p_run_id, v_def.node_id, 0, false)));
-            IF v_def.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_def.def -> 'if', v_scope)) THEN
-                PERFORM cryo._graph_skip(v_q, v_def.node_id, 'if was false');
-                v_changed := true;
-                CONTINUE;
-            END IF;
-            IF v_def.def ? 'fan_out' THEN
-                v_items := cryo._eval(v_def.def -> 'fan_out', v_scope);
-                IF jsonb_typeof(v_items) <> 'array' THEN
-                    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
-                           error = 'fan_out items is not a list'
-                     WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-                    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_failed', 'node',
-                                          v_def.node_id, 0);
-                    CONTINUE;
-                END IF;
-                v_n := jsonb_array_length(v_items);
-            ELSE
-                v_n := NULL;
-            END IF;
-            UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
-             WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-            PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_scheduled', 'node',
-                                  v_def.node_id, 0);
-            IF v_n = 0 THEN  -- an empty fan-out is done at once, with an empty list
-                UPDATE cryo.node_states n SET status = 'succeeded', finished_at = cryo.now()
-                 WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-                v_changed := true;
-            END IF;
-        END LOOP;
+    -- A failed node (after its retries, without continue_on_error) fails the run: from
+    -- then on only always nodes and the failure branch start.
+    v_failing := cryo._graph_failing(p_run_id);
+    -- What was skipped is said too, so the driver's scope follows without a re-read.
+    FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
+        action := 'skip';
+        node_id := v_skipped;
+        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+        idempotency_key := NULL; output := NULL;
+        RETURN NEXT;
     END LOOP;
-
     -- Start what can start: new instances of running nodes (up to max_parallel), and
     -- instances whose retry backoff has passed or whose concurrency group came free.
-    FOR v_def IN SELECT d.* FROM cryo._graph_node_defs(v_graph) d
-                  JOIN cryo.node_states n ON n.run_id = p_run_id AND n.node_id = d.node_id
-                 WHERE n.status IN ('running', 'waiting')
-                   AND NOT EXISTS (SELECT 1 FROM cryo.node_states f
-                                    WHERE f.run_id = p_run_id AND f.status = 'failed')
-                 ORDER BY d.ord LOOP
-        SELECT * INTO v_node FROM cryo.node_states n
-         WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-        v_max := nullif(v_def.def ->> 'max_parallel', '')::integer;
-        IF v_def.def ? 'fan_out' THEN
-            v_items := cryo._eval(v_def.def -> 'fan_out', p_scope || jsonb_build_object(
-                'node', jsonb_build_object('id', v_def.node_id)));
-        END IF;
-        FOR v_n IN 0 .. coalesce(v_node.items, 1) - 1 LOOP
-            SELECT * INTO v_inst FROM cryo.node_instances i
-             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n;
-            v_exists := FOUND;
-            IF v_exists AND NOT (v_inst.status = 'ready'
-                                 OR (v_inst.status = 'retrying' AND v_inst.due_at <= cryo.now())) THEN
-                CONTINUE;
-            END IF;
-            SELECT count(*) INTO v_active FROM cryo.node_instances i
-             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id
-               AND i.status IN ('running', 'waiting');
-            EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
-            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-                'id', v_def.node_id,
-                'idempotency_key', cryo._graph_key(p_run_id, v_def.node_id, v_n, v_node.items IS NOT NULL)));
-            IF v_node.items IS NOT NULL THEN
-                v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
-            END IF;
-            IF NOT v_exists THEN
-                INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
-                VALUES (p_run_id, v_q.org, v_q.project, v_def.node_id, v_n, 'ready', cryo.now())
-                RETURNING * INTO v_inst;
-            END IF;
-            -- A node's concurrency group is the same project lease scripts and submits use,
-            -- held by this run for as long as the instance runs. When the run was admitted
-            -- through that very group it holds it already (no other run is in it), and the
-            -- instance runs under the run's lease instead of waiting behind its own run.
-            IF v_def.def ? 'concurrency' THEN
-                v_group := cryo._eval(v_def.def -> 'concurrency', v_scope) #>> '{}';
-                PERFORM cryo._check_name('concurrency group', v_group);
-                PERFORM cryo._lock_group(v_q.org, v_q.project, v_group);
-                v_holder := cryo._group_holder(v_q.org, v_q.project, v_group);
-                IF v_holder = p_run_id AND EXISTS (
-                        SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
-                           AND l.grp = v_group AND l.holder_run_id = p_run_id
-                           AND l.kind = 'admission') THEN
-                    NULL;  -- the run's own admission lease covers the instance
-                ELSIF v_holder IS NOT NULL AND NOT EXISTS (
-                        SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
-                           AND l.grp = v_group AND l.holder_run_id = p_run_id
-                           AND l.path = 'node/' || v_def.node_id || '/' || v_n) THEN
-                    IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
-                                    WHERE w.run_id = p_run_id AND w.grp = v_group
-                                      AND w.path = 'node/' || v_def.node_id || '/' || v_n) THEN
-                        INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
-                        VALUES (v_q.org, v_q.project, v_group, p_run_id, 'graph', true,
-                                'node/' || v_def.node_id || '/' || v_n, cryo.now());
-                    END IF;
-                    UPDATE cryo.node_instances i SET lease_group = v_group
-                     WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n;
-                    CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
-                END IF;
-                IF v_holder IS NULL THEN
-                    PERFORM cryo._take_lease(v_q.org, v_q.project, v_group, p_run_id, 'graph',
-                                             'node/' || v_def.node_id || '/' || v_n, true);
-                END IF;
-            END IF;
-            UPDATE cryo.node_instances i
-               SET status = 'running', lease_group = v_group, job_run_id = NULL,
-                   started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
-             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n
-            RETURNING * INTO v_inst;
-            v_group := NULL;
+    FOR v_node IN SELECT * FROM cryo.node_states n
+                   WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                   ORDER BY n.ord LOOP
+        v_failing := cryo._graph_failing(p_run_id);
+        CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+        FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
             action := 'start';
-            node_id := v_def.node_id;
-            type := v_def.type;
-            item := v_n;
-            attempt := v_inst.attempt;
-            config := cryo._render(coalesce(p_configs -> v_def.node_id, '{}'::jsonb), v_scope);
-            item_value := CASE WHEN v_node.items IS NOT NULL THEN v_items -> v_n END;
-            idempotency_key := v_scope #>> '{node,idempotency_key}';
+            node_id := v_node.node_id;
+            type := v_node.type;
+            item := v_start.item;
+            attempt := v_start.attempt;
+            config := v_start.config;
+            item_value := v_start.item_value;
+            idempotency_key := v_start.idempotency_key;
             output := NULL;
             RETURN NEXT;
         END LOOP;
     END LOOP;
 
-    IF NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                      AND n.status NOT IN ('succeeded', 'failed', 'skipped', 'seeded'))
-       OR EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed') THEN
+    v_failing := cryo._graph_failing(p_run_id);
+    IF v_failing THEN
+        -- Over when no always node or failure branch node is left to run.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._graph_runs_on_failure(n.def));
+    ELSE
+        -- Over when nothing is open but the failure branch, which is then skipped.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND NOT (n.status = 'pending'
+                                          AND coalesce((n.def ->> 'on_failure')::boolean, false)));
+        IF v_done THEN
+            FOR v_skipped IN SELECT n.node_id FROM cryo.node_states n
+                              WHERE n.run_id = p_run_id AND n.status = 'pending' ORDER BY n.ord LOOP
+                PERFORM cryo._graph_skip(v_q, v_skipped, 'the run did not fail');
+            END LOOP;
+        END IF;
+    END IF;
+    IF v_done THEN
         action := 'finish';
         node_id := (SELECT n.node_id FROM cryo.node_states n
-                     WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1);
+                     WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+                     ORDER BY n.finished_at LIMIT 1);
         type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
-        output := CASE WHEN node_id IS NULL AND v_graph ? 'output'
-                       THEN cryo._eval(v_graph -> 'output', p_scope) END;
+        output := (SELECT CASE WHEN node_id IS NULL AND r.graph ? 'output'
+                               THEN cryo._eval(r.graph -> 'output', p_scope) END
+                     FROM cryo.runs r WHERE r.id = p_run_id);
         RETURN NEXT;
     END IF;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). Raises CR002 for a stale token, CR004 for a concurrency group that renders to a bad name.';
+COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
@@ -3011,8 +3195,7 @@ BEGIN
     IF p_outcome NOT IN ('succeeded', 'failed') THEN
         RAISE EXCEPTION 'an instance ends succeeded or failed, not %', p_outcome USING ERRCODE = 'CR004';
     END IF;
-    SELECT d.def INTO v_def FROM cryo.runs r, cryo._graph_node_defs(r.graph) d
-     WHERE r.id = p_run_id AND d.node_id = p_node;
+    SELECT n.def INTO v_def FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node;
     SELECT * INTO v_inst FROM cryo.node_instances i
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item FOR UPDATE;
     IF NOT FOUND OR v_def IS NULL THEN
@@ -3051,8 +3234,13 @@ BEGIN
     IF v_status IS NOT NULL THEN
         UPDATE cryo.node_states n
            SET status = v_status, error = p_error, finished_at = cryo.now(),
-               output = CASE WHEN n.items IS NULL THEN p_output END
+               output = CASE WHEN n.items IS NULL THEN p_output END,
+               tolerated = v_status = 'failed'
+                           AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
          WHERE n.run_id = p_run_id AND n.node_id = p_node;
+        IF v_node.status IN ('pending', 'running', 'waiting') THEN
+            PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
+        END IF;
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project,
                               CASE v_status WHEN 'failed' THEN 'node_failed' ELSE 'node_completed' END,
                               'node', p_node, p_item, v_inst.attempt, p_output);
@@ -3078,7 +3266,8 @@ DECLARE
 BEGIN
     IF p_finish THEN
         SELECT * INTO v_failed FROM cryo.node_states n
-         WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1;
+         WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+         ORDER BY n.finished_at LIMIT 1;
         -- A failed node fails the run and cancels what is still running.
         FOR v_child IN SELECT i.job_run_id FROM cryo.node_instances i JOIN cryo.runs c ON c.id = i.job_run_id
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
@@ -3116,6 +3305,7 @@ BEGIN
       INTO v_reason
       FROM cryo.node_instances i WHERE i.run_id = p_run_id
        AND i.status IN ('running', 'waiting', 'retrying', 'ready');
+    UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
                        (SELECT min(i.due_at) FROM cryo.node_instances i
                          WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying')));
@@ -3146,10 +3336,30 @@ COMMENT ON FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node tex
 
 CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEFAULT NULL::text[]) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
+    -- Two keyed parts, whatever the planner's statistics say about a brand-new run: the
+    -- nodes asked for with all their instances (by primary key), and the instances still
+    -- in flight of the others (through a partial index). LATERAL keeps each instance
+    -- lookup on (run_id, node_id), never a scan of the run's instances per node.
     RETURN QUERY
+        WITH picked AS (
+            SELECT n.*, true AS whole FROM cryo.node_states n
+             WHERE p_nodes IS NULL AND n.run_id = p_run_id
+            UNION ALL
+            SELECT n.*, true FROM unnest(p_nodes) AS k(id)
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.id) n
+            UNION ALL
+            SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
+                                     WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
+                                       AND l.status IN ('ready', 'running', 'waiting', 'retrying')
+                                       AND NOT (l.node_id = ANY (p_nodes))) k
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.node_id) n
+        )
         SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
                coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
                i.job_run_id, j.status, cryo.is_terminal(j.status), j.exit_code, j.error,
@@ -3162,17 +3372,18 @@ BEGIN
                    AND e.project = n.project AND e.name = i.wait_name
                    AND e.created_at >= i.started_at ORDER BY e.id LIMIT 1),
                i.started_at
-          FROM cryo.node_states n
-          LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
-          LEFT JOIN cryo.runs j ON j.id = i.job_run_id
-         WHERE n.run_id = p_run_id
-           AND (p_nodes IS NULL OR n.node_id = ANY (p_nodes) OR n.type = 'state'
-                OR i.status IN ('ready', 'running', 'waiting', 'retrying'))
+          FROM picked n
+          LEFT JOIN LATERAL (
+              SELECT x.* FROM cryo.node_instances x
+               WHERE x.run_id = p_run_id AND x.node_id = n.node_id
+                 AND (n.whole OR x.status IN ('ready', 'running', 'waiting', 'retrying'))) i ON true
+          LEFT JOIN LATERAL (SELECT c.status, c.exit_code, c.error FROM cryo.runs c
+                              WHERE c.id = i.job_run_id) j ON true
          ORDER BY n.node_id, i.item;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[]) IS 'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes, state nodes and instances still in flight (a turn on a large graph reads what it needs). Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[]) IS 'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint, p_node text, p_item integer) RETURNS TABLE(payload bytea, payload_clear jsonb)
     LANGUAGE plpgsql
@@ -3213,6 +3424,19 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.graph_wait_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_kind text, p_name text, p_seconds double precision) IS 'Makes an instance of a node of the driven graph run wait for a timer, a signal or event of p_name, or an approval, at most p_seconds (NULL: no limit). Returns nothing. Raises CR002 for a stale token, CR004 for an unknown kind or bad duration.';
+
+CREATE FUNCTION cryo.graph_yield(p_run_id text, p_token uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
+    PERFORM cryo._park(p_run_id, 'running-nodes', NULL, NULL, NULL);
+    PERFORM cryo._wake(ARRAY[p_run_id], 'turn_yielded');
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_yield(p_run_id text, p_token uuid) IS 'Ends a driver''s turn on a graph run that has more to do: the run is pending again at once, behind those already waiting. Returns nothing. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.is_terminal(p_status text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
@@ -4250,6 +4474,10 @@ BEGIN
       FROM cryo.node_states o
      WHERE n.run_id = v_new AND o.run_id = p_run_id AND o.node_id = n.node_id
        AND n.node_id = ANY (v_up);
+    UPDATE cryo.node_states n
+       SET open_deps = (SELECT count(*) FROM cryo.node_states m WHERE m.run_id = v_new
+                           AND m.node_id = ANY (n.deps) AND m.status IN ('pending', 'running', 'waiting'))
+     WHERE n.run_id = v_new;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
                                   started_at, finished_at)
     SELECT v_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
@@ -5153,6 +5381,38 @@ $$;
 
 COMMENT ON FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision, p_path text) IS 'Takes the oldest queued signal of the name for the claimed run, or parks it until one arrives (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out). Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
 
+CREATE FUNCTION cryo.wake_due_graphs(p_batch integer DEFAULT 1000) RETURNS double precision
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_sleeps text[];
+    v_waits text[];
+    v_retries text[];
+BEGIN
+    SELECT array_agg(d.run_id) FILTER (WHERE d.kind = 'timer_fired'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'retry_due'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'wait_timed_out')
+      INTO v_sleeps, v_retries, v_waits
+      FROM (SELECT q.run_id,
+                   CASE WHEN q.park_reason = 'driver-backoff' THEN 'retry_due'
+                        ELSE cryo._graph_due_kind(q.run_id) END AS kind
+              FROM cryo.queue q
+             WHERE q.state = 'parked' AND q.wake_at <= v_now AND q.required_caps = '{graph}'
+             ORDER BY q.wake_at
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) d;
+    PERFORM cryo._wake(v_sleeps, 'timer_fired', NULL, NULL, 0);
+    PERFORM cryo._wake(v_retries, 'retry_due');
+    PERFORM cryo._wake(v_waits, 'wait_timed_out', NULL, NULL, 124);
+    RETURN (SELECT extract(epoch FROM q.wake_at - v_now)::double precision FROM cryo.queue q
+             WHERE q.state = 'parked' AND q.wake_at > v_now AND q.required_caps = '{graph}'
+             ORDER BY q.wake_at LIMIT 1);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.wake_due_graphs(p_batch integer) IS 'Wakes up to p_batch parked graph runs whose timer, retry or backoff is due on the database clock; returns the seconds until the next such deadline, NULL when none. Raises nothing of its own.';
+
 CREATE FUNCTION cryo.watch_run(p_run_id text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -5272,23 +5532,6 @@ CREATE TABLE cryo.node_instances (
 );
 
 COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
-
-CREATE TABLE cryo.node_states (
-    run_id text NOT NULL,
-    org text NOT NULL,
-    project text NOT NULL,
-    node_id text NOT NULL,
-    type text NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL,
-    items integer,
-    output bytea,
-    error text,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
-);
-
-COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (pending, running, waiting, succeeded, failed, skipped, seeded, cancelled), fan-out size, sealed output.';
 
 CREATE VIEW cryo.graph_nodes WITH (security_barrier='true') AS
  SELECT n.run_id,
@@ -5933,6 +6176,10 @@ CREATE INDEX logs_run ON cryo.logs USING btree (run_id, id);
 CREATE INDEX node_instances_event_waiters ON cryo.node_instances USING btree (org, project, wait_name) WHERE ((status = 'waiting'::text) AND (wait_kind = 'event'::text));
 
 CREATE INDEX node_instances_job ON cryo.node_instances USING btree (job_run_id) WHERE (job_run_id IS NOT NULL);
+
+CREATE INDEX node_instances_live ON cryo.node_instances USING btree (run_id, node_id, item) WHERE (status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text]));
+
+CREATE INDEX node_states_by_status ON cryo.node_states USING btree (run_id, status, open_deps, ord);
 
 CREATE INDEX oidc_logins_expiry ON cryo.oidc_logins USING btree (expires_at);
 

@@ -250,3 +250,21 @@ def test_detection_by_extension_or_version_line() -> None:
     heredoc = "cat > ci.yaml <<'Y'\nversion: cryosleep/pipeline/v1\njobs: {}\nY\n"
     assert not is_pipeline(heredoc, "make-ci.sh") and not is_pipeline(heredoc)
     assert not is_pipeline('{"version": "cryosleep-graph/v1"}', "g.json")
+
+
+def test_failure_keys_carry_over_to_the_graph() -> None:
+    compiled = compile_pipeline(textwrap.dedent("""\
+        version: cryosleep/pipeline/v1
+        on_failure: [alert]
+        jobs:
+          build: {steps: ["make"], continue_on_error: true}
+          clean: {steps: ["rm -rf out"], needs: build, always: true}
+          alert: {steps: ["echo failed"]}
+        """))
+    nodes = {n["id"]: n for n in compiled.structure["nodes"]}
+    assert nodes["build"].get("continue_on_error") is True
+    assert nodes["clean"].get("always") is True
+    assert nodes["alert"].get("on_failure") is True
+    with pytest.raises(PipelineError, match="on_failure"):
+        compile_pipeline("version: cryosleep/pipeline/v1\non_failure: nope\n"
+                         "jobs:\n  a: {steps: [\"true\"]}\n")

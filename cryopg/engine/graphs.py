@@ -140,6 +140,18 @@ async def graph_settle(conn: AsyncConnection, run_id: str, token: uuid.UUID, fin
                       (run_id, token, finish, output))
 
 
+async def graph_yield(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
+    await conn.execute("SELECT cryo.graph_yield(%s, %s)", (run_id, token))
+
+
+async def graph_defer(conn: AsyncConnection, run_id: str, token: uuid.UUID, error: str) -> float:
+    return await _one(conn, "SELECT cryo.graph_defer(%s, %s, %s)", (run_id, token, error))
+
+
+async def wake_due_graphs(conn: AsyncConnection) -> float | None:
+    return await _one(conn, "SELECT cryo.wake_due_graphs()", ())
+
+
 async def approve_node(conn: AsyncConnection, run_id: str, node: str, answer: bytes,
                        by: str) -> bool:
     return await _one(conn, "SELECT cryo.approve_node(%s, %s, %s, %s)", (run_id, node, answer, by))

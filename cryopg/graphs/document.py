@@ -9,32 +9,37 @@ source. Every error is one line naming the node and the field; nothing is stored
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
-import jsonschema
-import re2
-
+from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
+    STATE_OPS,
+    WRITE_OPS,
+    ApprovalValidator,
+    GraphError,
+    check_patterns,
+    need,
+    re2_compiled,
+    schema_patterns,
+    seconds,
+    string_or_expr,
+)
 from cryopg.graphs.expr import ExprError, parse, parse_template, paths
+from cryopg.graphs.nodes import TYPES
 from cryopg.jsonlimits import JsonLimitError, loads
 
 VERSION = "cryosleep-graph/v1"
 NODE_VERSION = "cryosleep-node/v1"
 NODE_TYPES = frozenset({"state", "shell", "code", "script", "http", "wait", "approval", "workflow"})
-STATE_OPS = frozenset({"get", "set", "delete", "add", "cas", "incr"})
-WRITE_OPS = frozenset({"set", "delete", "add", "cas", "incr"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-MAX_NODES = 1000
-
-
-class GraphError(ValueError):
-    """A graph document that cannot run, said in one line."""
+# The documented bounds of a graph document (docs/graphs.md): a larger one is refused with
+# a one-line 400 before anything is stored.
+MAX_NODES = 10_000
+MAX_EDGES = 50_000
+MAX_SOURCE = 8 << 20  # bytes of the document's text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,19 +49,6 @@ class Compiled:
 
     def source(self) -> str:
         return json.dumps(self.document, separators=(",", ":"))
-
-
-def seconds(value: Any, where: str) -> float:
-    """A duration: seconds as a number, or text such as 500ms, 2s, 10m, 1h, 7d."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        secs = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        secs = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise GraphError(f"{where}: {value!r} is not a duration (seconds, or e.g. 2s, 10m, 7d)")
-    if not 0 <= secs <= 10 * 365 * 86400:
-        raise GraphError(f"{where}: a duration must be between 0 and 10 years")
-    return secs
 
 
 def is_graph(source: str, filename: str | None = None) -> bool:
@@ -82,6 +74,8 @@ def is_graph(source: str, filename: str | None = None) -> bool:
 def load(source: str) -> dict[str, Any]:
     """The document, read as JSON within cryopg's limits (jsonlimits.py: depth, integer
     range, no NUL), so compiling never meets what SQL or sealing would refuse."""
+    if len(source) > MAX_SOURCE:
+        raise GraphError(f"the graph: a document is at most {MAX_SOURCE >> 20} MiB")
     try:
         doc = loads(source, "the graph")
     except JsonLimitError as exc:
@@ -108,7 +102,7 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
         raise GraphError(f"version: {json.dumps(version)[:80]} is not a version cryopg runs; "
                          f"use {VERSION} (or {NODE_VERSION} for one node){hint}")
     unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name",
-                          "if", "cancel_on", "on"}
+                          "if", "cancel_on", "on", "on_failure"}
     if unknown:
         raise GraphError(f"unknown top-level key {sorted(unknown)[0]!r}")
     nodes = doc.get("nodes")
@@ -131,6 +125,8 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     edges = doc.get("edges", [])
     if not isinstance(edges, list):
         raise GraphError("edges: must be a list of {from, to}")
+    if len(edges) > MAX_EDGES:
+        raise GraphError(f"edges: a graph has at most {MAX_EDGES} edges")
     for e in edges:
         if not isinstance(e, dict) or set(e) != {"from", "to"}:
             raise GraphError(f"edges: {json.dumps(e)[:60]} is not {{\"from\", \"to\"}}")
@@ -140,10 +136,13 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
         if e["from"] not in deps[e["to"]]:
             deps[e["to"]].append(e["from"])
     _check_acyclic(ids, deps)
+    handlers = _on_failure(doc.get("on_failure"), known) if "on_failure" in doc else set()
     structure_nodes = []
     configs = {}
     for n in nodes:
         s, c = _compile_node(n, known, deps[n["id"]])
+        if n["id"] in handlers:
+            s["on_failure"] = True
         structure_nodes.append(s)
         configs[n["id"]] = c
     structure: dict[str, Any] = {"nodes": structure_nodes}
@@ -197,6 +196,18 @@ def _trigger_keys(doc: dict[str, Any]) -> dict[str, Any]:
             k: _names(v, f"on.{k}", None if k == "schedule" else _EVENT_NAME)
             for k, v in on.items()}
     return out
+
+
+def _on_failure(value: Any, known: frozenset[str]) -> set[str]:
+    """The nodes of the graph's failure branch: they run only when the run is failing
+    (after what they depend on has ended), and are skipped when it succeeds."""
+    ids = [value] if isinstance(value, str) else value
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise GraphError("on_failure: a node id, or a list of them")
+    for i in ids:
+        if i not in known:
+            raise GraphError(f"on_failure: {i!r} names no node")
+    return set(ids)
 
 
 def _check_acyclic(ids: list[str], deps: dict[str, list[str]]) -> None:
@@ -288,7 +299,8 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
     nid = n["id"]
     field = "id"
     try:
-        unknown = set(n) - {"id", "type", "config", "if", "retry", "concurrency", "fan_out"}
+        unknown = set(n) - {"id", "type", "config", "if", "retry", "concurrency", "fan_out",
+                            "continue_on_error", "always"}
         if unknown:
             field = sorted(unknown)[0]
             raise GraphError(f"node {nid}: unknown key {field!r}")
@@ -305,6 +317,12 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "concurrency"
         if "concurrency" in n:
             s["concurrency"] = _identifier(n["concurrency"], known)
+        for flag in ("continue_on_error", "always"):
+            if flag in n:
+                if not isinstance(n[flag], bool):
+                    raise GraphError(f"node {nid}: {flag} must be true or false")
+                if n[flag]:
+                    s[flag] = True
         field = "retry"
         if "retry" in n:
             s["retry"] = _retry(n["retry"], nid)
@@ -324,6 +342,8 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "config"
         _check_config(nid, ntype, config, known)
         compiled = _compile_value(config, known)
+        if ntype == "http" and config.get("secrets"):  # names, in the clear, for the grant
+            s["secrets"] = list(dict.fromkeys(config["secrets"]))
         if ntype == "state":  # a cell's key and entity are stored in the clear
             for name in ("key", "entity"):
                 if isinstance(compiled.get(name), dict):
@@ -350,139 +370,15 @@ def _retry(r: Any, nid: str) -> dict[str, Any]:
     return out
 
 
-def _need(nid: str, config: dict[str, Any], key: str) -> Any:
-    if key not in config:
-        raise GraphError(f"node {nid}: config.{key} is required")
-    return config[key]
-
-
 def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]) -> None:
-    def literal_str(key: str) -> None:
-        v = c.get(key)
-        if v is not None and not isinstance(v, (str, dict)):
-            raise GraphError(f"node {nid}: config.{key} must be a string")
-
-    if ntype == "state":
-        op = _need(nid, c, "op")
-        if op not in STATE_OPS:
-            raise GraphError(f"node {nid}: config.op must be one of {', '.join(sorted(STATE_OPS))}")
-        key = _need(nid, c, "key")
-        literal_str("key")
-        literal_str("entity")
-        if op in ("add", "cas") and "entity" not in c:
-            raise GraphError(f"node {nid}: config.entity is required for {op} (a run-scoped "
-                             "cell has nobody to race; give the shared entity)")
-        if op in WRITE_OPS and isinstance(key, str) and key.startswith("_cryo/"):
-            raise GraphError(f"node {nid}: config.key {key!r} is reserved for the engine")
-        if op in ("set", "cas"):
-            _need(nid, c, "value")
-        if op == "cas":
-            _need(nid, c, "expected")
-        if op == "incr" and "by" in c and not isinstance(c["by"], (int, float, dict)):
-            raise GraphError(f"node {nid}: config.by must be a number")
-    elif ntype == "shell":
-        _need(nid, c, "run")
-        literal_str("run")
-        if "env" in c and not isinstance(c["env"], dict):
-            raise GraphError(f"node {nid}: config.env must be an object of strings")
-    elif ntype == "code":
-        if not isinstance(_need(nid, c, "script"), str):
-            raise GraphError(f"node {nid}: config.script must be a string")
-        if "interpreter" in c and not isinstance(c["interpreter"], str):
-            raise GraphError(f"node {nid}: config.interpreter must be a string")
-    elif ntype == "script":
-        if ("workflow" in c) == ("source" in c):
-            raise GraphError(f"node {nid}: config needs a stored workflow name, "
-                             "or source and filename")
-        if "source" in c and not isinstance(c.get("filename"), str):
-            raise GraphError(f"node {nid}: config.filename is required with source")
-    elif ntype == "http":
-        _need(nid, c, "url")
-        method = c.get("method", "GET")
-        if not isinstance(method, str) or method.upper() not in (
-                "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"):
-            raise GraphError(f"node {nid}: config.method must be GET, POST, PUT, PATCH, "
-                             "DELETE or HEAD")
-        if "headers" in c and not isinstance(c["headers"], dict):
-            raise GraphError(f"node {nid}: config.headers must be an object")
-    elif ntype == "wait":
-        kinds = [k for k in ("sleep", "signal", "event") if k in c]
-        if len(kinds) != 1:
-            raise GraphError(f"node {nid}: config needs exactly one of sleep, signal, event")
-        if set(c) - {"sleep", "signal", "event", "timeout"}:
-            raise GraphError(f"node {nid}: config has unknown key "
-                             f"{sorted(set(c) - {'sleep', 'signal', 'event', 'timeout'})[0]!r}")
-        if kinds[0] == "sleep":
-            seconds(c["sleep"], f"node {nid}: config.sleep")
-        elif not isinstance(c[kinds[0]], str) or not c[kinds[0]]:
-            raise GraphError(f"node {nid}: config.{kinds[0]} must be a name")
-        if "timeout" in c:
-            seconds(c["timeout"], f"node {nid}: config.timeout")
-    elif ntype == "approval":
-        fields = _need(nid, c, "fields")
-        if not isinstance(fields, dict):
-            raise GraphError(f"node {nid}: config.fields must be a JSON Schema object")
-        try:
-            jsonschema.Draft202012Validator.check_schema(fields)
-        except jsonschema.SchemaError as exc:
-            raise GraphError(
-                f"node {nid}: config.fields is not a JSON Schema: {exc.message}") from None
-        _check_patterns(nid, fields)
-    elif ntype == "workflow":
-        if not isinstance(_need(nid, c, "graph"), str):
-            raise GraphError(f"node {nid}: config.graph must be a stored graph's name")
+    """A node's config against its type in the registry (cryopg/graphs/nodes/): no key
+    its schema does not list (named, so a typo such as `evn` is not ignored), then the
+    type's own checks."""
+    node = TYPES[ntype]
+    unknown = set(c) - node.keys
+    if unknown:
+        raise GraphError(f"node {nid}: config has unknown key {sorted(unknown)[0]!r} (a {ntype} "
+                         f"node reads {', '.join(sorted(node.keys))})")
+    node.check(nid, c)
 
 
-# -- approval schemas: patterns run on RE2 ----------------------------------------------
-# An approval's answer is checked against its fields' JSON Schema on the server. Python's
-# re backtracks (`^(a+)+$` against 27 a's and a ! takes half a minute), so `pattern` runs
-# on RE2, which never does; a pattern RE2 cannot compile (backreferences, lookaround) is
-# refused when the graph is submitted. patternProperties is refused outright: jsonschema
-# also matches its keys with re when it decides additionalProperties.
-
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # the error is ours to report, not absl's to print
-
-
-@functools.lru_cache(maxsize=256)
-def re2_compiled(pattern: str) -> Any:
-    """The RE2 form of a pattern, or re2.error."""
-    return re2.compile(pattern, options=_RE2_OPTIONS)
-
-
-def _re2_pattern(validator: Any, pattern: str, instance: Any,
-                 schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
-    if validator.is_type(instance, "string") and not re2_compiled(pattern).search(instance):
-        yield jsonschema.ValidationError(f"{instance[:80]!r} does not match {pattern!r}")
-
-
-ApprovalValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, {"pattern": _re2_pattern})
-
-
-def schema_patterns(schema: Any) -> Iterator[tuple[str, Any]]:
-    """(keyword, value) of every pattern and patternProperties in a schema, at any depth
-    (a property named "pattern" holds a schema, not a string, so it is told apart)."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k == "patternProperties" or (k == "pattern" and isinstance(v, str)):
-                    yield k, v
-                stack.append(v)
-        elif isinstance(node, list):
-            stack.extend(node)
-
-
-def _check_patterns(nid: str, fields: dict[str, Any]) -> None:
-    for keyword, value in schema_patterns(fields):
-        if keyword == "patternProperties":
-            raise GraphError(f"node {nid}: config.fields: patternProperties is not supported "
-                             "(name the properties)")
-        try:
-            re2_compiled(value)
-        except re2.error as exc:
-            why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
-            raise GraphError(f"node {nid}: config.fields: pattern {value[:80]!r} is not "
-                             f"supported (RE2, no backtracking: {why})") from None

@@ -74,13 +74,28 @@ def fetch(method: str, url: str, headers: dict[str, str], data: bytes | None,
     raise AssertionError("unreachable")
 
 
+def with_secrets(value: str, names: list[str]) -> str:
+    """A header value with ${NAME} replaced by the project secret NAME, for the names the
+    node lists: the agent has them in its environment from this job's claim grant (and
+    redacts them from the log). A name it was not given fails the node, in one line."""
+    for name in names:
+        hole = "${" + str(name) + "}"
+        if hole in value:
+            if name not in os.environ:
+                raise Failed(f"secret {name} is not available to this node (untrusted run, "
+                             "or no such project secret)")
+            value = value.replace(hole, os.environ[name])
+    return value
+
+
 def run(req: dict[str, Any]) -> int:
     url, method = req.get("url"), str(req.get("method") or "GET").upper()
     if not isinstance(url, str) or not url:
         raise Failed("the request has no url")
     body = req.get("body")
     data = None
-    headers = {str(k): str(v) for k, v in (req.get("headers") or {}).items()}
+    headers = {str(k): with_secrets(str(v), req.get("secrets") or [])
+               for k, v in (req.get("headers") or {}).items()}
     if body is not None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         if not isinstance(body, str) and not any(k.lower() == "content-type" for k in headers):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from cryopg.graphs.document import VERSION as GRAPH_VERSION
@@ -18,7 +19,7 @@ from cryopg.pipelines.yaml_load import YamlError, load_yaml
 
 VERSION = "cryosleep/pipeline/v1"
 TOP_KEYS = frozenset({"version", "name", "if", "concurrency", "cancel_on", "env", "on", "jobs",
-                      "output"})
+                      "output", "on_failure"})
 SUFFIXES = (".yaml", ".yml")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _VERSION_LINE = re.compile(r"^version:\s*['\"]?cryosleep/pipeline/")
@@ -113,28 +114,33 @@ def _needs(value: Any, ids: frozenset[str]) -> list[str]:
 
 
 def _check_acyclic(order: list[str], needs: dict[str, list[str]]) -> None:
+    # Depth-first with an explicit stack: ten thousand jobs in a line are no recursion.
     state: dict[str, int] = {}
-
-    def visit(j: str, trail: list[str]) -> None:
-        if state.get(j) == 2:
-            return
-        if state.get(j) == 1:
-            cycle = trail[trail.index(j):] + [j]
-            raise PipelineError(f"job {j}: needs: a cycle ({' -> '.join(reversed(cycle))})")
-        state[j] = 1
-        for d in needs[j]:
-            visit(d, trail + [j])
-        state[j] = 2
-
-    for j in order:
-        visit(j, [])
+    for root in order:
+        if state.get(root):
+            continue
+        trail: list[str] = [root]
+        stack: list[Iterator[str]] = [iter(needs[root])]
+        state[root] = 1
+        while stack:
+            d = next(stack[-1], None)
+            if d is None:
+                state[trail.pop()] = 2
+                stack.pop()
+            elif state.get(d) == 1:
+                cycle = trail[trail.index(d):] + [d]
+                raise PipelineError(f"job {d}: needs: a cycle ({' -> '.join(reversed(cycle))})")
+            elif not state.get(d):
+                state[d] = 1
+                trail.append(d)
+                stack.append(iter(needs[d]))
 
 
 def _top_level(doc: dict[str, Any], ids: frozenset[str], graph: dict[str, Any]) -> None:
     """if, concurrency and output checked here so an error names the key; cancel_on and
     on are carried as they are (the graph tier checks their shape, the trigger code
     reads them)."""
-    for key in ("name", "cancel_on", "on"):
+    for key in ("name", "cancel_on", "on", "on_failure"):  # on_failure: job names, as nodes
         if key in doc:
             graph[key] = doc[key]
     key = "if"

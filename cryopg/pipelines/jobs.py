@@ -15,7 +15,7 @@ KINDS = {  # job key -> graph node type
     "steps": "shell", "script": "script", "approval": "approval",
     "wait_for_event": "wait", "wait_for_signal": "wait", "sleep": "wait",
     "state": "state", "http": "http", "workflow": "workflow"}
-NODE_FIELDS = ("if", "retry", "concurrency", "fan_out")
+NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always")
 JOB_KEYS = frozenset({*KINDS, *NODE_FIELDS, "needs", "env", "input"})
 STATE_KEYS = frozenset({"op", "key", "value", "entity", "expected", "by"})
 HTTP_KEYS = frozenset({"method", "url", "headers", "body"})

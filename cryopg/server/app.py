@@ -14,8 +14,9 @@ from cryopg import engine
 from cryopg.artifacts.service import artifacts_ctx, collect_round
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
+from cryopg.graphs import driver as graph_driver
 from cryopg.logstore import mover as log_mover
-from cryopg.server import agent_api, agents, graph_driver, openapi, sign_in, triggers, ui, user_api
+from cryopg.server import agent_api, agents, openapi, sign_in, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig

@@ -52,6 +52,8 @@ A = "/api/v1/agent/runs/{run}"
 # token), "signature" (a webhook's HMAC), "cookie" (the web UI's session), "none".
 ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str, Any]]]] = [
     ("GET", "/api/v1/health", "none", "The server and its database answer", None, {}),
+    ("GET", "/api/v1/graphs/node-types", "none",
+     "Every graph node type with the JSON Schema of its config", None, {}),
     ("GET", OPENAPI_PATH, "none", "This document", None, {}),
     ("POST", f"{P}/runs", "user", "Submit a script, graph or pipeline as a run",
      _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S, input=_ANY,

@@ -84,7 +84,7 @@ BEGIN
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'name', s.name, 'value', encode(s.value, 'base64'),
                        'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo.runs r, cryo._grant_secrets(r.org, r.project, r.untrusted) s
+              FROM cryo.runs r, cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s
              WHERE r.id = c.run_id),
            (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
       FROM c;
@@ -189,7 +189,7 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_untrusted boolean := (SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id);
 BEGIN
-    RETURN QUERY SELECT * FROM cryo._grant_secrets(v_q.org, v_q.project, v_untrusted);
+    RETURN QUERY SELECT * FROM cryo._grant_run_secrets(p_run_id, v_q.org, v_q.project, v_untrusted);
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_secrets(text, uuid) IS

@@ -161,8 +161,20 @@ BEGIN
        OR jsonb_array_length(p_graph -> 'nodes') = 0 THEN
         RAISE EXCEPTION 'a graph needs at least one node' USING ERRCODE = 'CR004';
     END IF;
-    INSERT INTO cryo.node_states (run_id, org, project, node_id, type)
-    SELECT p_run_id, p_org, p_project, d.node_id, d.type FROM cryo._graph_node_defs(p_graph) d;
+    -- Each node carries its definition, edges both ways and a count of predecessors
+    -- still open, so a turn finds what is ready by key (V0017).
+    WITH defs AS (
+        SELECT d.ord, d.node_id, d.type, d.def, ARRAY(SELECT DISTINCT x FROM unnest(d.deps) x) AS deps
+          FROM cryo._graph_node_defs(p_graph) d
+    ), back AS (
+        SELECT x.dep, array_agg(e.node_id ORDER BY e.ord) AS dependents
+          FROM defs e, unnest(e.deps) AS x(dep) GROUP BY x.dep
+    )
+    INSERT INTO cryo.node_states (run_id, org, project, node_id, type, ord, def, deps,
+                                  dependents, open_deps)
+    SELECT p_run_id, p_org, p_project, d.node_id, d.type, d.ord, d.def, d.deps,
+           coalesce(b.dependents, '{}'), cardinality(d.deps)
+      FROM defs d LEFT JOIN back b ON b.dep = d.node_id;
 END
 $$;
 
@@ -209,10 +221,31 @@ RETURNS TABLE (node_id text, type text, node_status text, items integer, item in
                job_run_id text, job_status text, job_finished boolean, job_exit_code integer,
                job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint,
                event_id bigint, started_at timestamptz)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
+    -- Two keyed parts, whatever the planner's statistics say about a brand-new run: the
+    -- nodes asked for with all their instances (by primary key), and the instances still
+    -- in flight of the others (through a partial index). LATERAL keeps each instance
+    -- lookup on (run_id, node_id), never a scan of the run's instances per node.
     RETURN QUERY
+        WITH picked AS (
+            SELECT n.*, true AS whole FROM cryo.node_states n
+             WHERE p_nodes IS NULL AND n.run_id = p_run_id
+            UNION ALL
+            SELECT n.*, true FROM unnest(p_nodes) AS k(id)
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.id) n
+            UNION ALL
+            SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
+                                     WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
+                                       AND l.status IN ('ready', 'running', 'waiting', 'retrying')
+                                       AND NOT (l.node_id = ANY (p_nodes))) k
+             CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.node_id) n
+        )
         SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
                coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
                i.job_run_id, j.status, cryo.is_terminal(j.status), j.exit_code, j.error,
@@ -225,17 +258,18 @@ BEGIN
                    AND e.project = n.project AND e.name = i.wait_name
                    AND e.created_at >= i.started_at ORDER BY e.id LIMIT 1),
                i.started_at
-          FROM cryo.node_states n
-          LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
-          LEFT JOIN cryo.runs j ON j.id = i.job_run_id
-         WHERE n.run_id = p_run_id
-           AND (p_nodes IS NULL OR n.node_id = ANY (p_nodes) OR n.type = 'state'
-                OR i.status IN ('ready', 'running', 'waiting', 'retrying'))
+          FROM picked n
+          LEFT JOIN LATERAL (
+              SELECT x.* FROM cryo.node_instances x
+               WHERE x.run_id = p_run_id AND x.node_id = n.node_id
+                 AND (n.whole OR x.status IN ('ready', 'running', 'waiting', 'retrying'))) i ON true
+          LEFT JOIN LATERAL (SELECT c.status, c.exit_code, c.error FROM cryo.runs c
+                              WHERE c.id = i.job_run_id) j ON true
          ORDER BY n.node_id, i.item;
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_state(text, uuid, text[]) IS
-    'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes, state nodes and instances still in flight (a turn on a large graph reads what it needs). Raises CR002 for a stale token.';
+    'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
 
 -- The signal a waiting instance takes: marked consumed, returned for the driver to open.
 CREATE OR REPLACE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint,
@@ -262,196 +296,317 @@ CREATE OR REPLACE FUNCTION cryo.graph_plan(
     p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb)
 RETURNS TABLE (action text, node_id text, type text, item integer, attempt integer,
                config jsonb, item_value jsonb, idempotency_key text, output jsonb)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_graph jsonb := (SELECT r.graph FROM cryo.runs r WHERE r.id = p_run_id);
-    v_def record;
     v_node cryo.node_states;
-    v_dep_status text[];
-    v_scope jsonb;
-    v_items jsonb;
-    v_n integer;
-    v_inst cryo.node_instances;
-    v_max integer;
-    v_active integer;
-    v_group text;
-    v_holder text;
-    v_changed boolean := true;
-    v_exists boolean;
-    v_open text[];
+    v_start record;
+    v_skipped text;
+    v_failing boolean;
+    v_done boolean;
 BEGIN
-    -- A failed node (after its retries) fails the run: nothing more starts.
-    IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed') THEN
-        v_changed := false;
-    END IF;
-    -- Skips cascade within one call: a node whose predecessors were all skipped is
-    -- skipped as soon as they are.
-    WHILE v_changed LOOP
-        v_changed := false;
-        -- Only pending nodes whose predecessors have all ended: one statement, so a turn
-        -- costs what is ready rather than the size of the graph.
-        v_open := ARRAY(SELECT m.node_id FROM cryo.node_states m WHERE m.run_id = p_run_id
-                           AND m.status NOT IN ('succeeded', 'skipped', 'seeded', 'failed'));
-        FOR v_def IN SELECT d.* FROM cryo._graph_node_defs(v_graph) d
-                      JOIN cryo.node_states n ON n.run_id = p_run_id AND n.node_id = d.node_id
-                     WHERE n.status = 'pending' AND NOT (d.deps && v_open)
-                     ORDER BY d.ord LOOP
-            SELECT * INTO v_node FROM cryo.node_states n
-             WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-            CONTINUE WHEN v_node.status <> 'pending';
-            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
-             WHERE n.run_id = p_run_id AND n.node_id = ANY (v_def.deps);
-            CONTINUE WHEN EXISTS (SELECT 1 FROM unnest(v_dep_status) s
-                                   WHERE s NOT IN ('succeeded', 'skipped', 'seeded', 'failed'));
-            CONTINUE WHEN 'failed' = ANY (coalesce(v_dep_status, '{}'));  -- the run is failing
-            IF cardinality(v_def.deps) > 0
-               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
-                PERFORM cryo._graph_skip(v_q, v_def.node_id, 'its predecessors were all skipped');
-                v_changed := true;
-                CONTINUE;
-            END IF;
-            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-                'id', v_def.node_id,
-                'idempotency_key', cryo._graph_key(p_run_id, v_def.node_id, 0, false)));
-            IF v_def.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_def.def -> 'if', v_scope)) THEN
-                PERFORM cryo._graph_skip(v_q, v_def.node_id, 'if was false');
-                v_changed := true;
-                CONTINUE;
-            END IF;
-            IF v_def.def ? 'fan_out' THEN
-                v_items := cryo._eval(v_def.def -> 'fan_out', v_scope);
-                IF jsonb_typeof(v_items) <> 'array' THEN
-                    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
-                           error = 'fan_out items is not a list'
-                     WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-                    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_failed', 'node',
-                                          v_def.node_id, 0);
-                    CONTINUE;
-                END IF;
-                v_n := jsonb_array_length(v_items);
-            ELSE
-                v_n := NULL;
-            END IF;
-            UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
-             WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-            PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_scheduled', 'node',
-                                  v_def.node_id, 0);
-            IF v_n = 0 THEN  -- an empty fan-out is done at once, with an empty list
-                UPDATE cryo.node_states n SET status = 'succeeded', finished_at = cryo.now()
-                 WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-                v_changed := true;
-            END IF;
-        END LOOP;
+    -- A failed node (after its retries, without continue_on_error) fails the run: from
+    -- then on only always nodes and the failure branch start.
+    v_failing := cryo._graph_failing(p_run_id);
+    -- What was skipped is said too, so the driver's scope follows without a re-read.
+    FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
+        action := 'skip';
+        node_id := v_skipped;
+        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+        idempotency_key := NULL; output := NULL;
+        RETURN NEXT;
     END LOOP;
-
     -- Start what can start: new instances of running nodes (up to max_parallel), and
     -- instances whose retry backoff has passed or whose concurrency group came free.
-    FOR v_def IN SELECT d.* FROM cryo._graph_node_defs(v_graph) d
-                  JOIN cryo.node_states n ON n.run_id = p_run_id AND n.node_id = d.node_id
-                 WHERE n.status IN ('running', 'waiting')
-                   AND NOT EXISTS (SELECT 1 FROM cryo.node_states f
-                                    WHERE f.run_id = p_run_id AND f.status = 'failed')
-                 ORDER BY d.ord LOOP
-        SELECT * INTO v_node FROM cryo.node_states n
-         WHERE n.run_id = p_run_id AND n.node_id = v_def.node_id;
-        v_max := nullif(v_def.def ->> 'max_parallel', '')::integer;
-        IF v_def.def ? 'fan_out' THEN
-            v_items := cryo._eval(v_def.def -> 'fan_out', p_scope || jsonb_build_object(
-                'node', jsonb_build_object('id', v_def.node_id)));
-        END IF;
-        FOR v_n IN 0 .. coalesce(v_node.items, 1) - 1 LOOP
-            SELECT * INTO v_inst FROM cryo.node_instances i
-             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n;
-            v_exists := FOUND;
-            IF v_exists AND NOT (v_inst.status = 'ready'
-                                 OR (v_inst.status = 'retrying' AND v_inst.due_at <= cryo.now())) THEN
-                CONTINUE;
-            END IF;
-            SELECT count(*) INTO v_active FROM cryo.node_instances i
-             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id
-               AND i.status IN ('running', 'waiting');
-            EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
-            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-                'id', v_def.node_id,
-                'idempotency_key', cryo._graph_key(p_run_id, v_def.node_id, v_n, v_node.items IS NOT NULL)));
-            IF v_node.items IS NOT NULL THEN
-                v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
-            END IF;
-            IF NOT v_exists THEN
-                INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
-                VALUES (p_run_id, v_q.org, v_q.project, v_def.node_id, v_n, 'ready', cryo.now())
-                RETURNING * INTO v_inst;
-            END IF;
-            -- A node's concurrency group is the same project lease scripts and submits use,
-            -- held by this run for as long as the instance runs. When the run was admitted
-            -- through that very group it holds it already (no other run is in it), and the
-            -- instance runs under the run's lease instead of waiting behind its own run.
-            IF v_def.def ? 'concurrency' THEN
-                v_group := cryo._eval(v_def.def -> 'concurrency', v_scope) #>> '{}';
-                PERFORM cryo._check_name('concurrency group', v_group);
-                PERFORM cryo._lock_group(v_q.org, v_q.project, v_group);
-                v_holder := cryo._group_holder(v_q.org, v_q.project, v_group);
-                IF v_holder = p_run_id AND EXISTS (
-                        SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
-                           AND l.grp = v_group AND l.holder_run_id = p_run_id
-                           AND l.kind = 'admission') THEN
-                    NULL;  -- the run's own admission lease covers the instance
-                ELSIF v_holder IS NOT NULL AND NOT EXISTS (
-                        SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
-                           AND l.grp = v_group AND l.holder_run_id = p_run_id
-                           AND l.path = 'node/' || v_def.node_id || '/' || v_n) THEN
-                    IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
-                                    WHERE w.run_id = p_run_id AND w.grp = v_group
-                                      AND w.path = 'node/' || v_def.node_id || '/' || v_n) THEN
-                        INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
-                        VALUES (v_q.org, v_q.project, v_group, p_run_id, 'graph', true,
-                                'node/' || v_def.node_id || '/' || v_n, cryo.now());
-                    END IF;
-                    UPDATE cryo.node_instances i SET lease_group = v_group
-                     WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n;
-                    CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
-                END IF;
-                IF v_holder IS NULL THEN
-                    PERFORM cryo._take_lease(v_q.org, v_q.project, v_group, p_run_id, 'graph',
-                                             'node/' || v_def.node_id || '/' || v_n, true);
-                END IF;
-            END IF;
-            UPDATE cryo.node_instances i
-               SET status = 'running', lease_group = v_group, job_run_id = NULL,
-                   started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
-             WHERE i.run_id = p_run_id AND i.node_id = v_def.node_id AND i.item = v_n
-            RETURNING * INTO v_inst;
-            v_group := NULL;
+    FOR v_node IN SELECT * FROM cryo.node_states n
+                   WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                   ORDER BY n.ord LOOP
+        v_failing := cryo._graph_failing(p_run_id);
+        CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+        FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
             action := 'start';
-            node_id := v_def.node_id;
-            type := v_def.type;
-            item := v_n;
-            attempt := v_inst.attempt;
-            config := cryo._render(coalesce(p_configs -> v_def.node_id, '{}'::jsonb), v_scope);
-            item_value := CASE WHEN v_node.items IS NOT NULL THEN v_items -> v_n END;
-            idempotency_key := v_scope #>> '{node,idempotency_key}';
+            node_id := v_node.node_id;
+            type := v_node.type;
+            item := v_start.item;
+            attempt := v_start.attempt;
+            config := v_start.config;
+            item_value := v_start.item_value;
+            idempotency_key := v_start.idempotency_key;
             output := NULL;
             RETURN NEXT;
         END LOOP;
     END LOOP;
 
-    IF NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                      AND n.status NOT IN ('succeeded', 'failed', 'skipped', 'seeded'))
-       OR EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed') THEN
+    v_failing := cryo._graph_failing(p_run_id);
+    IF v_failing THEN
+        -- Over when no always node or failure branch node is left to run.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._graph_runs_on_failure(n.def));
+    ELSE
+        -- Over when nothing is open but the failure branch, which is then skipped.
+        v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
+                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND NOT (n.status = 'pending'
+                                          AND coalesce((n.def ->> 'on_failure')::boolean, false)));
+        IF v_done THEN
+            FOR v_skipped IN SELECT n.node_id FROM cryo.node_states n
+                              WHERE n.run_id = p_run_id AND n.status = 'pending' ORDER BY n.ord LOOP
+                PERFORM cryo._graph_skip(v_q, v_skipped, 'the run did not fail');
+            END LOOP;
+        END IF;
+    END IF;
+    IF v_done THEN
         action := 'finish';
         node_id := (SELECT n.node_id FROM cryo.node_states n
-                     WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1);
+                     WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+                     ORDER BY n.finished_at LIMIT 1);
         type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
-        output := CASE WHEN node_id IS NULL AND v_graph ? 'output'
-                       THEN cryo._eval(v_graph -> 'output', p_scope) END;
+        output := (SELECT CASE WHEN node_id IS NULL AND r.graph ? 'output'
+                               THEN cryo._eval(r.graph -> 'output', p_scope) END
+                     FROM cryo.runs r WHERE r.id = p_run_id);
         RETURN NEXT;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb) IS
-    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). Raises CR002 for a stale token, CR004 for a concurrency group that renders to a bad name.';
+    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+
+-- Whether a node of the run has failed for good (the run is failing); a node that failed
+-- with continue_on_error does not count.
+CREATE OR REPLACE FUNCTION cryo._graph_failing(p_run_id text)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated)
+$$;
+
+-- Whether a node runs when the run is failing: always nodes, and the failure branch.
+CREATE OR REPLACE FUNCTION cryo._graph_runs_on_failure(p_def jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
+$$;
+
+-- A node has ended (succeeded, failed, skipped, seeded): each node depending on it has
+-- one open predecessor fewer. Called once per node, on the transition that ends it.
+CREATE OR REPLACE FUNCTION cryo._graph_node_ended(p_run_id text, p_node text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_next text[] := (SELECT e.dependents FROM cryo.node_states e
+                       WHERE e.run_id = p_run_id AND e.node_id = p_node);
+BEGIN
+    IF cardinality(v_next) > 0 THEN  -- by key: (run, node) = any of a few, not a join
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_run_id AND n.node_id = ANY (v_next);
+    END IF;
+END
+$$;
+
+-- Decides the ready nodes (pending, every predecessor ended): skipped when their
+-- predecessors were all skipped or their `if` is false, else running (with their fan-out
+-- size). Skips cascade within one call. Reads only ready nodes and their predecessors.
+-- Returns the nodes it skipped.
+CREATE OR REPLACE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean)
+RETURNS SETOF text
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_run_id text := p_q.run_id;
+    v_node cryo.node_states;
+    v_dep_status text[];
+    v_scope jsonb;
+    v_items jsonb;
+    v_n integer;
+    v_changed boolean := true;
+    v_handler boolean;
+BEGIN
+    WHILE v_changed LOOP
+        -- A node failing in this loop (a fan-out that is not a list) fails the run.
+        p_failing := p_failing OR cryo._graph_failing(v_run_id);
+        -- A failing run with no always node or failure branch left decides nothing more
+        -- (what had not started stays pending, as the run ends).
+        IF p_failing AND NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = v_run_id
+                                        AND n.status = 'pending'
+                                        AND cryo._graph_runs_on_failure(n.def)) THEN
+            RETURN;
+        END IF;
+        v_changed := false;
+        FOR v_node IN SELECT * FROM cryo.node_states n
+                       WHERE n.run_id = v_run_id AND n.status = 'pending' AND n.open_deps = 0
+                       ORDER BY n.ord LOOP
+            v_handler := cryo._graph_runs_on_failure(v_node.def);
+            IF p_failing AND NOT v_handler THEN
+                -- The run is failing: what is not an always node or the failure branch
+                -- will not run, and its skip lets those after it be decided.
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
+                CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
+            END IF;
+            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
+             WHERE n.run_id = v_run_id AND n.node_id = ANY (v_node.deps);
+            -- (A failed predecessor here failed with continue_on_error: it ended.)
+            IF cardinality(v_node.deps) > 0 AND NOT v_handler
+               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+                'id', v_node.node_id,
+                'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
+                RETURN NEXT v_node.node_id;
+                v_changed := true;
+                CONTINUE;
+            END IF;
+            v_n := NULL;
+            IF v_node.def ? 'fan_out' THEN
+                v_items := cryo._eval(v_node.def -> 'fan_out', v_scope);
+                IF jsonb_typeof(v_items) <> 'array' THEN
+                    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
+                           error = 'fan_out items is not a list',
+                           tolerated = coalesce((n.def ->> 'continue_on_error')::boolean, false)
+                     WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
+                    PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+                    PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
+                                          v_node.node_id, 0);
+                    v_changed := true;
+                    CONTINUE;
+                END IF;
+                v_n := jsonb_array_length(v_items);
+            END IF;
+            UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
+             WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
+            PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
+                                  v_node.node_id, 0);
+            IF v_n = 0 THEN  -- an empty fan-out is done at once, with an empty list
+                UPDATE cryo.node_states n SET status = 'succeeded', finished_at = cryo.now()
+                 WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
+                PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END LOOP;
+END
+$$;
+
+-- The instances of one running node that start now: ready ones (a concurrency group came
+-- free), retries whose backoff passed, and new fan-out items after the last one created,
+-- up to max_parallel. Instances already under way are not visited, so a turn over a
+-- large fan-out costs what starts.
+CREATE OR REPLACE FUNCTION cryo._graph_start_instances(
+    p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb)
+RETURNS TABLE (item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_run_id text := p_q.run_id;
+    v_node text := p_node.node_id;
+    v_max integer := nullif(p_node.def ->> 'max_parallel', '')::integer;
+    v_fan boolean := p_node.items IS NOT NULL;
+    v_items jsonb;
+    v_active integer;
+    v_next integer;
+    v_n integer;
+    v_scope jsonb;
+    v_inst cryo.node_instances;
+    v_group text;
+    v_holder text;
+    v_path text;
+BEGIN
+    IF v_fan THEN
+        v_items := cryo._eval(p_node.def -> 'fan_out', p_scope || jsonb_build_object(
+            'node', jsonb_build_object('id', v_node)));
+    END IF;
+    SELECT count(*) INTO v_active FROM cryo.node_instances i
+     WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.status IN ('running', 'waiting');
+    v_next := coalesce((SELECT i.item + 1 FROM cryo.node_instances i
+                         WHERE i.run_id = v_run_id AND i.node_id = v_node
+                         ORDER BY i.item DESC LIMIT 1), 0);
+    FOR v_n IN
+        SELECT i.item FROM cryo.node_instances i
+         WHERE i.run_id = v_run_id AND i.node_id = v_node
+           AND (i.status = 'ready' OR (i.status = 'retrying' AND i.due_at <= cryo.now()))
+        UNION ALL
+        SELECT g FROM generate_series(v_next, coalesce(p_node.items, 1) - 1) g
+        ORDER BY 1
+    LOOP
+        EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
+        v_path := 'node/' || v_node || '/' || v_n;
+        v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+            'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan)));
+        IF v_fan THEN
+            v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
+        END IF;
+        INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
+        VALUES (v_run_id, p_q.org, p_q.project, v_node, v_n, 'ready', cryo.now())
+        ON CONFLICT ON CONSTRAINT node_instances_pkey DO NOTHING;
+        v_group := NULL;
+        -- A node's concurrency group is the same project lease scripts and submits use,
+        -- held by this run for as long as the instance runs. When the run was admitted
+        -- through that very group it holds it already (no other run is in it), and the
+        -- instance runs under the run's lease instead of waiting behind its own run.
+        IF p_node.def ? 'concurrency' THEN
+            v_group := cryo._eval(p_node.def -> 'concurrency', v_scope) #>> '{}';
+            BEGIN
+                PERFORM cryo._check_name('concurrency group', v_group);
+            EXCEPTION WHEN SQLSTATE 'CR004' THEN
+                -- A group that renders to nothing fails this node, not the driver's turn.
+                PERFORM cryo.graph_record_item(v_run_id, p_q.claim_token, v_node, v_n, 'failed',
+                                               NULL, 'concurrency group ' || SQLERRM);
+                CONTINUE;
+            END;
+            PERFORM cryo._lock_group(p_q.org, p_q.project, v_group);
+            v_holder := cryo._group_holder(p_q.org, p_q.project, v_group);
+            IF v_holder = v_run_id AND EXISTS (
+                    SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
+                       AND l.grp = v_group AND l.holder_run_id = v_run_id
+                       AND l.kind = 'admission') THEN
+                NULL;  -- the run's own admission lease covers the instance
+            ELSIF v_holder IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
+                       AND l.grp = v_group AND l.holder_run_id = v_run_id AND l.path = v_path) THEN
+                IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
+                                WHERE w.run_id = v_run_id AND w.grp = v_group AND w.path = v_path) THEN
+                    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
+                    VALUES (p_q.org, p_q.project, v_group, v_run_id, 'graph', true, v_path, cryo.now());
+                END IF;
+                UPDATE cryo.node_instances i SET lease_group = v_group
+                 WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n;
+                CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
+            END IF;
+            IF v_holder IS NULL THEN
+                PERFORM cryo._take_lease(p_q.org, p_q.project, v_group, v_run_id, 'graph', v_path, true);
+            END IF;
+        END IF;
+        UPDATE cryo.node_instances i
+           SET status = 'running', lease_group = v_group, job_run_id = NULL,
+               started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
+         WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n
+        RETURNING * INTO v_inst;
+        v_active := v_active + 1;
+        item := v_n;
+        attempt := v_inst.attempt;
+        config := cryo._render(coalesce(p_configs -> v_node, '{}'::jsonb), v_scope);
+        item_value := CASE WHEN v_fan THEN v_items -> v_n END;
+        idempotency_key := v_scope #>> '{node,idempotency_key}';
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text)
 RETURNS void
@@ -459,6 +614,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE cryo.node_states n SET status = 'skipped', error = p_why, finished_at = cryo.now()
      WHERE n.run_id = p_q.run_id AND n.node_id = p_node;
+    PERFORM cryo._graph_node_ended(p_q.run_id, p_node);
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_skipped', 'node', p_node, 0);
 END
 $$;
@@ -471,7 +627,9 @@ CREATE OR REPLACE FUNCTION cryo.graph_record_item(
     p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text,
     p_output bytea DEFAULT NULL, p_error text DEFAULT NULL, p_exit_code integer DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_def jsonb;
@@ -483,8 +641,7 @@ BEGIN
     IF p_outcome NOT IN ('succeeded', 'failed') THEN
         RAISE EXCEPTION 'an instance ends succeeded or failed, not %', p_outcome USING ERRCODE = 'CR004';
     END IF;
-    SELECT d.def INTO v_def FROM cryo.runs r, cryo._graph_node_defs(r.graph) d
-     WHERE r.id = p_run_id AND d.node_id = p_node;
+    SELECT n.def INTO v_def FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node;
     SELECT * INTO v_inst FROM cryo.node_instances i
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item FOR UPDATE;
     IF NOT FOUND OR v_def IS NULL THEN
@@ -523,8 +680,13 @@ BEGIN
     IF v_status IS NOT NULL THEN
         UPDATE cryo.node_states n
            SET status = v_status, error = p_error, finished_at = cryo.now(),
-               output = CASE WHEN n.items IS NULL THEN p_output END
+               output = CASE WHEN n.items IS NULL THEN p_output END,
+               tolerated = v_status = 'failed'
+                           AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
          WHERE n.run_id = p_run_id AND n.node_id = p_node;
+        IF v_node.status IN ('pending', 'running', 'waiting') THEN
+            PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
+        END IF;
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project,
                               CASE v_status WHEN 'failed' THEN 'node_failed' ELSE 'node_completed' END,
                               'node', p_node, p_item, v_inst.attempt, p_output);
@@ -605,7 +767,8 @@ DECLARE
 BEGIN
     IF p_finish THEN
         SELECT * INTO v_failed FROM cryo.node_states n
-         WHERE n.run_id = p_run_id AND n.status = 'failed' ORDER BY n.finished_at LIMIT 1;
+         WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
+         ORDER BY n.finished_at LIMIT 1;
         -- A failed node fails the run and cancels what is still running.
         FOR v_child IN SELECT i.job_run_id FROM cryo.node_instances i JOIN cryo.runs c ON c.id = i.job_run_id
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
@@ -643,6 +806,7 @@ BEGIN
       INTO v_reason
       FROM cryo.node_instances i WHERE i.run_id = p_run_id
        AND i.status IN ('running', 'waiting', 'retrying', 'ready');
+    UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
                        (SELECT min(i.due_at) FROM cryo.node_instances i
                          WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying')));
@@ -651,6 +815,82 @@ END
 $$;
 COMMENT ON FUNCTION cryo.graph_settle(text, uuid, boolean, bytea) IS
     'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+
+-- A turn that has done its share yields: the run parks and is pending again at once,
+-- behind the runs that were waiting, so a long chain of database-only nodes goes on in
+-- the next turn (any driver's) instead of stalling with nothing to wake it.
+CREATE OR REPLACE FUNCTION cryo.graph_yield(p_run_id text, p_token uuid)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
+    PERFORM cryo._park(p_run_id, 'running-nodes', NULL, NULL, NULL);
+    PERFORM cryo._wake(ARRAY[p_run_id], 'turn_yielded');
+END
+$$;
+COMMENT ON FUNCTION cryo.graph_yield(text, uuid) IS
+    'Ends a driver''s turn on a graph run that has more to do: the run is pending again at once, behind those already waiting. Returns nothing. Raises CR002 for a stale token.';
+
+-- A turn that failed (an error no node could be blamed for) was rolled back to before it
+-- started; the run parks with a backoff that doubles with each failure in a row (0.5 s
+-- to 60 s) and says why in history, so it never holds the drivers or the runs behind it.
+CREATE OR REPLACE FUNCTION cryo.graph_defer(p_run_id text, p_token uuid, p_error text)
+RETURNS double precision
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_failures integer;
+    v_secs double precision;
+BEGIN
+    UPDATE cryo.runs r SET drive_failures = r.drive_failures + 1 WHERE r.id = p_run_id
+    RETURNING r.drive_failures INTO v_failures;
+    v_secs := least(60, 0.5 * power(2, least(v_failures - 1, 10)));
+    -- The reason is the event's name (clear, as node errors are), the count its ordinal.
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'graph_turn_failed', 'graph',
+                          left(coalesce(p_error, 'failed'), 200), v_failures);
+    PERFORM cryo._park(p_run_id, 'driver-backoff', NULL, NULL,
+                       cryo.now() + make_interval(secs => v_secs));
+    RETURN v_secs;
+END
+$$;
+COMMENT ON FUNCTION cryo.graph_defer(text, uuid, text) IS
+    'Parks a graph run whose driver turn failed with p_error (one line, kept in history as graph_turn_failed), to be driven again after a backoff that doubles with each failure in a row, from 0.5 s up to 60 s; returns the backoff in seconds. Raises CR002 for a stale token.';
+
+-- Exact timers: wakes the graph runs whose earliest timer, retry or backoff is due on the
+-- database clock, and returns the seconds until the next one (NULL: none), so a server
+-- arms itself for that deadline instead of waiting for the tick.
+CREATE OR REPLACE FUNCTION cryo.wake_due_graphs(p_batch integer DEFAULT 1000)
+RETURNS double precision
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_sleeps text[];
+    v_waits text[];
+    v_retries text[];
+BEGIN
+    SELECT array_agg(d.run_id) FILTER (WHERE d.kind = 'timer_fired'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'retry_due'),
+           array_agg(d.run_id) FILTER (WHERE d.kind = 'wait_timed_out')
+      INTO v_sleeps, v_retries, v_waits
+      FROM (SELECT q.run_id,
+                   CASE WHEN q.park_reason = 'driver-backoff' THEN 'retry_due'
+                        ELSE cryo._graph_due_kind(q.run_id) END AS kind
+              FROM cryo.queue q
+             WHERE q.state = 'parked' AND q.wake_at <= v_now AND q.required_caps = '{graph}'
+             ORDER BY q.wake_at
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) d;
+    PERFORM cryo._wake(v_sleeps, 'timer_fired', NULL, NULL, 0);
+    PERFORM cryo._wake(v_retries, 'retry_due');
+    PERFORM cryo._wake(v_waits, 'wait_timed_out', NULL, NULL, 124);
+    RETURN (SELECT extract(epoch FROM q.wake_at - v_now)::double precision FROM cryo.queue q
+             WHERE q.state = 'parked' AND q.wake_at > v_now AND q.required_caps = '{graph}'
+             ORDER BY q.wake_at LIMIT 1);
+END
+$$;
+COMMENT ON FUNCTION cryo.wake_due_graphs(integer) IS
+    'Wakes up to p_batch parked graph runs whose timer, retry or backoff is due on the database clock; returns the seconds until the next such deadline, NULL when none. Raises nothing of its own.';
 
 -- Ends the nodes of a graph run that had not ended: its running and waiting ones (with
 -- p_started_only, when a failed node ends the run and its running jobs were cancelled),
@@ -783,6 +1023,10 @@ BEGIN
       FROM cryo.node_states o
      WHERE n.run_id = v_new AND o.run_id = p_run_id AND o.node_id = n.node_id
        AND n.node_id = ANY (v_up);
+    UPDATE cryo.node_states n
+       SET open_deps = (SELECT count(*) FROM cryo.node_states m WHERE m.run_id = v_new
+                           AND m.node_id = ANY (n.deps) AND m.status IN ('pending', 'running', 'waiting'))
+     WHERE n.run_id = v_new;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
                                   started_at, finished_at)
     SELECT v_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
@@ -894,6 +1138,27 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.read_graph_logs(text, text[], bigint[], integer) IS
     'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
+
+-- -- connector credentials -------------------------------------------------------------
+-- What a claim of a run may see (claim_grants and claim_secrets call this): the job of
+-- an http node sees only the project secrets its node names (its clear `secrets` list),
+-- so a credential reaches the connector agent doing that request and nothing else; any
+-- other run sees its project's secrets as before (cryo._grant_secrets). An untrusted
+-- run gets the names alone, either way. No secret is ever in a document or an input.
+CREATE OR REPLACE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text,
+                                                   p_untrusted boolean)
+RETURNS TABLE (name text, value bytea, withheld boolean)
+LANGUAGE sql STABLE AS $$
+    WITH node AS (
+        SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) AS names
+          FROM cryo.runs c
+          JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.id = p_run_id AND n.type = 'http'
+    )
+    SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
+     WHERE NOT EXISTS (SELECT 1 FROM node)
+        OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
+$$;
 
 -- -- graph calls from scripts ------------------------------------------------------------
 -- A script calls a stored graph (family graph.call, name: the graph's name) or a single

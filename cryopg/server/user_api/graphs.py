@@ -14,6 +14,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import GraphJob
 from cryopg.errors import InvalidArgument, NotFound, RunFinished
+from cryopg.graphs import nodes
 from cryopg.graphs.document import (
     ApprovalValidator,
     Compiled,
@@ -201,6 +202,16 @@ async def rerun(request: web.Request) -> web.Response:
     return web.json_response({**run_json(new), "rerun_of": run.id, "from": node}, status=201)
 
 
+NODE_TYPES_PATH = "/api/v1/graphs/node-types"
+
+
+async def node_types(request: web.Request) -> web.Response:
+    """Every node type with the JSON Schema of its config (cryopg/graphs/nodes/), for a
+    canvas editor to build its forms from. The same for everyone: no secret is in it."""
+    return web.json_response({"node_types": nodes.node_types()})
+
+
 def add_routes(app: web.Application) -> None:
+    app.router.add_get(NODE_TYPES_PATH, node_types)
     app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/approvals/{{node}}", approve)
     app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/rerun", rerun)

@@ -1,4 +1,5 @@
-"""What the graph driver does for each node type: state and wait nodes in the database,
+"""What the graph driver does for each node type (the start and the result of each
+instance; the types themselves, with their config schemas, are in nodes/): state and wait
 within the driver's transaction; shell, code, script, http and workflow nodes as child
 runs; and, when a child has ended, the node output made from it.
 
@@ -51,7 +52,7 @@ class Turn:
             sealed, error, exit_code)
 
 
-async def start(turn: Turn, p: PlanRow, rows: list[NodeRow]) -> bool:
+async def start(turn: Turn, p: PlanRow) -> bool:
     """Starts one instance. Returns True when it also ended (a database node)."""
     assert p.node_id is not None and p.item is not None
     c = p.config or {}
@@ -62,7 +63,7 @@ async def start(turn: Turn, p: PlanRow, rows: list[NodeRow]) -> bool:
         with translated():
             async with turn.conn.transaction():
                 if p.type == "state":
-                    out = await _state(turn, p, c, rows)
+                    out = await _state(turn, p, c)
                     await turn.record(p.node_id, p.item, True, out)
                     return True
                 if p.type == "wait":
@@ -87,14 +88,13 @@ def _entity(c: dict[str, Any]) -> str | None:
     return None if e is None else str(e)
 
 
-async def _state(turn: Turn, p: PlanRow, c: dict[str, Any], rows: list[NodeRow]) -> Any:
+async def _state(turn: Turn, p: PlanRow, c: dict[str, Any]) -> Any:
     op, key, entity = c["op"], str(c["key"]), _entity(c)
     conn, run, tok, seal = turn.conn, turn.run_id, turn.token, turn.sealer
     name = f"node:{p.node_id}#{p.item}#{p.attempt}"
     if op == "get":
-        own = await _own_write(turn, key, entity, rows)
-        if own is not None:
-            return own
+        # The store, read in the turn's transaction, already holds every write this graph
+        # made (and no cell it deleted): a node never runs again once recorded.
         cell = await engine.state_get(conn, turn.org, turn.project, run if entity is None else None,
                                       entity, key)
         return {"value": seal.open_json(cell.value), "version": cell.version} if cell else {
@@ -123,35 +123,6 @@ async def _state(turn: Turn, p: PlanRow, c: dict[str, Any], rows: list[NodeRow])
         raise ValueError(f"incr needs a number to add, not {by!r}")
     got = await incr_in(conn, seal, run, tok, entity, key, by, {"name": name, "ordinal": 0})
     return {"value": got.get("value"), "version": got.get("version")}
-
-
-async def _own_write(turn: Turn, key: str, entity: str | None,
-                     rows: list[NodeRow]) -> dict[str, Any] | None:
-    """A get of a cell this graph wrote answers from the graph's own record of the write,
-    so a replay reads the same value (the newest write wins)."""
-    best: tuple[Any, dict[str, Any]] | None = None
-    for r in rows:
-        cfg = turn.configs.get(r.node_id) or {}
-        if (r.type != "state" or cfg.get("op") not in ("set", "add", "cas", "incr")
-                or r.item_status not in ("succeeded", "seeded") or r.output is None):
-            continue
-        rendered = await engine.render_config(turn.conn, cfg, {
-            **turn.scope, "node": {"id": r.node_id}})
-        if str(rendered.get("key")) != key or _entity(rendered) != entity:
-            continue
-        out = turn.sealer.open_json(r.output) or {}
-        op = rendered["op"]
-        if op == "incr":
-            got = {"value": out.get("value"), "version": out.get("version")}
-        elif op == "set" or (op == "cas" and out.get("swapped")):
-            got = {"value": rendered.get("value"), "version": out.get("version")}
-        elif op == "add" and out.get("claimed"):
-            got = {"value": rendered.get("value", True), "version": None}
-        else:
-            continue
-        if best is None or r.started_at >= best[0]:
-            best = (r.started_at, got)
-    return best[1] if best else None
 
 
 async def _wait(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
@@ -197,7 +168,7 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
         source, caps = HTTP_JOB, ["connector"]
         job_input = {"method": str(c.get("method", "GET")).upper(), "url": str(c["url"]),
                      "headers": {str(k): str(v) for k, v in (c.get("headers") or {}).items()},
-                     "body": c.get("body")}
+                     "body": c.get("body"), "secrets": list(c.get("secrets") or [])}
     elif p.type == "script":
         job_input = c.get("input")
         if "workflow" in c:

@@ -1,0 +1,282 @@
+"""The graph driver: every server process runs one. It takes graph runs that need a step
+forward (cryo.drive_graphs, SKIP LOCKED), and in ONE transaction per run: records what
+ended (children, waits, approvals), unseals what the interpreter's expressions read,
+asks SQL what to skip and start (cryo.graph_plan), starts it, and settles the run -- so
+any replica may drive any run, and none can drive one twice. A driver that dies rolls
+back and the run is pending again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.engine import Driven, NodeRow
+from cryopg.errors import DatabaseUnavailable
+from cryopg.graphs import starts as graph_nodes
+from cryopg.server.render import open_document, run_input
+from cryopg.server.state import KEYS, NOTIFIER, POOL
+
+DRIVER_ID = f"driver:{socket.gethostname()}"
+# Turns run one per transaction; a few at once keep one slow turn from holding up the
+# rest (SKIP LOCKED keeps them on different runs).
+DRIVERS = 4
+# Plan/record rounds in one turn. A graph that keeps going yields (cryo.graph_yield): it
+# is pending again at once, behind the runs already waiting, so no run holds a driver.
+MAX_ROUNDS = 200
+
+
+def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str] | None:
+    """The nodes any expression of the graph reads: only their outputs go into the scope,
+    so a turn on a large graph does not carry every output across. None (all of them)
+    when a code node is there: its program reads the whole scope."""
+    from cryopg.graphs.expr import paths
+
+    if any(n.get("type") == "code" for n in graph.get("nodes", [])):
+        return None
+    found = paths(graph) + paths(configs)
+    return {p[1] for p in found if len(p) > 1 and p[0] == "nodes"}
+
+
+def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
+             wanted: set[str] | None = None) -> dict[str, Any]:
+    """What expressions read: input, nodes.<id>.output / .status, run.id."""
+    nodes: dict[str, dict[str, Any]] = {}
+    items: dict[str, dict[int, Any]] = {}
+    if wanted is not None:
+        rows = [r for r in rows if r.node_id in wanted]
+    for r in rows:
+        n = nodes.setdefault(r.node_id, {"status": r.node_status, "output": None})
+        if r.item is not None and r.output is not None and r.item_status in ("succeeded", "seeded"):
+            items.setdefault(r.node_id, {})[r.item] = open_json(r.output)
+        if r.items is None and r.item is None and r.output is not None:
+            n["output"] = open_json(r.output)
+    for r in rows:
+        if r.item is None:
+            continue
+        got = items.get(r.node_id, {})
+        if r.items is None:
+            nodes[r.node_id]["output"] = got.get(0)
+        else:
+            nodes[r.node_id]["output"] = [got.get(i) for i in range(r.items)]
+    return {"input": input_value, "nodes": nodes, "run": {"id": run_id}}
+
+
+async def advance(app: web.Application, conn: Any, g: Driven) -> str:
+    """One turn on one driven run; returns how it settled."""
+    sealer = await app[KEYS].sealer(g.org)
+    configs, wanted = _pinned(sealer, g)
+    input_value = run_input(sealer, g.input, g.input_clear)
+    opened: dict[bytes, Any] = {}  # a turn opens each sealed output once
+
+    def open_json(sealed: bytes) -> Any:
+        if sealed not in opened:
+            opened[sealed] = sealer.open_json(sealed)
+        return opened[sealed]
+
+    listed = None if wanted is None else sorted(wanted)
+    rows = await engine.graph_state(conn, g.run_id, g.claim_token, listed)
+    scope = scope_of(g.run_id, input_value, rows, open_json, wanted)
+    turn = graph_nodes.Turn(conn, sealer, g.run_id, g.claim_token, g.org, g.project,
+                            configs, scope)
+    # What ended outside this turn (a child run, a signal, a timer) is recorded first.
+    # Nothing else changes under this run's lock until the turn commits, so once is enough.
+    moved = {r.node_id for r in rows
+             if r.item is not None and await graph_nodes.collect(turn, r)}
+    fresh = sorted(moved if wanted is None else moved & wanted)
+    if fresh:  # only what the expressions read and was just recorded
+        _merge(scope, g.run_id, input_value, open_json, set(fresh),
+               await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
+    for _ in range(MAX_ROUNDS):
+        plan = await engine.graph_plan(conn, g.run_id, g.claim_token, configs, scope)
+        finish = next((p for p in plan if p.action == "finish"), None)
+        started = [p for p in plan if p.action == "start"]
+        touched = {p.node_id for p in plan if p.action == "skip"}
+        for p in started:
+            if await graph_nodes.start(turn, p):
+                touched.add(p.node_id)
+        if finish is not None and not started:
+            output = finish.output
+            if output is None and finish.node_id is None:
+                every = await engine.graph_state(conn, g.run_id, g.claim_token)
+                output = _default_output(g.graph, scope_of(g.run_id, input_value, every,
+                                                           open_json))
+            return await engine.graph_settle(conn, g.run_id, g.claim_token, True,
+                                             sealer.seal_json({"answer": output}))
+        if not touched - {p.node_id for p in plan if p.action == "skip"} and not any(
+                p.type == "wait" for p in started):
+            # Nothing ended in the database: what started runs elsewhere, and another
+            # plan would find nothing new. (A wait may be due at once: look again.)
+            break
+        # The scope follows what this round ended, read by key: a round costs what it
+        # touched, not the size of the graph.
+        waits = {p.node_id for p in started if p.type == "wait"}
+        if waits:  # a wait due at once (a zero sleep) ends in this turn
+            for r in await engine.graph_state(conn, g.run_id, g.claim_token, sorted(waits)):
+                if r.node_id in waits and r.item is not None and await graph_nodes.collect(turn, r):
+                    touched.add(r.node_id)
+        fresh = sorted(touched if wanted is None else touched & wanted)
+        if fresh:
+            _merge(scope, g.run_id, input_value, open_json, set(fresh),
+                   await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
+    else:
+        await engine.graph_yield(conn, g.run_id, g.claim_token)
+        return "yielded"
+    return await engine.graph_settle(conn, g.run_id, g.claim_token, False)
+
+
+# A run's document is pinned: its opened configs, and the nodes its expressions read, are
+# kept for its next turns instead of being opened and walked again each time (the cost of
+# both grows with the graph). Keyed by run id; a few hundred runs' worth.
+_PINNED: OrderedDict[str, tuple[dict[str, Any], set[str] | None]] = OrderedDict()
+PINNED_RUNS = 256
+
+
+def _pinned(sealer: Any, g: Driven) -> tuple[dict[str, Any], set[str] | None]:
+    got = _PINNED.get(g.run_id)
+    if got is None:
+        configs = json.loads(open_document(sealer, g.source)).get("configs", {})
+        got = _PINNED[g.run_id] = (configs, referenced(g.graph, configs))
+        while len(_PINNED) > PINNED_RUNS:
+            _PINNED.popitem(last=False)
+    else:
+        _PINNED.move_to_end(g.run_id)
+    return got
+
+
+def _merge(scope: dict[str, Any], run_id: str, input_value: Any, open_json: Any,
+           nodes: set[str] | None, rows: list[NodeRow]) -> None:
+    """Folds a re-read of some nodes into the turn's scope, in place."""
+    scope["nodes"].update(scope_of(run_id, input_value, rows, open_json, nodes)["nodes"])
+
+
+def _default_output(graph: dict[str, Any], scope: dict[str, Any]) -> Any:
+    """Without an output expression: the outputs of the nodes no other node depends on."""
+    ids = [n["id"] for n in graph.get("nodes", [])]
+    needed = {d for n in graph.get("nodes", []) for d in n.get("deps", [])}
+    sinks = [i for i in ids if i not in needed]
+    return {i: scope["nodes"].get(i, {}).get("output") for i in sinks}
+
+
+async def drive_once(app: web.Application) -> int:
+    async with connection(app[POOL]) as conn, conn.transaction():
+        driven = await engine.drive_graphs(conn, DRIVER_ID, 1)
+        for g in driven:
+            try:
+                # A savepoint: a turn that fails undoes only itself, and the run is parked
+                # with a backoff in the same transaction instead of being handed out again
+                # at once, ahead of every other tenant's runs.
+                async with conn.transaction():
+                    settled = await advance(app, conn, g)
+            except (DatabaseUnavailable, asyncio.CancelledError):
+                raise  # an outage blames no run: the whole turn rolls back
+            except Exception as exc:  # noqa: BLE001 - any bug in one run stays in that run
+                why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)
+                await engine.graph_defer(conn, g.run_id, g.claim_token, why)
+                settled = "parked"
+            if settled in ("parked", "yielded") and TIMERS in app:
+                app[TIMERS].rearm()
+        return len(driven)
+
+
+class Timers:
+    """Exact timers: one task per server sleeps until the earliest deadline among parked
+    graph runs (sleep and wait nodes, retries, backoffs), as the database computes it
+    (cryo.wake_due_graphs), and wakes what is due then -- not at the next tick. A turn
+    that parks a run re-arms it, since its deadline may be the earliest now."""
+
+    def __init__(self) -> None:
+        self._changed = asyncio.Event()
+
+    def rearm(self) -> None:
+        self._changed.set()
+
+    async def run(self, app: web.Application, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self._changed.clear()
+            try:
+                async with connection(app[POOL]) as conn, conn.transaction():
+                    nxt = await engine.wake_due_graphs(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the tick still backs every timer
+                print(f"cryopg: graph timers: {type(exc).__name__}: {exc}", file=sys.stderr)
+                nxt = 1.0
+            # Other replicas' deadlines are seen within a second; this one's exactly.
+            wait = 1.0 if nxt is None else max(0.0, min(nxt, 1.0))
+            try:
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
+            except TimeoutError:
+                pass
+
+
+class Idle:
+    """Which idle driver a work notify wakes: only one watches at a time (the others
+    queue on the lock), and a driver that found work kicks the watcher, so the drivers
+    that wake match the runs there are -- not all of them on every NOTIFY."""
+
+    def __init__(self) -> None:
+        self.watch = asyncio.Lock()
+        self._kick = asyncio.Event()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def wait(self, app: web.Application) -> None:
+        async with self.watch:
+            self._kick = kick = asyncio.Event()
+            waits = {asyncio.ensure_future(app[NOTIFIER].work_event().wait()),
+                     asyncio.ensure_future(kick.wait())}
+            try:
+                await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+
+
+TIMERS = web.AppKey("graph_timers", Timers)
+
+
+async def drive_forever(app: web.Application, stop: asyncio.Event, idle: Idle) -> None:
+    # `stop` as well as cancel: on Python 3.11 asyncio.wait_for swallows a cancel that
+    # arrives as the event it waits on is set (shutdown sets every waiter's event), and
+    # the loop would go on forever, hanging the app's cleanup.
+    while not stop.is_set():
+        try:
+            n = await drive_once(app)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an outage: the run stays pending
+            print(f"cryopg: graph driver: {type(exc).__name__}: {exc}", file=sys.stderr)
+            n = 0
+            await asyncio.sleep(0.5)
+        if n:
+            idle.kick()  # there may be more: one more driver looks
+            continue
+        await idle.wait(app)
+
+
+async def driver_ctx(app: web.Application) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    idle = Idle()
+    app[TIMERS] = Timers()
+    tasks = [asyncio.create_task(drive_forever(app, stop, idle)) for _ in range(DRIVERS)]
+    tasks.append(asyncio.create_task(app[TIMERS].run(app, stop)))
+    yield
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    # A turn caught mid-query rolls back when its connection goes; shutdown does not wait
+    # on it for long.
+    await asyncio.wait(tasks, timeout=5)
