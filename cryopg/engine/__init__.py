@@ -59,6 +59,7 @@ from cryopg.engine.journal import (
     read_logs,
     record_steps,
 )
+from cryopg.engine.operators import reject_node, rerun_run, search_runs
 from cryopg.engine.reads import (
     get_run,
     list_runs,
@@ -209,6 +210,9 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "reject_node",
+    "rerun_run",
+    "search_runs",
     "PendingLogin",
     "RoleMap",
     "SessionInfo",
