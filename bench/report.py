@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import ui_bench  # bench/ui_bench.py, beside this file
+
 
 def _f(v: float | None, digits: int = 0) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
@@ -179,6 +181,7 @@ def render(r: dict[str, Any]) -> str:
                 f"{ch['spawn_ms']:.1f} ms here. Published for 400 sequential ~10 ms tasks on one "
                 "worker: Windmill 19.7 s, Hatchet 35.8 s, Temporal 39.0 s.", ""]
 
+    out += ui_bench.section()
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
     out.append("")
     r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)

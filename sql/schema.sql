@@ -3712,6 +3712,38 @@ $$;
 
 COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[]) IS 'Records (or refreshes) an agent and the capabilities it advertises. Returns nothing; raises nothing of its own.';
 
+CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF cryo.is_terminal(v_run.status) THEN
+        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
+    END IF;
+    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
+    UPDATE cryo.node_instances i SET status = 'failed', finished_at = cryo.now(), wait_name = p_by
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
+       AND i.wait_kind = 'approval' AND i.output IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
+           error = left('rejected by ' || p_by, 200)
+     WHERE n.run_id = p_run_id AND n.node_id = p_node;
+    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_rejected', 'node', p_node, 0,
+                          p_payload => p_payload);
+    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) IS 'Turns down a waiting approval node of a graph run (rejected by p_by, with a sealed payload holding the comment): the node fails, so the run fails; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
+
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -3889,6 +3921,28 @@ $$;
 
 COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
 
+CREATE FUNCTION cryo.rerun_run(p_run_id text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_old cryo.runs;
+    v_new text;
+BEGIN
+    SELECT * INTO v_old FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    SELECT s.run_id INTO v_new FROM cryo.submit_script(
+        v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
+        NULL, v_old.required_caps, v_old.workflow, v_old.input_clear,
+        p_untrusted => v_old.untrusted, p_workdir => v_old.workdir, p_graph => v_old.graph) s;
+    PERFORM cryo._history(v_new, v_old.org, v_old.project, 'rerun_of', 'run', p_run_id, 0);
+    RETURN v_new;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.rerun_run(p_run_id text) IS 'Starts a new run with the same source (or graph), input, workflow name, working directory and trust as run p_run_id, and records rerun_of in its history; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
+
 CREATE FUNCTION cryo.revoke_session(p_org text, p_session_id text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -3973,6 +4027,42 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) IS 'Replaces a run''s clear input with its sealed form. Returns nothing. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.search_runs(p_org text, p_project text, p_text text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_trigger text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, trig text, children bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH cursor_row AS (
+        SELECT c.created_at, c.id FROM cryo.runs c
+         WHERE c.id = p_before AND c.org = p_org AND c.project = p_project
+    ), pat AS (
+        SELECT '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS t,
+               '%' || replace(replace(replace(p_workflow, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w
+    )
+    SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
+           r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
+           r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
+           cryo.is_terminal(r.status), r.parent_run_id,
+           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
+           (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
+      FROM pat, cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+     WHERE r.org = p_org AND r.project = p_project
+       AND (p_status IS NULL OR r.status = p_status)
+       AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) ILIKE pat.w)
+       AND (p_trigger IS NULL OR CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                                      ELSE coalesce(r.trigger_kind, 'manual') END = p_trigger)
+       AND (p_since IS NULL OR r.created_at >= p_since)
+       AND (p_until IS NULL OR r.created_at < p_until)
+       AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
+            OR r.input_clear::text ILIKE pat.t
+            OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
+       AND (p_before IS NULL OR (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c))
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT least(greatest(p_limit, 0), 200)
+$$;
+
+COMMENT ON FUNCTION cryo.search_runs(p_org text, p_project text, p_text text, p_status text, p_workflow text, p_trigger text, p_since timestamp with time zone, p_until timestamp with time zone, p_before text, p_limit integer) IS 'Returns one page (at most 200) of a project''s runs, children included, newest first after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises nothing.';
 
 CREATE FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER

@@ -113,7 +113,10 @@ export function logView({ base, filename }) {
     el: root,
     // The stream's first event: how much of the stored log was left out.
     tail(data) {
-      pre.replaceChildren(); kept = 0; atLineStart = true; target = pre;
+      // A step section opened before the stream began stays, empty, for what comes next.
+      const open = target !== pre ? target.parentNode : null;
+      pre.replaceChildren(...(open ? [open] : [])); kept = 0; atLineStart = true;
+      if (open) target.replaceChildren();
       skipped = data.skipped_bytes || 0; totalBytes = data.total_bytes || 0; shownBytes = 0;
       this.dropPartial = skipped > 0;
       label();
