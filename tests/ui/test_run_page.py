@@ -66,7 +66,7 @@ def test_step_output_live_checkpoint_times_passes_and_log_tools(split: Split, pa
     expect(page.locator("#log .pass-marker")).to_contain_text("pass 2", timeout=20_000)
     expect(log).to_contain_text("tick 3", timeout=20_000)
     assert "attempt 2" not in page.locator("#timeline").inner_text()
-    expect(page.locator("#timeline")).to_contain_text("woken by")
+    expect(page.locator("#timeline")).to_contain_text("pass 2 begins, woken by its timer")
     record(log_line_in_step_ms=seen_ms - printed)
 
     # 5. An empty signal name is refused in the page, in words.

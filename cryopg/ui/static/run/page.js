@@ -42,7 +42,7 @@ export async function runPage(main, runId, ctl) {
     const ps = passes(run.history || []);
     if (seenPasses !== null && ps.length > seenPasses) {
       const p = ps[ps.length - 1];
-      log.marker(`── pass ${p.n}: replaying from the top after ${p.why}; output up to the last checkpoint is printed again ──`);
+      log.marker(`── pass ${p.n}: woken by ${p.why}, the script replays from the top (recorded steps print their output again) ──`);
     }
     seenPasses = ps.length;
     if (!isGraph) {

@@ -25,31 +25,27 @@ export function renderCheckpoints(list, cps, run) {
   if (!cps.length) list.append(el("li", { class: "muted" }, "no durable calls yet"));
 }
 
-// A pass starts when an agent takes the run up again; what woke it is the event before.
-const PASS_KINDS = new Set(["started", "claimed", "running"]);
-const WHY = { signal_received: "a signal", timer_fired: "its timer", event_received: "an event",
-              retry_scheduled: "a retry", activity_completed: "an activity", approval_received: "an approval" };
+// A script replays from the top after every wake: each of these history kinds starts a
+// new pass (the attempt number only changes on a retry).
+const WAKES = { timer_fired: "its timer", signal_received: "a signal", event_received: "an event",
+                retry_scheduled: "a retry", activity_completed: "an activity",
+                activities_completed: "its activities", lease_granted: "a lease" };
 
 export function passes(history) {
   const out = [];
-  history.forEach((h, i) => {
-    if (!PASS_KINDS.has(h.kind)) return;
-    const prev = [...history.slice(0, i)].reverse().find((p) => WHY[p.kind]);
-    out.push({ at: h.at, n: out.length + 1, why: out.length ? (prev ? WHY[prev.kind] : "a wake") : null });
-  });
+  history.forEach((h, i) => { if (WAKES[h.kind]) out.push({ at: h.at, n: out.length + 2, why: WAKES[h.kind], index: i }); });
   return out;
 }
 
 export function renderTimeline(list, run) {
   const hist = run.history || [];
-  const ps = passes(hist);
-  let pass = 0;
+  const byIndex = Object.fromEntries(passes(hist).map((p) => [p.index, p]));
   list.replaceChildren(...hist.map((h, i) => {
     const next = hist[i + 1];
-    if (PASS_KINDS.has(h.kind)) pass += 1;
     const what = h.family ? `${h.family} ${h.name || ""}${h.ordinal ? " #" + h.ordinal : ""}` : "";
-    const p = PASS_KINDS.has(h.kind) ? ps[pass - 1] : null;
-    const extra = p && p.n > 1 ? ` pass ${p.n}, woken by ${p.why}` : h.kind === "retry_scheduled" && h.attempt ? ` attempt ${h.attempt}` : "";
+    const p = byIndex[i];
+    const extra = (p ? ` pass ${p.n} begins, woken by ${p.why}` : "") +
+      (h.kind === "retry_scheduled" && h.attempt ? ` (attempt ${h.attempt})` : "");
     const li = el("li", { class: `ev ev-${h.kind}`, "data-kind": h.kind },
       el("span", { class: "muted" }, when(h.at)), el("strong", {}, h.kind.replace(/_/g, " ")),
       el("span", {}, what, extra ? el("span", { class: "muted" }, extra) : "",
