@@ -55,6 +55,9 @@ export function headerView({ base, refresh }) {
       else if (!actionsEl) actionsEl = actions();
       if (S.canAct && !againEl) againEl = again();
       const ended = run.status === "failed" || run.status === "cancelled";
+      const hasCode = ended && run.exit_code !== null && run.exit_code !== undefined;
+      // Why it ended, in words: the engine's reason, else what the exit code says.
+      const reason = run.error || (hasCode && run.exit_code ? `the script exited with code ${run.exit_code}` : null);
       const trigger = run.parent_run_id
         ? el("a", { href: `#/run/${encodeURIComponent(run.parent_run_id)}` }, `parent ${run.parent_run_id.split(":").pop()}`)
         : run.triggered_by ? `${run.triggered_by.kind} ${run.triggered_by.name || ""}` : run.trigger || "manual";
@@ -63,9 +66,9 @@ export function headerView({ base, refresh }) {
         "pass", String(run.attempt),
         "trigger", trigger,
         "started", run.started_at ? el("span", { id: "run-started" }, when(run.started_at), " (", duration(run.started_at, run.finished_at, "run-duration"), ")") : "not yet",
-        ended && run.exit_code !== null && run.exit_code !== undefined ? "exit code" : null,
-        ended && run.exit_code !== null && run.exit_code !== undefined ? el("span", { id: "run-exit-code", class: "error" }, String(run.exit_code)) : null,
-        run.error ? "reason" : null, run.error ? el("span", { class: "error", id: "run-error" }, run.error) : null,
+        hasCode ? "exit code" : null,
+        hasCode ? el("span", { id: "run-exit-code", class: "error" }, String(run.exit_code)) : null,
+        reason ? "reason" : null, reason ? el("span", { class: "error", id: "run-error" }, reason) : null,
         "input", json(run.input, "run-input"),
         "outputs", json(run.outputs || {}, "run-outputs"),
       ].filter((x) => x !== null);

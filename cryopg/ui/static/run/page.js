@@ -79,7 +79,11 @@ export async function runPage(main, runId, ctl) {
   let after = 0;
   let pending = null;
   liveStream(`${base}/stream?tail=${LOG_TAIL_BYTES}`, (name, data) => {
-    if (name === "tail" && !isGraph) {
+    if (name === "hello") {
+      // The run may have moved between the first read and the stream's start, which only
+      // reports later changes: read it once more.
+      if (data.status !== run.status) refresh();
+    } else if (name === "tail" && !isGraph) {
       log.tail(data);
       after = 0;
     } else if (name === "log" && !isGraph) {
