@@ -12,6 +12,14 @@ export function checkpointStatus(c, run) {
   return c.status === "done" ? (c.exit_code ? "failed" : "succeeded") : running ? "running" : "waiting";
 }
 
+// A step the agent saw end before it pinned a marker (a few tens of ms) has one time for
+// its start and end: say it was quick rather than "0 ms". Other calls are instant.
+function cpDur(c) {
+  if (!c.completed_at) return "";
+  if (c.completed_at === c.created_at) return c.family === "step" ? "under 0.1 s" : "instant";
+  return fmtDur(c.created_at, c.completed_at);
+}
+
 export function renderCheckpoints(list, cps, run) {
   list.replaceChildren(...cps.map((c) => {
     const st = checkpointStatus(c, run);
@@ -19,7 +27,7 @@ export function renderCheckpoints(list, cps, run) {
       el("strong", {}, c.family), " ", c.name, c.ordinal ? ` #${c.ordinal}` : "",
       c.label ? el("span", { class: "muted" }, ` ${c.label}`) : "",
       el("span", { class: "muted" }, "  ", when(c.created_at), " · ",
-         st === "running" ? duration(c.created_at, null) : el("span", { class: "cp-dur" }, fmtDur(c.created_at, c.completed_at))),
+         st === "running" ? duration(c.created_at, null) : el("span", { class: "cp-dur" }, cpDur(c))),
       c.due_at ? el("span", { class: "muted" }, " · due ", when(c.due_at)) : "");
   }));
   if (!cps.length) list.append(el("li", { class: "muted" }, "no durable calls yet"));
