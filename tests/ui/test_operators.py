@@ -126,7 +126,8 @@ def test_phone_and_wide_layouts_accessibility_favicon_and_load_time(
                                   "#!/usr/bin/env bash\ncryopg step a -- echo a\n"
                                   "cryopg wait-signal go >/dev/null\n"))
     for width, height in ((390, 844), (1920, 1080)):
-        ctx = browser.new_context(viewport={"width": width, "height": height})
+        # bypass_csp only so the test can inject axe-core; the app runs under its CSP.
+        ctx = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=True)
         page = ctx.new_page()
         asked: list[str] = []
         page.on("request", lambda r, asked=asked: asked.append(r.url))

@@ -14,7 +14,7 @@ const stamp = (d) => d.toISOString().slice(11, 23);
 
 export function logView({ base, filename }) {
   const info = el("p", { class: "muted", id: "log-info", role: "status" });
-  const pre = el("pre", { id: "log", tabindex: "0", "aria-label": "log" });
+  const pre = el("pre", { id: "log", tabindex: "0", role: "log", "aria-label": "log" });
   const empty = el("p", { class: "muted", id: "log-empty" }, "No output yet.");
   const tsBox = el("input", { type: "checkbox", id: "log-ts", onchange: () => pre.classList.toggle("show-ts", tsBox.checked) });
   const find = el("input", { type: "search", id: "log-find", placeholder: "find in log", "aria-label": "find in log" });
