@@ -217,7 +217,7 @@ def test_log_window_starts_at_a_line_and_its_size_follows_the_run(
     before = info.inner_text()
     # 9. The window's first line is a whole line.
     first = page.evaluate("document.getElementById('log').textContent.split('\\n')[0]")
-    assert first.startswith("line ") and len(first) == 99, first
+    assert first.startswith("line ") and len(first) == 14 + 82, first
     # ... and the label follows what the run prints.
     put("".join(f"more {j} " + "y" * 90 + "\n" for j in range(1000)))
     expect(log).to_contain_text("more 999", timeout=10_000)

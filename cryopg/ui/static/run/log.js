@@ -28,6 +28,7 @@ export function logView({ base, filename }) {
   const root = el("section", { id: "log-section" }, el("h2", {}, "Log"), tools, info, empty, pre);
 
   const ansiState = { fg: null, bold: false };
+  let windowChars = LOG_WINDOW;  // grows when the user asks for the earlier output
   let kept = 0, atLineStart = true, shownBytes = 0, totalBytes = 0, skipped = 0;
   let target = pre;  // where lines go: the log, or the open section of a running step
   let paused = null;  // chunks held while the whole log loads
@@ -48,7 +49,7 @@ export function logView({ base, filename }) {
     target.append(frag);
     empty.hidden = true;
     kept += text.length;
-    while (kept > LOG_WINDOW && pre.firstChild) {
+    while (kept > windowChars && pre.firstChild) {
       kept -= pre.firstChild.textContent.length;
       pre.firstChild.remove();
     }
@@ -61,6 +62,7 @@ export function logView({ base, filename }) {
     try {
       let text = await apiText(`${base}/logs`);
       if (text.length > WHOLE_MAX) text = text.slice(text.length - WHOLE_MAX);
+      windowChars = text.length + LOG_WINDOW;
       pre.replaceChildren(); kept = 0; atLineStart = true; target = pre;
       appendText(text, null);
       skipped = 0; label();
