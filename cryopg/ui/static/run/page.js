@@ -66,16 +66,27 @@ export async function runPage(main, runId, ctl) {
     try {
       run = await api(base, { signal: ctl.signal });
       await renderAll();
-      if (isGraph) log.setText(await apiText(`${base}/logs`, ctl.signal));
+      if (isGraph) graphLog();
     } catch (_) { /* the next push retries */ }
     busy = false;
     if (again) { again = false; refresh(); }
   }
   await renderAll();
 
-  if (isGraph) {  // its log is its node jobs' logs, each line prefixed [node]
-    log.setText(await apiText(`${base}/logs`, ctl.signal).catch(() => ""));
+  // A graph's log is its node jobs' logs, each line prefixed [node]; read beside the
+  // page's refreshes, never holding them up.
+  let logBusy = false;
+  function graphLog() {
+    if (logBusy) return;
+    logBusy = true;
+    apiText(`${base}/logs`, ctl.signal).then((t) => log.setText(t), () => {}).finally(() => { logBusy = false; });
   }
+  if (isGraph) graphLog();
+  // The poll backstop of the pushes: a live run is read again every 5 s regardless.
+  const backstop = setInterval(() => {
+    if (ctl.signal.aborted || run.finished) { clearInterval(backstop); return; }
+    refresh();
+  }, 5000);
   let after = 0;
   let pending = null;
   liveStream(`${base}/stream?tail=${LOG_TAIL_BYTES}`, (name, data) => {
