@@ -218,14 +218,14 @@ COMMENT ON FUNCTION cryo.log_tail_start(text, bigint) IS
     'Returns where a tail window of about p_bytes of a run''s log starts: the chunk id to read after, how many (sealed) bytes come before it, and the log''s total. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)
-RETURNS TABLE (id bigint, data bytea)
+RETURNS TABLE (id bigint, data bytea, created_at timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT l.id, l.data FROM cryo.logs l
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l
      WHERE l.run_id = p_run_id AND l.id > p_after
      ORDER BY l.id LIMIT p_limit
 $$;
 COMMENT ON FUNCTION cryo.read_logs(text, bigint, integer) IS
-    'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order. Raises nothing.';
+    'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order, each with the time it was stored. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.list_events(
     p_org text, p_project text, p_name text DEFAULT NULL, p_limit integer DEFAULT 50)
@@ -250,9 +250,9 @@ COMMENT ON FUNCTION cryo.read_outputs(text) IS 'Returns a run''s outputs (values
 
 -- The log of a run's latest attempt: what collecting an activity prints.
 CREATE OR REPLACE FUNCTION cryo.read_last_attempt_log(p_run_id text)
-RETURNS TABLE (id bigint, data bytea)
+RETURNS TABLE (id bigint, data bytea, created_at timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT l.id, l.data FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
      WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id
 $$;
 COMMENT ON FUNCTION cryo.read_last_attempt_log(text) IS

@@ -10,7 +10,7 @@ import time
 from playwright.sync_api import Page, expect
 
 from tests.e2e.conftest import Split
-from tests.e2e.helpers import script, submit
+from tests.e2e.helpers import script, show, submit, wait_for
 from tests.ui.conftest import login_url
 from tests.ui.perf import record
 
@@ -108,3 +108,26 @@ def test_a_failed_run_shows_exit_code_and_reason_and_runs_again(split: Split, pa
     expect(page.locator("#run-header h1")).not_to_contain_text(run_id, timeout=10_000)
     expect(page.locator("#run-status")).to_contain_text("failed", timeout=20_000)
     expect(page.locator("#timeline")).to_contain_text("rerun of")
+
+
+def test_log_lines_carry_the_time_they_were_written(split: Split, page: Page) -> None:
+    """4. A line's timestamp is when the server stored it, also for lines that were
+    printed before the page opened (the tail) and for the whole log loaded on demand."""
+    split.agent("ui-agent")
+    body = "#!/usr/bin/env bash\necho first-line\nsleep 2\necho second-line\n"
+    run_id = submit(split, script(split.dir, "stamped.sh", body))
+    wait_for("the run to finish", lambda: show(split, run_id)["status"] == "succeeded")
+    _open(page, split, run_id)
+    expect(page.locator("#log")).to_contain_text("second-line", timeout=20_000)
+    page.check("#log-ts")
+
+    def stamps() -> list[float]:
+        ts = page.evaluate("""() => [...document.querySelectorAll('#log .ts')]
+            .filter(e => /first-line|second-line/.test(e.nextSibling?.textContent || ''))
+            .map(e => e.dataset.t)""")
+        assert len(ts) == 2 and all(ts), ts  # both lines stamped, though printed before
+        parts = [t.split(":") for t in ts]  # HH:MM:SS.mmm
+        return [int(h) * 3600 + int(m) * 60 + float(s) for h, m, s in parts]
+
+    first, second = stamps()
+    assert 1.5 <= (second - first) % 86400 < 10, (first, second)

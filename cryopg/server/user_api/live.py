@@ -192,15 +192,20 @@ async def _follow_run(app: web.Application, sse: SSE, sealer: Sealer, run: engin
             chunks = await engine.read_logs(conn, run.id, after)
         for chunk in chunks:
             text = sealer.open(chunk.data).decode("utf-8", errors="replace")
-            await sse.send("log", {"id": chunk.id, "text": text})
+            at = chunk.created_at.isoformat() if chunk.created_at else None
+            await sse.send("log", {"id": chunk.id, "text": text, "at": at})
             after = chunk.id
         if chunks:
             continue  # drain before deciding anything
         async with connection(pool) as conn:
             now = await engine.get_run(conn, run.id)
             marks = await engine.read_checkpoints(conn, run.id)
+            # A graph's turns move its nodes while the run stays `running-nodes`.
+            nodes = (tuple((n.node_id, n.item, n.status, n.item_status)
+                           for n in await engine.read_graph_nodes(conn, run.id))
+                     if now.kind == "graph" else ())
         sig = (now.status, now.substate, now.attempt, len(marks),
-               sum(1 for m in marks if m.status == "pending"))
+               sum(1 for m in marks if m.status == "pending"), nodes)
         if sig != last_sig:
             if last_sig is not None:
                 await sse.send("changed", {"status": now.status, "substate": now.substate})

@@ -1,4 +1,6 @@
-"""`GET …/runs/{run}/logs[?follow=1&after=ID]`: a run's log, streamed as it is written.
+"""`GET …/runs/{run}/logs[?follow=1&after=ID&times=1]`: a run's log, streamed as it is
+written. With `times=1` (a script run's log) each chunk is one JSON line
+`{"id", "at", "text"}`, `at` being when the chunk was stored.
 
 A graph run (a graph or a pipeline) has no log of its own: its log is its node jobs'
 logs, each line prefixed with the node it came from, as CI systems prefix a job's lines
@@ -8,6 +10,7 @@ logs, each line prefixed with the node it came from, as CI systems prefix a job'
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from aiohttp import web
@@ -32,20 +35,22 @@ async def logs(request: web.Request) -> web.StreamResponse:
     run = await own_run(request)
     follow = request.query.get("follow") in ("1", "true", "yes")
     after = query_int(request, "after", 0, INT8)
+    times = request.query.get("times") in ("1", "true", "yes") and run.kind != "graph"
     sealer = await request.app[KEYS].sealer(run.org)
-    resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8",
+    ctype = "application/x-ndjson" if times else "text/plain; charset=utf-8"
+    resp = web.StreamResponse(headers={"Content-Type": ctype,
                                        "X-Cryo-Run": run.id})
     await resp.prepare(request)
     if run.kind == "graph":
         await _graph_log(request, resp, sealer, run, follow, after)
     else:
-        await _run_log(request, resp, sealer, run, follow, after)
+        await _run_log(request, resp, sealer, run, follow, after, times)
     await resp.write_eof()
     return resp
 
 
 async def _run_log(request: web.Request, resp: web.StreamResponse, sealer: Sealer, run: Run,
-                   follow: bool, after: int) -> None:
+                   follow: bool, after: int, times: bool = False) -> None:
     pool, notifier = request.app[POOL], request.app[NOTIFIER]
     finished = run.finished
     if follow and not finished:
@@ -56,7 +61,13 @@ async def _run_log(request: web.Request, resp: web.StreamResponse, sealer: Seale
         async with connection(pool) as conn:
             chunks = await engine.read_logs(conn, run.id, after)
         for chunk in chunks:
-            await resp.write(sealer.open(chunk.data))
+            data = sealer.open(chunk.data)
+            if times:
+                at = chunk.created_at.isoformat() if chunk.created_at else None
+                data = json.dumps({"id": chunk.id, "at": at,
+                                   "text": data.decode("utf-8", errors="replace")}
+                                  ).encode() + b"\n"
+            await resp.write(data)
             after = chunk.id
         if chunks:
             continue  # drain before deciding anything

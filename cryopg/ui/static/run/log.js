@@ -60,11 +60,13 @@ export function logView({ base, filename }) {
     earlier.disabled = true;
     paused = [];
     try {
-      let text = await apiText(`${base}/logs`);
-      if (text.length > WHOLE_MAX) text = text.slice(text.length - WHOLE_MAX);
-      windowChars = text.length + LOG_WINDOW;
+      // One JSON line per chunk, with the time it was stored.
+      const chunks = (await apiText(`${base}/logs?times=1`)).split("\n").filter(Boolean).map((l) => JSON.parse(l));
+      let size = 0, first = chunks.length;
+      while (first > 0 && size + chunks[first - 1].text.length <= WHOLE_MAX) size += chunks[--first].text.length;
+      windowChars = size + LOG_WINDOW;
       pre.replaceChildren(); kept = 0; atLineStart = true; target = pre;
-      appendText(text, null);
+      for (const c of chunks.slice(first)) appendText(c.text, c.at ? new Date(c.at) : null);
       skipped = 0; label();
     } catch (e) { info.textContent = e.message; }
     paused = null;
@@ -123,7 +125,8 @@ export function logView({ base, filename }) {
       this.dropPartial = skipped > 0;
       label();
     },
-    chunk(text, live) {
+    // `at`: when the server stored the chunk (ISO), so a line's time is when it was written.
+    chunk(text, at) {
       if (paused) { paused.push(text); return; }
       totalBytes = Math.max(totalBytes, skipped + (shownBytes += text.length));
       if (this.dropPartial) {  // the window starts at a line, not mid-line
@@ -131,8 +134,7 @@ export function logView({ base, filename }) {
         const nl = text.indexOf("\n");
         if (nl >= 0) text = text.slice(nl + 1);
       }
-      if (live) totalBytes += 0;
-      appendText(text, live ? new Date() : null);
+      appendText(text, at ? new Date(at) : null);
       label();
     },
     // A step started: what it prints folds under it until it ends.

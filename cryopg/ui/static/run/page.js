@@ -82,11 +82,6 @@ export async function runPage(main, runId, ctl) {
     apiText(`${base}/logs`, ctl.signal).then((t) => log.setText(t), () => {}).finally(() => { logBusy = false; });
   }
   if (isGraph) graphLog();
-  // The poll backstop of the pushes: a live run is read again every 5 s regardless.
-  const backstop = setInterval(() => {
-    if (ctl.signal.aborted || run.finished) { clearInterval(backstop); return; }
-    refresh();
-  }, 5000);
   let after = 0;
   let pending = null;
   liveStream(`${base}/stream?tail=${LOG_TAIL_BYTES}`, (name, data) => {
@@ -98,7 +93,7 @@ export async function runPage(main, runId, ctl) {
       log.tail(data);
       after = 0;
     } else if (name === "log" && !isGraph) {
-      if (data.id > after) { const live = after > 0 || data.live; after = data.id; log.chunk(data.text, live); }
+      if (data.id > after) { after = data.id; log.chunk(data.text, data.at); }
     } else if (name === "changed" || name === "end") {
       if (!pending) pending = setTimeout(() => { pending = null; refresh(); }, 100);
     }
