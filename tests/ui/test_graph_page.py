@@ -71,3 +71,31 @@ def test_pipeline_reject_with_comment_then_rerun_and_approve(split: Split, page:
     expect(page.locator('#timeline li[data-kind="node_approved"]')).to_contain_text("ship it")
     expect(page.locator("#log")).to_contain_text("deployed-it", timeout=15_000)
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+TWO_JOBS = """version: cryosleep/pipeline/v1
+jobs:
+  build:
+    steps:
+      - run: sleep 4 && echo built-it
+  test:
+    needs: [build]
+    steps:
+      - run: sleep 8 && echo tested-it
+"""
+
+
+def test_node_moves_reach_the_page_while_the_run_stays_running(split: Split, page: Page) -> None:
+    """The run stays `running-nodes` while build ends and test starts: the stream must
+    still say it changed (the page has no timed re-read to fall back on)."""
+    split.agent("ui-agent")
+    run_id = submit(split, script(split.dir, "two.yaml", TWO_JOBS))
+    page.goto(login_url(split))
+    expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
+    page.goto(f"{split.url}/#/run/{run_id}")
+    strip = page.locator("#strip")
+    expect(strip.locator('[data-node="test"]')).to_have_class("node s-running", timeout=30_000)
+    expect(strip.locator('[data-node="build"]')).to_have_class("node s-succeeded")
+    assert "running" in page.locator("#run-status").inner_text()
+    expect(page.locator("#run-status")).to_contain_text("succeeded", timeout=30_000)
+    expect(strip.locator('[data-node="test"]')).to_have_class("node s-succeeded")
