@@ -226,3 +226,44 @@ def test_log_window_starts_at_a_line_and_its_size_follows_the_run(
     page.click("#log-earlier")
     expect(log).to_contain_text("line 00-00000", timeout=20_000)
     expect(info).to_have_text("")
+
+
+SCHEMA_PIPELINE = """version: cryosleep/pipeline/v1
+input_schema:
+  type: object
+  required: [env]
+  properties:
+    env: {type: string, enum: [staging, prod]}
+    replicas: {type: integer, title: Replicas}
+    dry_run: {type: boolean}
+jobs:
+  ship:
+    steps:
+      - run: echo shipping
+"""
+
+
+def test_start_a_stored_workflow_from_its_input_schema(split: Split, page: Page) -> None:
+    split.cli("workflow", "put", "ship", str(script(split.dir, "ship.yaml", SCHEMA_PIPELINE)))
+    # The server checks an input against the declared schema: a 400 names the field.
+    status, body = http(f"{split.url}{API}/workflows/ship/runs", split.user_token, "POST",
+                        {"input": {"env": "moon"}})
+    assert status == 400 and "env" in body["error"]["message"], body
+    status, body = http(f"{split.url}{API}/workflows/ship/runs", split.user_token, "POST",
+                        {"input": {"replicas": 2}})
+    assert status == 400 and "'env' is a required property" in body["error"]["message"], body
+    _live(page, split)
+    page.goto(f"{split.url}/#/workflows/ship")
+    form = page.locator("#start-form")
+    expect(form.locator('select[name="env"]')).to_be_visible()
+    expect(form).to_contain_text("Replicas")
+    assert form.locator("#start-input").count() == 0  # a form, not a JSON box
+    page.click("#start-submit")
+    expect(page.locator("#start-error")).to_have_text("env is required")
+    form.locator('select[name="env"]').select_option("staging")
+    form.locator('input[name="replicas"]').fill("3")
+    form.locator('input[name="dry_run"]').check()
+    page.click("#start-submit")
+    expect(page.locator("#run-input")).to_contain_text('"replicas": 3', timeout=10_000)
+    expect(page.locator("#run-input")).to_contain_text('"env": "staging"')
+    assert page.errors == []  # type: ignore[attr-defined]

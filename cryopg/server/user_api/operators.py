@@ -3,6 +3,7 @@ again (any kind), turn down an approval with a comment, start a stored workflow 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from cryopg.server.bodies import json_body, optional_str_field
 from cryopg.server.redact import masked
 from cryopg.server.render import run_json
 from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api.graphs import VALIDATE_SECONDS, _first_error
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 
 # Any of these selects the search (cryo.search_runs) instead of the plain page.
@@ -93,14 +95,34 @@ async def reject(request: web.Request) -> web.Response:
 
 
 async def start(request: web.Request) -> web.Response:
-    """Starts stored workflow NAME with a JSON input (`{"input": …}`)."""
+    """Starts stored workflow NAME with a JSON input (`{"input": …}`), checked first
+    against the `input_schema` the workflow declares, if any (a 400 names the field)."""
     await require_user(request, MEMBER)
     org, project = project_of(request)
     body = await json_body(request)
     value: Any = body.get("input")
+    name = request.match_info["name"]
     async with connection(request.app[POOL]) as conn:
-        run_id = await engine.submit_run(conn, org, project, request.match_info["name"], value)
+        structure = (await engine.get_workflow(conn, org, project, name))[4]
+    schema = (structure or {}).get("input_schema")
+    if schema is not None:
+        await _check_input(schema, {} if value is None else value)
+    async with connection(request.app[POOL]) as conn:
+        run_id = await engine.submit_run(conn, org, project, name, value)
     return web.json_response({"run_id": run_id}, status=201)
+
+
+async def _check_input(schema: dict[str, Any], value: Any) -> None:
+    """As an approval's answer is checked: off the loop, RE2 patterns, within a bound."""
+    loop = asyncio.get_running_loop()
+    try:
+        error = await asyncio.wait_for(
+            loop.run_in_executor(None, _first_error, schema, value), VALIDATE_SECONDS)
+    except TimeoutError:
+        raise InvalidArgument(f"the input took over {VALIDATE_SECONDS:g} s to check against "
+                              "the workflow's input_schema") from None
+    if error is not None:
+        raise InvalidArgument(f"input: {error}")
 
 
 def add_routes(app: web.Application) -> None:

@@ -212,7 +212,8 @@ async def get_workflow(request: web.Request) -> web.Response:
     if structure is not None:
         got["nodes"] = [{"id": n["id"], "type": n["type"], "needs": n.get("deps", [])}
                         for n in structure.get("nodes", [])]
-        got.update({k: structure[k] for k in ("on", "cancel_on") if k in structure})
+        got.update({k: structure[k] for k in ("on", "cancel_on", "input_schema")
+                    if k in structure})
     if with_source:
         text = open_document(await request.app[KEYS].sealer(org), sealed)
         if structure is not None and structure.get("pipeline"):

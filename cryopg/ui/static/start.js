@@ -4,6 +4,8 @@ import { api, projectPath } from "./api.js";
 import { el } from "./dom.js";
 
 function declared(wf) {
+  const given = wf.input_schema;  // the server reads it from the stored document
+  if (given && given.type === "object" && given.properties) return given;
   if (!wf.source) return null;
   try {
     const doc = JSON.parse(wf.source);
