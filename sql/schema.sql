@@ -3138,6 +3138,17 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_tokens(p_org text) IS 'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
 
+CREATE FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer DEFAULT 20) RETURNS TABLE(webhook text, event text, outcome text, run_id text, event_id bigint, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at
+      FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project
+     ORDER BY d.created_at DESC LIMIT least(greatest(p_limit, 0), 200)
+$$;
+
+COMMENT ON FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer) IS 'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published) and the run started or event published. Raises nothing.';
+
 CREATE FUNCTION cryo.list_webhooks(p_org text, p_project text) RETURNS TABLE(name text, workflow text, status_url text, created_at timestamp with time zone, deliveries bigint, last_delivery_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
@@ -3580,24 +3591,24 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_journal(p_run_id text, p_token uuid) IS 'Returns the claimed run''s memos in position order (results sealed; answer_clear holds engine answers such as child ids and counts, or a payload an application sent in the clear). Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.read_last_attempt_log(p_run_id text) RETURNS TABLE(id bigint, data bytea)
+CREATE FUNCTION cryo.read_last_attempt_log(p_run_id text) RETURNS TABLE(id bigint, data bytea, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
-    SELECT l.id, l.data FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
      WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id
 $$;
 
 COMMENT ON FUNCTION cryo.read_last_attempt_log(p_run_id text) IS 'Returns the sealed log chunks of a run''s latest attempt, in order. Raises nothing.';
 
-CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea)
+CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
-    SELECT l.id, l.data FROM cryo.logs l
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l
      WHERE l.run_id = p_run_id AND l.id > p_after
      ORDER BY l.id LIMIT p_limit
 $$;
 
-COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order, each with the time it was stored. Raises nothing.';
 
 CREATE FUNCTION cryo.read_outputs(p_run_id text) RETURNS TABLE(key text, value bytea)
     LANGUAGE sql STABLE
@@ -5551,6 +5562,8 @@ CREATE INDEX state_cells_project ON cryo.state_cells USING btree (org, project);
 CREATE INDEX state_cells_run ON cryo.state_cells USING btree (run_id) WHERE (run_id IS NOT NULL);
 
 CREATE INDEX status_posts_open ON cryo.status_posts USING btree (created_at) WHERE (state = ANY (ARRAY['waiting'::text, 'sending'::text]));
+
+CREATE INDEX webhook_deliveries_recent ON cryo.webhook_deliveries USING btree (org, project, created_at DESC);
 
 CREATE TRIGGER runs_inherit_untrusted BEFORE INSERT OR UPDATE OF parent_run_id ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._inherit_untrusted();
 

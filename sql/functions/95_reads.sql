@@ -318,3 +318,16 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.read_event(bigint) IS
     'Returns one bus event''s name and payload (sealed, or clear from SQL); no row when it is gone. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text,
+                                                         p_limit integer DEFAULT 20)
+RETURNS TABLE (webhook text, event text, outcome text, run_id text, event_id bigint,
+               created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at
+      FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project
+     ORDER BY d.created_at DESC LIMIT least(greatest(p_limit, 0), 200)
+$$;
+COMMENT ON FUNCTION cryo.list_webhook_deliveries(text, text, integer) IS
+    'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published) and the run started or event published. Raises nothing.';

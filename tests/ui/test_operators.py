@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import Browser, Page, expect
 
+from cryopg.triggers import webhook
 from tests.e2e.conftest import Split
 from tests.e2e.helpers import http, script, submit, token
 from tests.ui.conftest import login_url, shot
@@ -266,4 +268,51 @@ def test_start_a_stored_workflow_from_its_input_schema(split: Split, page: Page)
     page.click("#start-submit")
     expect(page.locator("#run-input")).to_contain_text('"replicas": 3', timeout=10_000)
     expect(page.locator("#run-input")).to_contain_text('"env": "staging"')
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+ON_PUSH = """version: cryosleep/pipeline/v1
+on: {webhook: [push]}
+jobs:
+  ci:
+    steps:
+      - run: echo ci
+"""
+
+
+def _deliver(split: Split, name: str, secret: str, event: str, body: dict) -> int:
+    raw = json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"{split.url}/api/v1/hooks/dev/default/{name}", data=raw, method="POST",
+        headers={"Content-Type": "application/json", "X-Cryo-Event": event,
+                 "X-Cryo-Signature": webhook.sign(secret, raw)})
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_webhook_page_lists_deliveries_and_their_outcomes(split: Split, page: Page) -> None:
+    split.cli("workflow", "put", "ci", str(script(split.dir, "ci.yaml", ON_PUSH)))
+    status, hook = http(f"{split.url}{API}/webhooks", split.user_token, "POST",
+                        {"name": "forge", "workflow": "ci"})
+    assert status == 201
+    status, bus = http(f"{split.url}{API}/webhooks", split.user_token, "POST", {"name": "bus"})
+    assert status == 201
+    assert _deliver(split, "forge", hook["secret"], "push", {"n": 1}) == 201
+    assert _deliver(split, "forge", hook["secret"], "issues", {"n": 2}) == 202
+    assert _deliver(split, "bus", bus["secret"], "ping", {"n": 3}) == 202
+    assert _deliver(split, "forge", "not-the-secret", "push", {"n": 4}) == 401
+    _live(page, split)
+    page.goto(f"{split.url}/#/webhooks")
+    rows = page.locator("#webhook-deliveries tbody tr")
+    expect(rows).to_have_count(3)  # the refused one is not stored
+    started = page.locator('#webhook-deliveries tr[data-outcome="started"]')
+    expect(started).to_contain_text("accepted: started a run")
+    expect(started.locator("a")).to_be_visible()
+    expect(page.locator('#webhook-deliveries tr[data-outcome="ignored"]')).to_contain_text(
+        "leaves this event out")
+    expect(page.locator('#webhook-deliveries tr[data-outcome="published"]')).to_contain_text("ping")
+    expect(page.locator("main")).to_contain_text("not recorded")
     assert page.errors == []  # type: ignore[attr-defined]

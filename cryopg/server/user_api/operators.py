@@ -13,7 +13,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, RunFinished
 from cryopg.server.auth import MEMBER, require_user
-from cryopg.server.bodies import json_body, optional_str_field
+from cryopg.server.bodies import json_body, optional_str_field, query_int
 from cryopg.server.redact import masked
 from cryopg.server.render import run_json
 from cryopg.server.state import KEYS, POOL
@@ -125,7 +125,21 @@ async def _check_input(schema: dict[str, Any], value: Any) -> None:
         raise InvalidArgument(f"input: {error}")
 
 
+async def deliveries(request: web.Request) -> web.Response:
+    """`GET …/webhook-deliveries?limit=`: the latest signed deliveries, newest first, and
+    what each did. A refused one (no or a wrong signature) is answered 401 and never
+    stored, so that nobody without the secret can fill the table."""
+    await require_user(request)
+    org, project = project_of(request)
+    limit = query_int(request, "limit", 20, (1, 200))
+    async with connection(request.app[POOL]) as conn:
+        rows = await engine.list_webhook_deliveries(conn, org, project, limit)
+    return web.json_response({"deliveries": [
+        {**r, "created_at": r["created_at"].isoformat()} for r in rows]})
+
+
 def add_routes(app: web.Application) -> None:
+    app.router.add_get(f"{PROJECT_ROUTE}/webhook-deliveries", deliveries)
     app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/run-again", rerun)
     app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/approvals/{{node}}/reject", reject)
     app.router.add_post(f"{PROJECT_ROUTE}/workflows/{{name}}/runs", start)

@@ -60,17 +60,29 @@ export async function schedulesPage(main, ctl) {
   await load();
 }
 
+// What a stored delivery did, in words (cryo.deliver_webhook's outcomes).
+const OUTCOMES = {
+  started: "accepted: started a run",
+  skipped: "accepted, no run: the workflow's if was false",
+  ignored: "accepted, no run: the workflow's on.webhook leaves this event out",
+  published: "accepted: published on the bus",
+};
+
 export async function webhooksPage(main, ctl) {
   const { webhooks } = await api(projectPath("/webhooks"), { signal: ctl.signal });
-  const recent = await api(projectPath("/runs?trigger=webhook&limit=20"), { signal: ctl.signal });
+  const { deliveries } = await api(projectPath("/webhook-deliveries?limit=50"), { signal: ctl.signal });
   main.replaceChildren(el("h1", {}, "Webhooks"), table("webhooks", ["Name", "Workflow", "URL", "Deliveries", "Last delivery"],
     webhooks.map((w) => el("tr", { "data-webhook": w.name }, el("td", {}, w.name), el("td", {}, wfLink(w.workflow)),
       el("td", {}, el("code", { class: "url" }, location.origin + w.path)), el("td", {}, String(w.deliveries ?? 0)),
       el("td", {}, when(w.last_delivery_at)))), "No webhooks."),
-    el("h2", {}, "Recent deliveries"), table("webhook-runs", ["Run", "Workflow", "Outcome", "When"], recent.runs.map((r) =>
-      el("tr", { "data-run": r.id }, el("td", {}, el("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.id.split(":").pop())),
-        el("td", {}, r.workflow || r.filename), el("td", {}, badge(r.status)), el("td", {}, when(r.created_at)))),
-      "No deliveries started a run yet."));
+    el("h2", {}, "Recent deliveries"),
+    table("webhook-deliveries", ["When", "Webhook", "Event", "Outcome", "Run or event"], deliveries.map((d) =>
+      el("tr", { "data-outcome": d.outcome || "" }, el("td", {}, when(d.created_at)), el("td", {}, d.webhook),
+        el("td", {}, d.event), el("td", { class: "outcome" }, OUTCOMES[d.outcome] || d.outcome || "being delivered"),
+        el("td", {}, d.run_id ? el("a", { href: `#/run/${encodeURIComponent(d.run_id)}` }, d.run_id.split(":").pop())
+          : d.event_id ? `event ${d.event_id}` : "—"))),
+      "No deliveries yet."),
+    el("p", { class: "muted" }, "A delivery without a valid signature is refused (401) and not recorded."));
 }
 
 export async function handlersPage(main, ctl) {
