@@ -131,3 +131,30 @@ def test_log_lines_carry_the_time_they_were_written(split: Split, page: Page) ->
 
     first, second = stamps()
     assert 1.5 <= (second - first) % 86400 < 10, (first, second)
+
+
+QUICK_STEPS = """#!/usr/bin/env bash
+set -e
+cryopg step quick -- true
+cryopg step second -- sleep 1
+"""
+
+
+def test_a_completed_checkpoint_shows_its_real_duration(split: Split, page: Page) -> None:
+    """2. The agent passes when a step began with its record: a step too quick to be
+    marked still has a start before its end, and a marked one counts from its real start."""
+    split.agent("ui-agent")
+    run_id = submit(split, script(split.dir, "quick.sh", QUICK_STEPS))
+    wait_for("the run to finish", lambda: show(split, run_id)["status"] == "succeeded")
+    _open(page, split, run_id)
+    got = page.evaluate("""async (base) => {
+        const { api } = await import('/ui/api.js');
+        return (await api(base + '/checkpoints')).checkpoints.map(
+            c => [c.name, Date.parse(c.completed_at) - Date.parse(c.created_at)]); }""",
+                        f"/api/v1/orgs/dev/projects/default/runs/{run_id}")
+    took = dict(got)
+    assert took["quick"] > 0, got  # not the same time twice
+    assert took["second"] >= 1000, got  # from its start, not from its marker
+    durs = page.locator("#checkpoints .cp-dur")
+    expect(durs.first).to_have_text(re.compile(r"^\d+ ms$"))
+    expect(durs.nth(1)).to_have_text(re.compile(r"^1\.\d s$"))
