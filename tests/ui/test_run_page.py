@@ -15,12 +15,14 @@ from tests.ui.conftest import login_url
 from tests.ui.perf import record
 
 # The step prints a line stamped with the wall clock in ms, so the page can tell how
-# long the line took to reach the screen.
+# long the line took to reach the screen. It waits a second first: the page opens the
+# step's section when the step's marker arrives (50 ms in, then a push), and a line
+# printed before that lands above the section.
 STEPS = r"""#!/usr/bin/env bash
 set -e
 echo "before steps"
 cryopg step slow --label 'the slow one' -- \
-  bash -c 'echo "inside-step $(date +%s%3N)"; sleep 4; echo step-end'
+  bash -c 'sleep 1; echo "inside-step $(date +%s%3N)"; sleep 3; echo step-end'
 cryopg sleep 1s
 echo "after wake"
 for i in 1 2 3; do echo "tick $i $(date +%s%3N)"; sleep 0.5; done
