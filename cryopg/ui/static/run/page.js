@@ -86,9 +86,9 @@ export async function runPage(main, runId, ctl) {
   let pending = null;
   liveStream(`${base}/stream?tail=${LOG_TAIL_BYTES}`, (name, data) => {
     if (name === "hello") {
-      // The run may have moved between the first read and the stream's start, which only
-      // reports later changes: read it once more.
-      if (data.status !== run.status) refresh();
+      // The stream reports changes after its baseline, taken before hello; anything
+      // between the first read and then is in this read.
+      refresh();
     } else if (name === "tail" && !isGraph) {
       log.tail(data);
       after = 0;
