@@ -183,8 +183,9 @@ class AgentAPI:
         label: str | None,
         stdout: str,
         exit_code: int,
+        started_at: float | None = None,
     ) -> int:
-        """Record a finished step; returns its seq."""
+        """Record a finished step (begun at `started_at`, Unix seconds); returns its seq."""
         _, payload = await self._post(
             self._run_path(run_id, "steps"),
             {
@@ -196,6 +197,7 @@ class AgentAPI:
                 "label": label,
                 "stdout": stdout,
                 "exit_code": exit_code,
+                "started_at": started_at,
             },
             retry_for=RECORD_RETRY_SECONDS,
         )

@@ -14,6 +14,7 @@ import json
 import math
 import secrets
 import sys
+import time
 from typing import Any
 
 from agent import waits
@@ -199,7 +200,7 @@ class DurableVerbs(JournalCursor):
         mark.add_done_callback(self._tasks.discard)
         mark.add_done_callback(_settled)
         self._open_steps[call_id] = {"path": path, "name": name, "ordinal": ordinal, "label": label,
-                                     "position": position}
+                                     "position": position, "started": time.time()}
         return {
             "ok": True,
             "hit": False,
@@ -258,6 +259,7 @@ class DurableVerbs(JournalCursor):
                 label=call["label"],
                 stdout=stdout,
                 exit_code=exit_code,
+                started_at=call["started"],
             )
         )
         self._remember(

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import ui_bench  # bench/ui_bench.py, beside this file
+
 
 def _f(v: float | None, digits: int = 0) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
@@ -189,6 +191,8 @@ def render(r: dict[str, Any]) -> str:
         import replica_bench  # bench/replica_bench.py, beside this file
 
         out += replica_bench.render(r)
+
+    out += ui_bench.section()
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
     out.append("")
     r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)

@@ -3638,6 +3638,17 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_tokens(p_org text) IS 'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
 
+CREATE FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer DEFAULT 20) RETURNS TABLE(webhook text, event text, outcome text, run_id text, event_id bigint, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at
+      FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project
+     ORDER BY d.created_at DESC LIMIT least(greatest(p_limit, 0), 200)
+$$;
+
+COMMENT ON FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer) IS 'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published) and the run started or event published. Raises nothing.';
+
 CREATE FUNCTION cryo.list_webhooks(p_org text, p_project text) RETURNS TABLE(name text, workflow text, status_url text, created_at timestamp with time zone, deliveries bigint, last_delivery_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
@@ -4164,10 +4175,10 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_journal(p_run_id text, p_token uuid) IS 'Returns the claimed run''s memos in position order (results sealed; answer_clear holds engine answers such as child ids and counts, or a payload an application sent in the clear). Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.read_last_attempt_log(p_run_id text) RETURNS TABLE(id bigint, data bytea)
+CREATE FUNCTION cryo.read_last_attempt_log(p_run_id text) RETURNS TABLE(id bigint, data bytea, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
-    SELECT l.id, l.data FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
      WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id
 $$;
 
@@ -4182,15 +4193,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_log_archive(p_run_id text) IS 'Returns the object key, last chunk id and size of a run''s log moved to the object store; no row when it has not moved. Raises nothing.';
 
-CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea)
+CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
-    SELECT l.id, l.data FROM cryo.logs l
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l
      WHERE l.run_id = p_run_id AND l.id > p_after
      ORDER BY l.id LIMIT p_limit
 $$;
 
-COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order, each with the time it was stored. Raises nothing.';
 
 CREATE FUNCTION cryo.read_outputs(p_run_id text) RETURNS TABLE(key text, value bytea)
     LANGUAGE sql STABLE
@@ -4227,7 +4238,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_status_post(p_run_id text) IS 'Returns the commit status of a webhook run: where it goes, whether it was sent, and why not. Raises nothing.';
 
-CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text DEFAULT NULL::text) RETURNS integer
+CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text DEFAULT NULL::text, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -4246,6 +4257,14 @@ BEGIN
         END IF;
         RAISE EXCEPTION 'run % already recorded %', p_run_id, v_path USING ERRCODE = 'CR007';
     END IF;
+    IF p_started_at IS NOT NULL THEN
+        -- When the step began, by the agent: a step too quick to be marked, or marked
+        -- late, would otherwise read as starting when it was recorded (or marked).
+        UPDATE cryo.journal j SET created_at = greatest(p_started_at, r.created_at)
+          FROM cryo.runs r
+         WHERE j.run_id = p_run_id AND j.seq = v_seq AND r.id = p_run_id
+           AND p_started_at < j.created_at;
+    END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
                           coalesce(p_name, ''), p_ordinal);
     PERFORM cryo._notify_run(p_run_id);
@@ -4253,9 +4272,9 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text) IS 'Records a durable call''s sealed result at the agent''s position p_position for the claimed run; the path is derived from (family, name, ordinal) and p_path, when given, must agree. Returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path, CR007 when an earlier attempt recorded the path.';
+COMMENT ON FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text, p_started_at timestamp with time zone) IS 'Records a durable call''s sealed result at the agent''s position p_position for the claimed run; the path is derived from (family, name, ordinal) and p_path, when given, must agree; p_started_at, when earlier, is the entry''s start time (never before the run was created). Returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path, CR007 when an earlier attempt recorded the path.';
 
-CREATE FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[]) RETURNS TABLE(n integer, seq integer, error_code text, error_message text)
+CREATE FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[], p_started_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[]) RETURNS TABLE(n integer, seq integer, error_code text, error_message text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -4279,7 +4298,7 @@ BEGIN
             seq := cryo.record_step(p_run_ids[v_i], p_tokens[v_i], p_positions[v_i],
                                     p_families[v_i], p_names[v_i], p_ordinals[v_i],
                                     p_labels[v_i], p_results[v_i], p_exit_codes[v_i],
-                                    p_paths[v_i]);
+                                    p_paths[v_i], p_started_ats[v_i]);
             error_code := NULL;
             error_message := NULL;
         EXCEPTION WHEN OTHERS THEN
@@ -4292,7 +4311,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[]) IS 'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
+COMMENT ON FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[], p_started_ats timestamp with time zone[]) IS 'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
 
 CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text DEFAULT NULL::text, p_instance text DEFAULT NULL::text, p_last_claim_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE sql
@@ -4312,6 +4331,38 @@ CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities 
 $$;
 
 COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old) and when it last received a run (a known one is kept when NULL). Returns true when the agent was asked to drain. Raises nothing of its own.';
+
+CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    IF cryo.is_terminal(v_run.status) THEN
+        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
+    END IF;
+    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
+    UPDATE cryo.node_instances i SET status = 'failed', finished_at = cryo.now(), wait_name = p_by
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
+       AND i.wait_kind = 'approval' AND i.output IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
+           error = left('rejected by ' || p_by, 200)
+     WHERE n.run_id = p_run_id AND n.node_id = p_node;
+    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_rejected', 'node', p_node, 0,
+                          p_payload => p_payload);
+    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) IS 'Turns down a waiting approval node of a graph run (rejected by p_by, with a sealed payload holding the comment): the node fails, so the run fails; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
 
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql
@@ -4494,6 +4545,28 @@ $$;
 
 COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
 
+CREATE FUNCTION cryo.rerun_run(p_run_id text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_old cryo.runs;
+    v_new text;
+BEGIN
+    SELECT * INTO v_old FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+    END IF;
+    SELECT s.run_id INTO v_new FROM cryo.submit_script(
+        v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
+        NULL, v_old.required_caps, v_old.workflow, v_old.input_clear,
+        p_untrusted => v_old.untrusted, p_workdir => v_old.workdir, p_graph => v_old.graph) s;
+    PERFORM cryo._history(v_new, v_old.org, v_old.project, 'rerun_of', 'run', p_run_id, 0);
+    RETURN v_new;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.rerun_run(p_run_id text) IS 'Starts a new run with the same source (or graph), input, workflow name, working directory and trust as run p_run_id, and records rerun_of in its history; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
+
 CREATE FUNCTION cryo.revoke_session(p_org text, p_session_id text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -4578,6 +4651,42 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) IS 'Replaces a run''s clear input with its sealed form. Returns nothing. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.search_runs(p_org text, p_project text, p_text text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_trigger text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, trig text, children bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH cursor_row AS (
+        SELECT c.created_at, c.id FROM cryo.runs c
+         WHERE c.id = p_before AND c.org = p_org AND c.project = p_project
+    ), pat AS (
+        SELECT '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS t,
+               '%' || replace(replace(replace(p_workflow, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w
+    )
+    SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
+           r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
+           r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
+           cryo.is_terminal(r.status), r.parent_run_id,
+           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
+           (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
+      FROM pat, cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+     WHERE r.org = p_org AND r.project = p_project
+       AND (p_status IS NULL OR r.status = p_status)
+       AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) ILIKE pat.w)
+       AND (p_trigger IS NULL OR CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                                      ELSE coalesce(r.trigger_kind, 'manual') END = p_trigger)
+       AND (p_since IS NULL OR r.created_at >= p_since)
+       AND (p_until IS NULL OR r.created_at < p_until)
+       AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
+            OR r.input_clear::text ILIKE pat.t
+            OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
+       AND (p_before IS NULL OR (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c))
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT least(greatest(p_limit, 0), 200)
+$$;
+
+COMMENT ON FUNCTION cryo.search_runs(p_org text, p_project text, p_text text, p_status text, p_workflow text, p_trigger text, p_since timestamp with time zone, p_until timestamp with time zone, p_before text, p_limit integer) IS 'Returns one page (at most 200) of a project''s runs, children included, newest first after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises nothing.';
 
 CREATE FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -6218,6 +6327,8 @@ CREATE INDEX state_cells_project ON cryo.state_cells USING btree (org, project);
 CREATE INDEX state_cells_run ON cryo.state_cells USING btree (run_id) WHERE (run_id IS NOT NULL);
 
 CREATE INDEX status_posts_open ON cryo.status_posts USING btree (created_at) WHERE (state = ANY (ARRAY['waiting'::text, 'sending'::text]));
+
+CREATE INDEX webhook_deliveries_recent ON cryo.webhook_deliveries USING btree (org, project, created_at DESC);
 
 CREATE TRIGGER runs_inherit_untrusted BEFORE INSERT OR UPDATE OF parent_run_id ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._inherit_untrusted();
 

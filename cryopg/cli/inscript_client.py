@@ -129,8 +129,9 @@ def run_step(socket_path: str, name: str, label: str | None, needs: list[str],
     # The body gets no agent handles (a nested verb must fail loudly), only its key.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRYO_")}
     env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
-    try:
-        raw, code = lean.run_captured(command, env)
+    sys.stdout.flush()
+    try:  # echoed as it comes: a long step's output is on the log while it runs
+        raw, code = lean.run_captured(command, env, echo_fd=1)
         if code < 0:
             code = 128 - code  # killed by signal N -> 128+N, as a shell reports it
     except FileNotFoundError:
@@ -139,13 +140,12 @@ def run_step(socket_path: str, name: str, label: str | None, needs: list[str],
     except PermissionError:
         print(f"cryopg step: permission denied: {command[0]}", file=sys.stderr)
         raw, code = b"", 126
-    # Recorded as text; replays print the recorded text, so this pass prints it too.
+    # Recorded as text; replays print the recorded text, as this pass printed it live.
     stdout = raw.decode("utf-8", errors="replace")
     call(
         socket_path,
         {"op": "step.finish", "call_id": reply.get("call_id"), "stdout": stdout, "exit_code": code},
     )
-    write_stdout(stdout)
     return code
 
 

@@ -88,13 +88,18 @@ def unix_socket() -> Socket:
     return Socket(AF_UNIX, SOCK_STREAM)
 
 
-def run_captured(command: list[str], env: dict[str, str]) -> tuple[bytes, int]:
+def run_captured(command: list[str], env: dict[str, str],
+                 echo_fd: int | None = None) -> tuple[bytes, int]:
     """subprocess.run(command, stdout=PIPE, env=env) -> (stdout, returncode): a negative
-    code is a signal. Raises OSError (FileNotFoundError, …) when it cannot start."""
+    code is a signal. With echo_fd, each chunk is also written there as it arrives, so
+    a step's output reaches the log while it runs. Raises OSError (FileNotFoundError, …)
+    when it cannot start."""
     if not hasattr(os, "posix_spawnp"):
         import subprocess
 
         done = subprocess.run(command, stdout=subprocess.PIPE, env=env)
+        if echo_fd is not None:
+            os.write(echo_fd, done.stdout)
         return done.stdout, done.returncode
     read_end, write_end = os.pipe()
     # As subprocess does: the signals Python ignores back to default, inherited fds closed.
@@ -112,10 +117,17 @@ def run_captured(command: list[str], env: dict[str, str]) -> tuple[bytes, int]:
     try:
         while chunk := os.read(read_end, 65536):
             chunks.append(chunk)
+            if echo_fd is not None:
+                _write_all(echo_fd, chunk)
     finally:
         os.close(read_end)
     _, status = os.waitpid(pid, 0)
     return b"".join(chunks), os.waitstatus_to_exitcode(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _inherited_fds() -> list[int]:

@@ -73,10 +73,12 @@ from cryopg.engine.log_store import (
     read_log_archive,
     trim_run_log,
 )
+from cryopg.engine.operators import reject_node, rerun_run, search_runs
 from cryopg.engine.reads import (
     get_run,
     list_runs,
     list_runs_page,
+    list_webhook_deliveries,
     log_tail_start,
     read_checkpoints,
     read_run_detail,
@@ -235,6 +237,9 @@ __all__ = [
     "drain_agents",
     "draining_agents",
     "list_agents",
+    "reject_node",
+    "rerun_run",
+    "search_runs",
     "PendingLogin",
     "RoleMap",
     "SessionInfo",
@@ -388,6 +393,7 @@ __all__ = [
     "revoke_token",
     "rewrap_org_keys",
     "run_entity_cells",
+    "list_webhook_deliveries",
     "seal_run_input",
     "send_signal",
     "set_org_key",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from psycopg import AsyncConnection
@@ -9,19 +10,21 @@ from psycopg.rows import class_row
 
 from cryopg.engine.types import HistoryEvent, LogChunk
 
-# (run_id, token, position, family, name, ordinal, label, result, exit_code, path)
+# (run_id, token, position, family, name, ordinal, label, result, exit_code, path,
+#  started_at: when the agent began the step)
 StepItem = tuple[str, uuid.UUID, int | None, str, str, int, str | None, bytes | None,
-                 int | None, str | None]
+                 int | None, str | None, dt.datetime | None]
 
 
 async def record_steps(conn: AsyncConnection,
                        items: list[StepItem]) -> list[tuple[int | None, str | None, str | None]]:
     """Each item as record_step takes it; returns per item, in order, (seq, None, None) or
     (None, SQLSTATE, message) for one refused alone."""
-    cols = list(zip(*items, strict=True)) if items else [()] * 10
+    cols = list(zip(*items, strict=True)) if items else [()] * 11
     cur = await conn.execute(
         "SELECT * FROM cryo.record_steps(%s::text[], %s::uuid[], %s::int[], %s::text[],"
-        " %s::text[], %s::int[], %s::text[], %s::bytea[], %s::int[], %s::text[])",
+        " %s::text[], %s::int[], %s::text[], %s::bytea[], %s::int[], %s::text[],"
+        " %s::timestamptz[])",
         [list(c) for c in cols], prepare=True)
     rows = {r[0]: (r[1], r[2], r[3]) for r in await cur.fetchall()}
     return [rows[i + 1] for i in range(len(items))]

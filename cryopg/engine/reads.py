@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from psycopg import AsyncConnection
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 
 from cryopg.engine.types import Checkpoint, EntityCell, LogTail, Run, RunDetail, RunRow
 
@@ -58,3 +60,11 @@ async def run_entity_cells(conn: AsyncConnection, run_id: str,
 
 async def watch_run(conn: AsyncConnection, run_id: str) -> None:
     await conn.execute("SELECT cryo.watch_run(%s)", (run_id,))
+
+
+async def list_webhook_deliveries(conn: AsyncConnection, org: str, project: str,
+                                  limit: int = 20) -> list[dict[str, Any]]:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute("SELECT * FROM cryo.list_webhook_deliveries(%s, %s, %s)",
+                      (org, project, limit))
+    return await cur.fetchall()

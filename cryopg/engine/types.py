@@ -120,6 +120,7 @@ class RunDetail:
 class LogChunk:
     id: int
     data: bytes
+    created_at: dt.datetime | None = None  # when the chunk was stored
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema
+
 from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
     STATE_OPS,
     WRITE_OPS,
@@ -102,7 +104,8 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
         raise GraphError(f"version: {json.dumps(version)[:80]} is not a version cryopg runs; "
                          f"use {VERSION} (or {NODE_VERSION} for one node){hint}")
     unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name",
-                          "if", "cancel_on", "on", "on_failure"}
+                          "if", "cancel_on", "on", "on_failure",
+                          "input_schema"}
     if unknown:
         raise GraphError(f"unknown top-level key {sorted(unknown)[0]!r}")
     nodes = doc.get("nodes")
@@ -161,6 +164,8 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     except ExprError as exc:
         raise GraphError(f"graph: {exc}") from None
     structure.update(_trigger_keys(doc))
+    if "input_schema" in doc:  # the start form's fields; the server checks inputs by it
+        structure["input_schema"] = _input_schema(doc["input_schema"])
     return Compiled(structure, {"version": VERSION, "configs": configs})
 
 
@@ -380,5 +385,21 @@ def _check_config(nid: str, ntype: str, c: dict[str, Any], known: frozenset[str]
         raise GraphError(f"node {nid}: config has unknown key {sorted(unknown)[0]!r} (a {ntype} "
                          f"node reads {', '.join(sorted(node.keys))})")
     node.check(nid, c)
+
+
+def _input_schema(schema: Any) -> dict[str, Any]:
+    """A graph's declared input: a JSON Schema object, its patterns runnable on RE2."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise GraphError('input_schema: must be a JSON Schema with "type": "object"')
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise GraphError(f"input_schema: not a JSON Schema: {exc.message}") from None
+    try:
+        check_patterns("input_schema", schema)
+    except GraphError as exc:  # said of a node there; here of the input
+        raise GraphError(str(exc).replace("node input_schema: config.fields", "input_schema")
+                         ) from None
+    return schema
 
 

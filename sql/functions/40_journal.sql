@@ -56,7 +56,7 @@ COMMENT ON FUNCTION cryo.mark_step(text, uuid, integer, text, text, integer, tex
 CREATE OR REPLACE FUNCTION cryo.record_step(
     p_run_id text, p_token uuid, p_position integer, p_family text, p_name text,
     p_ordinal integer, p_label text, p_result bytea, p_exit_code integer,
-    p_path text DEFAULT NULL)
+    p_path text DEFAULT NULL, p_started_at timestamptz DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -75,14 +75,22 @@ BEGIN
         END IF;
         RAISE EXCEPTION 'run % already recorded %', p_run_id, v_path USING ERRCODE = 'CR007';
     END IF;
+    IF p_started_at IS NOT NULL THEN
+        -- When the step began, by the agent: a step too quick to be marked, or marked
+        -- late, would otherwise read as starting when it was recorded (or marked).
+        UPDATE cryo.journal j SET created_at = greatest(p_started_at, r.created_at)
+          FROM cryo.runs r
+         WHERE j.run_id = p_run_id AND j.seq = v_seq AND r.id = p_run_id
+           AND p_started_at < j.created_at;
+    END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
                           coalesce(p_name, ''), p_ordinal);
     PERFORM cryo._notify_run(p_run_id);
     RETURN v_seq;
 END
 $$;
-COMMENT ON FUNCTION cryo.record_step(text, uuid, integer, text, text, integer, text, bytea, integer, text) IS
-    'Records a durable call''s sealed result at the agent''s position p_position for the claimed run; the path is derived from (family, name, ordinal) and p_path, when given, must agree. Returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path, CR007 when an earlier attempt recorded the path.';
+COMMENT ON FUNCTION cryo.record_step(text, uuid, integer, text, text, integer, text, bytea, integer, text, timestamptz) IS
+    'Records a durable call''s sealed result at the agent''s position p_position for the claimed run; the path is derived from (family, name, ordinal) and p_path, when given, must agree; p_started_at, when earlier, is the entry''s start time (never before the run was created). Returns its position (seq), the same one again when this attempt already recorded it. Raises CR002 for a stale claim token, CR004 for a malformed identity, CR009 for a disagreeing path, CR007 when an earlier attempt recorded the path.';
 
 -- The batched record_step, for steps several agents report at once (the server's group
 -- commit): each item is one cryo.record_step in its own subtransaction, so one that is
@@ -93,7 +101,7 @@ COMMENT ON FUNCTION cryo.record_step(text, uuid, integer, text, text, integer, t
 CREATE OR REPLACE FUNCTION cryo.record_steps(
     p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[],
     p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[],
-    p_exit_codes integer[], p_paths text[])
+    p_exit_codes integer[], p_paths text[], p_started_ats timestamptz[] DEFAULT NULL)
 RETURNS TABLE (n integer, seq integer, error_code text, error_message text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -117,7 +125,7 @@ BEGIN
             seq := cryo.record_step(p_run_ids[v_i], p_tokens[v_i], p_positions[v_i],
                                     p_families[v_i], p_names[v_i], p_ordinals[v_i],
                                     p_labels[v_i], p_results[v_i], p_exit_codes[v_i],
-                                    p_paths[v_i]);
+                                    p_paths[v_i], p_started_ats[v_i]);
             error_code := NULL;
             error_message := NULL;
         EXCEPTION WHEN OTHERS THEN
@@ -129,7 +137,7 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION cryo.record_steps(text[], uuid[], integer[], text[], text[], integer[], text[], bytea[], integer[], text[]) IS
+COMMENT ON FUNCTION cryo.record_steps(text[], uuid[], integer[], text[], text[], integer[], text[], bytea[], integer[], text[], timestamptz[]) IS
     'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
 
 -- annotate is a side channel, not a durable call: it lands in history only.

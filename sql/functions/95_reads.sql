@@ -87,6 +87,54 @@ $$;
 COMMENT ON FUNCTION cryo.list_runs_page(text, text, text, text, text, text, integer) IS
     'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent, schedule, webhook, event or manual) and child count. Raises nothing.';
 
+-- The runs search of the web UI: any run of the project (children too) whose id or
+-- workflow/file name holds p_text, or whose clear input or a step label does (sealed
+-- inputs stay unsearchable), by status, trigger kind and a created_at range; newest
+-- first after the cursor run p_before. Same columns as list_runs_page.
+CREATE OR REPLACE FUNCTION cryo.search_runs(
+    p_org text, p_project text, p_text text DEFAULT NULL, p_status text DEFAULT NULL,
+    p_workflow text DEFAULT NULL, p_trigger text DEFAULT NULL, p_since timestamptz DEFAULT NULL,
+    p_until timestamptz DEFAULT NULL, p_before text DEFAULT NULL, p_limit integer DEFAULT 50)
+RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,
+               substate text, attempt integer, exit_code integer, error text,
+               idempotency_key text, created_at timestamptz, started_at timestamptz,
+               finished_at timestamptz, wake_at timestamptz, agent_id text,
+               concurrency_group text, queue_position integer, finished boolean,
+               parent_run_id text, trig text, children bigint)
+LANGUAGE sql STABLE AS $$
+    WITH cursor_row AS (
+        SELECT c.created_at, c.id FROM cryo.runs c
+         WHERE c.id = p_before AND c.org = p_org AND c.project = p_project
+    ), pat AS (
+        SELECT '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS t,
+               '%' || replace(replace(replace(p_workflow, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w
+    )
+    SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
+           r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
+           r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
+           CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
+           cryo.is_terminal(r.status), r.parent_run_id,
+           CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
+           (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
+      FROM pat, cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+     WHERE r.org = p_org AND r.project = p_project
+       AND (p_status IS NULL OR r.status = p_status)
+       AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) ILIKE pat.w)
+       AND (p_trigger IS NULL OR CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                                      ELSE coalesce(r.trigger_kind, 'manual') END = p_trigger)
+       AND (p_since IS NULL OR r.created_at >= p_since)
+       AND (p_until IS NULL OR r.created_at < p_until)
+       AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
+            OR r.input_clear::text ILIKE pat.t
+            OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
+       AND (p_before IS NULL OR (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c))
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT least(greatest(p_limit, 0), 200)
+$$;
+COMMENT ON FUNCTION cryo.search_runs(text, text, text, text, text, text, timestamptz, timestamptz, text, integer) IS
+    'Returns one page (at most 200) of a project''s runs, children included, newest first after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises nothing.';
+
 -- What the run page shows beside get_run: the sealed input (or the clear one an
 -- application passed from SQL) and the parent that started the run.
 CREATE OR REPLACE FUNCTION cryo.read_run_detail(p_run_id text)
@@ -170,14 +218,14 @@ COMMENT ON FUNCTION cryo.log_tail_start(text, bigint) IS
     'Returns where a tail window of about p_bytes of a run''s log starts: the chunk id to read after, how many (sealed) bytes come before it, and the log''s total. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)
-RETURNS TABLE (id bigint, data bytea)
+RETURNS TABLE (id bigint, data bytea, created_at timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT l.id, l.data FROM cryo.logs l
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l
      WHERE l.run_id = p_run_id AND l.id > p_after
      ORDER BY l.id LIMIT p_limit
 $$;
 COMMENT ON FUNCTION cryo.read_logs(text, bigint, integer) IS
-    'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order. Raises nothing.';
+    'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order, each with the time it was stored. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.list_events(
     p_org text, p_project text, p_name text DEFAULT NULL, p_limit integer DEFAULT 50)
@@ -202,9 +250,9 @@ COMMENT ON FUNCTION cryo.read_outputs(text) IS 'Returns a run''s outputs (values
 
 -- The log of a run's latest attempt: what collecting an activity prints.
 CREATE OR REPLACE FUNCTION cryo.read_last_attempt_log(p_run_id text)
-RETURNS TABLE (id bigint, data bytea)
+RETURNS TABLE (id bigint, data bytea, created_at timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT l.id, l.data FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
      WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id
 $$;
 COMMENT ON FUNCTION cryo.read_last_attempt_log(text) IS
@@ -270,3 +318,16 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.read_event(bigint) IS
     'Returns one bus event''s name and payload (sealed, or clear from SQL); no row when it is gone. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text,
+                                                         p_limit integer DEFAULT 20)
+RETURNS TABLE (webhook text, event text, outcome text, run_id text, event_id bigint,
+               created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at
+      FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project
+     ORDER BY d.created_at DESC LIMIT least(greatest(p_limit, 0), 200)
+$$;
+COMMENT ON FUNCTION cryo.list_webhook_deliveries(text, text, integer) IS
+    'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published) and the run started or event published. Raises nothing.';

@@ -127,7 +127,7 @@ def test_filters_children_and_signal_and_cancel(split: Split, page: Page) -> Non
     assert page.locator("tr.child").count() == 0
     row.locator("button.expand").click()
     expect(page.locator("tr.child")).to_have_count(1)
-    expect(page.locator("tr.child td").nth(3)).to_have_text("parent")
+    expect(page.locator("tr.child td").nth(4)).to_have_text("parent")  # after the select box
     # Filters: by status, by workflow.
     page.select_option("#filter-status", "failed")
     expect(page.locator("#runs-body tr")).to_have_count(1)

@@ -3,6 +3,9 @@ the run, a note."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from aiohttp import web
 
 from cryopg import engine
@@ -41,8 +44,18 @@ async def steps(request: web.Request) -> web.Response:
     seq = await request.app[STEPS].record(
         (run_id, token, at["position"], str(body.get("family") or ""),
          str(body.get("name") or ""), ordinal, label, result,
-         exit_code, at["path"]))
+         exit_code, at["path"], _started_at(body)))
     return web.json_response({"seq": seq})
+
+
+def _started_at(body: dict[str, Any]) -> datetime | None:
+    """`started_at`: when the agent began the step, in Unix seconds (optional)."""
+    got = body.get("started_at")
+    if got is None:
+        return None
+    if isinstance(got, bool) or not isinstance(got, int | float) or not 0 < got < 2**33:
+        raise InvalidArgument("started_at must be a Unix time in seconds")
+    return datetime.fromtimestamp(got, UTC)
 
 
 async def marks(request: web.Request) -> web.Response:

@@ -16,6 +16,7 @@ from cryopg.server.user_api import (
     hooks,
     live,
     logs,
+    operators,
     runs,
     secrets,
     sign_ins,
@@ -27,5 +28,5 @@ from cryopg.server.user_api import (
 
 def add_routes(app: web.Application) -> None:
     for module in (runs, graphs, logs, live, signals_events, state, admin, secrets, triggers,
-                   hooks, sign_ins, artifacts):
+                   hooks, sign_ins, artifacts, operators):
         module.add_routes(app)

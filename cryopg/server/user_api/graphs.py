@@ -27,7 +27,7 @@ from cryopg.graphs.document import (
 from cryopg.pipelines import PipelineError, compile_pipeline, is_pipeline
 from cryopg.seal import Sealer
 from cryopg.server.auth import MEMBER, require_user
-from cryopg.server.bodies import json_body, str_field
+from cryopg.server.bodies import json_body, optional_str_field, str_field
 from cryopg.server.render import open_document, run_json
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
@@ -141,6 +141,9 @@ async def approve(request: web.Request) -> web.Response:
     run = await own_run(request, MEMBER)
     node = request.match_info["node"]
     answer = await json_body(request)
+    # An optional comment goes to history with the answer, not through the fields' check.
+    comment = optional_str_field(answer, "comment", limit=2000)
+    answer.pop("comment", None)
     sealer = await request.app[KEYS].sealer(run.org)
     async with connection(request.app[POOL]) as conn:
         got = await engine.read_graph(conn, run.id)
@@ -154,9 +157,8 @@ async def approve(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         if run.finished:
             raise RunFinished(f"run {run.id} already finished ({run.status})")
-        taken = await engine.approve_node(conn, run.id, node,
-                                          sealer.seal_json({**answer, "approved_by": user.member}),
-                                          user.member)
+        said = {**answer, "approved_by": user.member, **({"comment": comment} if comment else {})}
+        taken = await engine.approve_node(conn, run.id, node, sealer.seal_json(said), user.member)
     if not taken:
         raise RunFinished(f"node {node} of run {run.id} is not waiting for an approval")
     return web.json_response({"approved": True, "node": node, "approved_by": user.member})

@@ -193,31 +193,31 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
 async def _follow_run(app: web.Application, sse: SSE, sealer: Sealer, run: engine.Run,
                       start: engine.LogTail, moved: list[tuple[int, bytes]]) -> None:
     pool, notifier = app[POOL], app[NOTIFIER]
+    # The baseline is taken before `hello`, on which the page reads the run again: a
+    # change before it is in that read, one after it differs from it and is sent.
+    async with connection(pool) as conn:
+        last_sig: tuple[Any, ...] = (await _run_sig(conn, run.id))[1]
     await sse.send("hello", {"run": run.id, "status": run.status})
     await sse.send("tail", {"skipped_bytes": start.skipped_bytes,
                             "total_bytes": start.total_bytes})
     for cid, data in moved:
         await sse.send("log", {"id": cid, "text": data.decode("utf-8", errors="replace")})
     after, drained_after_end = start.after_id, False
-    last_sig: tuple[Any, ...] | None = None
     while not notifier.closing:
         woken = notifier.run_event(run.id)
         async with connection(pool) as conn:
             chunks = await engine.read_logs(conn, run.id, after)
         for chunk in chunks:
             text = sealer.open(chunk.data).decode("utf-8", errors="replace")
-            await sse.send("log", {"id": chunk.id, "text": text})
+            at = chunk.created_at.isoformat() if chunk.created_at else None
+            await sse.send("log", {"id": chunk.id, "text": text, "at": at})
             after = chunk.id
         if chunks:
             continue  # drain before deciding anything
         async with connection(pool) as conn:
-            now = await engine.get_run(conn, run.id)
-            marks = await engine.read_checkpoints(conn, run.id)
-        sig = (now.status, now.substate, now.attempt, len(marks),
-               sum(1 for m in marks if m.status == "pending"))
+            now, sig = await _run_sig(conn, run.id)
         if sig != last_sig:
-            if last_sig is not None:
-                await sse.send("changed", {"status": now.status, "substate": now.substate})
+            await sse.send("changed", {"status": now.status, "substate": now.substate})
             last_sig = sig
         if now.finished:
             if drained_after_end:
@@ -228,6 +228,18 @@ async def _follow_run(app: web.Application, sse: SSE, sealer: Sealer, run: engin
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), sse.quiet_for())
         await sse.keepalive()
+
+
+async def _run_sig(conn: Any, run_id: str) -> tuple[engine.Run, tuple[Any, ...]]:
+    """The run now, and what of it the page shows: a change in this is sent."""
+    now = await engine.get_run(conn, run_id)
+    marks = await engine.read_checkpoints(conn, run_id)
+    # A graph's turns move its nodes while the run stays `running-nodes`.
+    nodes = (tuple((n.node_id, n.item, n.status, n.item_status)
+                   for n in await engine.read_graph_nodes(conn, run_id))
+             if now.kind == "graph" else ())
+    return now, (now.status, now.substate, now.attempt, len(marks),
+                 sum(1 for m in marks if m.status == "pending"), nodes)
 
 
 async def _feeds_ctx(app: web.Application):  # type: ignore[no-untyped-def]

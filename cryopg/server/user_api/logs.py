@@ -1,4 +1,6 @@
-"""`GET …/runs/{run}/logs[?follow=1&after=ID]`: a run's log, streamed as it is written.
+"""`GET …/runs/{run}/logs[?follow=1&after=ID&times=1]`: a run's log, streamed as it is
+written. With `times=1` (a script run's log) each chunk is one JSON line
+`{"id", "at", "text"}`, `at` being when the chunk was stored.
 
 A graph run (a graph or a pipeline) has no log of its own: its log is its node jobs'
 logs, each line prefixed with the node it came from, as CI systems prefix a job's lines
@@ -8,7 +10,9 @@ logs, each line prefixed with the node it came from, as CI systems prefix a job'
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from datetime import datetime
 
 from aiohttp import web
 
@@ -33,25 +37,28 @@ async def logs(request: web.Request) -> web.StreamResponse:
     run = await own_run(request)
     follow = request.query.get("follow") in ("1", "true", "yes")
     after = query_int(request, "after", 0, INT8)
+    times = request.query.get("times") in ("1", "true", "yes") and run.kind != "graph"
     sealer = await request.app[KEYS].sealer(run.org)
     # A log moved to the object store is read from there first (a 503 if it is down).
     moved, moved_to = ([], after) if run.kind == "graph" else await moved_chunks(
         request.app, run.id, sealer, after)
-    resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8",
+    ctype = "application/x-ndjson" if times else "text/plain; charset=utf-8"
+    resp = web.StreamResponse(headers={"Content-Type": ctype,
                                        "X-Cryo-Run": run.id})
     await resp.prepare(request)
     if run.kind == "graph":
         await _graph_log(request, resp, sealer, run, follow, after)
     else:
-        if moved:
-            await resp.write(b"".join(data for _, data in moved))
-        await _run_log(request, resp, sealer, run, follow, moved_to)
+        if moved:  # a moved chunk keeps no time of its own
+            await resp.write(b"".join(_timed(cid, None, data) if times else data
+                                      for cid, data in moved))
+        await _run_log(request, resp, sealer, run, follow, moved_to, times)
     await resp.write_eof()
     return resp
 
 
 async def _run_log(request: web.Request, resp: web.StreamResponse, sealer: Sealer, run: Run,
-                   follow: bool, after: int) -> None:
+                   follow: bool, after: int, times: bool = False) -> None:
     pool, notifier = request.app[POOL], request.app[NOTIFIER]
     finished = run.finished
     if follow and not finished:
@@ -62,7 +69,10 @@ async def _run_log(request: web.Request, resp: web.StreamResponse, sealer: Seale
         async with connection(pool) as conn:
             chunks = await engine.read_logs(conn, run.id, after)
         for chunk in chunks:
-            await resp.write(sealer.open(chunk.data))
+            data = sealer.open(chunk.data)
+            if times:
+                data = _timed(chunk.id, chunk.created_at, data)
+            await resp.write(data)
             after = chunk.id
         if chunks:
             continue  # drain before deciding anything
@@ -75,6 +85,12 @@ async def _run_log(request: web.Request, resp: web.StreamResponse, sealer: Seale
                 await asyncio.wait_for(woken.wait(), BACKSTOP_SECONDS)
             except TimeoutError:
                 pass
+
+
+def _timed(chunk_id: int, at: datetime | None, data: bytes) -> bytes:
+    """One chunk as a `times=1` line."""
+    return json.dumps({"id": chunk_id, "at": at.isoformat() if at else None,
+                       "text": data.decode("utf-8", errors="replace")}).encode() + b"\n"
 
 
 class _JobLines:

@@ -16,6 +16,7 @@ from cryopg.server.caps import required_caps
 from cryopg.server.redact import masked
 from cryopg.server.render import iso, open_document, run_input, run_json, run_outputs
 from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api import operators
 from cryopg.server.user_api.graphs import admission_group, compiled_graph, graph_json
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 from cryopg.triggers import cron
@@ -75,6 +76,8 @@ async def list_runs(request: web.Request) -> web.Response:
     if limit < 0 or limit > LIST_MAX:
         raise InvalidArgument(f"limit must be between 0 and {LIST_MAX}")
     q = request.query
+    if any(name in q for name in operators.SEARCH_FILTERS):
+        return await operators.search(request, min(limit, PAGE_MAX))
     async with connection(request.app[POOL]) as conn:
         if not any(name in q for name in PAGE_FILTERS):
             runs = await engine.list_runs(conn, org, project, limit)
@@ -108,6 +111,11 @@ async def show_run(request: web.Request) -> web.Response:
             item["attempt"] = ev.attempt
         if ev.kind == "annotation" and ev.payload is not None:
             item["text"] = sealer.open_text(ev.payload)
+        if ev.kind in ("node_approved", "node_rejected") and ev.payload is not None:
+            said = sealer.open_json(ev.payload)  # who answered and their comment
+            item["by"] = said.get("approved_by") or said.get("rejected_by")
+            if said.get("comment"):
+                item["comment"] = said["comment"]
         history.append(item)
     detail = await _detail(request, run)
     extra: dict[str, Any] = {"graph": graph} if graph is not None else {}
@@ -204,7 +212,8 @@ async def get_workflow(request: web.Request) -> web.Response:
     if structure is not None:
         got["nodes"] = [{"id": n["id"], "type": n["type"], "needs": n.get("deps", [])}
                         for n in structure.get("nodes", [])]
-        got.update({k: structure[k] for k in ("on", "cancel_on") if k in structure})
+        got.update({k: structure[k] for k in ("on", "cancel_on", "input_schema")
+                    if k in structure})
     if with_source:
         text = open_document(await request.app[KEYS].sealer(org), sealed)
         if structure is not None and structure.get("pipeline"):

@@ -1,0 +1,53 @@
+"""The web UI's two figures, measured in headless Chromium by its browser tests: the runs
+list's page load (route to rows drawn, median of five) and how long a line printed inside
+a step takes to reach the screen. `python -m bench.ui_bench` runs those tests and writes
+bench/results/ui.json; report.py renders it with `section()`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "results" / "ui.json"
+TESTS = [
+    "tests/ui/test_operators.py::test_phone_and_wide_layouts_accessibility_favicon_and_load_time",
+    "tests/ui/test_run_page.py::test_step_output_live_checkpoint_times_passes_and_log_tools",
+]
+TARGETS = {"runs_list_load_ms": 300, "log_line_in_step_ms": 250}
+
+
+def measure() -> dict[str, Any]:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.unlink(missing_ok=True)
+    env = dict(os.environ, CRYOPG_UI_PERF=str(OUT))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *TESTS], cwd=ROOT, env=env)
+    got = json.loads(OUT.read_text()) if OUT.exists() else {}
+    got["tests_passed"] = done.returncode == 0
+    OUT.write_text(json.dumps(got, indent=1))
+    return got
+
+
+def section(path: Path = OUT) -> list[str]:
+    """The report's lines for the UI, or none when the UI bench did not run."""
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    rows = [f"| {label} | {r[key]:.0f} ms | under {TARGETS[key]} ms |"
+            for key, label in (("runs_list_load_ms", "runs list page load (median of 5)"),
+                               ("log_line_in_step_ms", "new log line on screen, inside a step"))
+            if isinstance(r.get(key), (int, float))]
+    return ["## Web UI", "",
+            "Measured in headless Chromium by the browser tests against a real server and "
+            "agent (tests/ui).", "", "| figure | measured | target |", "|---|---:|---:|",
+            *rows, ""]
+
+
+if __name__ == "__main__":
+    figures = measure()
+    print("\n".join(section()))
+    sys.exit(0 if figures.get("tests_passed") else 1)

@@ -1,0 +1,31 @@
+"""What an operator does beyond submit, signal and cancel: search runs, run one again,
+turn down an approval (sql/functions/96_operators.sql, cryo.search_runs in 95_reads)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psycopg import AsyncConnection
+from psycopg.rows import class_row
+
+from cryopg.engine._sql import _one
+from cryopg.engine.types import RunRow
+
+
+async def search_runs(conn: AsyncConnection, org: str, project: str, *, text: str | None,
+                      status: str | None, workflow: str | None, trigger: str | None,
+                      since: datetime | None, until: datetime | None, before: str | None,
+                      limit: int) -> list[RunRow]:
+    cur = conn.cursor(row_factory=class_row(RunRow))
+    await cur.execute("SELECT * FROM cryo.search_runs(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (org, project, text, status, workflow, trigger, since, until, before, limit))
+    return await cur.fetchall()
+
+
+async def rerun_run(conn: AsyncConnection, run_id: str) -> str:
+    return await _one(conn, "SELECT cryo.rerun_run(%s)", (run_id,))
+
+
+async def reject_node(conn: AsyncConnection, run_id: str, node: str, payload: bytes,
+                      by: str) -> bool:
+    return await _one(conn, "SELECT cryo.reject_node(%s, %s, %s, %s)", (run_id, node, payload, by))

@@ -1,0 +1,145 @@
+"""What the web UI's operators do beyond submit, signal and cancel: search runs, run one
+again (any kind), turn down an approval with a comment, start a stored workflow by name."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from cryopg import engine
+from cryopg.db import connection
+from cryopg.errors import InvalidArgument, RunFinished
+from cryopg.server.auth import MEMBER, require_user
+from cryopg.server.bodies import json_body, optional_str_field, query_int
+from cryopg.server.redact import masked
+from cryopg.server.render import run_json
+from cryopg.server.state import KEYS, POOL
+from cryopg.server.user_api.graphs import VALIDATE_SECONDS, _first_error
+from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
+
+# Any of these selects the search (cryo.search_runs) instead of the plain page.
+SEARCH_FILTERS = ("q", "trigger", "since", "until", "match")
+TRIGGERS = ("manual", "parent", "schedule", "webhook", "event")
+TEXT_MAX = 200
+COMMENT_MAX = 2000
+
+
+def _when(request: web.Request, name: str) -> datetime | None:
+    raw = request.query.get(name)
+    if not raw:
+        return None
+    try:
+        got = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(f"{name} must be an ISO date or time, such as 2026-05-01") from None
+    if got.tzinfo is None:
+        got = got.replace(tzinfo=UTC)
+    return got
+
+
+def _text(request: web.Request, name: str) -> str | None:
+    raw = request.query.get(name, "").strip()
+    if len(raw) > TEXT_MAX:
+        raise InvalidArgument(f"{name} must be at most {TEXT_MAX} characters")
+    return raw or None
+
+
+async def search(request: web.Request, limit: int) -> web.Response:
+    """`GET …/runs?q=&match=&trigger=&since=&until=&status=&before=`: one page of runs,
+    children included, matching all the filters given."""
+    org, project = project_of(request)
+    trigger = _text(request, "trigger")
+    if trigger is not None and trigger not in TRIGGERS:
+        raise InvalidArgument(f"trigger must be one of {', '.join(TRIGGERS)}")
+    async with connection(request.app[POOL]) as conn:
+        rows = await engine.search_runs(
+            conn, org, project, text=_text(request, "q"), status=_text(request, "status"),
+            workflow=_text(request, "match"), trigger=trigger, since=_when(request, "since"),
+            until=_when(request, "until"), before=_text(request, "before"), limit=limit)
+        return web.json_response(await masked(request, conn, org, project, {
+            "runs": [{**run_json(r), "parent_run_id": r.parent_run_id, "trigger": r.trig,
+                      "children": r.children} for r in rows],
+            "next": rows[-1].id if rows and len(rows) == limit else None}))
+
+
+async def rerun(request: web.Request) -> web.Response:
+    """A new run with the same source and input as this one, whatever its kind."""
+    run = await own_run(request, MEMBER)
+    async with connection(request.app[POOL]) as conn:
+        new_id = await engine.rerun_run(conn, run.id)
+        new = await engine.get_run(conn, new_id)
+    return web.json_response({**run_json(new), "rerun_of": run.id}, status=201)
+
+
+async def reject(request: web.Request) -> web.Response:
+    """An approver turns a waiting approval down, with an optional comment: the run fails."""
+    user = await require_user(request, MEMBER)
+    run = await own_run(request, MEMBER)
+    node = request.match_info["node"]
+    body = await json_body(request)
+    comment = optional_str_field(body, "comment", limit=COMMENT_MAX)
+    sealer = await request.app[KEYS].sealer(run.org)
+    if run.finished:
+        raise RunFinished(f"run {run.id} already finished ({run.status})")
+    async with connection(request.app[POOL]) as conn:
+        taken = await engine.reject_node(
+            conn, run.id, node, sealer.seal_json({"rejected_by": user.member, "comment": comment}),
+            user.member)
+    if not taken:
+        raise RunFinished(f"node {node} of run {run.id} is not waiting for an approval")
+    return web.json_response({"rejected": True, "node": node, "rejected_by": user.member,
+                              "comment": comment})
+
+
+async def start(request: web.Request) -> web.Response:
+    """Starts stored workflow NAME with a JSON input (`{"input": …}`), checked first
+    against the `input_schema` the workflow declares, if any (a 400 names the field)."""
+    await require_user(request, MEMBER)
+    org, project = project_of(request)
+    body = await json_body(request)
+    value: Any = body.get("input")
+    name = request.match_info["name"]
+    async with connection(request.app[POOL]) as conn:
+        structure = (await engine.get_workflow(conn, org, project, name))[4]
+    schema = (structure or {}).get("input_schema")
+    if schema is not None:
+        await _check_input(schema, {} if value is None else value)
+    async with connection(request.app[POOL]) as conn:
+        run_id = await engine.submit_run(conn, org, project, name, value)
+    return web.json_response({"run_id": run_id}, status=201)
+
+
+async def _check_input(schema: dict[str, Any], value: Any) -> None:
+    """As an approval's answer is checked: off the loop, RE2 patterns, within a bound."""
+    loop = asyncio.get_running_loop()
+    try:
+        error = await asyncio.wait_for(
+            loop.run_in_executor(None, _first_error, schema, value), VALIDATE_SECONDS)
+    except TimeoutError:
+        raise InvalidArgument(f"the input took over {VALIDATE_SECONDS:g} s to check against "
+                              "the workflow's input_schema") from None
+    if error is not None:
+        raise InvalidArgument(f"input: {error}")
+
+
+async def deliveries(request: web.Request) -> web.Response:
+    """`GET …/webhook-deliveries?limit=`: the latest signed deliveries, newest first, and
+    what each did. A refused one (no or a wrong signature) is answered 401 and never
+    stored, so that nobody without the secret can fill the table."""
+    await require_user(request)
+    org, project = project_of(request)
+    limit = query_int(request, "limit", 20, (1, 200))
+    async with connection(request.app[POOL]) as conn:
+        rows = await engine.list_webhook_deliveries(conn, org, project, limit)
+    return web.json_response({"deliveries": [
+        {**r, "created_at": r["created_at"].isoformat()} for r in rows]})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get(f"{PROJECT_ROUTE}/webhook-deliveries", deliveries)
+    app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/run-again", rerun)
+    app.router.add_post(f"{PROJECT_ROUTE}/runs/{{run}}/approvals/{{node}}/reject", reject)
+    app.router.add_post(f"{PROJECT_ROUTE}/workflows/{{name}}/runs", start)

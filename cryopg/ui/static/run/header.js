@@ -1,0 +1,81 @@
+// The run page's header: what the run is and how it ended, and the actions on it
+// (cancel, signal, run again) for Members.
+import { api } from "../api.js";
+import { el, json } from "../dom.js";
+import { S } from "../session.js";
+import { badge, substate } from "../status.js";
+import { duration, when } from "../time.js";
+
+export function headerView({ base, refresh }) {
+  const root = el("section", { id: "run-header" });
+  let actionsEl = null;  // built once, so a live re-render never wipes what is being typed
+  let againEl = null;
+
+  function actions() {
+    const cancel = el("button", { class: "danger", id: "cancel", onclick: async () => {
+      if (!confirm("Cancel this run?")) return;
+      await api(`${base}/cancel`, { method: "POST", body: {} });
+      refresh();
+    } }, "Cancel");
+    const sigName = el("input", { id: "signal-name", placeholder: "signal name", "aria-label": "signal name" });
+    const sigPayload = el("input", { id: "signal-payload", placeholder: "payload (JSON)", "aria-label": "signal payload (JSON)" });
+    const sigMsg = el("span", { class: "error", id: "signal-error", role: "status" });
+    const form = el("form", { id: "signal-form", class: "signal-form", onsubmit: async (ev) => {
+      ev.preventDefault();
+      sigMsg.className = "error"; sigMsg.textContent = "";
+      const name = sigName.value.trim();
+      if (!name) { sigMsg.textContent = "give the signal a name"; sigName.focus(); return; }
+      let payload = null;
+      if (sigPayload.value.trim()) {
+        try { payload = JSON.parse(sigPayload.value); } catch (_) { sigMsg.textContent = "payload is not JSON"; return; }
+      }
+      try {
+        await api(`${base}/signal/${encodeURIComponent(name)}`, { method: "POST", body: { payload } });
+        sigName.value = ""; sigPayload.value = "";
+        sigMsg.className = "muted"; sigMsg.textContent = `sent ${name}`;
+      } catch (e) { sigMsg.textContent = e.message; }
+    } }, sigName, sigPayload, el("button", { type: "submit" }, "Send signal"), sigMsg);
+    return el("div", { class: "actions" }, cancel, form);
+  }
+
+  function again() {
+    const msg = el("span", { class: "error", id: "run-again-error" });
+    return el("div", { class: "actions" }, el("button", { id: "run-again", onclick: async () => {
+      try {
+        const got = await api(`${base}/run-again`, { method: "POST", body: {} });
+        location.hash = `#/run/${encodeURIComponent(got.id)}`;
+      } catch (e) { msg.textContent = e.message; }
+    } }, "Run again with the same input"), msg);
+  }
+
+  return {
+    el: root,
+    update(run, title) {
+      if (!S.canAct || run.finished) actionsEl = null;
+      else if (!actionsEl) actionsEl = actions();
+      if (S.canAct && !againEl) againEl = again();
+      const ended = run.status === "failed" || run.status === "cancelled";
+      const hasCode = ended && run.exit_code !== null && run.exit_code !== undefined;
+      // Why it ended, in words: the engine's reason, else what the exit code says.
+      const reason = run.error || (hasCode && run.exit_code ? `the script exited with code ${run.exit_code}` : null);
+      const trigger = run.parent_run_id
+        ? el("a", { href: `#/run/${encodeURIComponent(run.parent_run_id)}` }, `parent ${run.parent_run_id.split(":").pop()}`)
+        : run.triggered_by ? `${run.triggered_by.kind} ${run.triggered_by.name || ""}` : run.trigger || "manual";
+      const kv = [
+        "status", el("span", { id: "run-status" }, badge(run.status), " ", el("span", { class: "muted" }, substate(run))),
+        "pass", String(run.attempt),
+        "trigger", trigger,
+        "started", run.started_at ? el("span", { id: "run-started" }, when(run.started_at), " (", duration(run.started_at, run.finished_at, "run-duration"), ")") : "not yet",
+        hasCode ? "exit code" : null,
+        hasCode ? el("span", { id: "run-exit-code", class: "error" }, String(run.exit_code)) : null,
+        reason ? "reason" : null, reason ? el("span", { class: "error", id: "run-error" }, reason) : null,
+        "input", json(run.input, "run-input"),
+        "outputs", json(run.outputs || {}, "run-outputs"),
+      ].filter((x) => x !== null);
+      root.replaceChildren(
+        el("h1", {}, title, " ", el("span", { class: "muted run-id" }, run.id)),
+        el("div", { class: "kv" }, kv.map((x, i) => el("span", { class: i % 2 ? "" : "muted" }, x))),
+        actionsEl || "", againEl || "");
+    },
+  };
+}

@@ -1,0 +1,101 @@
+// The run page: header, the views slot (pipeline strip; DAG and Gantt views go there),
+// checkpoints, timeline, log, state and children, all kept live from the run's stream.
+import { api, apiText, liveStream, projectPath } from "../api.js";
+import { el } from "../dom.js";
+import { headerView } from "./header.js";
+import { LOG_TAIL_BYTES, logView } from "./log.js";
+import { jobNames } from "./names.js";
+import { checkpointStatus, passes, renderCheckpoints, renderState, renderTimeline } from "./sections.js";
+import { viewSlot } from "./views.js";
+import "./strip.js";  // registers the strip view
+
+export async function runPage(main, runId, ctl) {
+  const base = projectPath(`/runs/${encodeURIComponent(runId)}`);
+  let run = await api(base, { signal: ctl.signal });
+  const ctx = { base, signal: ctl.signal, refresh: () => refresh() };
+  const header = headerView(ctx);
+  const views = viewSlot(ctx);
+  const checkpoints = el("ol", { class: "checkpoints", id: "checkpoints" });
+  const cpSection = el("section", { id: "checkpoints-section" }, el("h2", {}, "Checkpoints"), checkpoints);
+  const timeline = el("ol", { class: "timeline", id: "timeline" });
+  const log = logView({ base, filename: run.workflow || run.filename });
+  const state = el("section", { id: "state" });
+  const children = el("section", { id: "children" });
+  const isGraph = run.kind === "graph";
+  cpSection.hidden = isGraph;  // a graph's engine records nodes, not durable calls
+  main.replaceChildren(header.el, views.el, cpSection, el("h2", {}, "Timeline"), timeline,
+    log.el, el("h2", {}, "State"), state, children);
+
+  // A graph's job run is named for its node, not for the job script's file.
+  let title = run.workflow || run.filename;
+  if (run.parent_run_id) {
+    const names = await jobNames(run.parent_run_id, ctl.signal);
+    if (names[run.id]) title = names[run.id];
+  }
+  document.title = `${title} · cryopg`;
+
+  let seenPasses = null, openStep = null;
+  async function renderAll() {
+    header.update(run, title);
+    views.update(run);
+    renderTimeline(timeline, run);
+    const ps = passes(run.history || []);
+    if (seenPasses !== null && ps.length > seenPasses) {
+      const p = ps[ps.length - 1];
+      log.marker(`── pass ${p.n}: woken by ${p.why}, the script replays from the top (recorded steps print their output again) ──`);
+    }
+    seenPasses = ps.length;
+    if (!isGraph) {
+      const { checkpoints: cps } = await api(`${base}/checkpoints`, { signal: ctl.signal });
+      renderCheckpoints(checkpoints, cps, run);
+      const running = cps.find((c) => checkpointStatus(c, run) === "running");
+      const key = running ? `${running.seq}` : null;
+      if (key !== openStep) {
+        if (running) log.openSection(`step ${running.name}${running.label ? " · " + running.label : ""}`);
+        else log.closeSection();
+        openStep = key;
+      }
+    }
+    await renderState(state, children, run, base, ctl.signal);
+  }
+
+  let busy = false, again = false;
+  async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try {
+      run = await api(base, { signal: ctl.signal });
+      await renderAll();
+      if (isGraph) graphLog();
+    } catch (_) { /* the next push retries */ }
+    busy = false;
+    if (again) { again = false; refresh(); }
+  }
+  await renderAll();
+
+  // A graph's log is its node jobs' logs, each line prefixed [node]; read beside the
+  // page's refreshes, never holding them up.
+  let logBusy = false;
+  function graphLog() {
+    if (logBusy) return;
+    logBusy = true;
+    apiText(`${base}/logs`, ctl.signal).then((t) => log.setText(t), () => {}).finally(() => { logBusy = false; });
+  }
+  if (isGraph) graphLog();
+  let after = 0;
+  let pending = null;
+  liveStream(`${base}/stream?tail=${LOG_TAIL_BYTES}`, (name, data) => {
+    if (name === "hello") {
+      // The stream reports changes after its baseline, taken before hello; anything
+      // between the first read and then is in this read.
+      refresh();
+    } else if (name === "tail" && !isGraph) {
+      log.tail(data);
+      after = 0;
+    } else if (name === "log" && !isGraph) {
+      if (data.id > after) { after = data.id; log.chunk(data.text, data.at); }
+    } else if (name === "changed" || name === "end") {
+      if (!pending) pending = setTimeout(() => { pending = null; refresh(); }, 100);
+    }
+  }, ctl);
+}

@@ -1,0 +1,124 @@
+// The runs list: search and filters kept in the URL (a link shares them), live updates,
+// children under their parent, and cancelling several runs at once.
+import { api, liveStream, projectPath } from "./api.js";
+import { el } from "./dom.js";
+import { S } from "./session.js";
+import { LIVE, badge, substate } from "./status.js";
+import { duration, when } from "./time.js";
+import { jobNames } from "./run/names.js";
+
+const PAGE = 50;
+const FILTERS = ["q", "status", "match", "workflow", "trigger", "since", "until"];
+const SEARCH = ["q", "match", "trigger", "since", "until"];
+
+export async function runsPage(main, q, ctl) {
+  const t0 = performance.now();
+  const f = Object.fromEntries(FILTERS.map((k) => [k, q.get(k) || ""]));
+  const before = q.get("before") || "";
+  const input = (id, key, attrs = {}) => el("input", { id, value: f[key], "aria-label": attrs.label || key, ...attrs, label: null });
+  const text = input("filter-q", "q", { type: "search", placeholder: "run id, workflow, input, label", label: "search" });
+  const statusSel = el("select", { id: "filter-status", "aria-label": "status" },
+    ["", "queued", "pending", "running", "parked", "succeeded", "failed", "cancelled"].map(
+      (s) => el("option", { value: s, selected: s === f.status }, s || "any status")));
+  const wf = input("filter-workflow", "match", { placeholder: "workflow", label: "workflow" });
+  const trig = el("select", { id: "filter-trigger", "aria-label": "trigger" },
+    ["", "manual", "parent", "schedule", "webhook", "event"].map(
+      (s) => el("option", { value: s, selected: s === f.trigger }, s || "any trigger")));
+  const since = input("filter-since", "since", { type: "date", label: "from date" });
+  const until = input("filter-until", "until", { type: "date", label: "until date" });
+  const apply = () => {
+    const p = new URLSearchParams();
+    const vals = { q: text.value.trim(), status: statusSel.value, match: wf.value.trim(),
+                   workflow: f.workflow, trigger: trig.value, since: since.value, until: until.value };
+    for (const [k, v] of Object.entries(vals)) if (v) p.set(k, v);
+    location.hash = "#/runs" + (p.toString() ? "?" + p : "");
+  };
+  for (const c of [statusSel, wf, trig, since, until, text]) c.addEventListener("change", apply);
+  const tbody = el("tbody", { id: "runs-body" });
+  const pager = el("div", { class: "pager" });
+  const live = el("span", { class: "muted", id: "live-state" }, "connecting…");
+  const selected = new Set();
+  const bulkMsg = el("span", { class: "muted", id: "bulk-msg", role: "status" });
+  const bulk = el("button", { class: "danger", id: "cancel-selected", disabled: true, onclick: async () => {
+    if (!confirm(`Cancel ${selected.size} run(s)?`)) return;
+    const ids = [...selected];
+    const got = await Promise.allSettled(ids.map((id) =>
+      api(projectPath(`/runs/${encodeURIComponent(id)}/cancel`), { method: "POST", body: {} })));
+    const bad = got.filter((g) => g.status === "rejected").length;
+    bulkMsg.textContent = `cancelled ${ids.length - bad} of ${ids.length}` + (bad ? ` (${bad} refused)` : "");
+    selected.clear(); syncBulk(); load();
+  } }, "Cancel selected");
+  const syncBulk = () => { bulk.disabled = selected.size === 0; bulk.textContent = `Cancel selected (${selected.size})`; };
+  const searching = SEARCH.some((k) => f[k]);
+  main.replaceChildren(el("h1", {}, "Runs"),
+    el("form", { class: "filters", id: "run-filters", role: "search", onsubmit: (e) => { e.preventDefault(); apply(); } },
+       text, statusSel, wf, trig, el("label", { class: "inline" }, "from ", since), el("label", { class: "inline" }, "to ", until),
+       el("button", { type: "submit" }, "Search"),
+       searching || f.status || f.workflow ? el("a", { href: "#/runs", id: "clear-filters" }, "clear") : "", live),
+    S.canAct ? el("div", { class: "filters" }, bulk, bulkMsg) : "",
+    el("div", { class: "scroll-x" }, el("table", { id: "runs" }, el("thead", {}, el("tr", {},
+      ["", "Run", "Status", "Workflow", "Trigger", "Started", "Duration"].map((h, i) =>
+        el("th", { scope: "col" }, i ? h : el("span", { class: "sr-only" }, "select"))))), tbody)), pager);
+  const expanded = new Set();
+
+  function row(r, child, names) {
+    const pick = S.canAct && LIVE.has(r.status)
+      ? el("input", { type: "checkbox", class: "pick", "aria-label": `select ${r.id}`, checked: selected.has(r.id),
+                      onchange: (e) => { e.target.checked ? selected.add(r.id) : selected.delete(r.id); syncBulk(); } })
+      : "";
+    const name = (names && names[r.id]) || r.workflow || r.filename;
+    return el("tr", { class: child ? "child" : "", "data-run": r.id },
+      el("td", {}, pick),
+      el("td", {}, r.children > 0 ? el("button", { class: "expand", "aria-label": `children of ${r.id}`,
+        "aria-expanded": String(expanded.has(r.id)),
+        onclick: () => { expanded.has(r.id) ? expanded.delete(r.id) : expanded.add(r.id); load(); } },
+        expanded.has(r.id) ? "▾" : "▸") : "",
+        " ", el("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.id.split(":").pop())),
+      el("td", {}, badge(r.status), " ", el("span", { class: "muted substate" }, substate(r))),
+      el("td", { class: "workflow" }, name),
+      el("td", {}, r.trigger || "manual"),
+      el("td", {}, when(r.started_at || r.created_at)),
+      el("td", {}, duration(r.started_at, r.finished_at)));
+  }
+
+  function query(extra) {
+    const p = new URLSearchParams({ limit: String(PAGE), ...extra });
+    for (const k of FILTERS) if (f[k]) p.set(k, f[k]);
+    if (!searching) p.set("top", "1");
+    return p;
+  }
+
+  async function load() {
+    const page = await api(projectPath(`/runs?${query(before ? { before } : {})}`), { signal: ctl.signal });
+    const rows = [];
+    for (const r of page.runs) {
+      rows.push(row(r, false));
+      if (expanded.has(r.id)) {
+        const [kids, names] = await Promise.all([
+          api(projectPath(`/runs?parent=${encodeURIComponent(r.id)}&limit=200`), { signal: ctl.signal }),
+          jobNames(r.id, ctl.signal)]);
+        for (const k of kids.runs) rows.push(row(k, true, names));
+      }
+    }
+    tbody.replaceChildren(...rows);
+    if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No runs.")));
+    const keep = new URLSearchParams(FILTERS.filter((k) => f[k]).map((k) => [k, f[k]]));
+    const next = new URLSearchParams(keep); if (page.next) next.set("before", page.next);
+    pager.replaceChildren(
+      before ? el("a", { href: "#/runs" + (keep.toString() ? "?" + keep : "") }, "« newest") : "",
+      page.next ? el("a", { id: "next-page", href: `#/runs?${next}` }, "older »") : "");
+  }
+  await load();
+  window.__cryoPerf = { ...(window.__cryoPerf || {}), runsListMs: performance.now() - t0 };
+  main.dataset.loadedMs = String(Math.round(performance.now() - t0));
+  // Live: the server pushes a hint when a run of the project changes; the page re-reads
+  // its own (bounded) page, at most every 300 ms.
+  let pending = null;
+  liveStream(projectPath("/stream"), (name) => {
+    if (name === "hello") live.textContent = "live";
+    if (name === "reconnect") live.textContent = "reconnecting…";
+    if (name === "changed" && !pending) {
+      pending = setTimeout(() => { pending = null; load().catch(() => {}); }, 300);
+    }
+  }, ctl);
+}
