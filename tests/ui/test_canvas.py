@@ -86,7 +86,7 @@ def test_build_three_nodes_with_the_mouse_save_run_and_watch_the_dag(split: Spli
     page.locator("#wf-name").fill("canvas-three")
     page.click("#save")
     expect(page.locator("#save-status")).to_contain_text("node shell3", timeout=10_000)
-    expect(canvas.locator('[data-error="shell3"]')).to_contain_text("config.run")
+    expect(canvas.locator('[data-error="shell3"]')).to_contain_text("unbalanced")
     expect(canvas.locator('[data-node="shell3"]')).to_have_class("cnode selected has-error")
     page.locator("#cfg-run").fill("echo canvas-{{ nodes.shell2.output.text }}-three")
     shot(page, "canvas-editor")

@@ -118,7 +118,7 @@ export async function editorPage(main, name, ctl) {
   });
   const undoBtn = el("button", { id: "undo", type: "button", onclick: () => step(undo, redo), title: "Undo (Ctrl+Z)" }, "Undo");
   const redoBtn = el("button", { id: "redo", type: "button", onclick: () => step(redo, undo), title: "Redo (Ctrl+Shift+Z)" }, "Redo");
-  const runBtn = el("button", { id: "run-it", type: "button", disabled: !name, onclick: () => start() }, "Run");
+  const runBtn = el("button", { id: "run-it", type: "button", onclick: () => start(), title: "Save, then start it" }, "Save and run");
 
   // Every change to the document goes through here: one undo entry (typing in one field
   // coalesces), then canvas and JSON redrawn; the inspector only when the change came
@@ -308,7 +308,6 @@ export async function editorPage(main, name, ctl) {
     errors = {};
     status.className = "status muted";
     status.textContent = `saved as ${wfName}`;
-    runBtn.disabled = false;
     render();
     if (wfName !== name) history.replaceState(null, "", `#/workflows/${encodeURIComponent(wfName)}/edit`);
     name = wfName;
