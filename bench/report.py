@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import canvas_bench  # bench/canvas_bench.py, beside this file
 import ui_bench  # bench/ui_bench.py, beside this file
 
 
@@ -182,6 +183,7 @@ def render(r: dict[str, Any]) -> str:
                 "worker: Windmill 19.7 s, Hatchet 35.8 s, Temporal 39.0 s.", ""]
 
     out += ui_bench.section()
+    out += canvas_bench.section()
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
     out.append("")
     r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)

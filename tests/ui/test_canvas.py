@@ -20,7 +20,8 @@ from tests.ui.perf import record
 TYPES_PATH = "/api/v1/graphs/node-types"
 # Served to the page only when the server has no node-types route yet (it comes with the
 # graph tier's rework): the shape the route answers with, for the one type used here.
-SHELL_ONLY = {"node_types": [{"type": "shell", "description": "a command under bash -eu on an agent",
+SHELL_ONLY = {"node_types": [{"type": "shell",
+                              "description": "a command under bash -eu on an agent",
                               "schema": {"type": "object", "required": ["run"], "properties": {
                                   "run": {"type": "string", "description": "the command"},
                                   "env": {"type": "object"}}}}]}
@@ -41,7 +42,8 @@ def drag(page: Page, source: Any, target: Any) -> None:
     page.mouse.up()
 
 
-def test_build_three_nodes_with_the_mouse_save_run_and_watch_the_dag(split: Split, page: Page) -> None:
+def test_build_three_nodes_with_the_mouse_save_run_and_watch_the_dag(split: Split,
+                                                                    page: Page) -> None:
     split.agent("canvas-agent")
     node_types(split, page)
     page.goto(login_url(split))
@@ -81,7 +83,8 @@ def test_build_three_nodes_with_the_mouse_save_run_and_watch_the_dag(split: Spli
     # The JSON side is edited too: the canvas follows.
     doc = json.loads(page.locator("#doc-json").input_value())
     assert doc["nodes"][2]["retry"] == {"attempts": 2}
-    assert doc["nodes"][2]["config"]["run"] == {"$template": "echo canvas-{{ nodes.shell2.output.text "}
+    run = {"$template": "echo canvas-{{ nodes.shell2.output.text "}
+    assert doc["nodes"][2]["config"]["run"] == run
     # Saved as it is, the server refuses it in one line, written on the node it names.
     page.locator("#wf-name").fill("canvas-three")
     page.click("#save")
@@ -95,7 +98,8 @@ def test_build_three_nodes_with_the_mouse_save_run_and_watch_the_dag(split: Spli
     page.click("#tab-dag")
     dag = page.locator("#dag")
     for i in (1, 2, 3):
-        expect(dag.locator(f'[data-node="shell{i}"]')).to_have_class("dag-node s-succeeded", timeout=60_000)
+        expect(dag.locator(f'[data-node="shell{i}"]')).to_have_class("dag-node s-succeeded",
+                                                                       timeout=60_000)
     expect(page.locator("#run-status")).to_contain_text("succeeded", timeout=20_000)
     assert dag.locator("path.dag-edge").count() == 2
     dag.locator('[data-node="shell3"]').click()
@@ -160,7 +164,8 @@ def big_graph(width: int = 10, depth: int = 50) -> dict[str, Any]:
     return {"version": "cryosleep-graph/v1", "nodes": nodes, "edges": edges}
 
 
-def test_500_node_graph_renders_under_a_second_and_stays_responsive(split: Split, page: Page) -> None:
+def test_500_node_graph_renders_under_a_second_and_stays_responsive(split: Split,
+                                                                    page: Page) -> None:
     run_id = submit(split, script(split.dir, "big.json", json.dumps(big_graph())))
     page.goto(login_url(split))
     expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
