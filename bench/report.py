@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import canvas_bench  # bench/canvas_bench.py, beside this file
 import ui_bench  # bench/ui_bench.py, beside this file
 
 
@@ -193,6 +194,7 @@ def render(r: dict[str, Any]) -> str:
         out += replica_bench.render(r)
 
     out += ui_bench.section()
+    out += canvas_bench.section()
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")
     out.append("")
     r4 = None if not (cryo and pgb) else _at(cryo, 4) / _at(pgb, 4)

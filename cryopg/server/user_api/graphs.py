@@ -42,7 +42,11 @@ def compiled_graph(source: str, filename: str | None = None) -> Compiled | None:
         if is_pipeline(source, filename):
             return compile_pipeline(source)
         if is_graph(source, filename):
-            return compile_graph(load(source))
+            compiled = compile_graph(load(source))
+            # The document as written rides along (sealed) for the canvas editor and the
+            # node panel, as a pipeline's YAML does: the compiled configs do not read back.
+            compiled.document["graph_source"] = source
+            return compiled
     except (PipelineError, GraphError) as exc:
         raise InvalidArgument(f"{filename}: {exc}" if filename else str(exc)) from None
     return None
@@ -64,7 +68,9 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
     if got is None:
         return {}
     structure, source = got
-    configs = json.loads(open_document(sealer, source)).get("configs", {})
+    document = json.loads(open_document(sealer, source))
+    configs = document.get("configs", {})
+    written = _written_nodes(document)
     rows = await engine.read_graph_nodes(conn, run_id)
     nodes: dict[str, dict[str, Any]] = {}
     outputs: dict[str, dict[int, Any]] = {}
@@ -76,6 +82,9 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
             "finished_at": r.finished_at and r.finished_at.isoformat()})
         if r.item is not None:
             n["attempt"] = max(n["attempt"], r.attempt or 0)
+            if r.items is not None and r.item_status:  # a fan-out's items, counted by status
+                counts = n.setdefault("item_statuses", {})
+                counts[r.item_status] = counts.get(r.item_status, 0) + 1
             if r.output is not None and r.item_status in ("succeeded", "seeded", "failed"):
                 outputs.setdefault(r.node_id, {})[r.item] = sealer.open_json(r.output)
             if r.job_run_id:
@@ -90,6 +99,8 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
                        else [got_out.get(i) for i in range(n["items"])])
         if n["type"] == "approval":
             n["approval"] = {"fields": configs.get(nid, {}).get("fields", {})}
+        if nid in written:  # its definition as written (secrets masked by the caller)
+            n["definition"] = written[nid]
     failed = [n for n in nodes.values() if n["status"] == "failed"]
     if failed:
         jobs = await engine.graph_jobs(conn, run_id)
@@ -103,6 +114,17 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
     if structure.get("pipeline"):
         got_graph["pipeline"] = structure["pipeline"]
     return got_graph
+
+
+def _written_nodes(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each node's definition as its author wrote it (config, if, retry, fan_out,
+    concurrency), when the document kept its source; a pipeline's jobs have none."""
+    try:
+        doc = load(document["graph_source"]) if "graph_source" in document else {}
+    except GraphError:
+        return {}
+    return {n["id"]: {k: v for k, v in n.items() if k not in ("id", "type")}
+            for n in doc.get("nodes", []) if isinstance(n, dict) and isinstance(n.get("id"), str)}
 
 
 # A failed node's JSON carries the last lines its failing job printed (log_tail), read

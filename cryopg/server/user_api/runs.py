@@ -216,8 +216,9 @@ async def get_workflow(request: web.Request) -> web.Response:
                     if k in structure})
     if with_source:
         text = open_document(await request.app[KEYS].sealer(org), sealed)
-        if structure is not None and structure.get("pipeline"):
-            text = json.loads(text).get("pipeline_source", text)
+        if structure is not None:  # what was written: a pipeline's YAML, a graph's JSON
+            doc = json.loads(text)
+            text = doc.get("pipeline_source") or doc.get("graph_source") or text
         got["source"] = text
     return web.json_response(got)
 

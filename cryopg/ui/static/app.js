@@ -8,6 +8,7 @@ import { loginPage, takeFragmentLogin } from "./login.js";
 import { eventsPage, membersPage, secretsPage } from "./project.js";
 import { runPage } from "./run/page.js";
 import { runsPage } from "./runs.js";
+import { editorPage } from "./editor/page.js";
 import { S, loadCookieSession, signOut } from "./session.js";
 import { handlersPage, schedulesPage, webhooksPage, workflowPage, workflowsPage } from "./triggers.js";
 
@@ -16,7 +17,8 @@ import { handlersPage, schedulesPage, webhooksPage, workflowPage, workflowsPage 
 const PAGES = {
   runs: { page: (m, p, q, c) => runsPage(m, q, c), nav: "Runs" },
   run: { page: (m, p, q, c) => runPage(m, p[0], c, q) },
-  workflows: { page: (m, p, q, c) => (p[0] ? workflowPage(m, p[0], c) : workflowsPage(m, c)), nav: "Workflows" },
+  workflows: { page: (m, p, q, c) => (p[0] === "new" ? editorPage(m, null, c) : p[1] === "edit" ? editorPage(m, p[0], c)
+    : p[0] ? workflowPage(m, p[0], c) : workflowsPage(m, c)), nav: "Workflows" },
   schedules: { page: (m, p, q, c) => schedulesPage(m, c), nav: "Schedules" },
   webhooks: { page: (m, p, q, c) => webhooksPage(m, c), nav: "Webhooks" },
   handlers: { page: (m, p, q, c) => handlersPage(m, c), nav: "Handlers" },

@@ -16,7 +16,7 @@ const wfLink = (name) => name ? el("a", { href: `#/workflows/${encodeURIComponen
 
 export async function workflowsPage(main, ctl) {
   const { workflows } = await api(projectPath("/workflows"), { signal: ctl.signal });
-  main.replaceChildren(el("h1", {}, "Workflows"), table("workflows", ["Name", "Kind", "File", "Triggers", "Updated"],
+  main.replaceChildren(el("h1", {}, "Workflows"), S.canAct ? el("p", {}, el("a", { href: "#/workflows/new", id: "new-graph" }, "New graph on the canvas")) : "", table("workflows", ["Name", "Kind", "File", "Triggers", "Updated"],
     workflows.map((w) => el("tr", { "data-workflow": w.name }, el("td", {}, wfLink(w.name)),
       el("td", {}, w.kind + (w.pipeline ? ` (${w.pipeline})` : "")), el("td", {}, w.filename),
       el("td", {}, [w.schedules ? `${w.schedules} schedule(s)` : "", w.webhooks ? `${w.webhooks} webhook(s)` : "",
@@ -34,6 +34,7 @@ export async function workflowPage(main, name, ctl) {
     el("div", { class: "kv" }, ["file", wf.filename, "interpreter", wf.interpreter || "by extension", "directory", wf.workdir || "—",
       "on", wf.on ? json(wf.on) : "—"].map((x, i) => el("span", { class: i % 2 ? "" : "muted" }, x))),
     S.canAct ? inputForm(name, wf) : "",
+    wf.kind !== "script" ? el("p", {}, el("a", { href: `#/workflows/${encodeURIComponent(name)}/edit`, id: "open-canvas" }, wf.kind === "pipeline" ? "View on the canvas" : "Edit on the canvas")) : "",
     wf.nodes ? el("section", {}, el("h2", {}, word), el("ul", { id: "workflow-nodes" }, wf.nodes.map((n) =>
       el("li", {}, el("strong", {}, n.id), ` (${n.type})`, n.needs.length ? el("span", { class: "muted" }, ` needs ${n.needs.join(", ")}`) : "")))) : "",
     el("h2", {}, "Recent runs"), table("workflow-runs", ["Run", "Status", "Started", "Duration"], recent.runs.map((r) =>

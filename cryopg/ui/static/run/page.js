@@ -8,6 +8,8 @@ import { jobNames } from "./names.js";
 import { checkpointStatus, passes, renderCheckpoints, renderState, renderTimeline } from "./sections.js";
 import { viewSlot } from "./views.js";
 import "./strip.js";  // registers the strip view
+import "./dag.js";  // the DAG and Gantt views (tabs after the strip)
+import "./gantt.js";
 
 export async function runPage(main, runId, ctl) {
   const base = projectPath(`/runs/${encodeURIComponent(runId)}`);

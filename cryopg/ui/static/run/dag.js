@@ -1,0 +1,204 @@
+// The DAG view: a graph or pipeline run's nodes laid out in layers (dagre), edges drawn,
+// each node in its status colour with attempt and duration, a fan-out as one node with
+// its item count and items by status; kept live by the page's refreshes. A script run's
+// recorded checkpoints show as a chain (the engine knows nothing else of a script's
+// shape). Clicking a node opens its panel: definition (secrets masked by the server),
+// rendered input, output, its job's log, approve/reject and re-run from here.
+import { api, apiText, projectPath } from "../api.js";
+import { el, json } from "../dom.js";
+import { NODE_H, NODE_W, arrowDefs, edgePath, fit, layout, svg, useCanvasStyle } from "../editor/svg.js";
+import { S } from "../session.js";
+import { fmtDur } from "../time.js";
+import { approvalForm } from "./approval.js";
+import { checkpointStatus } from "./sections.js";
+import { nodeStatus } from "./strip.js";
+import { registerView } from "./views.js";
+
+const ITEM_WORDS = { succeeded: "ok", failed: "failed", running: "running", pending: "pending",
+  waiting: "waiting", skipped: "skipped", seeded: "seeded", cancelled: "cancelled" };
+
+// What a view draws for a run: [{ id, label, sub, status, items, counts, started_at,
+// finished_at, node? , checkpoint? }] and edges [{from, to}]. Shared with the Gantt view.
+export async function shapeOf(run, base, signal) {
+  if (run.kind === "graph" && run.graph) {
+    const nodes = (run.graph.nodes || []).map((n) => ({ id: n.id, label: n.id, sub: n.type,
+      status: nodeStatus(n, run), attempt: n.attempt, items: n.items, counts: n.item_statuses,
+      started_at: n.started_at, finished_at: n.finished_at, node: n }));
+    return { nodes, edges: run.graph.edges || [] };
+  }
+  const { checkpoints } = await api(`${base}/checkpoints`, { signal });
+  const nodes = checkpoints.map((c) => ({ id: `cp-${c.seq}`, label: c.name + (c.label ? ` · ${c.label}` : ""),
+    sub: c.family + (c.ordinal ? ` #${c.ordinal}` : ""), status: checkpointStatus(c, run), attempt: c.attempt,
+    started_at: c.created_at, finished_at: c.completed_at || (checkpointStatus(c, run) === "running" ? null : c.created_at),
+    checkpoint: c }));
+  const edges = nodes.slice(1).map((n, i) => ({ from: nodes[i].id, to: n.id }));
+  return { nodes, edges };
+}
+
+// Checkpoints are read at most once a second however often the run changes.
+export function throttledShape(base, signal) {
+  let last = null, at = 0, inflight = null;
+  return async (run) => {
+    if (run.kind === "graph") return shapeOf(run, base, signal);
+    if (last && Date.now() - at < 1000 && !run.finished) return last;
+    if (!inflight) inflight = shapeOf(run, base, signal).finally(() => { inflight = null; });
+    last = await inflight;
+    at = Date.now();
+    return last;
+  };
+}
+
+function line3(n) {
+  if (n.items === null || n.items === undefined) return "";
+  const parts = Object.entries(n.counts || {}).map(([s, c]) => `${c} ${ITEM_WORDS[s] || s}`);
+  return `×${n.items} items${parts.length ? ": " + parts.join(", ") : ""}`;
+}
+
+function line2(n) {
+  const bits = [n.sub];
+  if (n.attempt > 1) bits.push(`attempt ${n.attempt}`);
+  if (n.started_at && (n.finished_at || n.status === "running" || n.status === "waiting")) {
+    bits.push(fmtDur(n.started_at, n.finished_at));
+  }
+  return bits.join(" · ");
+}
+
+// Draws `shape` into a new <svg>; returns { svg, boxes: {id: g} } for in-place updates.
+export function drawDag(shape, onPick) {
+  const lay = layout(shape.nodes.map((n) => ({ id: n.id, h: NODE_H })), shape.edges);
+  const edges = svg("g", { class: "dag-edges" }, lay.edges.map((e) =>
+    svg("path", { d: edgePath(e.points), class: "dag-edge", "marker-end": "url(#dag-arrow)",
+                  "data-from": e.from, "data-to": e.to })));
+  const boxes = {};
+  const nodes = svg("g", { class: "dag-nodes" }, shape.nodes.map((n) => {
+    const p = lay.pos[n.id];
+    const g = svg("g", { class: `dag-node s-${n.status}`, "data-node": n.id, tabindex: 0, role: "button",
+      transform: `translate(${(p.x - NODE_W / 2).toFixed(1)},${(p.y - NODE_H / 2).toFixed(1)})` },
+      svg("rect", { width: NODE_W, height: NODE_H, rx: 5 }),
+      svg("text", { x: 8, y: 17, class: "t1" }, fit(n.label, 24)),
+      svg("text", { x: 8, y: 33, class: "t2" }, ""),
+      svg("text", { x: 8, y: 48, class: "t3" }, ""));
+    boxes[n.id] = g;
+    return g;
+  }));
+  const root = svg("svg", { class: "dag", width: lay.width, height: lay.height,
+    viewBox: `0 0 ${lay.width} ${lay.height}`, role: "group", "aria-label": "graph of the run" },
+    arrowDefs("dag-arrow"), edges, nodes);
+  root.addEventListener("click", (ev) => {
+    const g = ev.target.closest("[data-node]");
+    if (g) onPick(g.dataset.node);
+  });
+  root.addEventListener("keydown", (ev) => {
+    const g = ev.target.closest("[data-node]");
+    if (g && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); onPick(g.dataset.node); }
+  });
+  return { svg: root, boxes };
+}
+
+export function paintBox(g, n) {
+  g.setAttribute("class", `dag-node s-${n.status}`);
+  g.setAttribute("aria-label", `${n.label}: ${n.status}`);
+  const [, t2, t3] = g.querySelectorAll("text");
+  t2.textContent = fit(line2(n), 28);
+  t3.textContent = fit(line3(n), 28);
+  let title = g.querySelector("title");
+  if (!title) { title = svg("title", {}); g.prepend(title); }
+  title.textContent = [n.label, n.status, line2(n), line3(n)].filter(Boolean).join("\n");
+}
+
+// Element ids in a second copy of a form (the strip view has the first) get a prefix.
+function prefixIds(root, prefix) {
+  for (const e of [root, ...root.querySelectorAll("[id]")]) if (e.id) e.id = prefix + e.id;
+  return root;
+}
+
+function create({ base, signal, refresh }) {
+  useCanvasStyle();
+  const wrap = el("div", { class: "dag-wrap", id: "dag" });
+  const detail = el("div", { id: "dag-detail", class: "dag-detail", "aria-live": "polite" });
+  const root = el("div", { class: "dag-view" }, wrap, detail);
+  const shapeFor = throttledShape(base, signal);
+  let drawn = null, key = null, shape = null, lastRun = null, picked = null, pickedKey = null;
+
+  function pick(id) {
+    picked = id;
+    pickedKey = null;
+    for (const g of wrap.querySelectorAll(".dag-node.picked")) g.classList.remove("picked");
+    if (drawn && drawn.boxes[id]) drawn.boxes[id].classList.add("picked");
+    showDetail();
+  }
+
+  async function showDetail() {
+    const n = shape && shape.nodes.find((x) => x.id === picked);
+    if (!n) { detail.replaceChildren(); return; }
+    const k = `${n.status}|${n.attempt}|${(n.node && n.node.runs || []).length}|${n.finished_at}`;
+    if (k === pickedKey) return;
+    pickedKey = k;
+    const run = lastRun;
+    const head = el("h3", {}, n.label, " ", el("span", { class: `badge s-${n.status}` }, n.status.replace("-", " ")));
+    const facts = el("p", { class: "muted" }, line2(n), n.items != null ? ` · ${line3(n)}` : "");
+    if (n.checkpoint) {
+      const c = n.checkpoint;
+      detail.replaceChildren(head, facts, el("div", { class: "kv" },
+        ["family", c.family, "name", c.name, "ordinal", String(c.ordinal), "label", c.label || "—",
+         "exit code", c.exit_code ?? "—", "due", c.due_at || "—"].map((x, i) => el("span", { class: i % 2 ? "" : "muted" }, x))));
+      return;
+    }
+    const node = n.node;
+    const jobs = node.runs || [];
+    const msg = el("span", { class: "error", id: "dag-rerun-error" });
+    const logBox = el("pre", { class: "json dag-log", id: "dag-node-log" }, jobs.length ? "…" : "(no job: this node runs in the database)");
+    const inputBox = el("div", { id: "dag-node-input" }, jobs.length ? "…" : el("p", { class: "muted" }, "—"));
+    const waitingApproval = !run.finished && node.status === "waiting" && node.approval;
+    detail.replaceChildren(head, facts,
+      node.error ? el("p", { class: "error", id: "dag-node-error" }, node.error) : "",
+      waitingApproval ? prefixIds(approvalForm(node, base, refresh), "dag-") : "",
+      S.canAct && run.finished ? el("p", {}, el("button", { id: "dag-rerun-from", onclick: async () => {
+        try {
+          const got = await api(`${base}/rerun`, { method: "POST", body: { from: node.id } });
+          location.hash = `#/run/${encodeURIComponent(got.id || got.run_id)}`;
+        } catch (e) { msg.textContent = e.message; }
+      } }, `Re-run from ${node.id}`), " ", msg) : "",
+      el("h4", {}, "Definition"),
+      node.definition ? json(node.definition, "dag-node-config")
+        : el("p", { class: "muted", id: "dag-node-config" }, run.pipeline ? "a pipeline job: its steps are in the pipeline's source" : "not kept for this run"),
+      el("h4", {}, "Rendered input"), inputBox,
+      el("h4", {}, "Output"), json(node.output, "dag-node-output"),
+      el("h4", {}, "Log", jobs.length > 1 ? ` (latest of ${jobs.length} jobs)` : ""), logBox,
+      jobs.length ? el("p", {}, "job runs: ", jobs.map((id) =>
+        el("a", { href: `#/run/${encodeURIComponent(id)}`, class: "chip" }, id.split(":").pop()))) : "");
+    if (jobs.length) {
+      const job = projectPath(`/runs/${encodeURIComponent(jobs[jobs.length - 1])}`);
+      api(job, { signal }).then((r) => inputBox.replaceChildren(
+        r.input != null ? json(r.input) : el("p", { class: "muted" }, "the job took no input (a shell node's command is its script)")),
+        (e) => inputBox.replaceChildren(el("p", { class: "error" }, e.message)));
+      apiText(`${job}/logs`, signal).then((t) => { logBox.textContent = t.length > 65536 ? "…" + t.slice(-65536) : t || "(empty)"; },
+        (e) => { logBox.textContent = e.message; });
+    }
+  }
+
+  // Running nodes' durations tick between refreshes.
+  const tick = setInterval(() => {
+    if (signal.aborted) { clearInterval(tick); return; }
+    if (!shape || !drawn || !lastRun || lastRun.finished) return;
+    for (const n of shape.nodes) if (n.status === "running" || n.status === "waiting") paintBox(drawn.boxes[n.id], n);
+  }, 1000);
+
+  return {
+    el: root,
+    async update(run) {
+      lastRun = run;
+      try { shape = await shapeFor(run); } catch (_) { return; }
+      const k = shape.nodes.map((n) => n.id).join(",") + "|" + shape.edges.map((e) => `${e.from}>${e.to}`).join(",");
+      if (k !== key) {
+        key = k;
+        drawn = drawDag(shape, pick);
+        wrap.replaceChildren(shape.nodes.length ? drawn.svg : el("p", { class: "muted" }, "No checkpoints yet."));
+      }
+      for (const n of shape.nodes) paintBox(drawn.boxes[n.id], n);
+      if (picked) { if (drawn.boxes[picked]) drawn.boxes[picked].classList.add("picked"); showDetail(); }
+    },
+  };
+}
+
+registerView({ id: "dag", label: "DAG", applies: () => true, create });
