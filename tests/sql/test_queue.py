@@ -213,3 +213,18 @@ def test_only_a_followed_run_notifies_its_changes(session) -> None:  # type: ign
         db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", got)
     heard = [n.payload for n in listener.notifies(timeout=0.5, stop_after=5)]
     assert heard == [followed]
+
+
+def test_a_lapsed_claim_requeues_the_run_in_its_old_place(db: psycopg.Connection) -> None:
+    # The first run is claimed, then later runs arrive; its claim lapses (an agent or
+    # the database was away). The sweep puts it back ahead of everything that came after
+    # it, not behind them.
+    first = submit(db)
+    _, token = claim(db, lease=5)
+    later = [submit(db) for _ in range(3)]
+    _at(db, 60)
+    assert db.execute("SELECT * FROM cryo.tick()").fetchone() == (1, 0)
+    waiting = [r[0] for r in db.execute("SELECT run_id FROM cryo.pending_runs").fetchall()]
+    assert waiting == [first, *later]
+    again, token2 = claim(db)
+    assert again == first and token2 != token
