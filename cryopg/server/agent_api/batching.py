@@ -28,7 +28,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
-from cryopg.db import connection, translated
+from cryopg.db import SESSION_SETTINGS, connection, translated
 from cryopg.engine import ClaimGrant
 from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim, from_sqlstate
 from cryopg.server.notifier import Notifier
@@ -38,6 +38,8 @@ from cryopg.server.state import CONFIG, NOTIFIER, POOL
 POLL_SECONDS = 5.0
 # The most claims or finishes one transaction takes.
 BATCH_MAX = 500
+# How many finish (or step) batches may be committing at once.
+IN_FLIGHT = 2
 
 
 class _Queued(Protocol):
@@ -118,7 +120,7 @@ class ClaimDispatcher:
                 # call is refused as stale; and any durable call of the run flushes the
                 # WAL its claim wrote before committing itself. Finishes (which may also
                 # claim) stay fully durable on the pool's connections.
-                await self._conn.execute("SET synchronous_commit = off")
+                await self._conn.execute(f"{SESSION_SETTINGS}; SET synchronous_commit = off")
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(f"database unavailable: {exc}".splitlines()[0]) from exc
         try:
@@ -238,6 +240,7 @@ class _Batcher(Generic[T]):
         self._pending: list[T] = []
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
 
     async def _queue(self, item: T) -> Any:
         self._pending.append(item)
@@ -248,34 +251,51 @@ class _Batcher(Generic[T]):
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        for task in [self._task, *self._running]:
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         for item in self._pending:
             if not item.future.done():
                 item.future.set_exception(DatabaseUnavailable("the server is stopping"))
 
     async def _run(self) -> None:
+        # Up to IN_FLIGHT batches commit at once, each on its own connection: while one
+        # waits on the database, the next is formed and sent, so the server's Python
+        # work and the database's overlap instead of taking turns.
         while True:
             await self._kick.wait()
             self._kick.clear()
-            batch: list[T] = []
-            try:
-                async with connection(self._pool) as conn:
-                    while self._pending:
-                        batch = self._take()
-                        await self._commit(conn, batch)
-                        batch = []
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
-                print(f"cryopg: {self.what} batch failed: {exc}", file=sys.stderr)
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
-                if self._pending:
-                    self._kick.set()
+            while self._pending and len(self._running) < IN_FLIGHT:
+                task = asyncio.create_task(self._drain(self._take()))
+                self._running.add(task)
+                task.add_done_callback(self._drained)
+
+    def _drained(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if self._pending:
+            self._kick.set()
+
+    async def _drain(self, batch: list[T]) -> None:
+        """Commits `batch`, then what else is pending, on one connection."""
+        try:
+            async with connection(self._pool) as conn:
+                while batch:
+                    await self._commit(conn, batch)
+                    batch = self._take() if self._pending else []
+        except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
+            print(f"cryopg: {self.what} batch failed: {exc}", file=sys.stderr)
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+        except asyncio.CancelledError:
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(DatabaseUnavailable("the server is stopping"))
+            raise
 
     def _take(self) -> list[T]:
         batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
