@@ -212,3 +212,32 @@ async def test_steps_reported_together_commit_together_and_fail_alone(srv: Serve
     (await srv.in_run(grants[0], "release")).ok()
     again = await srv.claim_run(runs[0])
     assert [(m["path"], m["stdout"]) for m in again["journal"]] == [("step/a/0", "a")]
+
+
+async def test_finishes_that_ask_for_their_next_run_are_one_statement(
+        srv: Server, calls: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real = engine.finish_and_claim_grants
+
+    async def counted(conn: Any, runs: list[Any], *rest: Any) -> Any:
+        seen.append(len(runs))
+        return await real(conn, runs, *rest)
+
+    monkeypatch.setattr(batching.engine, "finish_and_claim_grants", counted)
+    runs = [await srv.submit() for _ in range(6)]
+    grants = [await srv.claim_run(r) for r in runs[:3]]
+    ask = {"capabilities": AGENT_CAPS, "wait": 0}
+    before = {k: len(v) for k, v in calls.items()}
+    replies = await asyncio.gather(*(
+        srv.in_run(g, "finish", outcome="succeeded", exit_code=0,
+                   claim={**ask, "agent_id": f"agent-{i}"}) for i, g in enumerate(grants)))
+    nexts = [r.ok()["next"] for r in replies]
+    assert sorted(n["run_id"] for n in nexts) == sorted(runs[3:])
+    assert [await srv.status(r) for r in runs[:3]] == ["succeeded"] * 3
+    # Each batch of finishes and the claims they ask for: one statement, not a
+    # finish_runs and a claim_grants in a transaction.
+    assert sum(seen) == 3
+    assert {k: len(v) for k, v in calls.items()} == before
+    for i, n in enumerate(nexts):  # each claimed for the agent that asked
+        assert (await srv.show(n["run_id"]))["agent_id"] in {f"agent-{j}" for j in range(3)}
+        assert n["claim_token"] not in {g["claim_token"] for g in grants[:i]}
