@@ -241,3 +241,29 @@ async def test_finishes_that_ask_for_their_next_run_are_one_statement(
     for i, n in enumerate(nexts):  # each claimed for the agent that asked
         assert (await srv.show(n["run_id"]))["agent_id"] in {f"agent-{j}" for j in range(3)}
         assert n["claim_token"] not in {g["claim_token"] for g in grants[:i]}
+
+
+async def test_an_arriving_long_poll_is_not_a_claim_for_every_agent_waiting(
+        srv: Server, calls: dict[str, list[Any]]) -> None:
+    # Agents already waiting found nothing, and nothing was added since: a new arrival
+    # asks for itself alone, so thousands of held long-polls cost no more per arrival.
+    first = [asyncio.create_task(_long_poll(srv, f"agent-{i}")) for i in range(40)]
+    for _ in range(300):
+        if _waiting(srv) == len(first):
+            break
+        await asyncio.sleep(0.02)
+    assert _waiting(srv) == len(first)
+    before = len(calls["claim_grants"])
+    late = asyncio.create_task(_long_poll(srv, "late-agent"))
+    for _ in range(300):
+        if _waiting(srv) == len(first) + 1 and len(calls["claim_grants"]) > before:
+            break
+        await asyncio.sleep(0.02)
+    assert [ids for ids, _ in calls["claim_grants"][before:]] == [["late-agent"]]
+    # A run submitted now (a notify) is still offered to everyone waiting.
+    run_id = await srv.submit()
+    done, _ = await asyncio.wait([*first, late], timeout=20,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    assert [t.result()["run_id"] for t in done] == [run_id]
+    for t in [*first, late]:
+        t.cancel()

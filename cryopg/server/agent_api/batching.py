@@ -151,13 +151,31 @@ class ClaimDispatcher:
                 keys = [k for k, ws in self._waiting.items()
                         if everyone or any(not w.tried for w in ws)]
                 for key in keys:
-                    await self._serve(key)
+                    await self._serve(key, everyone)
+                self._expire(loop.time())
             now = loop.time()
             deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
             timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
             everyone = await _first_of(woken, self._kick, max(timeout, 0.0)) is not self._kick
 
-    async def _serve(self, key: tuple[str, tuple[str, ...]]) -> None:
+    def _expire(self, now: float) -> None:
+        """Answers None to every waiter past its deadline that has had its try, and
+        forgets the answered."""
+        for key, waiters in list(self._waiting.items()):
+            for w in waiters:
+                if w.tried and w.deadline <= now and not w.future.done():
+                    w.future.set_result(None)
+            left = [w for w in waiters if not w.future.done()]
+            if left:
+                self._waiting[key] = left
+            else:
+                del self._waiting[key]
+
+    async def _serve(self, key: tuple[str, tuple[str, ...]], everyone: bool) -> None:
+        """Claims for the key's waiting agents: all of them after a notify or the poll
+        backstop, else (new long-polls arrived) only those not tried yet; the others
+        found nothing and nothing was added since, so asking again for them would make
+        each arriving agent cost a claim for every agent already waiting."""
         org, caps = key
         waiters = [w for w in self._waiting.get(key, []) if not w.future.done()]
         now = asyncio.get_running_loop().time()
@@ -165,7 +183,7 @@ class ClaimDispatcher:
         for w in waiters:
             if not w.alive():
                 w.future.set_result(None)
-            elif len(asking) < BATCH_MAX:
+            elif len(asking) < BATCH_MAX and (everyone or not w.tried):
                 asking.append(w)
         if asking:
             try:
