@@ -6302,7 +6302,7 @@ CREATE INDEX queue_pending ON cryo.queue USING btree (org, enqueued_at) WHERE (s
 
 CREATE UNIQUE INDEX runs_activity_name ON cryo.runs USING btree (parent_run_id, activity_name) WHERE (activity_name IS NOT NULL);
 
-CREATE INDEX runs_cancel_on ON cryo.runs USING btree (org, project, ((graph #>> '{cancel_on,event}'::text[]))) WHERE ((finished_at IS NULL) AND (graph ? 'cancel_on'::text));
+CREATE INDEX runs_cancel_on ON cryo.runs USING btree (org, project, ((graph #>> '{cancel_on,event}'::text[]))) WHERE (graph ? 'cancel_on'::text);
 
 CREATE INDEX runs_id_prefix ON cryo.runs USING btree (id text_pattern_ops);
 
