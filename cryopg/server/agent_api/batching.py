@@ -38,8 +38,9 @@ from cryopg.server.state import CONFIG, NOTIFIER, POOL
 POLL_SECONDS = 5.0
 # The most claims or finishes one transaction takes.
 BATCH_MAX = 500
-# How many finish (or step) batches may be committing at once.
-IN_FLIGHT = 2
+# How many finish batches may be committing at once (steps: one, so two steps of one
+# run never race for the next journal position in two transactions).
+FINISHES_IN_FLIGHT = 2
 
 
 class _Queued(Protocol):
@@ -252,6 +253,7 @@ class _Batcher(Generic[T]):
     that fails as a whole is retried item by item, so only the bad item fails."""
 
     what = "batch"  # names the batcher in its one log line
+    in_flight = 1  # batches committing at once, each on its own connection
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self._pool = pool
@@ -281,13 +283,13 @@ class _Batcher(Generic[T]):
                 item.future.set_exception(DatabaseUnavailable("the server is stopping"))
 
     async def _run(self) -> None:
-        # Up to IN_FLIGHT batches commit at once, each on its own connection: while one
-        # waits on the database, the next is formed and sent, so the server's Python
+        # Up to `in_flight` batches commit at once, each on its own connection: while
+        # one waits on the database, the next is formed and sent, so the server's Python
         # work and the database's overlap instead of taking turns.
         while True:
             await self._kick.wait()
             self._kick.clear()
-            while self._pending and len(self._running) < IN_FLIGHT:
+            while self._pending and len(self._running) < self.in_flight:
                 task = asyncio.create_task(self._drain(self._take()))
                 self._running.add(task)
                 task.add_done_callback(self._drained)
@@ -366,6 +368,7 @@ class FinishBatcher(_Batcher[_Finish]):
     """Ends runs in batches; see the module's docstring."""
 
     what = "finish"
+    in_flight = FINISHES_IN_FLIGHT
 
     def __init__(self, pool: AsyncConnectionPool, claim_seconds: float) -> None:
         super().__init__(pool)
