@@ -248,18 +248,23 @@ async def test_an_arriving_long_poll_is_not_a_claim_for_every_agent_waiting(
     # Agents already waiting found nothing, and nothing was added since: a new arrival
     # asks for itself alone, so thousands of held long-polls cost no more per arrival.
     first = [asyncio.create_task(_long_poll(srv, f"agent-{i}")) for i in range(40)]
-    for _ in range(300):
+    for _ in range(750):
         if _waiting(srv) == len(first):
             break
         await asyncio.sleep(0.02)
     assert _waiting(srv) == len(first)
     before = len(calls["claim_grants"])
     late = asyncio.create_task(_long_poll(srv, "late-agent"))
-    for _ in range(300):
-        if _waiting(srv) == len(first) + 1 and len(calls["claim_grants"]) > before:
+
+    def asked_for_late() -> list[list[str]]:
+        return [ids for ids, _ in calls["claim_grants"][before:] if "late-agent" in ids]
+
+    for _ in range(750):
+        if _waiting(srv) == len(first) + 1 and asked_for_late():
             break
         await asyncio.sleep(0.02)
-    assert [ids for ids, _ in calls["claim_grants"][before:]] == [["late-agent"]]
+    # (The poll backstop may ask for everyone meanwhile; the arrival's own ask is alone.)
+    assert asked_for_late()[0] == ["late-agent"]
     # A run submitted now (a notify) is still offered to everyone waiting.
     run_id = await srv.submit()
     done, _ = await asyncio.wait([*first, late], timeout=20,
