@@ -146,11 +146,11 @@ func step(socket, name string, label *string, needs []string, command []string) 
 		"stdout": stdout, "exit_code": code}); aerr != nil {
 		return fail(aerr)
 	}
-	writeStdout(stdout)
 	return code
 }
 
-// run is lean.run_captured: stdout captured, stdin and stderr inherited.
+// run is lean.run_captured with echo_fd 1: stdout captured and echoed as it comes (a
+// long step's output reaches the log while it runs), stdin and stderr inherited.
 func run(command []string, env []string) ([]byte, int) {
 	cmd := exec.Command(command[0], command[1:]...)
 	if !strings.Contains(command[0], "/") {
@@ -166,7 +166,7 @@ func run(command []string, env []string) ([]byte, int) {
 	cmd.Stdin = os.Stdin
 	cmd.Stderr = os.Stderr
 	var out bytes.Buffer
-	cmd.Stdout = &out
+	cmd.Stdout = io.MultiWriter(&out, os.Stdout)
 	err := cmd.Run()
 	if err == nil {
 		return out.Bytes(), 0
