@@ -58,8 +58,14 @@ def sealed_env(
 
     # The interpreter's bin dir holds the `cryopg` entry point the script calls back with.
     bindir = os.path.dirname(os.path.abspath(sys.executable))
+    first = [bindir]
+    # Before it, the compiled `cryopg` scripts/setup builds (`cryopg step` without
+    # starting Python; it hands every other command to the one in bindir).
+    fast = os.path.join(os.path.dirname(bindir), "libexec", "cryopg-fast")
+    if os.access(os.path.join(fast, "cryopg"), os.X_OK):
+        first.insert(0, fast)
     parts = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p]
-    env["PATH"] = os.pathsep.join([bindir, *(p for p in parts if p != bindir)])
+    env["PATH"] = os.pathsep.join([*first, *(p for p in parts if p not in first)])
     env.setdefault("TERM", "xterm")
     add_sdk_paths(env)  # this checkout's cryosleep package and bash prelude
     # The run's secrets, from its claim grant (none for an untrusted run). The server

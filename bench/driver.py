@@ -40,6 +40,9 @@ BENCH = ROOT / "bench"
 PEERS_PY = BENCH / ".venv-peers" / "bin" / "python"
 CLI = Path(sys.executable).parent / "cryopg"
 LEVELS = (1, 4, 16)
+# The agent path and its peers are also measured at 64: a deployment runs many agents,
+# each doing one job at a time.
+AGENT_LEVELS = (1, 4, 16, 64)
 CAPS = ["shell", "polyglot"]
 AGENT_SECRET = "cryo_a_bench-agent-secret"
 
@@ -69,9 +72,10 @@ class Sizes:
     e2e_runs: int
 
 
-FULL = Sizes(jobs={1: 4000, 4: 12000, 16: 12000}, pgbench_seconds=10, latency_samples=1000,
+FULL = Sizes(jobs={1: 4000, 4: 12000, 16: 12000, 64: 12000}, pgbench_seconds=10,
+             latency_samples=1000,
              finished_backlog=1_000_000, parked_backlog=100_000, steps=1000, e2e_runs=1000)
-QUICK = Sizes(jobs={1: 500, 4: 1500, 16: 1500}, pgbench_seconds=3, latency_samples=100,
+QUICK = Sizes(jobs={1: 500, 4: 1500, 16: 1500, 64: 3000}, pgbench_seconds=3, latency_samples=100,
               finished_backlog=50_000, parked_backlog=5_000, steps=50, e2e_runs=200)
 E2E_AGENTS = (4, 8)
 
@@ -90,7 +94,8 @@ class Bench:
         self.base.chmod(0o755)
         self.cluster = Cluster(self.base, port=5433, options=SETTINGS)
         self.master_text = generate_master_key()
-        self.results: dict[str, Any] = {"levels": list(LEVELS), "batch": batch}
+        self.results: dict[str, Any] = {"levels": sorted({*LEVELS, *AGENT_LEVELS}),
+                                        "batch": batch}
         self._dbs = 0
         self.spent: list[str] = []  # never dropped mid-run: DROP DATABASE forces a checkpoint
 
@@ -266,6 +271,61 @@ def _http_claimer(port: int, index: int, ready: Any, results: Any) -> None:
     results.put((done, time.monotonic()))
 
 
+def _http_agents(port: int, agents: int, ready: Any, results: Any) -> None:
+    """`agents` agents' worth of the same loop as _http_claimer, in one process: one
+    keep-alive connection each, on asyncio streams with the few lines of HTTP/1.1 the
+    agent API needs. As pgqueuer-fast runs its queue managers in one process, this keeps
+    the load generator's own cost (64 processes of http.client parsing headers through
+    the email package) from deciding a figure about the server."""
+    import asyncio
+
+    auth = f"Authorization: Bearer {AGENT_SECRET}\r\n"
+
+    async def call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str,
+                   body: bytes) -> tuple[int, bytes]:
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: bench\r\n{auth}Content-Type: "
+                     f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                     + body)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await reader.readexactly(length) if length else b""
+
+    async def agent(index: int, go: asyncio.Event) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        ask = {"agent_id": f"bench-{index}", "capabilities": ["shell"], "wait": 0}
+        await go.wait()
+        status, body = await call(reader, writer, "/api/v1/agent/claim",
+                                  json.dumps(ask).encode())
+        grant = json.loads(body) if status == 200 else None
+        done = 0
+        while grant is not None:
+            status, body = await call(
+                reader, writer, f"/api/v1/agent/runs/{grant['run_id']}/finish",
+                json.dumps({"claim_token": grant["claim_token"], "outcome": "succeeded",
+                            "exit_code": 0, "claim": ask}).encode())
+            if status != 200:
+                raise RuntimeError(f"finish answered {status}: {body[:200]!r}")
+            done += 1
+            grant = json.loads(body)["next"]
+        writer.close()
+        return done
+
+    async def main() -> int:
+        go = asyncio.Event()
+        tasks = [asyncio.create_task(agent(i, go)) for i in range(agents)]
+        await asyncio.sleep(0.2)  # every connection open before the start
+        ready.wait()
+        go.set()
+        return sum(await asyncio.gather(*tasks))
+
+    done = asyncio.run(main())
+    results.put((done, time.monotonic()))
+
+
 def _drive(target: Any, args_for: Any, workers: int) -> tuple[int, float]:
     ctx = mp.get_context("fork")
     ready = ctx.Barrier(workers + 1)
@@ -280,6 +340,20 @@ def _drive(target: Any, args_for: Any, workers: int) -> tuple[int, float]:
     for p in procs:
         p.join()
     return sum(g[0] for g in got), max(g[1] for g in got) - t0
+
+
+def _drive_one(target: Any, args: tuple[Any, ...]) -> tuple[int, float]:
+    """One load process (`target(*args, ready, results)`), timed from its start signal."""
+    ctx = mp.get_context("fork")
+    ready = ctx.Barrier(2)
+    results = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, ready, results))
+    proc.start()
+    ready.wait(timeout=60)
+    t0 = time.monotonic()
+    done, end = results.get(timeout=600)
+    proc.join()
+    return done, end - t0
 
 
 def sql_throughput(bench: Bench, db: str | None, batch: int, label: str,
@@ -330,7 +404,7 @@ def cryopg_server(bench: Bench, db: str) -> Iterator[int]:
 
 
 def http_throughput(bench: Bench, db: str | None = None, label: str = "cryopg HTTP",
-                    levels: tuple[int, ...] = LEVELS) -> dict[int, float]:
+                    levels: tuple[int, ...] = AGENT_LEVELS) -> dict[int, float]:
     """The agent path through a real `cryopg server`: each claimer is an HTTP client
     doing what an agent does per job (the claim's long-poll, then the finish)."""
     out: dict[int, float] = {}
@@ -339,7 +413,7 @@ def http_throughput(bench: Bench, db: str | None = None, label: str = "cryopg HT
         jobs = bench.sizes.jobs[n]
         bench.enqueue(use, jobs)
         with cryopg_server(bench, use) as port:
-            done, secs = _drive(_http_claimer, lambda i, port=port: (port, i), n)
+            done, secs = _drive_one(_http_agents, (port, n))
         if done != jobs:
             raise RuntimeError(f"{label}: {done} of {jobs} jobs finished")
         out[n] = done / secs
@@ -534,7 +608,7 @@ def peers(bench: Bench) -> dict[str, dict[int, float]]:
         db = peer.replace("-", "_")
         bench.sql("postgres", f"CREATE DATABASE {db}")
         out[peer] = {}
-        for n in LEVELS:
+        for n in AGENT_LEVELS:
             # procrastinate is the slower of the two here: half the jobs keeps its runs short.
             jobs = bench.sizes.jobs[n] // (2 if peer == "procrastinate" else 1)
             proc = subprocess.run([str(PEERS_PY), str(BENCH / "peers.py"), peer,

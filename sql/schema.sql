@@ -2836,6 +2836,50 @@ $$;
 
 COMMENT ON FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text) IS 'Returns the size of the project''s blob with that SHA-256 when a name points at it, else NULL. Raises nothing.';
 
+CREATE FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(finished_run_id text, finished boolean, agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_done text[] := '{}';
+    v_agents text[];
+    v_tokens text[];
+    v_f record;
+BEGIN
+    IF coalesce(cardinality(p_ask_agent_ids), 0) <> coalesce(cardinality(p_run_ids), 0)
+       OR (p_ask_agent_tokens IS NOT NULL
+           AND cardinality(p_ask_agent_tokens) <> cardinality(p_run_ids)) THEN
+        RAISE EXCEPTION 'finish_and_claim_grants needs one ask (or NULL) per run'
+            USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_f IN SELECT * FROM cryo.finish_runs(p_run_ids, p_tokens, p_outcomes, p_exit_codes,
+                                              p_errors, p_logs) LOOP
+        RETURN QUERY SELECT v_f.run_id, v_f.finished, NULL::text, NULL::text, NULL::text,
+                            NULL::uuid, NULL::integer, NULL::text, NULL::text, NULL::bytea,
+                            NULL::bytea, NULL::jsonb, NULL::text, NULL::jsonb, NULL::jsonb,
+                            NULL::boolean;
+        IF v_f.finished THEN
+            v_done := v_done || v_f.run_id;
+        END IF;
+    END LOOP;
+    SELECT array_agg(a.agent ORDER BY a.n), array_agg(a.token ORDER BY a.n)
+      INTO v_agents, v_tokens
+      FROM unnest(p_run_ids, p_ask_agent_ids,
+                  coalesce(p_ask_agent_tokens, array_fill(NULL::text,
+                                                          ARRAY[cardinality(p_run_ids)])))
+           WITH ORDINALITY AS a(run, agent, token, n)
+     WHERE a.agent IS NOT NULL AND a.run = ANY (v_done);
+    IF v_agents IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::text, NULL::boolean, g.*
+          FROM cryo.claim_grants(p_org, v_agents, p_capabilities, p_claim_seconds,
+                                 CASE WHEN p_ask_agent_tokens IS NULL THEN NULL
+                                      ELSE v_tokens END) g;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[]) IS 'Ends each listed run as cryo.finish_runs does, then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
+
 CREATE FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer DEFAULT NULL::integer, p_error text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -6302,7 +6346,7 @@ CREATE INDEX queue_pending ON cryo.queue USING btree (org, enqueued_at) WHERE (s
 
 CREATE UNIQUE INDEX runs_activity_name ON cryo.runs USING btree (parent_run_id, activity_name) WHERE (activity_name IS NOT NULL);
 
-CREATE INDEX runs_cancel_on ON cryo.runs USING btree (org, project, ((graph #>> '{cancel_on,event}'::text[]))) WHERE ((finished_at IS NULL) AND (graph ? 'cancel_on'::text));
+CREATE INDEX runs_cancel_on ON cryo.runs USING btree (org, project, ((graph #>> '{cancel_on,event}'::text[]))) WHERE (graph ? 'cancel_on'::text);
 
 CREATE INDEX runs_id_prefix ON cryo.runs USING btree (id text_pattern_ops);
 

@@ -15,6 +15,7 @@ from cryopg.engine.claim import (
     claim_grants,
     claim_job,
     claim_jobs,
+    finish_and_claim_grants,
     release_claim,
 )
 from cryopg.engine.finish import (
@@ -343,6 +344,7 @@ __all__ = [
     "cancel_run",
     "check_claim",
     "claim_grants",
+    "finish_and_claim_grants",
     "claim_job",
     "claim_jobs",
     "collect_activity",

@@ -60,6 +60,32 @@ async def claim_grants(conn: AsyncConnection, org: str, agent_ids: list[str], ca
     return [_claim_grant(row) for row in await cur.fetchall()]
 
 
+async def finish_and_claim_grants(
+        conn: AsyncConnection,
+        runs: list[tuple[str, uuid.UUID, str, int | None, str | None, bytes | None]],
+        org: str, ask_agent_ids: list[str | None], caps: list[str], claim_seconds: float,
+        ask_agent_tokens: list[str | None] | None = None,
+) -> tuple[dict[str, bool], list[ClaimGrant]]:
+    """finish_runs for `runs` (items as finish_runs takes them), then claim_grants for the
+    agent asking beside each run that ended (None: no ask), in one statement and one
+    commit; returns (run_id -> finished, the grants)."""
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        "SELECT * FROM cryo.finish_and_claim_grants(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s)",
+        ([r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs],
+         [r[3] for r in runs], [r[4] for r in runs], [r[5] for r in runs], org,
+         ask_agent_ids, caps, claim_seconds, ask_agent_tokens), prepare=True)
+    done: dict[str, bool] = {}
+    grants: list[ClaimGrant] = []
+    for row in await cur.fetchall():
+        if row["finished_run_id"] is not None:
+            done[row["finished_run_id"]] = bool(row["finished"])
+        else:
+            grants.append(_claim_grant(row))
+    return done, grants
+
+
 async def check_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
     """Raises StaleClaim unless the token is the run's live claim."""
     await conn.execute("SELECT cryo.check_claim(%s, %s)", (run_id, token))

@@ -93,6 +93,63 @@ $$;
 COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision, text[]) IS
     'Claims one pending run of the org (whose required capabilities are among p_capabilities) for each listed agent, oldest first, each claim bound to the agent token listed beside its agent (p_agent_tokens; unbound when NULL); returns per claim the agent and agent token it went to, the run, its new token as handed out, pinned source and input, and as jsonb arrays its memos (seq, path, family, name, ordinal, status, result base64, exit_code, answer_clear, ref_run_id) and the secrets it may see (name, value base64 or null, withheld), and whether the run is untrusted (its agent must confine it). Fewer rows than agents when fewer runs are pending. Raises CR004 for an empty, NULL-holding or over-1000 agent list, or agent tokens not one per agent.';
 
+-- An agent's finish usually asks for its next run in the same request. This ends a
+-- batch of runs (cryo.finish_runs) and claims the next run for the agent of each one
+-- that ended and asked (p_ask_agent_ids, parallel to p_run_ids, NULL where it did not
+-- ask), all agents of one org and capability set (cryo.claim_grants), in one statement:
+-- one round trip and one commit for the server's finish batch instead of four.
+-- Rows with finished_run_id set answer the finishes; the others are the grants.
+CREATE OR REPLACE FUNCTION cryo.finish_and_claim_grants(
+    p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[],
+    p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[],
+    p_capabilities text[], p_claim_seconds double precision,
+    p_ask_agent_tokens text[] DEFAULT NULL)
+RETURNS TABLE (finished_run_id text, finished boolean, agent_id text, agent_token text,
+               run_id text, claim_token uuid, attempt integer, filename text,
+               interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
+               journal jsonb, secrets jsonb, untrusted boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_done text[] := '{}';
+    v_agents text[];
+    v_tokens text[];
+    v_f record;
+BEGIN
+    IF coalesce(cardinality(p_ask_agent_ids), 0) <> coalesce(cardinality(p_run_ids), 0)
+       OR (p_ask_agent_tokens IS NOT NULL
+           AND cardinality(p_ask_agent_tokens) <> cardinality(p_run_ids)) THEN
+        RAISE EXCEPTION 'finish_and_claim_grants needs one ask (or NULL) per run'
+            USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_f IN SELECT * FROM cryo.finish_runs(p_run_ids, p_tokens, p_outcomes, p_exit_codes,
+                                              p_errors, p_logs) LOOP
+        RETURN QUERY SELECT v_f.run_id, v_f.finished, NULL::text, NULL::text, NULL::text,
+                            NULL::uuid, NULL::integer, NULL::text, NULL::text, NULL::bytea,
+                            NULL::bytea, NULL::jsonb, NULL::text, NULL::jsonb, NULL::jsonb,
+                            NULL::boolean;
+        IF v_f.finished THEN
+            v_done := v_done || v_f.run_id;
+        END IF;
+    END LOOP;
+    SELECT array_agg(a.agent ORDER BY a.n), array_agg(a.token ORDER BY a.n)
+      INTO v_agents, v_tokens
+      FROM unnest(p_run_ids, p_ask_agent_ids,
+                  coalesce(p_ask_agent_tokens, array_fill(NULL::text,
+                                                          ARRAY[cardinality(p_run_ids)])))
+           WITH ORDINALITY AS a(run, agent, token, n)
+     WHERE a.agent IS NOT NULL AND a.run = ANY (v_done);
+    IF v_agents IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::text, NULL::boolean, g.*
+          FROM cryo.claim_grants(p_org, v_agents, p_capabilities, p_claim_seconds,
+                                 CASE WHEN p_ask_agent_tokens IS NULL THEN NULL
+                                      ELSE v_tokens END) g;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.finish_and_claim_grants(text[], uuid[], text[], integer[], text[], bytea[], text, text[], text[], double precision, text[]) IS
+    'Ends each listed run as cryo.finish_runs does, then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
+
 -- A read on behalf of a claimed run (its state cells, a workflow it calls) first asks
 -- this, in the read's transaction: the same check as every write (_claimed_row).
 CREATE OR REPLACE FUNCTION cryo.check_claim(p_run_id text, p_token uuid)

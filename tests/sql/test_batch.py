@@ -127,3 +127,54 @@ def test_a_batch_claim_works_with_the_single_finish(db: psycopg.Connection) -> N
     db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded')", (run_id, token))
     assert status(db, run_id) == ("succeeded", None)
     assert claim(db) is None
+
+
+def _finish_and_claim(db: psycopg.Connection, got: list[tuple[str, uuid.UUID]],
+                      asks: list[str | None], tokens: list[str | None] | None = None,
+                      ) -> tuple[dict[str, bool], list[tuple[str, str, str | None]]]:
+    rows = db.execute(
+        "SELECT finished_run_id, finished, agent_id, run_id, agent_token"
+        "  FROM cryo.finish_and_claim_grants(%s, %s, %s, NULL, NULL, NULL, 'dev', %s, %s, 30,"
+        "                                    %s)",
+        ([g[0] for g in got], [g[1] for g in got], ["succeeded"] * len(got), asks, CAPS,
+         tokens)).fetchall()
+    done = {r[0]: r[1] for r in rows if r[0] is not None}
+    grants = [(r[2], r[3], r[4]) for r in rows if r[0] is None]
+    return done, grants
+
+
+def test_finish_and_claim_ends_runs_and_claims_for_the_agents_that_asked(
+        db: psycopg.Connection) -> None:
+    runs = [submit(db) for _ in range(6)]
+    got = claim_many(db, 3)
+    stale = (got[2][0], uuid.uuid4())
+    done, grants = _finish_and_claim(db, [got[0], got[1], stale], ["a1", None, "a3"])
+    # The stale finish ends nothing and brings its agent nothing; the run that asked
+    # nothing brings nothing; a1 gets the oldest pending run, claimed for it.
+    assert done == {got[0][0]: True, got[1][0]: True, got[2][0]: False}
+    assert grants == [("a1", runs[3], None)]
+    assert status(db, runs[3]) == ("running", None)
+    assert db.execute("SELECT agent_id FROM cryo.queue WHERE run_id = %s",
+                      (runs[3],)).fetchone() == ("a1",)
+    assert [status(db, r)[0] for r in runs] == ["succeeded", "succeeded", "running", "running",
+                                                "pending", "pending"]
+
+
+def test_finish_and_claim_binds_each_claim_to_its_agent_token(db: psycopg.Connection) -> None:
+    first, second, third = submit(db), submit(db), submit(db)
+    got = claim_many(db, 2)
+    done, grants = _finish_and_claim(db, got, ["a1", "a2"], ["tok-1", "tok-2"])
+    assert done == {first: True, second: True}
+    assert grants == [("a1", third, "tok-1")]
+    bound = db.execute("SELECT claim_agent_token FROM cryo.queue WHERE run_id = %s",
+                       (third,)).fetchone()
+    assert bound == ("tok-1",)
+
+
+def test_finish_and_claim_refuses_asks_not_one_per_run(db: psycopg.Connection) -> None:
+    submit(db)
+    got = claim_many(db, 1)
+    with pytest.raises(psycopg.Error) as exc:
+        _finish_and_claim(db, got, ["a1", "a2"])
+    assert exc.value.sqlstate == "CR004"
+    assert status(db, got[0][0]) == ("running", None)  # nothing ended

@@ -213,3 +213,34 @@ def test_only_a_followed_run_notifies_its_changes(session) -> None:  # type: ign
         db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", got)
     heard = [n.payload for n in listener.notifies(timeout=0.5, stop_after=5)]
     assert heard == [followed]
+
+
+def test_a_lapsed_claim_requeues_the_run_in_its_old_place(db: psycopg.Connection) -> None:
+    # The first run is claimed, then later runs arrive; its claim lapses (an agent or
+    # the database was away). The sweep puts it back ahead of everything that came after
+    # it, not behind them.
+    first = submit(db)
+    _, token = claim(db, lease=5)
+    later = [submit(db) for _ in range(3)]
+    _at(db, 60)
+    assert db.execute("SELECT * FROM cryo.tick()").fetchone() == (1, 0)
+    waiting = [r[0] for r in db.execute("SELECT run_id FROM cryo.pending_runs").fetchall()]
+    assert waiting == [first, *later]
+    again, token2 = claim(db)
+    assert again == first and token2 != token
+
+
+def test_a_claim_and_a_finish_leave_the_runs_indexes_alone(db: psycopg.Connection) -> None:
+    # Neither touches an indexed column (nor one an index's predicate names), so both
+    # are HOT updates: no new entry in every index of cryo.runs per job (V0018).
+    run_id = submit(db)
+    with db.transaction():
+        def counts() -> tuple[int, int]:
+            return db.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
+                              " WHERE relid = 'cryo.runs'::regclass").fetchone()
+        before = counts()
+        _, token = claim(db)
+        db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0)", (run_id, token))
+        upd, hot = (a - b for a, b in zip(counts(), before, strict=True))
+    assert status(db, run_id) == ("succeeded", None)
+    assert upd >= 2 and hot == upd

@@ -28,7 +28,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
-from cryopg.db import connection, translated
+from cryopg.db import SESSION_SETTINGS, connection, translated
 from cryopg.engine import ClaimGrant
 from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim, from_sqlstate
 from cryopg.server.notifier import Notifier
@@ -38,6 +38,9 @@ from cryopg.server.state import CONFIG, NOTIFIER, POOL
 POLL_SECONDS = 5.0
 # The most claims or finishes one transaction takes.
 BATCH_MAX = 500
+# How many finish batches may be committing at once (steps: one, so two steps of one
+# run never race for the next journal position in two transactions).
+FINISHES_IN_FLIGHT = 2
 
 
 class _Queued(Protocol):
@@ -112,6 +115,13 @@ class ClaimDispatcher:
             try:
                 self._conn = await AsyncConnection.connect(self._dsn, autocommit=True,
                                                            connect_timeout=10)
+                # A claim made here does not wait for its WAL flush (about a millisecond
+                # of a long-poll's answer). Losing one in a crash is losing an agent
+                # just after its claim: the run is pending again and the agent's first
+                # call is refused as stale; and any durable call of the run flushes the
+                # WAL its claim wrote before committing itself. Finishes (which may also
+                # claim) stay fully durable on the pool's connections.
+                await self._conn.execute(f"{SESSION_SETTINGS}; SET synchronous_commit = off")
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(f"database unavailable: {exc}".splitlines()[0]) from exc
         try:
@@ -142,13 +152,31 @@ class ClaimDispatcher:
                 keys = [k for k, ws in self._waiting.items()
                         if everyone or any(not w.tried for w in ws)]
                 for key in keys:
-                    await self._serve(key)
+                    await self._serve(key, everyone)
+                self._expire(loop.time())
             now = loop.time()
             deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
             timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
             everyone = await _first_of(woken, self._kick, max(timeout, 0.0)) is not self._kick
 
-    async def _serve(self, key: tuple[str, tuple[str, ...]]) -> None:
+    def _expire(self, now: float) -> None:
+        """Answers None to every waiter past its deadline that has had its try, and
+        forgets the answered."""
+        for key, waiters in list(self._waiting.items()):
+            for w in waiters:
+                if w.tried and w.deadline <= now and not w.future.done():
+                    w.future.set_result(None)
+            left = [w for w in waiters if not w.future.done()]
+            if left:
+                self._waiting[key] = left
+            else:
+                del self._waiting[key]
+
+    async def _serve(self, key: tuple[str, tuple[str, ...]], everyone: bool) -> None:
+        """Claims for the key's waiting agents: all of them after a notify or the poll
+        backstop, else (new long-polls arrived) only those not tried yet; the others
+        found nothing and nothing was added since, so asking again for them would make
+        each arriving agent cost a claim for every agent already waiting."""
         org, caps = key
         waiters = [w for w in self._waiting.get(key, []) if not w.future.done()]
         now = asyncio.get_running_loop().time()
@@ -156,7 +184,7 @@ class ClaimDispatcher:
         for w in waiters:
             if not w.alive():
                 w.future.set_result(None)
-            elif len(asking) < BATCH_MAX:
+            elif len(asking) < BATCH_MAX and (everyone or not w.tried):
                 asking.append(w)
         if asking:
             try:
@@ -180,6 +208,12 @@ class ClaimDispatcher:
             self._waiting[key] = left
         else:
             self._waiting.pop(key, None)
+
+
+def _group(ask: ClaimAsk) -> tuple[str, tuple[str, ...], bool]:
+    """Asks that one claim_grants call may serve together: one org, one capability set,
+    all bound to agent tokens or none."""
+    return ask.org, ask.caps, ask.agent_token is not None
 
 
 def _tokens(tokens: list[str | None]) -> list[str] | None:
@@ -219,12 +253,14 @@ class _Batcher(Generic[T]):
     that fails as a whole is retried item by item, so only the bad item fails."""
 
     what = "batch"  # names the batcher in its one log line
+    in_flight = 1  # batches committing at once, each on its own connection
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self._pool = pool
         self._pending: list[T] = []
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
 
     async def _queue(self, item: T) -> Any:
         self._pending.append(item)
@@ -235,34 +271,51 @@ class _Batcher(Generic[T]):
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        for task in [self._task, *self._running]:
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         for item in self._pending:
             if not item.future.done():
                 item.future.set_exception(DatabaseUnavailable("the server is stopping"))
 
     async def _run(self) -> None:
+        # Up to `in_flight` batches commit at once, each on its own connection: while
+        # one waits on the database, the next is formed and sent, so the server's Python
+        # work and the database's overlap instead of taking turns.
         while True:
             await self._kick.wait()
             self._kick.clear()
-            batch: list[T] = []
-            try:
-                async with connection(self._pool) as conn:
-                    while self._pending:
-                        batch = self._take()
-                        await self._commit(conn, batch)
-                        batch = []
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
-                print(f"cryopg: {self.what} batch failed: {exc}", file=sys.stderr)
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
-                if self._pending:
-                    self._kick.set()
+            while self._pending and len(self._running) < self.in_flight:
+                task = asyncio.create_task(self._drain(self._take()))
+                self._running.add(task)
+                task.add_done_callback(self._drained)
+
+    def _drained(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if self._pending:
+            self._kick.set()
+
+    async def _drain(self, batch: list[T]) -> None:
+        """Commits `batch`, then what else is pending, on one connection."""
+        try:
+            async with connection(self._pool) as conn:
+                while batch:
+                    await self._commit(conn, batch)
+                    batch = self._take() if self._pending else []
+        except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad batch
+            print(f"cryopg: {self.what} batch failed: {exc}", file=sys.stderr)
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+        except asyncio.CancelledError:
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(DatabaseUnavailable("the server is stopping"))
+            raise
 
     def _take(self) -> list[T]:
         batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
@@ -315,6 +368,7 @@ class FinishBatcher(_Batcher[_Finish]):
     """Ends runs in batches; see the module's docstring."""
 
     what = "finish"
+    in_flight = FINISHES_IN_FLIGHT
 
     def __init__(self, pool: AsyncConnectionPool, claim_seconds: float) -> None:
         super().__init__(pool)
@@ -350,7 +404,12 @@ class FinishBatcher(_Batcher[_Finish]):
     async def _apply(self, conn: AsyncConnection, batch: list[_Finish],
                      ) -> tuple[dict[str, bool], dict[_Finish, ClaimGrant]]:
         """One transaction: cryo.finish_runs for the batch, then one cryo.claim_grants per
-        org and capability set for the agents that asked for their next run."""
+        org and capability set for the agents that asked for their next run. When every
+        ask shares one org and capability set (agents of one pool: the usual case), one
+        statement does both (cryo.finish_and_claim_grants): one round trip, not four."""
+        keys = {_group(f.ask) for f in batch if f.ask is not None}
+        if len(keys) <= 1:
+            return await self._apply_one_group(conn, batch)
         with translated():
             async with conn.transaction():
                 done = await engine.finish_runs(
@@ -373,6 +432,26 @@ class FinishBatcher(_Batcher[_Finish]):
                                  and (f.ask.agent_id, f.ask.agent_token)
                                  == (g.agent_id, g.agent_token))
                         got[f] = g
+        return done, got
+
+    async def _apply_one_group(self, conn: AsyncConnection, batch: list[_Finish],
+                               ) -> tuple[dict[str, bool], dict[_Finish, ClaimGrant]]:
+        asks = [f.ask for f in batch]
+        key = next((a for a in asks if a is not None), None)
+        items = [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log) for f in batch]
+        with translated():
+            if key is None:
+                return await engine.finish_runs(conn, items), {}
+            bound = _tokens([a.agent_token for a in asks if a is not None]) is not None
+            done, rows = await engine.finish_and_claim_grants(
+                conn, items, key.org, [a.agent_id if a else None for a in asks],
+                list(key.caps), self._claim_seconds,
+                [a.agent_token if a else None for a in asks] if bound else None)
+        got: dict[_Finish, ClaimGrant] = {}
+        for g in rows:
+            f = next(f for f in batch if f.ask and f not in got
+                     and (f.ask.agent_id, f.ask.agent_token) == (g.agent_id, g.agent_token))
+            got[f] = g
         return done, got
 
     def _answer(self, batch: list[_Finish],

@@ -1,0 +1,3 @@
+module cryopg.local/fast
+
+go 1.21
