@@ -76,6 +76,12 @@ def _finished(bench: Bench, db: str) -> int:
                             "AND finished_at IS NOT NULL").fetchone()[0]
 
 
+def _run_ended(bench: Bench, db: str, run_id: str) -> bool:
+    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+        return conn.execute("SELECT finished_at IS NOT NULL FROM cryo.runs WHERE id = %s",
+                            (run_id,)).fetchone()[0]
+
+
 def _claimers(port: int, n: int, stop: Any) -> list[Any]:
     ctx = mp.get_context("fork")
 
@@ -156,7 +162,7 @@ def chain(bench: Bench, after: int = 0) -> dict[str, float]:
             with urllib.request.urlopen(req) as resp:
                 run_id = json.loads(resp.read())["run_id"]
             deadline = time.monotonic() + 900
-            while _finished(bench, db) < 1 and time.monotonic() < deadline:
+            while not _run_ended(bench, db, run_id) and time.monotonic() < deadline:
                 time.sleep(0.2)
             with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
                 # From the first node job's start to the last one's end, over the jobs.
