@@ -72,7 +72,8 @@ def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
 
 
 async def advance(app: web.Application, conn: Any, g: Driven) -> str:
-    """One turn on one driven run; returns how it settled."""
+    """One turn on one driven run; returns how it settled ('parked-timed' when it parked
+    with a deadline this turn set)."""
     sealer = await app[KEYS].sealer(g.org)
     configs, wanted, after = _pinned(sealer, g)
     input_value = run_input(sealer, g.input, g.input_clear)
@@ -137,7 +138,8 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     else:
         await engine.graph_yield(conn, g.run_id, g.claim_token)
         return "yielded"
-    return await engine.graph_settle(conn, g.run_id, g.claim_token, False)
+    settled = await engine.graph_settle(conn, g.run_id, g.claim_token, False)
+    return f"{settled}-timed" if turn.timed else settled
 
 
 # A run's document is pinned: its opened configs, and the nodes its expressions read, are
@@ -200,8 +202,10 @@ async def drive_once(app: web.Application) -> int:
                 why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)
                 await engine.graph_defer(conn, g.run_id, g.claim_token, why)
-                settled = "parked"
-            if settled in ("parked", "yielded") and TIMERS in app:
+                settled = "parked-timed"  # with its backoff
+            # A deadline this turn set may be the earliest now. (Not on every park: a
+            # shell chain parks once a node, and each look costs a transaction.)
+            if settled == "parked-timed" and TIMERS in app:
                 app[TIMERS].rearm()
         return len(driven)
 
