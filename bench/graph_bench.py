@@ -30,6 +30,7 @@ from driver import (  # bench/driver.py, beside this file
 
 USER_SECRET = "cryo_u_bench-user-secret"
 CHAIN = int(os.environ.get("CRYOPG_BENCH_CHAIN", "400"))
+BIG = int(os.environ.get("CRYOPG_BENCH_BIG", "10000"))  # the graph run before the 2nd chain
 
 
 def _graph(kind: str, n: int, *, edges: bool = True) -> str:
@@ -73,6 +74,12 @@ def _finished(bench: Bench, db: str) -> int:
     with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
         return conn.execute("SELECT count(*) FROM cryo.runs WHERE kind = 'graph' "
                             "AND finished_at IS NOT NULL").fetchone()[0]
+
+
+def _run_ended(bench: Bench, db: str, run_id: str) -> bool:
+    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+        return conn.execute("SELECT finished_at IS NOT NULL FROM cryo.runs WHERE id = %s",
+                            (run_id,)).fetchone()[0]
 
 
 def _claimers(port: int, n: int, stop: Any) -> list[Any]:
@@ -132,12 +139,17 @@ def graph_throughput(bench: Bench, kind: str, per_level: int) -> dict[int, float
     return out
 
 
-def chain(bench: Bench) -> dict[str, float]:
+def chain(bench: Bench, after: int = 0) -> dict[str, float]:
     """A chain of trivial shell nodes on one real agent: per-node overhead from the end of
-    one node to the start of the next, beside the cost of starting the process."""
+    one node to the start of the next, beside the cost of starting the process. With
+    `after`, a graph of that many state nodes runs to its end first on the same database
+    (its rows stay), so the figure shows whether a node's cost grows with what ran."""
     db = bench.fresh_db()
     _user_token(bench, db)
     with cryopg_server(bench, db) as port:
+        if after:
+            big_ms = _span_ms(bench, db, port, _graph("state", after, edges=False))
+            log(f"graph of {after} state nodes (no edges): {big_ms / after:.3f} ms a node")
         env = dict(os.environ, CRYOPG_AGENT_TOKEN=AGENT_SECRET)
         agent = subprocess.Popen([str(CLI), "agent", "--url", f"http://127.0.0.1:{port}",
                                   "--cap", "shell"], env=env, stdout=subprocess.DEVNULL,
@@ -150,7 +162,7 @@ def chain(bench: Bench) -> dict[str, float]:
             with urllib.request.urlopen(req) as resp:
                 run_id = json.loads(resp.read())["run_id"]
             deadline = time.monotonic() + 900
-            while _finished(bench, db) < 1 and time.monotonic() < deadline:
+            while not _run_ended(bench, db, run_id) and time.monotonic() < deadline:
                 time.sleep(0.2)
             with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
                 # From the first node job's start to the last one's end, over the jobs.
@@ -177,14 +189,15 @@ def chain(bench: Bench) -> dict[str, float]:
         subprocess.run(["script", "-qec", "bash -c true", "/dev/null"],
                        stdout=subprocess.DEVNULL, check=True)
     spawn_ms = (time.monotonic() - t) / 50 * 1000
-    out = {"nodes": jobs, "span_s": span, "per_node_ms": span / jobs * 1000,
+    out = {"after": after, "nodes": jobs, "span_s": span, "per_node_ms": span / jobs * 1000,
            "job_ms": busy / jobs * 1000, "between_ms": (span - busy) / max(jobs - 1, 1) * 1000,
            "spawn_ms": spawn_ms, "driver_ms": float(driver_s) * 1000,
            "claim_ms": float(claim_s) * 1000}
-    log(f"graph chain of {jobs}: {out['per_node_ms']:.1f} ms a node "
+    where = f" after a {after}-node graph" if after else ""
+    log(f"graph chain of {jobs}{where}: {out['per_node_ms']:.1f} ms a node "
         f"({out['between_ms']:.1f} ms between nodes: driver {out['driver_ms']:.1f} ms, "
         f"agent claim {out['claim_ms']:.1f} ms); process start {spawn_ms:.1f} ms")
-    log(f"ratio graph-node/spawn: {out['per_node_ms'] / spawn_ms:.2f} (target <= 1.5; "
+    log(f"ratio graph-node/spawn{where}: {out['per_node_ms'] / spawn_ms:.2f} (target <= 1.5; "
         f"per node <= process start + 10 ms: {out['per_node_ms']:.1f} <= {spawn_ms + 10:.1f})")
     bench.spent.append(db)
     return out
@@ -219,12 +232,35 @@ def _span_ms(bench: Bench, db: str, port: int, doc: str, run_input: Any = None) 
     raise RuntimeError(f"graph run {run_id} did not finish")
 
 
+def concurrent_state(bench: Bench, runs: int = 100, nodes: int = 10) -> float:
+    """`runs` state graphs of `nodes` chained nodes submitted at once (16 HTTP clients),
+    timed from the first submit to the last run's end: graph runs a second."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = bench.fresh_db()
+    _user_token(bench, db)
+    doc = _graph("state", nodes)
+    with cryopg_server(bench, db) as port:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda _: _one_graph(port, doc), range(runs)))
+        deadline = t0 + 600
+        while _finished(bench, db) < runs and time.monotonic() < deadline:
+            time.sleep(0.005)
+        secs = time.monotonic() - t0
+    bench.spent.append(db)
+    rate = runs / secs
+    log(f"graphs {runs} concurrent {nodes}-node state graphs: {rate:.1f} runs/s "
+        f"({secs:.2f} s; target >= 500 runs/s)")
+    return rate
+
+
 def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
     """State chains (one node a turn: the turn's cost) and fan-outs (one turn over every
     item) at 10 items and at 1,000 and more, each on a fresh server and database: the
     cost a node must not grow with the graph. Prints the issue's target lines."""
     out: dict[str, float] = {}
-    sizes = (10, 400, 1000) if quick else (10, 400, 1000, 5000)
+    sizes = (10, 400, 1000, 5000)
     for n in sizes:
         db = bench.fresh_db()
         _user_token(bench, db)
@@ -234,6 +270,7 @@ def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
         bench.spent.append(db)
         log(f"graph state chain of {n}: {out[f'state_chain_{n}_ms_per_node']:.3f} ms a node"
             " (target < 1 ms)")
+    out["concurrent_runs_s"] = concurrent_state(bench)
     for n in (10, 1000):
         db = bench.fresh_db()
         _user_token(bench, db)
@@ -251,19 +288,24 @@ def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
                                    / out["state_chain_400_ms_per_node"])
     log(f"ratio graph-node 1000-chain/400-chain: {out['ratio_chain_1000_400']:.2f} "
         "(a node's cost flat in the graph's size: about 1)")
+    out["ratio_chain_5000_400"] = (out["state_chain_5000_ms_per_node"]
+                                   / out["state_chain_400_ms_per_node"])
+    log(f"ratio graph-node 5000-chain/400-chain: {out['ratio_chain_5000_400']:.2f} (about 1)")
     return out
 
 
 def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
     per_level = 40 if quick else 200
     if os.environ.get("CRYOPG_BENCH_GRAPHS") == "chain":  # while working on the chain
-        return {"state": {}, "shell": {}, "chain": chain(bench)}
+        return {"state": {}, "shell": {}, "chain": chain(bench),
+                "chain_after": chain(bench, BIG)}
     if os.environ.get("CRYOPG_BENCH_GRAPHS") == "flat":  # the flat-turn figures alone
         return {"state": {}, "shell": {}, "flat": flat_turns(bench, quick)}
     return {"state": graph_throughput(bench, "state", per_level),
             "flat": flat_turns(bench, quick),
             "shell": graph_throughput(bench, "shell", per_level // 2),
-            "chain": chain(bench)}
+            "chain": chain(bench),
+            "chain_after": chain(bench, BIG)}
 
 
 def report_lines(gr: dict[str, Any]) -> list[str]:
@@ -274,6 +316,10 @@ def report_lines(gr: dict[str, Any]) -> list[str]:
         out += [f"ratio graph-node/spawn: {ch['per_node_ms'] / ch['spawn_ms']:.2f} "
                 f"(target <= 1.5; driver {ch['driver_ms']:.1f} ms, agent claim "
                 f"{ch['claim_ms']:.1f} ms a node)", ""]
+    ca = gr.get("chain_after")
+    if ca:
+        out += [f"ratio graph-node/spawn after a {ca['after']}-node graph: "
+                f"{ca['per_node_ms'] / ca['spawn_ms']:.2f} (target <= 1.5)", ""]
     fl = gr.get("flat")
     if fl:
         chains = sorted(int(k.split("_")[2]) for k in fl if k.startswith("state_chain_"))
@@ -283,5 +329,8 @@ def report_lines(gr: dict[str, Any]) -> list[str]:
                 f"Fan-outs, ms an item: 10: {fl['fan_10_ms_per_item']:.2f}, 1000: "
                 f"{fl['fan_1000_ms_per_item']:.2f}.", "",
                 f"ratio graph-node 1000-chain/400-chain: {fl['ratio_chain_1000_400']:.2f}",
-                f"ratio graph-turn fan-out 1000/10: {fl['ratio_fan_1000_10']:.2f}", ""]
+                f"ratio graph-node 5000-chain/400-chain: {fl['ratio_chain_5000_400']:.2f}",
+                f"ratio graph-turn fan-out 1000/10: {fl['ratio_fan_1000_10']:.2f}",
+                f"100 concurrent 10-node state graphs: {fl['concurrent_runs_s']:.1f} runs/s "
+                "(target >= 500)", ""]
     return out

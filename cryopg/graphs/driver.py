@@ -72,9 +72,10 @@ def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
 
 
 async def advance(app: web.Application, conn: Any, g: Driven) -> str:
-    """One turn on one driven run; returns how it settled."""
+    """One turn on one driven run; returns how it settled ('parked-timed' when it parked
+    with a deadline this turn set)."""
     sealer = await app[KEYS].sealer(g.org)
-    configs, wanted = _pinned(sealer, g)
+    configs, wanted, after = _pinned(sealer, g)
     input_value = run_input(sealer, g.input, g.input_clear)
     opened: dict[bytes, Any] = {}  # a turn opens each sealed output once
 
@@ -96,8 +97,13 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     if fresh:  # only what the expressions read and was just recorded
         _merge(scope, g.run_id, input_value, open_json, set(fresh),
                await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
+    # The configs sent are those of the nodes that may start now: what just ended and
+    # the nodes after it; SQL asks for any other it needs (action 'config').
+    need = _and_after(moved, after)
     for _ in range(MAX_ROUNDS):
-        plan = await engine.graph_plan(conn, g.run_id, g.claim_token, configs, scope)
+        plan = await engine.graph_plan(conn, g.run_id, g.claim_token,
+                                       {n: configs.get(n, {}) for n in need}, scope)
+        asked = {p.node_id for p in plan if p.action == "config"}
         finish = next((p for p in plan if p.action == "finish"), None)
         started = [p for p in plan if p.action == "start"]
         touched = {p.node_id for p in plan if p.action == "skip"}
@@ -112,7 +118,7 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
                                                            open_json))
             return await engine.graph_settle(conn, g.run_id, g.claim_token, True,
                                              sealer.seal_json({"answer": output}))
-        if not touched - {p.node_id for p in plan if p.action == "skip"} and not any(
+        if not asked and not touched - {p.node_id for p in plan if p.action == "skip"} and not any(
                 p.type == "wait" for p in started):
             # Nothing ended in the database: what started runs elsewhere, and another
             # plan would find nothing new. (A wait may be due at once: look again.)
@@ -128,29 +134,42 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
         if fresh:
             _merge(scope, g.run_id, input_value, open_json, set(fresh),
                    await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
+        need = asked | {p.node_id for p in started if p.node_id} | _and_after(touched, after)
     else:
         await engine.graph_yield(conn, g.run_id, g.claim_token)
         return "yielded"
-    return await engine.graph_settle(conn, g.run_id, g.claim_token, False)
+    settled = await engine.graph_settle(conn, g.run_id, g.claim_token, False)
+    return f"{settled}-timed" if turn.timed else settled
 
 
 # A run's document is pinned: its opened configs, and the nodes its expressions read, are
 # kept for its next turns instead of being opened and walked again each time (the cost of
 # both grows with the graph). Keyed by run id; a few hundred runs' worth.
-_PINNED: OrderedDict[str, tuple[dict[str, Any], set[str] | None]] = OrderedDict()
+_PINNED: OrderedDict[str, tuple[dict[str, Any], set[str] | None, dict[str, list[str]]]] = (
+    OrderedDict())
 PINNED_RUNS = 256
 
 
-def _pinned(sealer: Any, g: Driven) -> tuple[dict[str, Any], set[str] | None]:
+def _pinned(sealer: Any, g: Driven) -> tuple[dict[str, Any], set[str] | None,
+                                              dict[str, list[str]]]:
     got = _PINNED.get(g.run_id)
     if got is None:
         configs = json.loads(open_document(sealer, g.source)).get("configs", {})
-        got = _PINNED[g.run_id] = (configs, referenced(g.graph, configs))
+        after: dict[str, list[str]] = {}
+        for n in g.graph.get("nodes", []):
+            for d in n.get("deps", []):
+                after.setdefault(d, []).append(n["id"])
+        got = _PINNED[g.run_id] = (configs, referenced(g.graph, configs), after)
         while len(_PINNED) > PINNED_RUNS:
             _PINNED.popitem(last=False)
     else:
         _PINNED.move_to_end(g.run_id)
     return got
+
+
+def _and_after(nodes: set[str], after: dict[str, list[str]]) -> set[str]:
+    """The nodes, and the nodes that depend on them."""
+    return set(nodes).union(*(after.get(n, ()) for n in nodes))
 
 
 def _merge(scope: dict[str, Any], run_id: str, input_value: Any, open_json: Any,
@@ -183,8 +202,10 @@ async def drive_once(app: web.Application) -> int:
                 why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)
                 await engine.graph_defer(conn, g.run_id, g.claim_token, why)
-                settled = "parked"
-            if settled in ("parked", "yielded") and TIMERS in app:
+                settled = "parked-timed"  # with its backoff
+            # A deadline this turn set may be the earliest now. (Not on every park: a
+            # shell chain parks once a node, and each look costs a transaction.)
+            if settled == "parked-timed" and TIMERS in app:
                 app[TIMERS].rearm()
         return len(driven)
 

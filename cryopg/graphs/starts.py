@@ -43,13 +43,18 @@ class Turn:
     project: str
     configs: dict[str, Any]
     scope: dict[str, Any]
+    # Whether the turn set a deadline (a timed wait, a retry's backoff): only then need
+    # the exact timers look again when the run parks.
+    timed: bool = False
 
     async def record(self, node: str, item: int, ok: bool, output: Any = None,
                      error: str | None = None, exit_code: int | None = None) -> str:
         sealed = self.sealer.seal_json(output) if ok or output is not None else None
-        return await engine.graph_record_item(
+        got = await engine.graph_record_item(
             self.conn, self.run_id, self.token, node, item, "succeeded" if ok else "failed",
             sealed, error, exit_code)
+        self.timed = self.timed or got == "retrying"
+        return got
 
 
 async def start(turn: Turn, p: PlanRow) -> bool:
@@ -128,6 +133,7 @@ async def _state(turn: Turn, p: PlanRow, c: dict[str, Any]) -> Any:
 async def _wait(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
     assert p.node_id is not None and p.item is not None
     timeout = seconds(c["timeout"], "timeout") if "timeout" in c else None
+    turn.timed = True  # a sleep, or a wait that may time out
     if "sleep" in c:
         secs = seconds(c["sleep"], "sleep")
         await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item,

@@ -325,6 +325,23 @@ BEGIN
                    ORDER BY n.ord LOOP
         v_failing := cryo._graph_failing(p_run_id);
         CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+        -- The driver sends only the configs of the nodes it expects to start (sending all
+        -- of them made every call cost the graph's size). A node with instances to start
+        -- and no config sent is asked for, and starts in the driver's next round.
+        IF NOT p_configs ? v_node.node_id AND (
+               EXISTS (SELECT 1 FROM cryo.node_instances i
+                        WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
+                          AND (i.status = 'ready' OR (i.status = 'retrying' AND i.due_at <= cryo.now())))
+               OR coalesce((SELECT i.item + 1 FROM cryo.node_instances i
+                             WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
+                             ORDER BY i.item DESC LIMIT 1), 0) < coalesce(v_node.items, 1)) THEN
+            action := 'config';
+            node_id := v_node.node_id;
+            type := v_node.type; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+            idempotency_key := NULL; output := NULL;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
             action := 'start';
             node_id := v_node.node_id;
@@ -373,7 +390,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb) IS
-    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 -- Whether a node of the run has failed for good (the run is failing); a node that failed
 -- with continue_on_error does not count.

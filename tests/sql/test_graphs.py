@@ -77,3 +77,28 @@ def test_one_run_is_driven_by_one_driver(session: Callable[[], psycopg.Connectio
             assert b.execute("SELECT run_id FROM cryo.drive_graphs('d2', 5)").fetchall() == []
     # The first driver died (rolled back): the run is pending again for anyone.
     assert b.execute("SELECT count(*) FROM cryo.drive_graphs('d2', 5)").fetchone() == (1,)
+
+
+def test_plan_asks_for_a_config_it_was_not_sent(db: psycopg.Connection) -> None:
+    """The driver sends only the configs of the nodes that may start (sending them all
+    made each call cost the graph's size): a ready node whose config is missing is asked
+    for, not started with an empty one, and starts in the next call that brings it."""
+    compiled = compile_graph({"version": "cryosleep-graph/v1", "nodes": [
+        {"id": "a", "type": "shell", "config": {"run": "echo a"}},
+        {"id": "b", "type": "shell", "config": {"run": "echo b"}}],
+        "edges": [{"from": "a", "to": "b"}]})
+    db.execute("SELECT cryo.put_workflow('dev', 'default', 'g', 'g.json', NULL, '\\x00', %s)",
+               (Jsonb(compiled.structure),))
+    run_id = db.execute("SELECT cryo.submit_run('dev', 'default', 'g', NULL)").fetchone()[0]
+    run, token = db.execute("SELECT run_id, claim_token FROM cryo.drive_graphs('d', 1)").fetchone()
+    assert run == run_id
+    configs = compiled.document["configs"]
+    scope = {"input": None, "nodes": {}, "run": {"id": run_id}}
+
+    def plan(sent: dict[str, object]) -> list[tuple[object, ...]]:
+        return db.execute("SELECT action, node_id, config FROM cryo.graph_plan(%s, %s, %s, %s)",
+                          (run_id, token, Jsonb(sent), Jsonb(scope))).fetchall()
+
+    assert plan({}) == [("config", "a", None)]
+    assert plan({"a": configs["a"]}) == [("start", "a", {"run": "echo a"})]
+    assert plan({"a": configs["a"]}) == []  # under way: nothing more to start or ask for
