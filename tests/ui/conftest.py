@@ -13,6 +13,7 @@ import pytest
 from tests.e2e.conftest import Split, split  # noqa: F401 - the deployment fixture
 
 CHROMIUM = os.environ.get("CRYOPG_CHROMIUM", "/usr/bin/chromium")
+AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 ARTIFACTS = Path(os.environ.get("CRYOPG_UI_ARTIFACTS", Path(__file__).parent / "artifacts"))
 
 
@@ -30,9 +31,8 @@ def browser() -> Iterator[object]:
             b.close()
 
 
-@pytest.fixture
-def page(browser: object) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+def _page(browser: object, **ctx: object) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, **ctx)  # type: ignore[attr-defined]
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -42,6 +42,28 @@ def page(browser: object) -> Iterator[object]:
         yield pg
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    yield from _page(browser)
+
+
+@pytest.fixture
+def axe_page(browser: object) -> Iterator[object]:
+    """A page axe-core can be injected into: bypass_csp only for that; the app still
+    sends its CSP."""
+    yield from _page(browser, bypass_csp=True)
+
+
+def axe_serious(page: object) -> list[str]:
+    """The serious and critical accessibility violations axe-core finds on the page."""
+    if not page.evaluate("typeof axe !== 'undefined'"):  # type: ignore[attr-defined]
+        page.add_script_tag(content=AXE.read_text())  # type: ignore[attr-defined]
+    return page.evaluate(  # type: ignore[attr-defined,no-any-return]
+        "async () => (await axe.run(document, {resultTypes: ['violations']}))"
+        ".violations.filter(v => ['serious', 'critical'].includes(v.impact))"
+        ".map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))")
 
 
 def shot(page: object, name: str) -> Path:

@@ -201,7 +201,7 @@ export async function editorPage(main, name, ctl) {
         el("p", { class: "muted" }, "Add nodes from the palette, drag from a node's right-hand dot to another node to connect them, click a node to edit it."),
         field("concurrency", { type: "string", "x-template": true, description: "a template naming the group that admits the whole run" },
           doc.concurrency, (v) => change(() => { if (v === undefined) delete doc.concurrency; else doc.concurrency = v; }, "g-concurrency", { keepInspector: true }), ids, { idp: "graph" }).el,
-        field("output", { anyOf: [{ type: "string" }], description: "the run's output: an expression over nodes.<id>.output" },
+        field("output", { type: "string", "x-modes": ["$expr"], description: "the run's output: an expression over nodes.<id>.output" },
           doc.output, (v) => change(() => { if (v === undefined) delete doc.output; else doc.output = v; }, "g-output", { keepInspector: true }), ids, { idp: "graph" }).el);
       return;
     }

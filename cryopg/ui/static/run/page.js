@@ -2,6 +2,7 @@
 // checkpoints, timeline, log, state and children, all kept live from the run's stream.
 import { api, apiText, liveStream, projectPath } from "../api.js";
 import { el } from "../dom.js";
+import { artifactsView } from "./artifacts.js";
 import { headerView } from "./header.js";
 import { LOG_TAIL_BYTES, logView } from "./log.js";
 import { jobNames } from "./names.js";
@@ -23,10 +24,11 @@ export async function runPage(main, runId, ctl) {
   const log = logView({ base, filename: run.workflow || run.filename });
   const state = el("section", { id: "state" });
   const children = el("section", { id: "children" });
+  const artifacts = artifactsView(ctx);
   const isGraph = run.kind === "graph";
   cpSection.hidden = isGraph;  // a graph's engine records nodes, not durable calls
   main.replaceChildren(header.el, views.el, cpSection, el("h2", {}, "Timeline"), timeline,
-    log.el, el("h2", {}, "State"), state, children);
+    log.el, artifacts.el, el("h2", {}, "State"), state, children);
 
   // A graph's job run is named for its node, not for the job script's file.
   let title = run.workflow || run.filename;
@@ -58,7 +60,7 @@ export async function runPage(main, runId, ctl) {
         openStep = key;
       }
     }
-    await renderState(state, children, run, base, ctl.signal);
+    await Promise.all([renderState(state, children, run, base, ctl.signal), artifacts.update()]);
   }
 
   let busy = false, again = false;
