@@ -5,7 +5,8 @@
 -- and a FIFO of waiters. Submits with a group and scripts' `cryopg lock` share it.
 -- Whatever ends a holder's lease (release_lease, or the run ending in any way) hands
 -- the group to the oldest waiter in the same transaction; tick() reconciles groups such
--- a hook could have missed.
+-- a hook could have missed. The writes themselves are the lease transitions in
+-- 10_transitions.sql (_take_lease, _queue_for_lease, _hand_on_lease, _release_lease).
 
 -- Serialises every acquire, enqueue and hand-over of one group.
 CREATE OR REPLACE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text)
@@ -21,62 +22,6 @@ LANGUAGE sql STABLE AS $$
     SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
      WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
        AND NOT cryo.is_terminal(r.status)
-$$;
-
-CREATE OR REPLACE FUNCTION cryo._take_lease(
-    p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text,
-    p_scoped boolean)
-RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO cryo.leases (org, project, grp, holder_run_id, kind, scoped, path, acquired_at)
-    VALUES (p_org, p_project, p_group, p_run_id, p_kind, p_scoped, p_path, cryo.now())
-    ON CONFLICT (org, project, grp) DO UPDATE
-       SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
-           path = excluded.path, acquired_at = excluded.acquired_at
-$$;
-
--- Hands a free group to its oldest waiter: a queued submit is enqueued, a script
--- parked on `lock` wakes holding the lease. Returns the run that got it, if any.
-CREATE OR REPLACE FUNCTION cryo._promote(p_org text, p_project text, p_group text)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_w cryo.lease_waiters;
-    v_run cryo.runs;
-BEGIN
-    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
-        RETURN NULL;
-    END IF;
-    LOOP
-        DELETE FROM cryo.lease_waiters WHERE id = (
-            SELECT w.id FROM cryo.lease_waiters w
-             WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
-             ORDER BY w.id LIMIT 1)
-        RETURNING * INTO v_w;
-        IF NOT FOUND THEN
-            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
-            RETURN NULL;
-        END IF;
-        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
-        IF v_w.kind = 'graph' THEN
-            -- A graph node instance waits: the run's driver starts it on its next turn.
-            PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
-            RETURN v_w.run_id;
-        ELSIF v_w.kind = 'admission' THEN
-            SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
-            IF FOUND THEN
-                PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
-                PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
-                PERFORM cryo._notify_run(v_run.id);
-                RETURN v_run.id;
-            END IF;
-        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
-                         jsonb_build_object('group', p_group), 0) > 0 THEN
-            RETURN v_w.run_id;
-        END IF;
-        -- That waiter is gone (ended meanwhile): try the next one.
-    END LOOP;
-END
 $$;
 
 -- Submit-time admission, with the group already locked and the new run inserted.
@@ -116,8 +61,7 @@ BEGIN
         RAISE EXCEPTION 'concurrency group % already has % queued runs (the limit); try later', p_group, v_limit
             USING ERRCODE = 'CR030';
     END IF;
-    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, enqueued_at)
-    VALUES (p_org, p_project, p_group, p_run_id, 'admission', cryo.now());
+    PERFORM cryo._queue_for_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
     PERFORM cryo._hold_queued(p_run_id);
     PERFORM cryo._history(p_run_id, p_org, p_project, 'queued');
     RETURN 'queued';
