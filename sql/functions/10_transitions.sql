@@ -436,12 +436,14 @@ $$;
 -- or NULL when the path already holds an entry (the caller decides what that means).
 -- With p_complete_marker, a pending marker at the path (a step pinned by cryo.mark_step,
 -- by this pass or by one that died mid-step) is completed in place and keeps its
--- position and start time.
+-- position and start time. p_started_at, when earlier, is when the call began (never
+-- before the run was created): a step too quick to be marked, or marked late, would
+-- otherwise read as starting when it was recorded (or marked).
 CREATE OR REPLACE FUNCTION cryo._record(
     p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
     p_ordinal integer, p_result bytea DEFAULT NULL, p_answer_clear jsonb DEFAULT NULL,
     p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL, p_label text DEFAULT NULL,
-    p_complete_marker boolean DEFAULT false)
+    p_complete_marker boolean DEFAULT false, p_started_at timestamptz DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -451,7 +453,9 @@ BEGIN
         UPDATE cryo.journal j
            SET status = 'done', result = p_result, answer_clear = p_answer_clear,
                exit_code = p_exit_code, label = p_label, attempt = r.attempt,
-               completed_at = cryo.now()
+               completed_at = cryo.now(),
+               created_at = CASE WHEN p_started_at < j.created_at
+                                 THEN greatest(p_started_at, r.created_at) ELSE j.created_at END
           FROM cryo.runs r
          WHERE j.run_id = p_q.run_id AND j.path = p_path AND j.status = 'pending'
            AND r.id = p_q.run_id
@@ -466,7 +470,10 @@ BEGIN
                               exit_code, ref_run_id, created_at, completed_at)
     SELECT p_q.run_id, p_q.org, p_q.project, v_seq, p_path, 'run', p_family, p_name,
            p_ordinal, p_label, r.attempt, 'done', p_result, p_answer_clear, p_exit_code,
-           p_ref_run_id, cryo.now(), cryo.now()
+           p_ref_run_id,
+           CASE WHEN p_started_at < cryo.now() THEN greatest(p_started_at, r.created_at)
+                ELSE cryo.now() END,
+           cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id
     ON CONFLICT (run_id, path) DO NOTHING;
     RETURN CASE WHEN FOUND THEN v_seq END;

@@ -84,6 +84,9 @@ DECLARE
     v_id text;
     v_policy text := coalesce(p_policy, 'queue');
 BEGIN
+    IF p_required_caps IS NULL THEN
+        p_required_caps := cryo._required_caps(p_filename, p_interpreter);
+    END IF;
     PERFORM cryo._require_project(p_org, p_project);
     IF coalesce(p_filename, '') = '' OR p_source IS NULL THEN
         RAISE EXCEPTION 'a run needs a filename and a source' USING ERRCODE = 'CR004';
@@ -135,7 +138,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, text, jsonb) IS
-    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
+    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
 
 -- Stores (or replaces) a named script so applications can submit it from SQL. p_workdir
 -- is the directory it was stored from (`cryopg workflow put` sends its own): runs started
@@ -171,13 +174,19 @@ $$;
 COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text) IS
     'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
 
--- What an agent needs to run a stored workflow: a shell for a bash script (or a file
--- without an extension), the polyglot runner for anything else.
-CREATE OR REPLACE FUNCTION cryo._workflow_caps(p_filename text)
+-- The one rule for the agent capability a script needs (every submit that is given no
+-- capabilities uses it): a shell for a script run by a shell, or with no interpreter a
+-- file named .sh, .bash or without an extension; the polyglot runner for anything else.
+CREATE OR REPLACE FUNCTION cryo._required_caps(p_filename text, p_interpreter text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_filename ~ '\.(sh|bash)$' OR p_filename !~ '\.' THEN '{shell}'::text[]
-                ELSE '{polyglot}'::text[] END
+    SELECT CASE
+        WHEN btrim(coalesce(p_interpreter, '')) <> '' THEN
+            CASE WHEN regexp_replace((regexp_split_to_array(btrim(p_interpreter), '\s+'))[1],
+                                     '^.*/', '') IN ('bash', 'sh', 'dash', 'zsh')
+                 THEN '{shell}'::text[] ELSE '{polyglot}'::text[] END
+        WHEN regexp_replace(p_filename, '^.*/', '') ~ '(\.(sh|bash)$|^[^.]*$)' THEN '{shell}'::text[]
+        ELSE '{polyglot}'::text[] END
 $$;
 
 -- An application stores a graph or YAML pipeline it compiled with `cryopg pipeline
@@ -234,7 +243,7 @@ BEGIN
     END IF;
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
-        cryo._workflow_caps(v_wf.filename),
+        NULL,  -- the capabilities its filename and interpreter need (cryo._required_caps)
         p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
         p_graph => v_wf.graph) s;
     RETURN v_id;
