@@ -19,15 +19,6 @@ RECORD_RETRY_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 30.0
 
 
-# The position of the durable call being recorded, sent with every run call so the
-# journal keeps the pass's own numbering (a call that recorded nothing, like a step_fn
-# that raised, leaves a gap instead of shifting every later call). A context variable:
-# every socket connection is served by its own task, so concurrent calls of one script
-# each send their own position.
-_POSITION: contextvars.ContextVar[int | None] = contextvars.ContextVar("cryo_position",
-                                                                       default=None)
-
-
 # When a recording call made for a job stops retrying through an outage: a function
 # returning the monotonic time the job's claim lapses if it is not renewed meanwhile.
 # While the server is away the agent cannot renew, so once that passes the run may
@@ -38,14 +29,6 @@ _RETRY_UNTIL: contextvars.ContextVar[Callable[[], float] | None] = contextvars.C
 
 def retry_until(deadline: Callable[[], float] | None) -> None:
     _RETRY_UNTIL.set(deadline)
-
-
-def set_position(position: int | None) -> None:
-    _POSITION.set(position)
-
-
-def get_position() -> int | None:
-    return _POSITION.get()
 
 
 class AgentAPIError(Exception):
@@ -94,9 +77,6 @@ class AgentAPI:
 
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         assert self._session is not None, "AgentAPI used outside 'async with'"
-        position = _POSITION.get()
-        if position is not None and "claim_token" in body and "position" not in body:
-            body = {**body, "position": position}
         try:
             async with self._session.post(
                 self._base + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
@@ -183,13 +163,16 @@ class AgentAPI:
         label: str | None,
         stdout: str,
         exit_code: int,
+        position: int | None,
         started_at: float | None = None,
     ) -> int:
-        """Record a finished step (begun at `started_at`, Unix seconds); returns its seq."""
+        """Record a finished step (begun at `started_at`, Unix seconds) at the position
+        the pass reached it (agent/journal.py); returns its seq."""
         _, payload = await self._post(
             self._run_path(run_id, "steps"),
             {
                 "claim_token": claim_token,
+                "position": position,
                 "path": path,
                 "family": family,
                 "name": name,
@@ -204,11 +187,13 @@ class AgentAPI:
         return int(payload["seq"])
 
     async def park(
-        self, run_id: str, claim_token: str, *, path: str, ordinal: int, seconds: float
+        self, run_id: str, claim_token: str, *, position: int | None, path: str, ordinal: int,
+        seconds: float,
     ) -> dict[str, Any]:
         _, payload = await self._post(
             self._run_path(run_id, "park"),
-            {"claim_token": claim_token, "path": path, "ordinal": ordinal, "seconds": seconds},
+            {"claim_token": claim_token, "position": position, "path": path, "ordinal": ordinal,
+             "seconds": seconds},
             retry_for=RECORD_RETRY_SECONDS,
         )
         return payload or {}

@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any, Protocol
 
-from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim, set_position
+from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
 
 # How long a call the first pass did not make waits, in strict mode, for the call the
 # first pass made at its position (see JournalCursor._take_position).
@@ -71,18 +71,20 @@ class JournalCursor:
         self._arrived = asyncio.Event()  # set whenever a call is reached
         self._last_arrival = 0.0  # loop time of the latest call reached
 
-    async def _reach(self, family: str, name: str) -> tuple[str, int]:
-        """Count this call's ordinal and position; in strict mode check it against the journal."""
+    async def _reach(self, family: str, name: str) -> tuple[str, int, int]:
+        """Count this call's ordinal and position; in strict mode check it against the
+        journal. Returns (path, ordinal, position)."""
         key = (family, name)
         ordinal = self._ordinals.get(key, 0)
         self._ordinals[key] = ordinal + 1
         path = call_path(family, name, ordinal)
-        await self._take_position(path)
-        return path, ordinal
+        return path, ordinal, await self._take_position(path)
 
-    async def _take_position(self, path: str) -> None:
-        """The next position is this call's (sent with the call's server requests, so the
-        journal keeps this pass's numbering). A replay answers by identity, so a call the
+    async def _take_position(self, path: str) -> int:
+        """The next position is this call's, returned for the caller to send with the
+        call's server request (so the journal keeps this pass's numbering: a call that
+        recorded nothing, like a step that raised, leaves a gap instead of shifting every
+        later call). A replay answers by identity, so a call the
         journal holds is never refused, whatever position it arrives at: concurrent calls
         reach the agent in a different order on every pass. The per-site guard is for a
         call the journal does not hold: when the first pass recorded another call at this
@@ -92,15 +94,14 @@ class JournalCursor:
         the run."""
         position = self._position
         self._position += 1
-        set_position(position)
         self._reached.add(path)
         self._last_arrival = asyncio.get_running_loop().time()
         self._arrived.set()
         if not self._strict or self._recorded(path):
-            return
+            return position
         recorded = self._by_seq.get(position)
         if recorded is None or not recorded.get("path") or recorded.get("path") == path:
-            return
+            return position
         other = str(recorded["path"])
         while other not in self._reached:
             if self._job.script_exited():
@@ -120,6 +121,7 @@ class JournalCursor:
                     await self._arrived.wait()
             except TimeoutError:
                 pass
+        return position
 
     def _recorded(self, path: str) -> bool:
         entry = self._by_path.get(path)

@@ -22,9 +22,7 @@ from agent.api import (
     AgentAPIError,
     ServerUnavailable,
     StaleClaim,
-    get_position,
     retry_until,
-    set_position,
 )
 from agent.artifacts import ARTIFACT_OPS, ArtifactCalls
 from agent.journal import JobHooks, JournalCursor, VerbError, call_path
@@ -179,7 +177,7 @@ class DurableVerbs(JournalCursor):
         if label is not None and not isinstance(label, str):
             raise VerbError("bad_request", "step.begin 'label' must be a string or null")
         self._check_secrets(name, req.get("secrets"))
-        path, ordinal = await self._reach("step", name)
+        path, ordinal, position = await self._reach("step", name)
         entry = self._by_path.get(path)
         if entry is not None and entry.get("status") == "done":
             return {
@@ -189,7 +187,6 @@ class DurableVerbs(JournalCursor):
                 "exit_code": int(entry.get("exit_code") or 0),
             }
         call_id = secrets.token_hex(8)
-        position = get_position()
         # The marker that shows this step as running is pinned only for a step still
         # running after MARK_AFTER seconds (what a person watching could see), and never
         # on the script's path: the two commute (a marker landing after its step's memo
@@ -247,7 +244,6 @@ class DurableVerbs(JournalCursor):
         call = self._open_steps.pop(str(req.get("call_id")), None)
         if call is None:
             raise VerbError("bad_request", f"unknown call_id {req.get('call_id')!r}")
-        set_position(call["position"])
         seq = await self._engine(
             self._job.api.record_step(
                 self._job.run_id,
@@ -259,6 +255,7 @@ class DurableVerbs(JournalCursor):
                 label=call["label"],
                 stdout=stdout,
                 exit_code=exit_code,
+                position=call["position"],
                 started_at=call["started"],
             )
         )
@@ -285,7 +282,7 @@ class DurableVerbs(JournalCursor):
             or seconds < 0
         ):
             raise VerbError("bad_request", "sleep needs a non-negative number 'seconds'")
-        path, ordinal = await self._reach("sleep", "")
+        path, ordinal, position = await self._reach("sleep", "")
         entry = self._by_path.get(path)
         if entry is not None and entry.get("status") == "done":
             return {"ok": True}
@@ -294,6 +291,7 @@ class DurableVerbs(JournalCursor):
             self._job.api.park(
                 self._job.run_id,
                 self._job.claim_token,
+                position=position,
                 path=path,
                 ordinal=ordinal,
                 seconds=seconds,
@@ -333,15 +331,16 @@ class DurableVerbs(JournalCursor):
         if op == "add":
             name = f"entity:{entity}:{key}" if entity else f"run:{key}"
             path = call_path("state.add", name, 0)
+            position = None  # a second add of the cell in this pass shares the first's
             if path not in self._adds_reached:
                 self._adds_reached.add(path)
-                await self._take_position(path)
+                position = await self._take_position(path)
             entry = self._by_path.get(path)
             if entry is None or entry.get("status") != "done":
                 reply = await self._state_call(
                     op,
                     {**fields, "value": req.get("value", True), "path": path, "name": name,
-                     "ordinal": 0},
+                     "ordinal": 0, "position": position},
                 )
                 entry = _memo(path, "state.add", name, 0 if reply.get("claimed") else 3)
                 self._remember(entry)
@@ -369,11 +368,12 @@ class DurableVerbs(JournalCursor):
                 f"the name {name!r} was already used by a state {op} in this run; give each "
                 "attempt its own --as NAME",
             )
-        path, ordinal = await self._reach(family, name)
+        path, ordinal, position = await self._reach(family, name)
         entry = self._by_path.get(path)
         if entry is None or entry.get("status") != "done":
             reply = await self._state_call(
-                op, {**fields, "path": path, "name": name, "ordinal": ordinal}
+                op, {**fields, "path": path, "name": name, "ordinal": ordinal,
+                     "position": position}
             )
             if op == "cas":
                 entry = _memo(path, family, name, 0 if reply.get("swapped") else 3)

@@ -109,12 +109,12 @@ async def dispatch(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dict[s
 async def _wait(verbs: JournalCursor, kind: str, req: dict[str, Any]) -> dict[str, Any] | None:
     name = _name(req, f"wait.{kind}")
     timeout = _timeout(req)
-    path, ordinal = await verbs._reach(kind, name)
+    path, ordinal, position = await verbs._reach(kind, name)
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
-        got = await _ask(verbs, f"waits/{kind}", path=path, name=name, ordinal=ordinal,
-                         timeout=timeout)
+        got = await _ask(verbs, f"waits/{kind}", position=position, path=path, name=name,
+                         ordinal=ordinal, timeout=timeout)
         if got.get("parked"):
             verbs._job.parked()  # the script dies here; the answer comes on a later pass
             return None
@@ -127,22 +127,23 @@ async def _wait(verbs: JournalCursor, kind: str, req: dict[str, Any]) -> dict[st
 
 async def _emit(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     name = _name(req, "emit")
-    path, ordinal = await verbs._reach("emit", "")
+    path, ordinal, position = await verbs._reach("emit", "")
     if _done(verbs, path) is None:
-        got = await _ask(verbs, "emit", path=path, ordinal=ordinal, name=name,
+        got = await _ask(verbs, "emit", position=position, path=path, ordinal=ordinal, name=name,
                          payload=req.get("payload"))
         _memo(verbs, path, "emit", "", ordinal, {"event_id": got.get("event_id")})
     return {"ok": True}
 
 
 async def _spawn(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
-    path, ordinal = await verbs._reach("spawn", "")
+    path, ordinal, position = await verbs._reach("spawn", "")
     entry = _done(verbs, path)
     if entry is None:
         source, filename = req.get("source"), req.get("filename")
         if not isinstance(source, str) or not isinstance(filename, str) or not filename:
             raise _error("bad_request", "spawn needs the child script's 'filename' and 'source'")
-        got = await _ask(verbs, "spawn", path=path, ordinal=ordinal, filename=filename,
+        got = await _ask(verbs, "spawn", position=position, path=path, ordinal=ordinal,
+                         filename=filename,
                          source=source, input=req.get("input"),
                          interpreter=req.get("interpreter"))
         entry = _memo(verbs, path, "spawn", "", ordinal, {"run_id": got.get("run_id")})
@@ -154,13 +155,13 @@ async def _activity_submit(verbs: JournalCursor, req: dict[str, Any]) -> dict[st
     if verbs._ordinals.get(("activity", name), 0) > 0:
         raise _error("bad_request",
                      f"activity {name!r} was already submitted in this run; names are unique")
-    path, _ = await verbs._reach("activity", name)
+    path, _, position = await verbs._reach("activity", name)
     entry = _done(verbs, path)
     if entry is None:
         argv = req.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise _error("bad_request", "activity.submit needs a non-empty 'argv' of strings")
-        got = await _ask(verbs, "activities", path=path, name=name, argv=argv,
+        got = await _ask(verbs, "activities", position=position, path=path, name=name, argv=argv,
                          retries=req.get("retries") or 0,
                          retry_backoff=req.get("retry_backoff") or 0,
                          retry_on=req.get("retry_on"))
@@ -170,11 +171,12 @@ async def _activity_submit(verbs: JournalCursor, req: dict[str, Any]) -> dict[st
 
 async def _activity_collect(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any] | None:
     name = _name(req, "activity.collect")
-    path, ordinal = await verbs._reach("activity.collect", name)
+    path, ordinal, position = await verbs._reach("activity.collect", name)
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
-        got = await _ask(verbs, "activities/collect", path=path, ordinal=ordinal, name=name)
+        got = await _ask(verbs, "activities/collect", position=position, path=path,
+                         ordinal=ordinal, name=name)
         if got.get("parked"):
             verbs._job.parked()
             return None
@@ -186,11 +188,12 @@ async def _activity_collect(verbs: JournalCursor, req: dict[str, Any]) -> dict[s
 
 
 async def _wait_all(verbs: JournalCursor) -> dict[str, Any] | None:
-    path, ordinal = await verbs._reach("activity.wait-all", "")
+    path, ordinal, position = await verbs._reach("activity.wait-all", "")
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
-        got = await _ask(verbs, "activities/wait-all", path=path, ordinal=ordinal)
+        got = await _ask(verbs, "activities/wait-all", position=position, path=path,
+                         ordinal=ordinal)
         if got.get("parked"):
             verbs._job.parked()
             return None
@@ -218,13 +221,14 @@ async def _lock(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any] | N
     held until the run ends, so taking it twice in one run is refused."""
     group = _group(req, "lock.acquire")
     scoped = bool(req.get("scoped", True))
-    path, ordinal = await verbs._reach("lock", group)
+    path, ordinal, position = await verbs._reach("lock", group)
     if _done(verbs, path) is None:
         await flush_before_park(verbs)
         job = verbs._job
         try:
-            got = await job.api.call(job.run_id, job.claim_token, "locks/acquire", path=path,
-                                     ordinal=ordinal, group=group, scoped=scoped)
+            got = await job.api.call(job.run_id, job.claim_token, "locks/acquire",
+                                     position=position, path=path, ordinal=ordinal,
+                                     group=group, scoped=scoped)
         except StaleClaim:
             job.stale()
             raise _error("engine", "the claim on this run was lost") from None
@@ -262,14 +266,15 @@ async def _call_graph(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dic
             raise _error("bad_request", "node.call needs a JSON object 'config'")
         fields = {"type": name, "config": req["config"]}
         what, route = f"{name} node", "nodes/call"
-    path, ordinal = await verbs._reach(op, name)
+    path, ordinal, position = await verbs._reach(op, name)
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
         job = verbs._job
         try:
-            got = await job.api.call(job.run_id, job.claim_token, route, path=path,
-                                     ordinal=ordinal, input=req.get("input"), **fields)
+            got = await job.api.call(job.run_id, job.claim_token, route, position=position,
+                                     path=path, ordinal=ordinal, input=req.get("input"),
+                                     **fields)
         except StaleClaim:
             job.stale()
             raise _error("engine", "the claim on this run was lost") from None

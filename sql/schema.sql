@@ -34,8 +34,7 @@ BEGIN
         RAISE EXCEPTION 'concurrency group % already has % queued runs (the limit); try later', p_group, v_limit
             USING ERRCODE = 'CR030';
     END IF;
-    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, enqueued_at)
-    VALUES (p_org, p_project, p_group, p_run_id, 'admission', cryo.now());
+    PERFORM cryo._queue_for_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
     PERFORM cryo._hold_queued(p_run_id);
     PERFORM cryo._history(p_run_id, p_org, p_project, 'queued');
     RETURN 'queued';
@@ -45,7 +44,7 @@ $$;
 CREATE FUNCTION cryo._app_run_check(p_run_id text) RETURNS void
     LANGUAGE sql STABLE
     AS $$
-    SELECT cryo._app_tenant_check(split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2))
+    SELECT cryo._app_tenant_check(cryo._run_org(p_run_id), cryo._run_project(p_run_id))
 $$;
 
 CREATE FUNCTION cryo._app_tenant() RETURNS text
@@ -965,6 +964,48 @@ CREATE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text) RET
        AND NOT cryo.is_terminal(r.status)
 $$;
 
+CREATE FUNCTION cryo._hand_on_lease(p_org text, p_project text, p_group text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_w cryo.lease_waiters;
+    v_run cryo.runs;
+BEGIN
+    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    LOOP
+        DELETE FROM cryo.lease_waiters WHERE id = (
+            SELECT w.id FROM cryo.lease_waiters w
+             WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+             ORDER BY w.id LIMIT 1)
+        RETURNING * INTO v_w;
+        IF NOT FOUND THEN
+            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
+            RETURN NULL;
+        END IF;
+        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
+        IF v_w.kind = 'graph' THEN
+            -- A graph node instance waits: the run's driver starts it on its next turn.
+            PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
+            RETURN v_w.run_id;
+        ELSIF v_w.kind = 'admission' THEN
+            SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
+            IF FOUND THEN
+                PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
+                PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
+                PERFORM cryo._notify_run(v_run.id);
+                RETURN v_run.id;
+            END IF;
+        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
+                         jsonb_build_object('group', p_group), 0) > 0 THEN
+            RETURN v_w.run_id;
+        END IF;
+        -- That waiter is gone (ended meanwhile): try the next one.
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION cryo._handler_depth_limit() RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -996,6 +1037,12 @@ BEGIN
     END IF;
     RETURN NEW;
 END
+$$;
+
+CREATE FUNCTION cryo._leave_lease_queues(p_run_id text, p_path text DEFAULT NULL::text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path)
 $$;
 
 CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETURNS void
@@ -1039,6 +1086,17 @@ BEGIN
         RETURN p_position;
     END IF;
     RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
+END
+$$;
+
+CREATE FUNCTION cryo._notify_requeued(p_n integer, p_watched text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_n > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+        PERFORM pg_notify('cryo_run', w) FROM unnest(p_watched) w;
+    END IF;
 END
 $$;
 
@@ -1112,7 +1170,8 @@ CREATE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer) RETURNS i
     AS $$
     SELECT CASE p_status WHEN 'succeeded' THEN 0
                          WHEN 'cancelled' THEN 130
-                         WHEN 'failed' THEN coalesce(nullif(p_exit_code, 0), 1)
+                         WHEN 'failed' THEN CASE WHEN p_exit_code BETWEEN 1 AND 255
+                                                 THEN p_exit_code ELSE 1 END
                          ELSE 1 END
 $$;
 
@@ -1131,45 +1190,19 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._promote(p_org text, p_project text, p_group text) RETURNS text
+CREATE FUNCTION cryo._park_on(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_reason text, p_park_name text, p_due timestamp with time zone, p_ref_run_id text DEFAULT NULL::text) RETURNS timestamp with time zone
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_w cryo.lease_waiters;
-    v_run cryo.runs;
+    v_due timestamptz := p_due;
 BEGIN
-    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
-        RETURN NULL;
+    PERFORM cryo._mark(p_q, p_position, p_path, p_family, p_name, p_ordinal, p_due, p_ref_run_id);
+    IF p_due IS NOT NULL THEN
+        SELECT j.due_at INTO v_due FROM cryo.journal j
+         WHERE j.run_id = p_q.run_id AND j.path = p_path;
     END IF;
-    LOOP
-        DELETE FROM cryo.lease_waiters WHERE id = (
-            SELECT w.id FROM cryo.lease_waiters w
-             WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
-             ORDER BY w.id LIMIT 1)
-        RETURNING * INTO v_w;
-        IF NOT FOUND THEN
-            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
-            RETURN NULL;
-        END IF;
-        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
-        IF v_w.kind = 'graph' THEN
-            -- A graph node instance waits: the run's driver starts it on its next turn.
-            PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
-            RETURN v_w.run_id;
-        ELSIF v_w.kind = 'admission' THEN
-            SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
-            IF FOUND THEN
-                PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
-                PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
-                PERFORM cryo._notify_run(v_run.id);
-                RETURN v_run.id;
-            END IF;
-        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
-                         jsonb_build_object('group', p_group), 0) > 0 THEN
-            RETURN v_w.run_id;
-        END IF;
-        -- That waiter is gone (ended meanwhile): try the next one.
-    END LOOP;
+    PERFORM cryo._park(p_q.run_id, p_reason, p_path, p_park_name, v_due);
+    RETURN v_due;
 END
 $$;
 
@@ -1258,6 +1291,14 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._queue_for_lease(p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text, p_scoped boolean) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
+    VALUES (p_org, p_project, p_group, p_run_id, p_kind, coalesce(p_scoped, false), p_path,
+            cryo.now())
+$$;
+
 CREATE FUNCTION cryo._queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE
     AS $$
@@ -1284,7 +1325,7 @@ BEGIN
         LIMIT p_batch
     LOOP
         PERFORM cryo._lock_group(v_g.org, v_g.project, v_g.grp);
-        IF cryo._promote(v_g.org, v_g.project, v_g.grp) IS NOT NULL THEN
+        IF cryo._hand_on_lease(v_g.org, v_g.project, v_g.grp) IS NOT NULL THEN
             v_n := v_n + 1;
         END IF;
     END LOOP;
@@ -1292,7 +1333,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._record(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL::text, p_label text DEFAULT NULL::text, p_complete_marker boolean DEFAULT false) RETURNS integer
+CREATE FUNCTION cryo._record(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL::text, p_label text DEFAULT NULL::text, p_complete_marker boolean DEFAULT false, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1302,7 +1343,9 @@ BEGIN
         UPDATE cryo.journal j
            SET status = 'done', result = p_result, answer_clear = p_answer_clear,
                exit_code = p_exit_code, label = p_label, attempt = r.attempt,
-               completed_at = cryo.now()
+               completed_at = cryo.now(),
+               created_at = CASE WHEN p_started_at < j.created_at
+                                 THEN greatest(p_started_at, r.created_at) ELSE j.created_at END
           FROM cryo.runs r
          WHERE j.run_id = p_q.run_id AND j.path = p_path AND j.status = 'pending'
            AND r.id = p_q.run_id
@@ -1317,7 +1360,10 @@ BEGIN
                               exit_code, ref_run_id, created_at, completed_at)
     SELECT p_q.run_id, p_q.org, p_q.project, v_seq, p_path, 'run', p_family, p_name,
            p_ordinal, p_label, r.attempt, 'done', p_result, p_answer_clear, p_exit_code,
-           p_ref_run_id, cryo.now(), cryo.now()
+           p_ref_run_id,
+           CASE WHEN p_started_at < cryo.now() THEN greatest(p_started_at, r.created_at)
+                ELSE cryo.now() END,
+           cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id
     ON CONFLICT (run_id, path) DO NOTHING;
     RETURN CASE WHEN FOUND THEN v_seq END;
@@ -1377,11 +1423,22 @@ BEGIN
         SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
     )
     SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    IF v_n > 0 THEN
-        PERFORM pg_notify('cryo_work', '');
-        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
-    END IF;
+    PERFORM cryo._notify_requeued(v_n, v_watched);
     RETURN v_n;
+END
+$$;
+
+CREATE FUNCTION cryo._release_lease(p_org text, p_project text, p_group text, p_run_id text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM cryo.leases
+     WHERE org = p_org AND project = p_project AND grp = p_group AND holder_run_id = p_run_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM cryo._hand_on_lease(p_org, p_project, p_group);
+    RETURN true;
 END
 $$;
 
@@ -1391,14 +1448,11 @@ CREATE FUNCTION cryo._release_leases(p_run_id text, p_path text DEFAULT NULL::te
 DECLARE
     v_l record;
 BEGIN
-    DELETE FROM cryo.lease_waiters
-     WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path);
+    PERFORM cryo._leave_lease_queues(p_run_id, p_path);
     FOR v_l IN SELECT org, project, grp FROM cryo.leases
                 WHERE holder_run_id = p_run_id AND (p_path IS NULL OR path = p_path) LOOP
         PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
-        DELETE FROM cryo.leases
-         WHERE org = v_l.org AND project = v_l.project AND grp = v_l.grp AND holder_run_id = p_run_id;
-        PERFORM cryo._promote(v_l.org, v_l.project, v_l.grp);
+        PERFORM cryo._release_lease(v_l.org, v_l.project, v_l.grp, p_run_id);
     END LOOP;
 END
 $$;
@@ -1471,6 +1525,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._required_caps(p_filename text, p_interpreter text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT CASE
+        WHEN btrim(coalesce(p_interpreter, '')) <> '' THEN
+            CASE WHEN regexp_replace((regexp_split_to_array(btrim(p_interpreter), '\s+'))[1],
+                                     '^.*/', '') IN ('bash', 'sh', 'dash', 'zsh')
+                 THEN '{shell}'::text[] ELSE '{polyglot}'::text[] END
+        WHEN regexp_replace(p_filename, '^.*/', '') ~ '(\.(sh|bash)$|^[^.]*$)' THEN '{shell}'::text[]
+        ELSE '{polyglot}'::text[] END
+$_$;
+
 CREATE FUNCTION cryo._retry_if_allowed(p_run_id text, p_exit_code integer) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -1496,6 +1562,25 @@ CREATE FUNCTION cryo._role_rank(p_role text) RETURNS integer
     AS $$
     SELECT CASE p_role WHEN 'owner' THEN 4 WHEN 'admin' THEN 3 WHEN 'member' THEN 2
                        WHEN 'viewer' THEN 1 ELSE 0 END
+$$;
+
+CREATE FUNCTION cryo._run_in_project(p_run_id text, p_org text, p_project text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT p_run_id IS NOT NULL AND split_part(p_run_id, ':', 1) = p_org
+       AND split_part(p_run_id, ':', 2) = p_project AND split_part(p_run_id, ':', 3) LIKE 'run-%'
+$$;
+
+CREATE FUNCTION cryo._run_org(p_run_id text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT split_part(p_run_id, ':', 1)
+$$;
+
+CREATE FUNCTION cryo._run_project(p_run_id text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT split_part(p_run_id, ':', 2)
 $$;
 
 CREATE FUNCTION cryo._secret_name_ok(p_name text) RETURNS boolean
@@ -1533,7 +1618,7 @@ BEGIN
     END IF;
     SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, p_input,
-        p_idempotency_key, cryo._workflow_caps(v_wf.filename), p_workflow, p_input_clear,
+        p_idempotency_key, NULL, p_workflow, p_input_clear,
         v_group, NULL, coalesce(p_untrusted, false),
         -- An untrusted run gets no directory of the project's: it runs in scratch.
         p_workdir => CASE WHEN coalesce(p_untrusted, false) THEN NULL ELSE v_wf.workdir END,
@@ -1682,6 +1767,21 @@ CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
                           AND j.status = 'done' AND j.ref_run_id = c.id)
 $$;
 
+CREATE FUNCTION cryo._wait_or_time_out(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_timeout double precision, p_reason text) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_timeout = 0 THEN
+        PERFORM cryo._record(p_q, p_position, p_path, p_family, p_name, p_ordinal, NULL, NULL, 124);
+        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
+        RETURN;
+    END IF;
+    PERFORM cryo._park_on(p_q, p_position, p_path, p_family, p_name, p_ordinal, p_reason, p_name,
+                          cryo.now() + make_interval(secs => p_timeout));
+    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+END
+$$;
+
 CREATE FUNCTION cryo._wake(p_run_ids text[], p_kind text, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -1719,10 +1819,7 @@ BEGIN
           FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
     )
     SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    IF v_n > 0 THEN
-        PERFORM pg_notify('cryo_work', '');
-        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
-    END IF;
+    PERFORM cryo._notify_requeued(v_n, v_watched);
     RETURN v_n;
 END
 $$;
@@ -1769,13 +1866,6 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._workflow_caps(p_filename text) RETURNS text[]
-    LANGUAGE sql IMMUTABLE
-    AS $_$
-    SELECT CASE WHEN p_filename ~ '\.(sh|bash)$' OR p_filename !~ '\.' THEN '{shell}'::text[]
-                ELSE '{polyglot}'::text[] END
-$_$;
-
 CREATE FUNCTION cryo.acquire_lease(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_group text, p_scoped boolean, p_path text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -1806,10 +1896,9 @@ BEGIN
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'lease_granted', 'lock', p_group, p_ordinal);
         RETURN true;
     END IF;
-    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
-    VALUES (v_q.org, v_q.project, p_group, p_run_id, 'script', p_scoped, v_path, cryo.now());
-    PERFORM cryo._mark(v_q, p_position, v_path, 'lock', p_group, p_ordinal, NULL);
-    PERFORM cryo._park(p_run_id, 'awaiting-lease', v_path, p_group, NULL);
+    PERFORM cryo._queue_for_lease(v_q.org, v_q.project, p_group, p_run_id, 'script', v_path, p_scoped);
+    PERFORM cryo._park_on(v_q, p_position, v_path, 'lock', p_group, p_ordinal, 'awaiting-lease',
+                          p_group, NULL);
     RETURN false;
 END
 $$;
@@ -1915,8 +2004,7 @@ BEGIN
         PERFORM cryo._check_name('cache key', p_key);
         RETURN p_org || ':' || p_project || ':key:' || p_key;
     END IF;
-    IF p_run_id IS NULL OR split_part(p_run_id, ':', 1) <> p_org
-       OR split_part(p_run_id, ':', 2) <> p_project THEN
+    IF NOT cryo._run_in_project(p_run_id, p_org, p_project) THEN
         RAISE EXCEPTION 'an artifact belongs to a run of project %/% or to a cache key',
             p_org, p_project USING ERRCODE = 'CR004';
     END IF;
@@ -2306,8 +2394,8 @@ BEGIN
         RETURN QUERY SELECT false, v_child.id, cryo._outcome_code(v_child.status, v_child.exit_code);
         RETURN;
     END IF;
-    PERFORM cryo._mark(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal, NULL, v_child.id);
-    PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, p_name, NULL);
+    PERFORM cryo._park_on(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal,
+                          'awaiting-children', p_name, NULL, v_child.id);
     RETURN QUERY SELECT true, v_child.id, NULL::integer;
 END
 $$;
@@ -3042,7 +3130,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_retention(p_org text, p_project text) IS 'Returns how long a project keeps terminal runs and bus events. Raises CR005 for an unknown project.';
 
-CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text, kind text)
+CREATE FUNCTION cryo.get_run(p_run_id text) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text, kind text, outcome_code integer)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -3053,7 +3141,8 @@ BEGIN
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
                CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
-               cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
+               cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind,
+               CASE WHEN cryo.is_terminal(r.status) THEN cryo._outcome_code(r.status, r.exit_code) END
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -3062,7 +3151,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run, CR021 when the caller is an application role of another tenant (or of none).';
+COMMENT ON FUNCTION cryo.get_run(p_run_id text) IS 'Returns one run with its queue facts (wake time, agent), whether it finished (and then the exit code it reports, outcome_code), and its parent run and activity name when it is a child. Raises CR003 for an unknown run, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE FUNCTION cryo.get_webhook(p_org text, p_project text, p_name text) RETURNS TABLE(workflow text, secret bytea, status_url text)
     LANGUAGE plpgsql STABLE
@@ -3912,11 +4001,9 @@ BEGIN
         RAISE EXCEPTION 'sleep needs a finite duration of zero or more seconds, not %', p_seconds
             USING ERRCODE = 'CR004';
     END IF;
-    PERFORM cryo._mark(v_q, p_position, v_path, 'sleep', '', p_ordinal,
-                       cryo.now() + make_interval(secs => p_seconds));
-    -- A deadline pinned by an earlier pass stands.
-    SELECT j.due_at INTO v_wake FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
-    PERFORM cryo._park(p_run_id, 'sleeping', v_path, NULL, v_wake);
+    -- A deadline pinned by an earlier pass stands (_park_on).
+    v_wake := cryo._park_on(v_q, p_position, v_path, 'sleep', '', p_ordinal, 'sleeping', NULL,
+                            cryo.now() + make_interval(secs => p_seconds));
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'timer_scheduled', 'sleep', '', p_ordinal);
     RETURN v_wake;
 END
@@ -4104,7 +4191,7 @@ CREATE FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT * FROM cryo._put_artifact(
-        split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2), p_run_id, p_key, p_name,
+        cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id, p_key, p_name,
         p_sha256, p_size, p_max_bytes, p_run_id);
 END
 $$;
@@ -4309,7 +4396,8 @@ DECLARE
     v_prior cryo.journal;
 BEGIN
     v_seq := cryo._record(v_q, p_position, v_path, p_family, coalesce(p_name, ''), p_ordinal,
-                          p_result, NULL, p_exit_code, NULL, p_label, p_complete_marker => true);
+                          p_result, NULL, p_exit_code, NULL, p_label, p_complete_marker => true,
+                          p_started_at => p_started_at);
     IF v_seq IS NULL THEN
         SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
         IF v_prior.attempt = (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id)
@@ -4317,14 +4405,6 @@ BEGIN
             RETURN v_prior.seq;
         END IF;
         RAISE EXCEPTION 'run % already recorded %', p_run_id, v_path USING ERRCODE = 'CR007';
-    END IF;
-    IF p_started_at IS NOT NULL THEN
-        -- When the step began, by the agent: a step too quick to be marked, or marked
-        -- late, would otherwise read as starting when it was recorded (or marked).
-        UPDATE cryo.journal j SET created_at = greatest(p_started_at, r.created_at)
-          FROM cryo.runs r
-         WHERE j.run_id = p_run_id AND j.seq = v_seq AND r.id = p_run_id
-           AND p_started_at < j.created_at;
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
                           coalesce(p_name, ''), p_ordinal);
@@ -4451,14 +4531,12 @@ BEGIN
         PERFORM cryo._lock_group(v_q.org, v_q.project, p_group);
     END IF;
     v_q := cryo._claimed_row(p_run_id, p_token);
-    DELETE FROM cryo.leases
-     WHERE org = v_q.org AND project = v_q.project AND grp = p_group AND holder_run_id = p_run_id;
-    IF NOT FOUND THEN
+    IF NOT EXISTS (SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
+                      AND l.grp = p_group AND l.holder_run_id = p_run_id) THEN
         RETURN false;  -- a replayed release: the lease went on the first pass
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'lease_released', 'lock', p_group);
-    PERFORM cryo._promote(v_q.org, v_q.project, p_group);
-    RETURN true;
+    RETURN cryo._release_lease(v_q.org, v_q.project, p_group, p_run_id);
 END
 $$;
 
@@ -5100,7 +5178,7 @@ CREATE FUNCTION cryo.state_scope(p_org text, p_project text, p_run_id text, p_en
     AS $_$
 BEGIN
     IF p_entity IS NULL THEN
-        IF p_run_id IS NULL OR p_run_id NOT LIKE p_org || ':' || p_project || ':run-%' THEN
+        IF NOT cryo._run_in_project(p_run_id, p_org, p_project) THEN
             RAISE EXCEPTION 'run % is not a run of project %/%', p_run_id, p_org, p_project
                 USING ERRCODE = 'CR004';
         END IF;
@@ -5205,7 +5283,7 @@ BEGIN
     END IF;
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
-        cryo._workflow_caps(v_wf.filename),
+        NULL,  -- the capabilities its filename and interpreter need (cryo._required_caps)
         p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
         p_graph => v_wf.graph) s;
     RETURN v_id;
@@ -5221,6 +5299,9 @@ DECLARE
     v_id text;
     v_policy text := coalesce(p_policy, 'queue');
 BEGIN
+    IF p_required_caps IS NULL THEN
+        p_required_caps := cryo._required_caps(p_filename, p_interpreter);
+    END IF;
     PERFORM cryo._require_project(p_org, p_project);
     IF coalesce(p_filename, '') = '' OR p_source IS NULL THEN
         RAISE EXCEPTION 'a run needs a filename and a source' USING ERRCODE = 'CR004';
@@ -5272,7 +5353,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
 
 CREATE FUNCTION cryo.take_oidc_login(p_id_hash bytea, p_state text) RETURNS TABLE(nonce text, code_verifier text, org text)
     LANGUAGE plpgsql
@@ -5460,8 +5541,8 @@ BEGIN
         RETURN;
     END IF;
     IF EXISTS (SELECT 1 FROM cryo._uncollected(p_run_id) c WHERE NOT cryo.is_terminal(c.status)) THEN
-        PERFORM cryo._mark(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal, NULL);
-        PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, NULL, NULL);
+        PERFORM cryo._park_on(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal,
+                              'awaiting-children', NULL, NULL);
         RETURN QUERY SELECT true, NULL::integer;
         RETURN;
     END IF;
@@ -5483,7 +5564,6 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_path text;
     v_memo cryo.journal;
-    v_due timestamptz;
 BEGIN
     PERFORM cryo._check_name('event', p_name);
     v_path := cryo.call_path('event', p_name, p_ordinal, p_path);
@@ -5493,16 +5573,12 @@ BEGIN
         RETURN;
     END IF;
     PERFORM cryo._check_timeout(p_timeout);
-    IF p_timeout = 0 THEN
-        PERFORM cryo._record(v_q, p_position, v_path, 'event', p_name, p_ordinal, NULL, NULL, 124);
-        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
-        RETURN;
+    IF p_timeout IS DISTINCT FROM 0 THEN
+        -- Serialises with _publish_event on this name (see there).
+        PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
-    v_due := cryo.now() + make_interval(secs => p_timeout);
-    PERFORM cryo._mark(v_q, p_position, v_path, 'event', p_name, p_ordinal, v_due);
-    PERFORM cryo._park(p_run_id, 'awaiting-event', v_path, p_name, v_due);
-    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, 'event', p_name,
+                                                     p_ordinal, p_timeout, 'awaiting-event');
 END
 $$;
 
@@ -5536,16 +5612,8 @@ BEGIN
         RETURN QUERY SELECT false, v_sig.payload, v_sig.payload_clear, false;
         RETURN;
     END IF;
-    IF p_timeout = 0 THEN
-        PERFORM cryo._record(v_q, p_position, v_path, 'signal', p_name, p_ordinal, NULL, NULL, 124);
-        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
-        RETURN;
-    END IF;
-    PERFORM cryo._mark(v_q, p_position, v_path, 'signal', p_name, p_ordinal,
-                       cryo.now() + make_interval(secs => p_timeout));
-    PERFORM cryo._park(p_run_id, 'awaiting-signal', v_path, p_name,
-                       cryo.now() + make_interval(secs => p_timeout));
-    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, 'signal', p_name,
+                                                     p_ordinal, p_timeout, 'awaiting-signal');
 END
 $$;
 

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,19 @@ from cryopg.cli.main import IN_SCRIPT_HELP
 def test_help_lists_exactly_the_in_script_verbs() -> None:
     listed = set(re.findall(r"[a-z][a-z-]+", IN_SCRIPT_HELP.split(":", 1)[1]))
     assert listed == set(IN_SCRIPT_VERBS)
+
+
+def test_every_in_script_verb_is_served_from_the_one_list() -> None:
+    """cryopg/cli/verbs.py is the list: each wait verb has its usage line where it is
+    served, and the compiled client answers only COMPILED_VERBS itself."""
+    from cryopg.cli import inscript, inscript_waits
+    from cryopg.cli.verbs import COMPILED_VERBS, CORE_VERBS, WAIT_VERBS
+
+    assert tuple(inscript_waits.USAGE) == WAIT_VERBS
+    assert set(CORE_VERBS) == set(inscript.USAGE)
+    go = (Path(inscript.__file__).parent / "fast" / "main.go").read_text()
+    assert tuple(re.findall(r'args\[0\] == "([a-z-]+)"', go)) == COMPILED_VERBS
+    assert set(COMPILED_VERBS) <= IN_SCRIPT_VERBS
 
 
 def _cryopg(args: list[str], inside: bool) -> subprocess.CompletedProcess[str]:

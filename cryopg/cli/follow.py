@@ -11,20 +11,15 @@ import click
 
 from cryopg.cli.client import Client, part, valid_text
 
-# How a finished run maps to this process's exit code.
-CANCELLED_EXIT = 130
 # `submit --policy skip` found its group held and created nothing.
 SKIPPED_EXIT = 3
 
 
 def outcome_exit_code(run: dict[str, Any]) -> int:
-    status = run["status"]
-    if status == "succeeded":
-        return 0
-    if status == "cancelled":
-        return CANCELLED_EXIT
-    code = run.get("exit_code")
-    return code if status == "failed" and isinstance(code, int) and 0 < code < 256 else 1
+    """This process's exit code for a finished run: the one the server reports
+    (cryo._outcome_code decides it, for a parent collecting a child too)."""
+    code = run.get("outcome_code")
+    return code if isinstance(code, int) and 0 <= code < 256 else 1
 
 
 def follow_run(client: Client, run_id: str) -> int:

@@ -19,12 +19,7 @@ from cryopg.cli.inscript_client import (
     parse_value,
     run_step,
 )
-
-# Verbs of inscript_waits.py, listed here so dispatching never imports that module early.
-WAIT_VERBS = frozenset({"wait-signal", "wait-event", "emit", "spawn", "activity-submit",
-                        "activity-collect", "activity-wait-all", "activity", "output",
-                        "lock", "call-graph", "call-node"})
-IN_SCRIPT_VERBS = frozenset({"step", "sleep", "annotate", "state"}) | WAIT_VERBS
+from cryopg.cli.verbs import IN_SCRIPT_VERBS, WAIT_VERBS  # the one list
 
 USAGE = {
     "step": "usage: cryopg step NAME [--label LABEL] [--secret NAME...] -- COMMAND [ARG...]",

@@ -140,6 +140,10 @@ def run_step(socket_path: str, name: str, label: str | None, needs: list[str],
     except PermissionError:
         print(f"cryopg step: permission denied: {command[0]}", file=sys.stderr)
         raw, code = b"", 126
+    except OSError as e:  # exec format error and the like: it could not start at all
+        print(f"cryopg step: cannot run {command[0]}: {(e.strerror or str(e)).lower()}",
+              file=sys.stderr)
+        raw, code = b"", 127
     # Recorded as text; replays print the recorded text, as this pass printed it live.
     stdout = raw.decode("utf-8", errors="replace")
     call(

@@ -43,7 +43,6 @@ USAGE = {
     "call-node": ("usage: cryopg call-node TYPE --config JSON [--input JSON]   "
                   "(prints the node's output as JSON)"),
 }
-WAIT_VERBS = frozenset(USAGE)
 
 
 def _options(verb: str, args: list[str],

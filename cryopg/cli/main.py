@@ -30,13 +30,9 @@ from cryopg.cli.follow import (
     read_script,
 )
 from cryopg.cli.target import resolve
+from cryopg.cli.verbs import help_epilog
 
-IN_SCRIPT_HELP = """\b
-Inside a run (each takes -h):
-  step, sleep, annotate, state, wait-signal, wait-event, emit, spawn,
-  activity-submit, activity-collect, activity-wait-all, activity, output, lock,
-  call-graph, call-node
-"""
+IN_SCRIPT_HELP = help_epilog()
 
 
 class _OneLineErrors(click.Group):

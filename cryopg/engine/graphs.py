@@ -119,7 +119,7 @@ async def graph_record_item(conn: AsyncConnection, run_id: str, token: uuid.UUID
 
 async def graph_start_job(conn: AsyncConnection, run_id: str, token: uuid.UUID, node: str,
                           item: int, *, filename: str, interpreter: str | None, source: bytes,
-                          input: bytes | None, required_caps: list[str],
+                          input: bytes | None, required_caps: list[str] | None,
                           graph: dict[str, Any] | None = None,
                           workflow: str | None = None) -> str:
     return await _one(

@@ -13,7 +13,7 @@ from cryopg.engine._sql import _one
 
 async def submit_script(conn: AsyncConnection, org: str, project: str, *, filename: str,
                         interpreter: str | None, source: bytes, input: bytes | None,
-                        idempotency_key: str | None, required_caps: list[str],
+                        idempotency_key: str | None, required_caps: list[str] | None,
                         untrusted: bool = False, concurrency: str | None = None,
                         policy: str | None = None,
                         workdir: str | None = None,

@@ -72,6 +72,9 @@ class Run:
     parent_run_id: str | None = None
     activity_name: str | None = None
     kind: str = "script"  # or "graph"
+    # The exit code a finished run reports (cryo._outcome_code, the one rule); None
+    # while it runs, and in lists.
+    outcome_code: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,7 +68,7 @@ async def list_events(conn: AsyncConnection, org: str, project: str, name: str |
 async def spawn_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
                     position: int | None = None, ordinal: int, filename: str,
                     interpreter: str | None, source: bytes, input: bytes | None,
-                    required_caps: list[str], path: str | None = None) -> str:
+                    required_caps: list[str] | None, path: str | None = None) -> str:
     return await _one(conn, "SELECT cryo.spawn_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                       (run_id, token, position, ordinal, filename, interpreter, source, input,
                        required_caps, path))

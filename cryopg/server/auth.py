@@ -30,6 +30,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo, UserAuth
 from cryopg.errors import CsrfRefused, InvalidArgument, NotFound, Unauthorized
+from cryopg.run_ids import run_tenant
 from cryopg.server.bodies import claim_token
 from cryopg.server.state import POOL
 
@@ -127,10 +128,10 @@ async def agent_run(request: web.Request) -> tuple[str, str, str]:
     """(run_id, org, project) of an agent route's run; a run of another org is a 404."""
     info = await require_agent(request)
     run_id = request.match_info["run"]
-    parts = run_id.split(":", 2)
-    if len(parts) != 3 or parts[0] != info.org:
+    tenant = run_tenant(run_id)
+    if tenant is None or tenant[0] != info.org:
         raise NotFound(f"no run {run_id}")
-    return run_id, parts[0], parts[1]
+    return run_id, tenant[0], tenant[1]
 
 
 def bind_claim(agent_token: str, token: uuid.UUID) -> uuid.UUID:

@@ -1,15 +1,12 @@
-"""Which agent capability a script needs, for runs submitted by users and spawned by runs."""
+"""Which agent capability a script needs is one rule, in SQL: cryo._required_caps
+(sql/functions/20_submit.sql). A submit given no capabilities (None) applies it there,
+in the same call, so no second copy of the rule lives here."""
 
 from __future__ import annotations
 
-SHELL_SUFFIXES = (".sh", ".bash")
-SHELL_INTERPRETERS = {"bash", "sh", "dash", "zsh"}
 
-
-def required_caps(filename: str, interpreter: str | None) -> list[str]:
-    """Shell scripts need `shell`; anything run by another interpreter needs `polyglot`."""
-    if interpreter:
-        program = interpreter.split()[0].rsplit("/", 1)[-1]
-        return ["shell"] if program in SHELL_INTERPRETERS else ["polyglot"]
-    base = filename.rsplit("/", 1)[-1]
-    return ["shell"] if base.endswith(SHELL_SUFFIXES) or "." not in base else ["polyglot"]
+def required_caps(filename: str, interpreter: str | None) -> None:
+    """None: let cryo.submit_script apply cryo._required_caps. Kept only for
+    cryopg/graphs/starts.py, which imports it, until that module passes None itself."""
+    del filename, interpreter
+    return None

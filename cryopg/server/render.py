@@ -55,7 +55,7 @@ def run_json(run: Run) -> dict[str, Any]:
             "wake_at": iso(run.wake_at), "agent_id": run.agent_id,
             "concurrency_group": run.concurrency_group, "queue_position": run.queue_position,
             "parent_run_id": run.parent_run_id, "activity_name": run.activity_name,
-            "kind": run.kind}
+            "kind": run.kind, "outcome_code": run.outcome_code}
 
 
 async def child_output(conn: AsyncConnection, sealer: Sealer, run_id: str) -> str:

@@ -135,13 +135,34 @@ BEGIN
 END
 $$;
 
--- The same check for a run id, whose first two parts are its org and project (the
--- engine makes every id so, and slugs hold no colon); no lookup, so an unknown run of
--- another tenant is refused the same as a known one.
+-- The one reading of a run id: {org}:{project}:run-{...}. cryo._create_run makes every
+-- id so and slugs hold no colon, so a run's tenant is known without a lookup. (Python's
+-- twin is cryopg/run_ids.py; a test keeps the two equal.)
+CREATE OR REPLACE FUNCTION cryo._run_org(p_run_id text)
+RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT split_part(p_run_id, ':', 1)
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._run_project(p_run_id text)
+RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT split_part(p_run_id, ':', 2)
+$$;
+
+CREATE OR REPLACE FUNCTION cryo._run_in_project(p_run_id text, p_org text, p_project text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_run_id IS NOT NULL AND split_part(p_run_id, ':', 1) = p_org
+       AND split_part(p_run_id, ':', 2) = p_project AND split_part(p_run_id, ':', 3) LIKE 'run-%'
+$$;
+
+-- The same check for a run id; no lookup, so an unknown run of another tenant is
+-- refused the same as a known one.
 CREATE OR REPLACE FUNCTION cryo._app_run_check(p_run_id text)
 RETURNS void
 LANGUAGE sql STABLE AS $$
-    SELECT cryo._app_tenant_check(split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2))
+    SELECT cryo._app_tenant_check(cryo._run_org(p_run_id), cryo._run_project(p_run_id))
 $$;
 
 -- The one list of the engine's SQLSTATEs. Python maps each code to an exception class
@@ -180,13 +201,17 @@ $$;
 COMMENT ON FUNCTION cryo.is_terminal(text) IS
     'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
 
--- The exit code a finished run reports to whoever collects it.
+-- The one rule for the exit code a finished run reports: to a parent collecting it,
+-- and (as get_run's outcome_code) to `cryopg run`, `submit --follow` and `logs
+-- --follow`, which exit with it. A failure keeps its own code when a process could
+-- exit with it (1-255), else 1; a cancelled run is 130, as a shell reports Ctrl-C.
 CREATE OR REPLACE FUNCTION cryo._outcome_code(p_status text, p_exit_code integer)
 RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE p_status WHEN 'succeeded' THEN 0
                          WHEN 'cancelled' THEN 130
-                         WHEN 'failed' THEN coalesce(nullif(p_exit_code, 0), 1)
+                         WHEN 'failed' THEN CASE WHEN p_exit_code BETWEEN 1 AND 255
+                                                 THEN p_exit_code ELSE 1 END
                          ELSE 1 END
 $$;
 

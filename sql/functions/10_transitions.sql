@@ -11,11 +11,19 @@
 --   _extend_claim  running            -> running, claim expiry pushed back
 --   _release       running            -> pending (handed back, or its claim expired)
 --   _park          running            -> parked, claim ended
+--   _park_on       running            -> parked on a pending marker (every durable wait)
 --   _wake          parked             -> pending, the marker it waited on completed
 --   _finalize      any live status    -> terminal, queue row gone
 --   _record        a done memo at a position       (journal)
 --   _mark          a pending marker at a position  (journal): a park's, or a running step's
 --   _forget        every journal row of a run      (journal; an activity retry)
+-- and, for concurrency groups, the only writers of cryo.leases and cryo.lease_waiters:
+--   _take_lease          grant: the run holds the group
+--   _queue_for_lease     queue: the run waits in the group's FIFO
+--   _leave_lease_queues  a run (or one graph node instance) gives up its places
+--   _hand_on_lease       hand on: a free group goes to its oldest live waiter
+--   _release_lease       release: the holder gives the group back, and it is handed on
+--   _release_leases      everything a run (or one node instance) holds or waits for
 -- Callers hold the locks: the queue row (FOR UPDATE, or SKIP LOCKED in sweeps) before
 -- the runs row, as the lock order in 00_core.sql says.
 
@@ -245,6 +253,19 @@ BEGIN
 END
 $$;
 
+-- The tail of every transition that makes runs claimable again in bulk (_release,
+-- _wake): agents hear there is work, and watchers of those runs hear they moved.
+CREATE OR REPLACE FUNCTION cryo._notify_requeued(p_n integer, p_watched text[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_n > 0 THEN
+        PERFORM pg_notify('cryo_work', '');
+        PERFORM pg_notify('cryo_run', w) FROM unnest(p_watched) w;
+    END IF;
+END
+$$;
+
 -- Puts claimed runs back to pending, keeping their journal, leases and attempt count, so
 -- the next claim replays. p_kind names why in history: released, claim_expired.
 CREATE OR REPLACE FUNCTION cryo._release(p_run_ids text[], p_kind text)
@@ -269,10 +290,7 @@ BEGIN
         SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
     )
     SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    IF v_n > 0 THEN
-        PERFORM pg_notify('cryo_work', '');
-        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
-    END IF;
+    PERFORM cryo._notify_requeued(v_n, v_watched);
     RETURN v_n;
 END
 $$;
@@ -292,6 +310,29 @@ BEGIN
     UPDATE cryo.runs SET status = 'parked', substate = p_reason, updated_at = cryo.now()
      WHERE id = p_run_id;
     PERFORM cryo._notify_run(p_run_id);
+END
+$$;
+
+-- The one way a durable wait parks: a pending marker at the call's position and the run
+-- parked on it. A marker an earlier pass left at the path stands, and so does its due
+-- time (a sleep's deadline does not move on a replay); tick() wakes the run then, if
+-- the marker has one. Returns that due time.
+CREATE OR REPLACE FUNCTION cryo._park_on(
+    p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
+    p_ordinal integer, p_reason text, p_park_name text, p_due timestamptz,
+    p_ref_run_id text DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_due timestamptz := p_due;
+BEGIN
+    PERFORM cryo._mark(p_q, p_position, p_path, p_family, p_name, p_ordinal, p_due, p_ref_run_id);
+    IF p_due IS NOT NULL THEN
+        SELECT j.due_at INTO v_due FROM cryo.journal j
+         WHERE j.run_id = p_q.run_id AND j.path = p_path;
+    END IF;
+    PERFORM cryo._park(p_q.run_id, p_reason, p_path, p_park_name, v_due);
+    RETURN v_due;
 END
 $$;
 
@@ -337,10 +378,7 @@ BEGIN
           FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
     )
     SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    IF v_n > 0 THEN
-        PERFORM pg_notify('cryo_work', '');
-        PERFORM pg_notify('cryo_run', w) FROM unnest(v_watched) w;
-    END IF;
+    PERFORM cryo._notify_requeued(v_n, v_watched);
     RETURN v_n;
 END
 $$;
@@ -398,12 +436,14 @@ $$;
 -- or NULL when the path already holds an entry (the caller decides what that means).
 -- With p_complete_marker, a pending marker at the path (a step pinned by cryo.mark_step,
 -- by this pass or by one that died mid-step) is completed in place and keeps its
--- position and start time.
+-- position and start time. p_started_at, when earlier, is when the call began (never
+-- before the run was created): a step too quick to be marked, or marked late, would
+-- otherwise read as starting when it was recorded (or marked).
 CREATE OR REPLACE FUNCTION cryo._record(
     p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
     p_ordinal integer, p_result bytea DEFAULT NULL, p_answer_clear jsonb DEFAULT NULL,
     p_exit_code integer DEFAULT 0, p_ref_run_id text DEFAULT NULL, p_label text DEFAULT NULL,
-    p_complete_marker boolean DEFAULT false)
+    p_complete_marker boolean DEFAULT false, p_started_at timestamptz DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -413,7 +453,9 @@ BEGIN
         UPDATE cryo.journal j
            SET status = 'done', result = p_result, answer_clear = p_answer_clear,
                exit_code = p_exit_code, label = p_label, attempt = r.attempt,
-               completed_at = cryo.now()
+               completed_at = cryo.now(),
+               created_at = CASE WHEN p_started_at < j.created_at
+                                 THEN greatest(p_started_at, r.created_at) ELSE j.created_at END
           FROM cryo.runs r
          WHERE j.run_id = p_q.run_id AND j.path = p_path AND j.status = 'pending'
            AND r.id = p_q.run_id
@@ -428,7 +470,10 @@ BEGIN
                               exit_code, ref_run_id, created_at, completed_at)
     SELECT p_q.run_id, p_q.org, p_q.project, v_seq, p_path, 'run', p_family, p_name,
            p_ordinal, p_label, r.attempt, 'done', p_result, p_answer_clear, p_exit_code,
-           p_ref_run_id, cryo.now(), cryo.now()
+           p_ref_run_id,
+           CASE WHEN p_started_at < cryo.now() THEN greatest(p_started_at, r.created_at)
+                ELSE cryo.now() END,
+           cryo.now()
       FROM cryo.runs r WHERE r.id = p_q.run_id
     ON CONFLICT (run_id, path) DO NOTHING;
     RETURN CASE WHEN FOUND THEN v_seq END;
@@ -467,5 +512,123 @@ BEGIN
     DELETE FROM cryo.journal WHERE run_id = p_run_id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
+END
+$$;
+
+-- -- leases on concurrency groups -----------------------------------------------------------
+-- A group (one per name per project) has at most one holder, a run, and a FIFO of
+-- waiters: queued submits ('admission'), scripts parked on `lock` ('script') and graph
+-- node instances ('graph'). Callers hold the group's lock (cryo._lock_group) first.
+
+-- Grant: the run holds the group from now (a hold left by an ended run is replaced).
+CREATE OR REPLACE FUNCTION cryo._take_lease(
+    p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text,
+    p_scoped boolean)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO cryo.leases (org, project, grp, holder_run_id, kind, scoped, path, acquired_at)
+    VALUES (p_org, p_project, p_group, p_run_id, p_kind, p_scoped, p_path, cryo.now())
+    ON CONFLICT (org, project, grp) DO UPDATE
+       SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
+           path = excluded.path, acquired_at = excluded.acquired_at
+$$;
+
+-- Queue: the run takes the last place in the group's FIFO.
+CREATE OR REPLACE FUNCTION cryo._queue_for_lease(
+    p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text,
+    p_scoped boolean)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
+    VALUES (p_org, p_project, p_group, p_run_id, p_kind, coalesce(p_scoped, false), p_path,
+            cryo.now())
+$$;
+
+-- The run gives up its places in every group's FIFO; with p_path, only the place one
+-- graph node instance (its lease path) waited in.
+CREATE OR REPLACE FUNCTION cryo._leave_lease_queues(p_run_id text, p_path text DEFAULT NULL)
+RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path)
+$$;
+
+-- Hand on: a free group goes to its oldest waiter -- a queued submit is enqueued, a
+-- script parked on `lock` wakes holding the lease, a graph's driver is poked to start
+-- the node instance. Waiters that ended meanwhile are skipped; a group nobody waits for
+-- is dropped. Returns the run that got it, if any.
+CREATE OR REPLACE FUNCTION cryo._hand_on_lease(p_org text, p_project text, p_group text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_w cryo.lease_waiters;
+    v_run cryo.runs;
+BEGIN
+    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    LOOP
+        DELETE FROM cryo.lease_waiters WHERE id = (
+            SELECT w.id FROM cryo.lease_waiters w
+             WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
+             ORDER BY w.id LIMIT 1)
+        RETURNING * INTO v_w;
+        IF NOT FOUND THEN
+            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
+            RETURN NULL;
+        END IF;
+        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
+        IF v_w.kind = 'graph' THEN
+            -- A graph node instance waits: the run's driver starts it on its next turn.
+            PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
+            RETURN v_w.run_id;
+        ELSIF v_w.kind = 'admission' THEN
+            SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
+            IF FOUND THEN
+                PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
+                PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
+                PERFORM cryo._notify_run(v_run.id);
+                RETURN v_run.id;
+            END IF;
+        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
+                         jsonb_build_object('group', p_group), 0) > 0 THEN
+            RETURN v_w.run_id;
+        END IF;
+        -- That waiter is gone (ended meanwhile): try the next one.
+    END LOOP;
+END
+$$;
+
+-- Release: the run gives back its hold on one group (the caller holds the group lock),
+-- which goes on to the next waiter. Returns false when the run did not hold it.
+CREATE OR REPLACE FUNCTION cryo._release_lease(
+    p_org text, p_project text, p_group text, p_run_id text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM cryo.leases
+     WHERE org = p_org AND project = p_project AND grp = p_group AND holder_run_id = p_run_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM cryo._hand_on_lease(p_org, p_project, p_group);
+    RETURN true;
+END
+$$;
+
+-- Set off by every ending: the run gives up every group it holds and its places in
+-- every group's queue. With p_path, only what one graph node instance held or waited for
+-- (its lease path), when that instance ends.
+CREATE OR REPLACE FUNCTION cryo._release_leases(p_run_id text, p_path text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_l record;
+BEGIN
+    PERFORM cryo._leave_lease_queues(p_run_id, p_path);
+    FOR v_l IN SELECT org, project, grp FROM cryo.leases
+                WHERE holder_run_id = p_run_id AND (p_path IS NULL OR path = p_path) LOOP
+        PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
+        PERFORM cryo._release_lease(v_l.org, v_l.project, v_l.grp, p_run_id);
+    END LOOP;
 END
 $$;

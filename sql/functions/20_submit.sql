@@ -5,7 +5,8 @@
 -- and a FIFO of waiters. Submits with a group and scripts' `cryopg lock` share it.
 -- Whatever ends a holder's lease (release_lease, or the run ending in any way) hands
 -- the group to the oldest waiter in the same transaction; tick() reconciles groups such
--- a hook could have missed.
+-- a hook could have missed. The writes themselves are the lease transitions in
+-- 10_transitions.sql (_take_lease, _queue_for_lease, _hand_on_lease, _release_lease).
 
 -- Serialises every acquire, enqueue and hand-over of one group.
 CREATE OR REPLACE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text)
@@ -21,62 +22,6 @@ LANGUAGE sql STABLE AS $$
     SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
      WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
        AND NOT cryo.is_terminal(r.status)
-$$;
-
-CREATE OR REPLACE FUNCTION cryo._take_lease(
-    p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text,
-    p_scoped boolean)
-RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO cryo.leases (org, project, grp, holder_run_id, kind, scoped, path, acquired_at)
-    VALUES (p_org, p_project, p_group, p_run_id, p_kind, p_scoped, p_path, cryo.now())
-    ON CONFLICT (org, project, grp) DO UPDATE
-       SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
-           path = excluded.path, acquired_at = excluded.acquired_at
-$$;
-
--- Hands a free group to its oldest waiter: a queued submit is enqueued, a script
--- parked on `lock` wakes holding the lease. Returns the run that got it, if any.
-CREATE OR REPLACE FUNCTION cryo._promote(p_org text, p_project text, p_group text)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_w cryo.lease_waiters;
-    v_run cryo.runs;
-BEGIN
-    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
-        RETURN NULL;
-    END IF;
-    LOOP
-        DELETE FROM cryo.lease_waiters WHERE id = (
-            SELECT w.id FROM cryo.lease_waiters w
-             WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
-             ORDER BY w.id LIMIT 1)
-        RETURNING * INTO v_w;
-        IF NOT FOUND THEN
-            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
-            RETURN NULL;
-        END IF;
-        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
-        IF v_w.kind = 'graph' THEN
-            -- A graph node instance waits: the run's driver starts it on its next turn.
-            PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
-            RETURN v_w.run_id;
-        ELSIF v_w.kind = 'admission' THEN
-            SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
-            IF FOUND THEN
-                PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
-                PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
-                PERFORM cryo._notify_run(v_run.id);
-                RETURN v_run.id;
-            END IF;
-        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
-                         jsonb_build_object('group', p_group), 0) > 0 THEN
-            RETURN v_w.run_id;
-        END IF;
-        -- That waiter is gone (ended meanwhile): try the next one.
-    END LOOP;
-END
 $$;
 
 -- Submit-time admission, with the group already locked and the new run inserted.
@@ -116,8 +61,7 @@ BEGIN
         RAISE EXCEPTION 'concurrency group % already has % queued runs (the limit); try later', p_group, v_limit
             USING ERRCODE = 'CR030';
     END IF;
-    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, enqueued_at)
-    VALUES (p_org, p_project, p_group, p_run_id, 'admission', cryo.now());
+    PERFORM cryo._queue_for_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
     PERFORM cryo._hold_queued(p_run_id);
     PERFORM cryo._history(p_run_id, p_org, p_project, 'queued');
     RETURN 'queued';
@@ -140,6 +84,9 @@ DECLARE
     v_id text;
     v_policy text := coalesce(p_policy, 'queue');
 BEGIN
+    IF p_required_caps IS NULL THEN
+        p_required_caps := cryo._required_caps(p_filename, p_interpreter);
+    END IF;
     PERFORM cryo._require_project(p_org, p_project);
     IF coalesce(p_filename, '') = '' OR p_source IS NULL THEN
         RAISE EXCEPTION 'a run needs a filename and a source' USING ERRCODE = 'CR004';
@@ -191,7 +138,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, text, jsonb) IS
-    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
+    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
 
 -- Stores (or replaces) a named script so applications can submit it from SQL. p_workdir
 -- is the directory it was stored from (`cryopg workflow put` sends its own): runs started
@@ -227,13 +174,19 @@ $$;
 COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text) IS
     'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
 
--- What an agent needs to run a stored workflow: a shell for a bash script (or a file
--- without an extension), the polyglot runner for anything else.
-CREATE OR REPLACE FUNCTION cryo._workflow_caps(p_filename text)
+-- The one rule for the agent capability a script needs (every submit that is given no
+-- capabilities uses it): a shell for a script run by a shell, or with no interpreter a
+-- file named .sh, .bash or without an extension; the polyglot runner for anything else.
+CREATE OR REPLACE FUNCTION cryo._required_caps(p_filename text, p_interpreter text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_filename ~ '\.(sh|bash)$' OR p_filename !~ '\.' THEN '{shell}'::text[]
-                ELSE '{polyglot}'::text[] END
+    SELECT CASE
+        WHEN btrim(coalesce(p_interpreter, '')) <> '' THEN
+            CASE WHEN regexp_replace((regexp_split_to_array(btrim(p_interpreter), '\s+'))[1],
+                                     '^.*/', '') IN ('bash', 'sh', 'dash', 'zsh')
+                 THEN '{shell}'::text[] ELSE '{polyglot}'::text[] END
+        WHEN regexp_replace(p_filename, '^.*/', '') ~ '(\.(sh|bash)$|^[^.]*$)' THEN '{shell}'::text[]
+        ELSE '{polyglot}'::text[] END
 $$;
 
 -- An application stores a graph or YAML pipeline it compiled with `cryopg pipeline
@@ -290,7 +243,7 @@ BEGIN
     END IF;
     SELECT s.run_id INTO v_id FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
-        cryo._workflow_caps(v_wf.filename),
+        NULL,  -- the capabilities its filename and interpreter need (cryo._required_caps)
         p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
         p_graph => v_wf.graph) s;
     RETURN v_id;

@@ -66,7 +66,8 @@ DECLARE
     v_prior cryo.journal;
 BEGIN
     v_seq := cryo._record(v_q, p_position, v_path, p_family, coalesce(p_name, ''), p_ordinal,
-                          p_result, NULL, p_exit_code, NULL, p_label, p_complete_marker => true);
+                          p_result, NULL, p_exit_code, NULL, p_label, p_complete_marker => true,
+                          p_started_at => p_started_at);
     IF v_seq IS NULL THEN
         SELECT * INTO v_prior FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
         IF v_prior.attempt = (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_run_id)
@@ -74,14 +75,6 @@ BEGIN
             RETURN v_prior.seq;
         END IF;
         RAISE EXCEPTION 'run % already recorded %', p_run_id, v_path USING ERRCODE = 'CR007';
-    END IF;
-    IF p_started_at IS NOT NULL THEN
-        -- When the step began, by the agent: a step too quick to be marked, or marked
-        -- late, would otherwise read as starting when it was recorded (or marked).
-        UPDATE cryo.journal j SET created_at = greatest(p_started_at, r.created_at)
-          FROM cryo.runs r
-         WHERE j.run_id = p_run_id AND j.seq = v_seq AND r.id = p_run_id
-           AND p_started_at < j.created_at;
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'step_completed', p_family,
                           coalesce(p_name, ''), p_ordinal);

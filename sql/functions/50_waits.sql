@@ -25,11 +25,9 @@ BEGIN
         RAISE EXCEPTION 'sleep needs a finite duration of zero or more seconds, not %', p_seconds
             USING ERRCODE = 'CR004';
     END IF;
-    PERFORM cryo._mark(v_q, p_position, v_path, 'sleep', '', p_ordinal,
-                       cryo.now() + make_interval(secs => p_seconds));
-    -- A deadline pinned by an earlier pass stands.
-    SELECT j.due_at INTO v_wake FROM cryo.journal j WHERE j.run_id = p_run_id AND j.path = v_path;
-    PERFORM cryo._park(p_run_id, 'sleeping', v_path, NULL, v_wake);
+    -- A deadline pinned by an earlier pass stands (_park_on).
+    v_wake := cryo._park_on(v_q, p_position, v_path, 'sleep', '', p_ordinal, 'sleeping', NULL,
+                            cryo.now() + make_interval(secs => p_seconds));
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'timer_scheduled', 'sleep', '', p_ordinal);
     RETURN v_wake;
 END
@@ -83,6 +81,26 @@ $$;
 COMMENT ON FUNCTION cryo.send_signal(text, text, jsonb, bytea) IS
     'Sends a named signal to a live run -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- waking it when it waits on that name; returns the signal id. Raises CR003 for an unknown run, CR006 for a finished one, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
+-- The tail wait_signal and wait_event share, once nothing can answer at once: a zero
+-- timeout records exit code 124 now; any other parks the run on the call (a NULL
+-- timeout waits for ever). Returns (parked, payload, payload_clear, timed_out).
+CREATE OR REPLACE FUNCTION cryo._wait_or_time_out(
+    p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text,
+    p_ordinal integer, p_timeout double precision, p_reason text)
+RETURNS TABLE (parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_timeout = 0 THEN
+        PERFORM cryo._record(p_q, p_position, p_path, p_family, p_name, p_ordinal, NULL, NULL, 124);
+        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
+        RETURN;
+    END IF;
+    PERFORM cryo._park_on(p_q, p_position, p_path, p_family, p_name, p_ordinal, p_reason, p_name,
+                          cryo.now() + make_interval(secs => p_timeout));
+    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+END
+$$;
+
 -- A run waits on a signal name. A queued signal is taken at once (the oldest); with
 -- none, the run parks until one arrives or the timeout passes (exit code 124).
 CREATE OR REPLACE FUNCTION cryo.wait_signal(
@@ -115,16 +133,8 @@ BEGIN
         RETURN QUERY SELECT false, v_sig.payload, v_sig.payload_clear, false;
         RETURN;
     END IF;
-    IF p_timeout = 0 THEN
-        PERFORM cryo._record(v_q, p_position, v_path, 'signal', p_name, p_ordinal, NULL, NULL, 124);
-        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
-        RETURN;
-    END IF;
-    PERFORM cryo._mark(v_q, p_position, v_path, 'signal', p_name, p_ordinal,
-                       cryo.now() + make_interval(secs => p_timeout));
-    PERFORM cryo._park(p_run_id, 'awaiting-signal', v_path, p_name,
-                       cryo.now() + make_interval(secs => p_timeout));
-    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, 'signal', p_name,
+                                                     p_ordinal, p_timeout, 'awaiting-signal');
 END
 $$;
 COMMENT ON FUNCTION cryo.wait_signal(text, uuid, integer, text, integer, double precision, text) IS
@@ -230,7 +240,6 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_path text;
     v_memo cryo.journal;
-    v_due timestamptz;
 BEGIN
     PERFORM cryo._check_name('event', p_name);
     v_path := cryo.call_path('event', p_name, p_ordinal, p_path);
@@ -240,16 +249,12 @@ BEGIN
         RETURN;
     END IF;
     PERFORM cryo._check_timeout(p_timeout);
-    IF p_timeout = 0 THEN
-        PERFORM cryo._record(v_q, p_position, v_path, 'event', p_name, p_ordinal, NULL, NULL, 124);
-        RETURN QUERY SELECT false, NULL::bytea, NULL::jsonb, true;
-        RETURN;
+    IF p_timeout IS DISTINCT FROM 0 THEN
+        -- Serialises with _publish_event on this name (see there).
+        PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
-    v_due := cryo.now() + make_interval(secs => p_timeout);
-    PERFORM cryo._mark(v_q, p_position, v_path, 'event', p_name, p_ordinal, v_due);
-    PERFORM cryo._park(p_run_id, 'awaiting-event', v_path, p_name, v_due);
-    RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
+    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, 'event', p_name,
+                                                     p_ordinal, p_timeout, 'awaiting-event');
 END
 $$;
 COMMENT ON FUNCTION cryo.wait_event(text, uuid, integer, text, integer, double precision, text) IS
@@ -292,10 +297,9 @@ BEGIN
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'lease_granted', 'lock', p_group, p_ordinal);
         RETURN true;
     END IF;
-    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
-    VALUES (v_q.org, v_q.project, p_group, p_run_id, 'script', p_scoped, v_path, cryo.now());
-    PERFORM cryo._mark(v_q, p_position, v_path, 'lock', p_group, p_ordinal, NULL);
-    PERFORM cryo._park(p_run_id, 'awaiting-lease', v_path, p_group, NULL);
+    PERFORM cryo._queue_for_lease(v_q.org, v_q.project, p_group, p_run_id, 'script', v_path, p_scoped);
+    PERFORM cryo._park_on(v_q, p_position, v_path, 'lock', p_group, p_ordinal, 'awaiting-lease',
+                          p_group, NULL);
     RETURN false;
 END
 $$;
@@ -313,14 +317,12 @@ BEGIN
         PERFORM cryo._lock_group(v_q.org, v_q.project, p_group);
     END IF;
     v_q := cryo._claimed_row(p_run_id, p_token);
-    DELETE FROM cryo.leases
-     WHERE org = v_q.org AND project = v_q.project AND grp = p_group AND holder_run_id = p_run_id;
-    IF NOT FOUND THEN
+    IF NOT EXISTS (SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
+                      AND l.grp = p_group AND l.holder_run_id = p_run_id) THEN
         RETURN false;  -- a replayed release: the lease went on the first pass
     END IF;
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'lease_released', 'lock', p_group);
-    PERFORM cryo._promote(v_q.org, v_q.project, p_group);
-    RETURN true;
+    RETURN cryo._release_lease(v_q.org, v_q.project, p_group, p_run_id);
 END
 $$;
 COMMENT ON FUNCTION cryo.release_lease(text, uuid, text) IS
@@ -427,8 +429,8 @@ BEGIN
         RETURN QUERY SELECT false, v_child.id, cryo._outcome_code(v_child.status, v_child.exit_code);
         RETURN;
     END IF;
-    PERFORM cryo._mark(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal, NULL, v_child.id);
-    PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, p_name, NULL);
+    PERFORM cryo._park_on(v_q, p_position, v_path, 'activity.collect', p_name, p_ordinal,
+                          'awaiting-children', p_name, NULL, v_child.id);
     RETURN QUERY SELECT true, v_child.id, NULL::integer;
 END
 $$;
@@ -462,8 +464,8 @@ BEGIN
         RETURN;
     END IF;
     IF EXISTS (SELECT 1 FROM cryo._uncollected(p_run_id) c WHERE NOT cryo.is_terminal(c.status)) THEN
-        PERFORM cryo._mark(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal, NULL);
-        PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, NULL, NULL);
+        PERFORM cryo._park_on(v_q, p_position, v_path, 'activity.wait-all', '', p_ordinal,
+                              'awaiting-children', NULL, NULL);
         RETURN QUERY SELECT true, NULL::integer;
         RETURN;
     END IF;

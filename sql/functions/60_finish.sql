@@ -168,27 +168,6 @@ $$;
 COMMENT ON FUNCTION cryo.cancel_run(text) IS
     'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one, CR021 when the caller is an application role of another tenant (or of none).';
 
--- Set off by every ending: the run gives up every group it holds and its places in
--- every group's queue. With p_path, only what one graph node instance held or waited for
--- (its lease path), when that instance ends.
-CREATE OR REPLACE FUNCTION cryo._release_leases(p_run_id text, p_path text DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_l record;
-BEGIN
-    DELETE FROM cryo.lease_waiters
-     WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path);
-    FOR v_l IN SELECT org, project, grp FROM cryo.leases
-                WHERE holder_run_id = p_run_id AND (p_path IS NULL OR path = p_path) LOOP
-        PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
-        DELETE FROM cryo.leases
-         WHERE org = v_l.org AND project = v_l.project AND grp = v_l.grp AND holder_run_id = p_run_id;
-        PERFORM cryo._promote(v_l.org, v_l.project, v_l.grp);
-    END LOOP;
-END
-$$;
-
 -- Set off by a child's ending: its parent may be parked collecting it, waiting for
 -- all its activities, or waiting for the output of a graph it called.
 CREATE OR REPLACE FUNCTION cryo._wake_parent(p_child_id text)

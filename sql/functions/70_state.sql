@@ -23,7 +23,7 @@ RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF p_entity IS NULL THEN
-        IF p_run_id IS NULL OR p_run_id NOT LIKE p_org || ':' || p_project || ':run-%' THEN
+        IF NOT cryo._run_in_project(p_run_id, p_org, p_project) THEN
             RAISE EXCEPTION 'run % is not a run of project %/%', p_run_id, p_org, p_project
                 USING ERRCODE = 'CR004';
         END IF;

@@ -15,8 +15,7 @@ BEGIN
         PERFORM cryo._check_name('cache key', p_key);
         RETURN p_org || ':' || p_project || ':key:' || p_key;
     END IF;
-    IF p_run_id IS NULL OR split_part(p_run_id, ':', 1) <> p_org
-       OR split_part(p_run_id, ':', 2) <> p_project THEN
+    IF NOT cryo._run_in_project(p_run_id, p_org, p_project) THEN
         RAISE EXCEPTION 'an artifact belongs to a run of project %/% or to a cache key',
             p_org, p_project USING ERRCODE = 'CR004';
     END IF;
@@ -136,7 +135,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT * FROM cryo._put_artifact(
-        split_part(p_run_id, ':', 1), split_part(p_run_id, ':', 2), p_run_id, p_key, p_name,
+        cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id, p_key, p_name,
         p_sha256, p_size, p_max_bytes, p_run_id);
 END
 $$;

@@ -110,7 +110,7 @@ BEGIN
         LIMIT p_batch
     LOOP
         PERFORM cryo._lock_group(v_g.org, v_g.project, v_g.grp);
-        IF cryo._promote(v_g.org, v_g.project, v_g.grp) IS NOT NULL THEN
+        IF cryo._hand_on_lease(v_g.org, v_g.project, v_g.grp) IS NOT NULL THEN
             v_n := v_n + 1;
         END IF;
     END LOOP;

@@ -70,7 +70,7 @@ BEGIN
     END IF;
     SELECT s.run_id, s.created INTO v_id, v_created FROM cryo.submit_script(
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, p_input,
-        p_idempotency_key, cryo._workflow_caps(v_wf.filename), p_workflow, p_input_clear,
+        p_idempotency_key, NULL, p_workflow, p_input_clear,
         v_group, NULL, coalesce(p_untrusted, false),
         -- An untrusted run gets no directory of the project's: it runs in scratch.
         p_workdir => CASE WHEN coalesce(p_untrusted, false) THEN NULL ELSE v_wf.workdir END,

@@ -6,7 +6,7 @@ RETURNS TABLE (id text, org text, project text, workflow text, filename text, st
                idempotency_key text, created_at timestamptz, started_at timestamptz,
                finished_at timestamptz, wake_at timestamptz, agent_id text,
                concurrency_group text, queue_position integer, finished boolean,
-               parent_run_id text, activity_name text, kind text)
+               parent_run_id text, activity_name text, kind text, outcome_code integer)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     PERFORM cryo._app_run_check(p_run_id);
@@ -15,7 +15,8 @@ BEGIN
                r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
                r.finished_at, q.wake_at, q.agent_id, r.concurrency_group,
                CASE WHEN r.status = 'queued' THEN cryo._queue_position(r.id) END,
-               cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind
+               cryo.is_terminal(r.status), r.parent_run_id, r.activity_name, r.kind,
+               CASE WHEN cryo.is_terminal(r.status) THEN cryo._outcome_code(r.status, r.exit_code) END
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -24,7 +25,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.get_run(text) IS
-    'Returns one run with its queue facts (wake time, agent), whether it finished, and its parent run and activity name when it is a child. Raises CR003 for an unknown run, CR021 when the caller is an application role of another tenant (or of none).';
+    'Returns one run with its queue facts (wake time, agent), whether it finished (and then the exit code it reports, outcome_code), and its parent run and activity name when it is a child. Raises CR003 for an unknown run, CR021 when the caller is an application role of another tenant (or of none).';
 
 CREATE OR REPLACE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50)
 RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,

@@ -220,6 +220,17 @@ def test_step_command_not_found_records_127(peer, capfd: pytest.CaptureFixture[s
     assert p.requests[1]["exit_code"] == 127
 
 
+def test_step_exec_format_error_records_127(peer, tmp_path: Path,
+                                            capfd: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x00\x01 not a program\n")
+    junk.chmod(0o755)
+    p = peer({"ok": True, "hit": False, "call_id": "c1", "idempotency_key": "k"}, {"ok": True})
+    assert main(["step", "x", "--", str(junk)]) == 127
+    assert capfd.readouterr().err == f"cryopg step: cannot run {junk}: exec format error\n"
+    assert p.requests[1]["exit_code"] == 127
+
+
 def test_engine_error_reply_exits_1(peer, capfd: pytest.CaptureFixture[str]) -> None:
     message = "determinism error: position 0 was step/a/0 but this pass reached step/b/0"
     peer({"ok": False, "error": {"code": "determinism", "message": message}})

@@ -38,6 +38,8 @@ CASES: dict[str, tuple[list[str], list[dict | None], dict[str, str]]] = {
     "not found": (["step", "x", "--", "no-such-command-cryopg-test"],
                   [MISS, {"ok": True}], {}),
     "not executable": (["step", "x", "--", "/dev/null"], [MISS, {"ok": True}], {}),
+    # {junk}: an executable file no kernel loader takes (exec format error)
+    "exec format": (["step", "x", "--", "{junk}"], [MISS, {"ok": True}], {}),
     "engine error": (["step", "b", "--", "true"],
                      [{"ok": False, "error": {"code": "determinism",
                                               "message": "determinism error: b"}}], {}),
@@ -65,6 +67,10 @@ def _run(client: Path, argv: list[str],
 def test_the_compiled_step_answers_as_the_python_one(
         peer: Callable[..., Peer], tmp_path: Path, case: str) -> None:  # noqa: F811
     argv, replies, extra = CASES[case]
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x00\x01 not a program\n")
+    junk.chmod(0o755)
+    argv = [str(junk) if a == "{junk}" else a for a in argv]
     seen = []
     for name, client in CLIENTS.items():
         p = peer(*replies)
@@ -74,6 +80,9 @@ def test_the_compiled_step_answers_as_the_python_one(
         seen.append((name, done.returncode, done.stdout, done.stderr, p.requests))
     (_, *python), (_, *compiled) = seen
     assert compiled == python
+    if case == "exec format":
+        assert python[0] == 127
+        assert python[2] == f"cryopg step: cannot run {junk}: exec format error\n".encode()
 
 
 def test_an_agent_puts_the_compiled_client_first_on_a_jobs_path(tmp_path: Path) -> None:

@@ -131,3 +131,30 @@ def test_lenient_mode_never_waits(monkeypatch: pytest.MonkeyPatch) -> None:
         assert got["hit"] is False
 
     asyncio.run(main())
+
+
+def test_each_recording_request_carries_its_own_position() -> None:
+    """The position a call reached is passed explicitly to the request that records it:
+    two steps begun concurrently and finished in the other order each record their own."""
+    sent: list[tuple[str, int | None]] = []
+
+    class Api:
+        async def record_step(self, run_id: str, token: str, *, path: str,
+                              position: int | None, **_: Any) -> int:
+            sent.append((path, position))
+            return position or 0
+
+        async def mark_step(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    async def main() -> None:
+        job = FakeJob()
+        job.api = Api()
+        verbs = DurableVerbs(job, [], strict=True)
+        a, b = await asyncio.gather(_begin(verbs, "a"), _begin(verbs, "b"))
+        for began in (b, a):
+            await verbs.dispatch({"op": "step.finish", "call_id": began["call_id"],
+                                  "stdout": "", "exit_code": 0})
+
+    asyncio.run(main())
+    assert sorted(sent) == [("step/a/0", 0), ("step/b/0", 1)]

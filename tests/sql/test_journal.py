@@ -12,6 +12,26 @@ from cryopg.paths import SQL_DIR
 from tests.sql.conftest import claim, submit
 
 
+def test_record_step_takes_when_the_step_began(db: psycopg.Connection) -> None:
+    """p_started_at, when earlier, is the entry's start, never before the run's creation;
+    it holds for a fresh entry and for a marker the step completes."""
+    run_id = submit(db)
+    _, token = claim(db)
+    created = db.execute("SELECT created_at FROM cryo.runs WHERE id = %s", (run_id,)).fetchone()[0]
+    db.execute("SELECT cryo.mark_step(%s, %s, 1, 'step', 'b', 0)", (run_id, token))
+    for pos, name, offset in ((0, "a", "1 hour"), (1, "b", "-1 hour")):
+        db.execute("SELECT cryo.record_step(%s, %s, %s, 'step', %s, 0, NULL, '\\x01', 0, NULL, "
+                   "%s::timestamptz + %s::interval)", (run_id, token, pos, name, created, offset))
+    got = dict(db.execute("SELECT key_name, created_at FROM cryo.journal WHERE run_id = %s",
+                          (run_id,)).fetchall())
+    assert got["b"] == created  # an hour before the run began: clamped to its creation
+    db.execute("SELECT cryo.record_step(%s, %s, 2, 'step', 'c', 0, NULL, '\\x01', 0, NULL, "
+               "%s::timestamptz)", (run_id, token, created))
+    assert db.execute("SELECT created_at FROM cryo.journal WHERE run_id = %s AND key_name = 'c'",
+                      (run_id,)).fetchone()[0] == created
+    assert got["a"] > created  # a start later than the recording is not taken
+
+
 def test_record_step_assigns_positions_and_refuses_a_second_write(db: psycopg.Connection) -> None:
     run_id = submit(db)
     _, token = claim(db)

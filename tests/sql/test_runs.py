@@ -121,3 +121,26 @@ def test_claim_moves_clear_input_to_sealed_once(db: psycopg.Connection) -> None:
     db.execute("SELECT cryo.seal_run_input(%s, %s, '\\xabcd')", (run_id, got[1]))
     assert db.execute("SELECT input_clear, input FROM cryo.runs WHERE id=%s",
                       (run_id,)).fetchone() == (None, b"\xab\xcd")
+
+
+@pytest.mark.parametrize(("outcome", "exit_code", "reported"), [
+    ("succeeded", 0, 0), ("failed", 3, 3), ("failed", 0, 1), ("failed", None, 1),
+    ("failed", 300, 1), ("failed", -2, 1), ("cancelled", None, 130),
+])
+def test_a_finished_run_reports_its_exit_code_by_one_rule(
+        db: psycopg.Connection, outcome: str, exit_code: int | None, reported: int) -> None:
+    """get_run's outcome_code is cryo._outcome_code, the code a collecting parent gets and
+    the CLI exits with."""
+    run_id = submit(db)
+    if outcome == "cancelled":
+        db.execute("SELECT cryo.cancel_run(%s)", (run_id,))
+    else:
+        _, token = claim(db)
+        db.execute("SELECT cryo.finish_run(%s, %s, %s, %s)", (run_id, token, outcome, exit_code))
+    assert db.execute("SELECT outcome_code FROM cryo.get_run(%s)", (run_id,)).fetchone() == (
+        reported,)
+
+
+def test_a_live_run_has_no_outcome_code(db: psycopg.Connection) -> None:
+    run_id = submit(db)
+    assert db.execute("SELECT outcome_code FROM cryo.get_run(%s)", (run_id,)).fetchone() == (None,)

@@ -1,5 +1,5 @@
-"""The transitions layer is the only writer of run status, queue rows and journal rows,
-and "terminal" is defined once."""
+"""The transitions layer is the only writer of run status, queue rows, journal rows and
+concurrency-group leases, and "terminal" is defined once."""
 
 from __future__ import annotations
 
@@ -10,20 +10,33 @@ import psycopg
 from cryopg.paths import REPO_ROOT, SQL_DIR
 
 TRANSITIONS = {"_create_run", "_enqueue", "_hold_queued", "_claim", "_extend_claim", "_release",
-               "_park", "_wake", "_finalize", "_record", "_mark", "_drive", "_forget"}
+               "_park", "_park_on", "_wake", "_finalize", "_record", "_mark", "_drive", "_forget",
+               "_take_lease", "_queue_for_lease", "_leave_lease_queues", "_hand_on_lease",
+               "_release_lease", "_release_leases"}
 # Removing whole runs (retention, project deletion) takes their queue and journal rows
 # with them; that is not a change of state.
 REMOVERS = {"_delete_runs"}
+# Writers in 75_graphs.sql not yet moved onto the lease transitions (the graph tier's
+# rework holds that file); nothing else may join this list.
+NOT_YET_CONVERTED = {("_graph_start_instances", "lease_waiters"), ("graph_settle", "lease_waiters"),
+                     ("call_graph", "park")}
 
 WRITES = {
     "queue": re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.queue\b", re.I),
     "journal": re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.journal\b", re.I),
+    "leases": re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.leases\b", re.I),
+    "lease_waiters": re.compile(
+        r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.lease_waiters\b", re.I),
 }
+# Every durable wait parks through _park_on (a marker, then the park): a bare _mark
+# followed by _park is the pattern it replaced.
+MARK_THEN_PARK = re.compile(r"cryo\._mark\([^;]*;\s*PERFORM\s+cryo\._park\(", re.I)
 RUNS_UPDATE = re.compile(r"\bUPDATE\s+cryo\.runs\b(.*?)(\bWHERE\b|\bFROM\b|;)", re.I | re.S)
 RUNS_INSERT = re.compile(r"\bINSERT\s+INTO\s+cryo\.runs\b", re.I)
 
 
-def test_only_the_transitions_write_status_queue_and_journal(db: psycopg.Connection) -> None:
+def test_only_the_transitions_write_status_queue_journal_and_leases(
+        db: psycopg.Connection) -> None:
     rows = db.execute(
         "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
         " WHERE n.nspname = 'cryo'").fetchall()
@@ -33,14 +46,28 @@ def test_only_the_transitions_write_status_queue_and_journal(db: psycopg.Connect
         if name in TRANSITIONS:
             continue
         for table, pattern in WRITES.items():
-            if pattern.search(src) and name not in REMOVERS:
+            if pattern.search(src) and name not in REMOVERS \
+                    and (name, table) not in NOT_YET_CONVERTED:
                 offenders.append(f"{name} writes cryo.{table}")
+        if MARK_THEN_PARK.search(src) and (name, "park") not in NOT_YET_CONVERTED:
+            offenders.append(f"{name} parks without _park_on")
         if RUNS_INSERT.search(src):
             offenders.append(f"{name} inserts into cryo.runs")
         for set_clause, _ in RUNS_UPDATE.findall(src):
             if re.search(r"\bstatus\s*=", set_clause):
                 offenders.append(f"{name} sets a run's status")
     assert offenders == []
+
+
+def test_the_exceptions_are_still_needed(db: psycopg.Connection) -> None:
+    """Once 75_graphs.sql uses the lease transitions, NOT_YET_CONVERTED must go."""
+    src = dict(db.execute(
+        "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'cryo'").fetchall())
+    patterns = {**WRITES, "park": MARK_THEN_PARK}
+    stale = [(name, what) for name, what in NOT_YET_CONVERTED
+             if not patterns[what].search(src.get(name, ""))]
+    assert stale == [], "remove these from NOT_YET_CONVERTED"
 
 
 def test_terminal_statuses_are_listed_once() -> None:

@@ -186,6 +186,12 @@ func startFailure(name string, err error) int {
 		fmt.Fprintf(os.Stderr, "cryopg step: permission denied: %s\n", name)
 		return 126
 	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno != syscall.ENOENT {
+		// exec format error and the like, worded as Python's strerror
+		fmt.Fprintf(os.Stderr, "cryopg step: cannot run %s: %s\n", name, strings.ToLower(errno.Error()))
+		return 127
+	}
 	fmt.Fprintf(os.Stderr, "cryopg step: command not found: %s\n", name)
 	return 127
 }

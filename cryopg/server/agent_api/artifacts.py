@@ -26,6 +26,7 @@ from cryopg.artifacts.service import (
 from cryopg.db import connection
 from cryopg.engine import artifacts as index
 from cryopg.errors import InvalidArgument, NotFound
+from cryopg.run_ids import in_project
 from cryopg.server import limits
 from cryopg.server.agent_api.in_run import RUN_ROUTE, add_run_route
 from cryopg.server.auth import agent_claim, agent_run, bind_claim, require_agent
@@ -99,7 +100,7 @@ async def _scope(request: web.Request, body: dict[str, Any], run_id: str, org: s
     key, other = optional_str_field(body, "key"), optional_str_field(body, "run")
     if key is not None and other is not None:
         raise InvalidArgument("give a cache key or a run, not both")
-    if other is not None and not other.startswith(f"{org}:{project}:"):
+    if other is not None and not in_project(other, org, project):
         raise NotFound(f"no run {other} in {org}/{project}")
     async with connection(request.app[POOL]) as conn:
         return await index.artifact_scope(conn, org, project, other or run_id, key)

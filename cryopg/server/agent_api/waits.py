@@ -23,7 +23,6 @@ from cryopg.server.bodies import (
     str_field,
     to_int,
 )
-from cryopg.server.caps import required_caps
 from cryopg.server.render import answer, child_output
 from cryopg.server.state import KEYS, POOL
 
@@ -74,7 +73,7 @@ async def spawn(request: web.Request) -> web.Response:
             ordinal=to_int(body, "ordinal"), filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source),
             input=None if child_input is None else sealer.seal_json(child_input),
-            required_caps=required_caps(filename, interpreter))
+            required_caps=None)  # cryo._required_caps decides
     return web.json_response({"run_id": child})
 
 

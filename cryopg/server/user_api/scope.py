@@ -8,6 +8,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Run
 from cryopg.errors import RunNotFound
+from cryopg.run_ids import in_project
 from cryopg.server.auth import VIEWER, require_user
 from cryopg.server.state import POOL
 
@@ -22,7 +23,7 @@ def run_in_project(request: web.Request) -> str:
     """The path's run id, which must be of the path's project (else a 404)."""
     org, project = project_of(request)
     run_id = request.match_info["run"]
-    if not run_id.startswith(f"{org}:{project}:"):
+    if not in_project(run_id, org, project):
         raise RunNotFound(f"no run {run_id} in {org}/{project}")
     return run_id
 

@@ -7,12 +7,12 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import NotFound, RunNotFound
+from cryopg.errors import NotFound
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.redact import masked
 from cryopg.server.render import cell_json
 from cryopg.server.state import KEYS, POOL
-from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of
+from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
 
 
 async def _scope_of(request: web.Request) -> tuple[str, str, str | None, str | None]:
@@ -20,11 +20,9 @@ async def _scope_of(request: web.Request) -> tuple[str, str, str | None, str | N
     cells need Viewer, the project's entity cells Member."""
     await require_user(request, VIEWER if "run" in request.match_info else MEMBER)
     org, project = project_of(request)
-    run_id = request.match_info.get("run")
-    if run_id is None:
+    if "run" not in request.match_info:
         return org, project, None, request.match_info["entity"]
-    if not run_id.startswith(f"{org}:{project}:run-"):
-        raise RunNotFound(f"no run {run_id} in {org}/{project}")
+    run_id = run_in_project(request)
     async with connection(request.app[POOL]) as conn:
         await engine.get_run(conn, run_id)  # raises RunNotFound (404) for a missing run
     return org, project, run_id, None
@@ -56,9 +54,7 @@ async def run_entity_state(request: web.Request) -> web.Response:
     """The entity cells a run created or wrote last (entity cells need Member)."""
     await require_user(request, MEMBER)
     org, project = project_of(request)
-    run_id = request.match_info["run"]
-    if not run_id.startswith(f"{org}:{project}:run-"):
-        raise RunNotFound(f"no run {run_id} in {org}/{project}")
+    run_id = run_in_project(request)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         await engine.get_run(conn, run_id)  # raises RunNotFound (404) for a missing run
