@@ -24,7 +24,6 @@ from cryopg.graphs.document import seconds
 from cryopg.graphs.http_request import job_source
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.state import incr_in
-from cryopg.server.caps import required_caps
 from cryopg.server.render import answer, child_output, open_document, run_outputs
 
 # The http job with the egress policy inlined: the agent need not have cryopg installed.
@@ -187,7 +186,7 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
         else:
             filename, interpreter = str(c["filename"]), c.get("interpreter")
             source = str(c["source"])
-        caps = required_caps(filename, interpreter)
+        caps = None  # cryo._required_caps decides, in the submit itself
     else:  # workflow: a stored graph, run as a child graph run
         filename, interpreter, sealed, kind, graph = await engine.get_workflow(
             turn.conn, turn.org, turn.project, str(c["graph"]))

@@ -18,8 +18,7 @@ TRANSITIONS = {"_create_run", "_enqueue", "_hold_queued", "_claim", "_extend_cla
 REMOVERS = {"_delete_runs"}
 # Writers in 75_graphs.sql not yet moved onto the lease transitions (the graph tier's
 # rework holds that file); nothing else may join this list.
-NOT_YET_CONVERTED = {("_graph_start_instances", "lease_waiters"), ("graph_settle", "lease_waiters"),
-                     ("call_graph", "park")}
+NOT_YET_CONVERTED: set[tuple[str, str]] = set()
 
 WRITES = {
     "queue": re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.queue\b", re.I),
