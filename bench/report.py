@@ -180,7 +180,8 @@ def render(r: dict[str, Any]) -> str:
                 _row("10 shell nodes (runs/s)", [_f(_at(gr["shell"], n), 1) for n in levels]),
                 ""]
         ch = gr.get("chain")  # absent with CRYOPG_BENCH_GRAPHS=flat
-        out += [] if not ch else [f"A chain of {ch['nodes']} sequential `true` shell nodes on one real "
+        out += [] if not ch else [
+                f"A chain of {ch['nodes']} sequential `true` shell nodes on one real "
                 f"`cryopg agent`: {ch['span_s']:.1f} s, {ch['per_node_ms']:.1f} ms a node, of "
                 f"which {ch['job_ms']:.1f} ms inside the job (claim to finish) and "
                 f"{ch['between_ms']:.1f} ms from one node's end to the next one's start. "

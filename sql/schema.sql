@@ -929,8 +929,8 @@ BEGIN
                        AND l.grp = v_group AND l.holder_run_id = v_run_id AND l.path = v_path) THEN
                 IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
                                 WHERE w.run_id = v_run_id AND w.grp = v_group AND w.path = v_path) THEN
-                    INSERT INTO cryo.lease_waiters (org, project, grp, run_id, kind, scoped, path, enqueued_at)
-                    VALUES (p_q.org, p_q.project, v_group, v_run_id, 'graph', true, v_path, cryo.now());
+                    PERFORM cryo._queue_for_lease(p_q.org, p_q.project, v_group, v_run_id,
+                                                  'graph', v_path, true);
                 END IF;
                 UPDATE cryo.node_instances i SET lease_group = v_group
                  WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n;
@@ -2192,8 +2192,8 @@ BEGIN
         PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'graph_called', p_family, p_name,
                               p_ordinal);
     END IF;
-    PERFORM cryo._mark(v_q, p_position, v_path, p_family, p_name, p_ordinal, NULL, v_child);
-    PERFORM cryo._park(p_run_id, 'awaiting-children', v_path, p_name, NULL);
+    PERFORM cryo._park_on(v_q, p_position, v_path, p_family, p_name, p_ordinal,
+                          'awaiting-children', p_name, NULL, v_child);
     IF EXISTS (SELECT 1 FROM cryo.runs c WHERE c.id = v_child AND cryo.is_terminal(c.status)) THEN
         -- Only reachable from a marker whose child has ended: wake at once, answered.
         SELECT * INTO v_got FROM cryo._graph_call_memo(v_child);
@@ -3423,7 +3423,7 @@ BEGIN
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
             PERFORM cryo.cancel_run(v_child.job_run_id);
         END LOOP;
-        DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id;
+        PERFORM cryo._leave_lease_queues(p_run_id);
         IF p_output IS NOT NULL THEN
             INSERT INTO cryo.run_outputs (run_id, org, project, key, value, updated_at)
             VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output, cryo.now())
