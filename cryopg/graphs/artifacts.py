@@ -88,14 +88,13 @@ def check(nid: str, c: dict[str, Any]) -> None:
 
 def check_links(nodes: list[dict[str, Any]], deps: dict[str, list[str]]) -> None:
     """Across nodes: artifacts_from names a node this one depends on (an edge from it)
-    that declares artifacts; neither end fans out (one instance, one set of files)."""
+    that declares artifacts; a node that uploads does not fan out (one set of files)."""
     by_id = {n["id"]: n for n in nodes}
     for n in nodes:
         c = n.get("config") or {}
-        if ("artifacts" in c or "artifacts_from" in c) and "fan_out" in n:
-            key = "artifacts" if "artifacts" in c else "artifacts_from"
-            raise GraphError(f"node {n['id']}: config.{key}: a node with fan_out cannot "
-                             "move artifacts (its instances would overwrite each other)")
+        if "artifacts" in c and "fan_out" in n:
+            raise GraphError(f"node {n['id']}: config.artifacts: a node with fan_out cannot "
+                             "upload artifacts (its instances would overwrite each other)")
         for up in c.get("artifacts_from", []):
             if up not in deps[n["id"]]:
                 raise GraphError(f"node {n['id']}: config.artifacts_from: {up!r} is not a "
@@ -121,7 +120,7 @@ def wrap(c: dict[str, Any], configs: dict[str, Any], graph_run: str, command: st
     lines += ["(", command.rstrip("\n"), ")"]
     for name, path in declared("", c.get("artifacts", [])):
         q = shlex.quote(path)
-        why = shlex.quote(f"artifact {name}: {path} is not a file the job wrote")
+        why = shlex.quote(f"artifacts: {path} was not written by the job (no such file)")
         lines.append(f"if [ ! -f {q} ]; then echo {why} >&2; exit 1; fi")
         lines.append(f"cryopg artifact put {shlex.quote(name)} {q} >/dev/null")
     return "\n".join(lines) + "\n"
