@@ -32,19 +32,23 @@ jobs:
       - run: echo "log line" > build.log
       - run: exit 0   # an exit in the steps still reaches the uploads
     artifacts: [dist/app.txt, {name: log, path: build.log}]
+  wipe:   # a local dev agent runs every job in the submit directory: start clean
+    needs: [{job: build, artifacts: false}]
+    steps: [rm -rf dist build.log]
+  ordering:
+    needs: [wipe, {job: build, artifacts: false}]
+    steps:
+      - run: test ! -e dist/app.txt && echo "no files"
   test:
-    needs: build
+    needs: [build, ordering]
     steps:
       - run: cat dist/app.txt build.log
+      - run: rm -rf dist build.log
   check:
-    needs: build
+    needs: [test, build]
     script:
       filename: check.py
       source: "print('py', open('dist/app.txt').read().split()[0])"
-  ordering:
-    needs: [{job: build, artifacts: false}]
-    steps:
-      - run: test ! -e dist/app.txt && echo "no files"
 """)
     done = stack.cli("submit", "ci.yaml", "--follow", timeout=120)
     run_id = latest_run(stack)
@@ -53,7 +57,7 @@ jobs:
     assert done.returncode == 0 and run["status"] == "succeeded", (done.stderr, got)
     built = got["test"]["output"]["text"].splitlines()
     assert built[0].startswith("built ") and built[1] == "log line", got["test"]
-    assert got["check"]["status"] == "succeeded"
+    assert got["check"]["status"] == "succeeded", got["check"]
     assert got["ordering"]["output"]["text"] == "no files"
     # The graph run holds them (collected with it), under the job's name.
     listed = stack.cli("artifact", "list", run_id, "--json")
