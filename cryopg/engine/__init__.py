@@ -114,6 +114,7 @@ from cryopg.engine.state import (
 )
 from cryopg.engine.submit import (
     put_workflow,
+    required_caps,
     seal_run_input,
     submit_run,
     submit_script,
@@ -378,6 +379,7 @@ __all__ = [
     "publish_event",
     "put_member",
     "put_workflow",
+    "required_caps",
     "read_checkpoints",
     "read_run_detail",
     "read_history",

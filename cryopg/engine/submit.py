@@ -28,6 +28,12 @@ async def submit_script(conn: AsyncConnection, org: str, project: str, *, filena
     return run_id, created
 
 
+async def required_caps(conn: AsyncConnection, filename: str, interpreter: str | None
+                        ) -> list[str]:
+    """The capabilities a script needs, by the one rule submit_script applies."""
+    return list(await _one(conn, "SELECT cryo._required_caps(%s, %s)", (filename, interpreter)))
+
+
 async def submit_run(conn: AsyncConnection, org: str, project: str, workflow: str,
                      input: Any = None, idempotency_key: str | None = None) -> str:
     return await _one(conn, "SELECT cryo.submit_run(%s, %s, %s, %s, %s)",

@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 
+from cryopg.graphs.artifacts import check_links as check_artifact_links
 from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
     STATE_OPS,
     WRITE_OPS,
@@ -148,6 +149,7 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
             s["on_failure"] = True
         structure_nodes.append(s)
         configs[n["id"]] = c
+    check_artifact_links(nodes, deps)
     structure: dict[str, Any] = {"nodes": structure_nodes}
     try:
         if "concurrency" in doc:

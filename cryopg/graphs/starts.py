@@ -19,7 +19,9 @@ from psycopg import AsyncConnection
 from cryopg import engine
 from cryopg.db import translated
 from cryopg.engine import NodeRow, PlanRow
+from cryopg.engine import artifacts as index
 from cryopg.errors import CryoError, DatabaseUnavailable
+from cryopg.graphs import artifacts
 from cryopg.graphs.document import seconds
 from cryopg.graphs.http_request import job_source
 from cryopg.seal import Sealer
@@ -157,7 +159,10 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
         lines += [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()
                   if isinstance(k, str) and k.isidentifier()]
         filename, interpreter = "node.sh", "bash"
-        source, caps = "\n".join(lines) + "\n" + str(c["run"]) + "\n", ["shell"]
+        run = str(c["run"])
+        if artifacts.moves(c):
+            run = artifacts.wrap(c, turn.configs, turn.run_id, run)
+        source, caps = "\n".join(lines) + "\n" + run + "\n", ["shell"]
     elif p.type == "code":
         program = str(c.get("interpreter") or "python3")
         filename = "node.py" if program.startswith("python") else "node.code"
@@ -187,6 +192,11 @@ async def _job(turn: Turn, p: PlanRow, c: dict[str, Any]) -> None:
             filename, interpreter = str(c["filename"]), c.get("interpreter")
             source = str(c["source"])
         caps = None  # cryo._required_caps decides, in the submit itself
+        if artifacts.moves(c):  # a bash wrapper runs it, on an agent that can run it
+            caps = await engine.required_caps(turn.conn, filename, interpreter)
+            source = artifacts.wrap(c, turn.configs, turn.run_id,
+                                    artifacts.script_command(filename, interpreter, source))
+            filename, interpreter = "node.sh", "bash"
     else:  # workflow: a stored graph, run as a child graph run
         filename, interpreter, sealed, kind, graph = await engine.get_workflow(
             turn.conn, turn.org, turn.project, str(c["graph"]))
@@ -207,6 +217,9 @@ async def collect(turn: Turn, r: NodeRow) -> bool:
     assert r.item is not None
     if r.item_status == "running" and r.job_run_id and r.job_finished:
         ok, out, error = await _job_result(turn, r)
+        if ok and r.type in artifacts.ARTIFACT_NODES:
+            error = await _name_artifacts(turn, r)
+            ok = error is None
         await turn.record(r.node_id, r.item, ok, out, error, r.job_exit_code)
         return True
     if r.item_status != "waiting":
@@ -230,6 +243,22 @@ async def collect(turn: Turn, r: NodeRow) -> bool:
                           {} if r.wait_kind == "sleep" else {"timed_out": True})
         return True
     return False
+
+
+async def _name_artifacts(turn: Turn, r: NodeRow) -> str | None:
+    """The declared artifacts the job put, named `{node}/{name}` in the graph run's scope:
+    index rows pointing at the blobs already stored, so no byte moves here. Why the node
+    fails instead, when one is not there."""
+    assert r.job_run_id is not None
+    c = turn.configs.get(r.node_id) or {}
+    for name, _ in artifacts.declared(r.node_id, c.get("artifacts", [])):
+        got = await index.find_artifact(turn.conn, turn.org, turn.project, r.job_run_id, name)
+        if got is None:
+            return f"artifact {name} was not uploaded by the job"
+        await index.put_run_artifact(turn.conn, turn.run_id, turn.token, None,
+                                     artifacts.graph_name(r.node_id, name), got.sha256,
+                                     got.size, None)
+    return None
 
 
 def _failure(r: NodeRow) -> str:

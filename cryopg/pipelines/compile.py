@@ -84,6 +84,7 @@ def to_graph(doc: dict[str, Any]) -> dict[str, Any]:
         raise PipelineError(str(exc)) from None
     ids = frozenset(jobs)
     needs: dict[str, list[str]] = {}
+    no_files: dict[str, set[str]] = {}  # needs given with artifacts: false
     nodes = []
     for job_id, job in jobs.items():
         if not _ID.match(job_id):
@@ -93,25 +94,52 @@ def to_graph(doc: dict[str, Any]) -> dict[str, Any]:
             raise PipelineError(f"job {job_id}: a job is a mapping of keys (such as steps, "
                                 "needs, if)")
         try:
-            needs[job_id] = _needs(job.get("needs", []), ids)
+            needs[job_id], no_files[job_id] = _needs(job.get("needs", []), ids)
             nodes.append(node_of(job_id, job, env))
         except JobError as exc:
             raise PipelineError(f"job {job_id}: {exc}") from None
     _check_acyclic(list(jobs), needs)
+    _downloads(nodes, needs, no_files)
     graph: dict[str, Any] = {"version": GRAPH_VERSION, "nodes": nodes,
                              "edges": [{"from": d, "to": j} for j in jobs for d in needs[j]]}
     _top_level(doc, ids, graph)
     return graph
 
 
-def _needs(value: Any, ids: frozenset[str]) -> list[str]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+def _needs(value: Any, ids: frozenset[str]) -> tuple[list[str], set[str]]:
+    """The jobs needed, and those of them whose artifacts are not wanted: a need is a
+    job's name, or {job, artifacts: false} (GitLab's form) to wait without the files."""
+    items = [value] if isinstance(value, (str, dict)) else value
+    if not isinstance(items, list):
         raise JobError("needs: a job name, or a list of them")
-    for v in items:
+    names, no_files = [], set()
+    for i, v in enumerate(items):
+        if isinstance(v, dict):
+            if "job" not in v or set(v) - {"job", "artifacts"} or not isinstance(
+                    v.get("artifacts", True), bool):
+                raise JobError(f"needs[{i}]: a job name, or {{job, artifacts: true|false}}")
+            if not v.get("artifacts", True):
+                no_files.add(v["job"])
+            v = v["job"]
+        if not isinstance(v, str):
+            raise JobError("needs: a job name, or a list of them")
         if v not in ids:
             raise JobError(f"needs: {v!r} names no job")
-    return list(dict.fromkeys(items))
+        names.append(v)
+    return list(dict.fromkeys(names)), no_files
+
+
+def _downloads(nodes: list[dict[str, Any]], needs: dict[str, list[str]],
+               no_files: dict[str, set[str]]) -> None:
+    """A steps or script job downloads the artifacts of every job it needs that declares
+    some (unless that need says artifacts: false), as a GitLab CI job does."""
+    uploads = {n["id"] for n in nodes if "artifacts" in n["config"]}
+    for n in nodes:
+        if n["type"] not in ("shell", "script"):
+            continue
+        wanted = [d for d in needs[n["id"]] if d in uploads and d not in no_files[n["id"]]]
+        if wanted:
+            n["config"]["artifacts_from"] = wanted
 
 
 def _check_acyclic(order: list[str], needs: dict[str, list[str]]) -> None:
@@ -174,6 +202,8 @@ _FIELD_KEYS = {  # (job kind, node config field) -> the pipeline key a user wrot
     ("wait_for_signal", "signal"): "wait_for_signal.name",
     ("wait_for_signal", "timeout"): "wait_for_signal.timeout",
     ("sleep", "sleep"): "sleep", ("script", "workflow"): "script", ("script", "input"): "input",
+    ("steps", "artifacts"): "artifacts", ("script", "artifacts"): "artifacts",
+    ("steps", "artifacts_from"): "needs", ("script", "artifacts_from"): "needs",
     ("workflow", "graph"): "workflow", ("workflow", "input"): "input"}
 
 

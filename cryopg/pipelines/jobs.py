@@ -16,7 +16,8 @@ KINDS = {  # job key -> graph node type
     "wait_for_event": "wait", "wait_for_signal": "wait", "sleep": "wait",
     "state": "state", "http": "http", "workflow": "workflow"}
 NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always")
-JOB_KEYS = frozenset({*KINDS, *NODE_FIELDS, "needs", "env", "input"})
+JOB_KEYS = frozenset({*KINDS, *NODE_FIELDS, "needs", "env", "input", "artifacts"})
+ARTIFACT_KINDS = ("steps", "script")  # the jobs that run a command an agent can wrap
 STATE_KEYS = frozenset({"op", "key", "value", "entity", "expected", "by"})
 HTTP_KEYS = frozenset({"method", "url", "headers", "body"})
 _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -85,6 +86,11 @@ def node_of(job_id: str, job: dict[str, Any], env: dict[str, Any]) -> dict[str, 
     if "input" in job and kind not in ("script", "workflow"):
         raise JobError(f"input: only script and workflow jobs take input (this is a {kind} job)")
     node["config"] = _CONFIG[kind](job[kind], job, env)
+    if "artifacts" in job:
+        if kind not in ARTIFACT_KINDS:
+            raise JobError(f"artifacts: only steps and script jobs upload artifacts (this is "
+                           f"a {kind} job)")
+        node["config"]["artifacts"] = job["artifacts"]  # checked by the graph tier
     return node
 
 
