@@ -7,11 +7,14 @@ report.py renders it with `section()`."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+if __package__:  # `python -m bench.canvas_bench`
+    from bench import ui_bench
+else:  # imported by report.py, which runs with bench/ on its path
+    import ui_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "canvas.json"
@@ -22,14 +25,7 @@ ROWS = (("dag_500_render_ms", "500-node DAG: layout and drawing (median of 3)", 
 
 
 def measure() -> dict[str, Any]:
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.unlink(missing_ok=True)
-    env = dict(os.environ, CRYOPG_UI_PERF=str(OUT))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *TESTS], cwd=ROOT, env=env)
-    got = json.loads(OUT.read_text()) if OUT.exists() else {}
-    got["tests_passed"] = done.returncode == 0
-    OUT.write_text(json.dumps(got, indent=1))
-    return got
+    return ui_bench.measure(OUT, TESTS)
 
 
 def section(path: Path = OUT) -> list[str]:

@@ -21,14 +21,16 @@ TESTS = [
 TARGETS = {"runs_list_load_ms": 300, "log_line_in_step_ms": 250}
 
 
-def measure() -> dict[str, Any]:
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.unlink(missing_ok=True)
-    env = dict(os.environ, CRYOPG_UI_PERF=str(OUT))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *TESTS], cwd=ROOT, env=env)
-    got = json.loads(OUT.read_text()) if OUT.exists() else {}
+def measure(out: Path = OUT, tests: list[str] = TESTS) -> dict[str, Any]:
+    """Runs browser tests that record figures (CRYOPG_UI_PERF names the file they write
+    to) and returns those figures with whether the tests passed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    env = dict(os.environ, CRYOPG_UI_PERF=str(out))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *tests], cwd=ROOT, env=env)
+    got = json.loads(out.read_text()) if out.exists() else {}
     got["tests_passed"] = done.returncode == 0
-    OUT.write_text(json.dumps(got, indent=1))
+    out.write_text(json.dumps(got, indent=1))
     return got
 
 

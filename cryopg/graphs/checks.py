@@ -100,3 +100,27 @@ def check_patterns(nid: str, fields: dict[str, Any]) -> None:
             why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
             raise GraphError(f"node {nid}: config.fields: pattern {value[:80]!r} is not "
                              f"supported (RE2, no backtracking: {why})") from None
+
+
+def find_cycle(order: list[str], deps: dict[str, list[str]]) -> list[str] | None:
+    """A cycle through `deps` (each name's predecessors) as [a, b, ..., a], or None.
+    Depth-first with an explicit stack: ten thousand names in a line are no recursion."""
+    state: dict[str, int] = {}  # 1 on the current trail, 2 done
+    for root in order:
+        if state.get(root):
+            continue
+        trail: list[str] = [root]
+        stack: list[Iterator[str]] = [iter(deps[root])]
+        state[root] = 1
+        while stack:
+            d = next(stack[-1], None)
+            if d is None:
+                state[trail.pop()] = 2
+                stack.pop()
+            elif state.get(d) == 1:
+                return trail[trail.index(d):] + [d]
+            elif not state.get(d):
+                state[d] = 1
+                trail.append(d)
+                stack.append(iter(deps[d]))
+    return None

@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -24,6 +23,7 @@ from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers o
     ApprovalValidator,
     GraphError,
     check_patterns,
+    find_cycle,
     need,
     re2_compiled,
     schema_patterns,
@@ -218,26 +218,9 @@ def _on_failure(value: Any, known: frozenset[str]) -> set[str]:
 
 
 def _check_acyclic(ids: list[str], deps: dict[str, list[str]]) -> None:
-    # Depth-first with an explicit stack: a chain of a thousand nodes is no recursion.
-    state: dict[str, int] = {}
-    for root in ids:
-        if state.get(root):
-            continue
-        trail: list[str] = [root]
-        stack: list[Iterator[str]] = [iter(deps[root])]
-        state[root] = 1
-        while stack:
-            d = next(stack[-1], None)
-            if d is None:
-                state[trail.pop()] = 2
-                stack.pop()
-            elif state.get(d) == 1:
-                cycle = trail[trail.index(d):] + [d]
-                raise GraphError(f"node {d}: edges form a cycle ({' -> '.join(cycle)})")
-            elif not state.get(d):
-                state[d] = 1
-                trail.append(d)
-                stack.append(iter(deps[d]))
+    cycle = find_cycle(ids, deps)
+    if cycle:
+        raise GraphError(f"node {cycle[0]}: edges form a cycle ({' -> '.join(cycle)})")
 
 
 def _template(value: Any, known: frozenset[str]) -> dict[str, Any]:

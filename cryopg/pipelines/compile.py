@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
 from typing import Any
 
+from cryopg.graphs.checks import find_cycle
 from cryopg.graphs.document import VERSION as GRAPH_VERSION
 from cryopg.graphs.document import Compiled, GraphError, compile_graph
 from cryopg.graphs.expr import ExprError, parse, parse_template, paths
@@ -143,26 +143,9 @@ def _downloads(nodes: list[dict[str, Any]], needs: dict[str, list[str]],
 
 
 def _check_acyclic(order: list[str], needs: dict[str, list[str]]) -> None:
-    # Depth-first with an explicit stack: ten thousand jobs in a line are no recursion.
-    state: dict[str, int] = {}
-    for root in order:
-        if state.get(root):
-            continue
-        trail: list[str] = [root]
-        stack: list[Iterator[str]] = [iter(needs[root])]
-        state[root] = 1
-        while stack:
-            d = next(stack[-1], None)
-            if d is None:
-                state[trail.pop()] = 2
-                stack.pop()
-            elif state.get(d) == 1:
-                cycle = trail[trail.index(d):] + [d]
-                raise PipelineError(f"job {d}: needs: a cycle ({' -> '.join(reversed(cycle))})")
-            elif not state.get(d):
-                state[d] = 1
-                trail.append(d)
-                stack.append(iter(needs[d]))
+    cycle = find_cycle(order, needs)
+    if cycle:
+        raise PipelineError(f"job {cycle[0]}: needs: a cycle ({' -> '.join(reversed(cycle))})")
 
 
 def _top_level(doc: dict[str, Any], ids: frozenset[str], graph: dict[str, Any]) -> None:
