@@ -98,7 +98,8 @@ def drain_hook(app: web.Application) -> Callable[[str | None], None]:
         try:
             await refresh_drains(app)
         except Exception as exc:  # noqa: BLE001 - the tick reads them again
-            print(f"cryopg: reading drain marks failed ({exc})", file=sys.stderr)
+            if not app[POOL].closed:  # a server that is stopping has nothing to say
+                print(f"cryopg: reading drain marks failed ({exc})", file=sys.stderr)
 
     def heard(payload: str | None) -> None:
         try:
@@ -107,6 +108,8 @@ def drain_hook(app: web.Application) -> Callable[[str | None], None]:
             app[DRAINING].update((str(org), str(i)) for i in ids)
         except (ValueError, AttributeError, TypeError):
             pass  # not ours to fail on: the re-read below has the marks
+        if NOTIFIER in app and app[NOTIFIER].closing:
+            return  # shutting down (close_waiters wakes every hook): the pool is going
         task = asyncio.ensure_future(reread())
         refreshing.add(task)
         task.add_done_callback(refreshing.discard)

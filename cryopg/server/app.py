@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import AsyncIterator
 
@@ -91,26 +92,31 @@ ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, agents.ref
           log_mover.move_logs, collect_round)
 
 
-async def _tick_forever(app: web.Application) -> None:
+async def _tick_forever(app: web.Application, stop: asyncio.Event) -> None:
     interval = app[CONFIG].tick_interval
-    while True:
+    while not stop.is_set():
         for round_ in ROUNDS:
             try:
                 await round_(app)
             except Exception as exc:  # noqa: BLE001 - the backstop must outlive a bad moment
                 name = round_.__name__.lstrip("_")
                 print(f"cryopg: {name} failed: {exc}", file=sys.stderr)
-        await asyncio.sleep(interval)
+            if stop.is_set():
+                return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
 
 
 async def _ticker_ctx(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(_tick_forever(app))
+    # Stopped by an event as well as a cancel: on Python 3.11 a cancel that lands as an
+    # inner wait_for completes (the pool's getconn) is lost, and the ticker would then
+    # sleep out its interval (an hour in some deployments) before shutdown could finish.
+    stop = asyncio.Event()
+    task = asyncio.create_task(_tick_forever(app, stop))
     yield
+    stop.set()
     task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+    await asyncio.wait([task], timeout=5)
 
 
 async def _release_long_polls(app: web.Application) -> None:
