@@ -227,13 +227,14 @@ class Server:
         return await self.make_token("owner", login="boss", org=org)
 
     async def cli(self, *args: str, input: str | None = None,
-                  token: str | None = None) -> Done:
-        """The `cryopg` CLI as a user runs it, pointed at this in-process server."""
+                  token: str | None = None, launcher: tuple[str, ...] = ()) -> Done:
+        """The `cryopg` CLI as a user runs it, pointed at this in-process server (through
+        `launcher`, a command that runs the rest of its argv, when given)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRYOPG_")}
         env.update(CRYOPG_URL=self.url, CRYOPG_TOKEN=token or self.tokens["owner"],
                    CRYOPG_DATABASE_URL=self.dsn)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cryopg.cli.entry", *args, cwd=self.tmp, env=env,
+            *launcher, sys.executable, "-m", "cryopg.cli.entry", *args, cwd=self.tmp, env=env,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(
