@@ -52,6 +52,31 @@ def _skip_reason(lang_name: str, name: str, lang: dict[str, Any], spec: dict[str
 _BUILD_LINE = re.compile(r"^cryopg: (building|still building|built) ")
 
 
+def _blocks(lines: list[str]) -> list[list[str]]:
+    out: list[list[str]] = []
+    for line in lines:
+        if line == "pass" or not out:
+            out.append([])
+        out[-1].append(line)
+    return out
+
+
+def without_interrupted_replays(got: list[str], want: list[str]) -> list[str]:
+    """`got` less any pass that was cut short while it only replayed: a block that is a
+    prefix of the next one and prints nothing but lines the expected output prints on a
+    replay (never a first-pass effect such as `computing`). A claim lost to a loaded
+    machine may add such a pass; it repeats no recorded effect, which is what conformance
+    is about. Anything else is left for the comparison to fail on."""
+    replayed = {line for block in _blocks(want)[1:] for line in block}
+    blocks = _blocks(got)
+    kept = [b for i, b in enumerate(blocks)
+            if not (i + 1 < len(blocks) and b == blocks[i + 1][:len(b)]
+                    and set(b) <= replayed)]
+    if len(kept) != len(blocks):
+        print(f"conformance: excused {len(blocks) - len(kept)} interrupted replay pass(es)")
+    return [line for b in kept for line in b]
+
+
 def log_lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.replace("\r", "").splitlines()
             if line.strip() and not _BUILD_LINE.match(line)]
@@ -150,6 +175,8 @@ def test_conformance(stack: Any, dsn: str, lang_name: str) -> None:
         for run_id in runs[name]:
             done = followed[run_id].result()
             got = log_lines(done.stdout)
+            if got != want and "pass" in want:
+                got = without_interrupted_replays(got, want)
             if done.returncode != spec.get("exit_code", 0) or got != want:
                 failures.append(f"{name} ({run_id}) exited {done.returncode}:\n  got  {got}\n"
                                 f"  want {want}\n{done.stderr}")
