@@ -100,11 +100,7 @@ class ClaimDispatcher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await _stopped(self._task)
         self._resolve_all(None)
         if self._conn is not None:
             await self._conn.close()
@@ -273,11 +269,7 @@ class _Batcher(Generic[T]):
     async def stop(self) -> None:
         for task in [self._task, *self._running]:
             if task is not None:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+                await _stopped(task)
         for item in self._pending:
             if not item.future.done():
                 item.future.set_exception(DatabaseUnavailable("the server is stopping"))
@@ -514,3 +506,10 @@ async def batching_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[CLAIMS].stop()
     await app[FINISHES].stop()
     await app[STEPS].stop()
+
+
+async def _stopped(task: asyncio.Task[Any]) -> None:
+    """Cancels a loop and waits for it, 5 s at most: on Python 3.11 a cancel that lands as
+    an inner wait_for completes (a pooled connection's checkout) can be lost."""
+    task.cancel()
+    await asyncio.wait([task], timeout=5)
