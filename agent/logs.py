@@ -11,8 +11,9 @@ are a meaningful prefix of a secret, since the next pass cannot complete them.
 Output goes out on the leading edge: the first bytes after a quiet spell are posted at
 once, and what follows within FLUSH_INTERVAL of a post's start waits for the next one.
 A line printed now and then is on its way within a millisecond or two, while a chatty
-job still makes at most one post per FLUSH_INTERVAL (a 5 MB log stays a few dozen posts
-of up to CHUNK_BYTES, never one per line).
+job still makes at most one post of output per FLUSH_INTERVAL (a 5 MB log stays a few
+dozen posts of up to CHUNK_BYTES, never one per line). An idle heartbeat (an empty post)
+does not count: the line printed just after one goes at once too.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class LogStreamer:
             pending = len(self._buf)
             if pending == 0 and not heartbeat:
                 return
-            self._flushed_at = time.monotonic()
+            if pending:  # an empty heartbeat does not hold back the output after it
+                self._flushed_at = time.monotonic()
             while True:
                 data = bytes(self._buf[: min(pending, CHUNK_BYTES)])
                 # A server that hangs must not keep us past the claim's lapse unawares.

@@ -40,11 +40,11 @@ async def _until(what: str, ok: Callable[[], bool], timeout: float = 10.0) -> No
 
 
 def _with_streamer(body: Callable[[LogStreamer, _Api], Awaitable[None]],
-                   secrets: list[str] | None = None) -> _Api:
+                   secrets: list[str] | None = None, heartbeat: float = 3600) -> _Api:
     api = _Api()
 
     async def go() -> None:
-        logs = LogStreamer(api, "dev:default:run-x", "tok", heartbeat=3600,  # type: ignore[arg-type]
+        logs = LogStreamer(api, "dev:default:run-x", "tok", heartbeat=heartbeat,  # type: ignore[arg-type]
                            on_cancel=lambda: None, on_stale=lambda: None, secrets=secrets)
         ticker = asyncio.create_task(logs.run())
         try:
@@ -75,6 +75,21 @@ def test_a_line_after_a_quiet_spell_goes_at_once_and_the_next_waits_its_turn(
     (t1, d1), (t2, d2) = api.posts
     assert (d1, d2) == (b"first\n", b"second\nthird\n")  # coalesced into one post
     assert t2 - t1 >= 2.0 - 0.01, "a post followed the last sooner than the interval"
+
+
+def test_a_heartbeat_does_not_hold_back_the_line_after_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logs_mod, "FLUSH_INTERVAL", 2.0)
+
+    async def body(logs: LogStreamer, api: _Api) -> None:
+        await _until("a heartbeat", lambda: len(api.posts) == 1)
+        fed = time.monotonic()
+        logs.feed(b"line\n")
+        await _until("the line", lambda: len(api.posts) == 2)
+        assert api.posts[1][0] - fed < 1.0, "the line waited out the interval of a heartbeat"
+
+    api = _with_streamer(body, heartbeat=0.01)
+    assert [d for _, d in api.posts] == [b"", b"line\n"]
 
 
 def test_a_chatty_job_makes_at_most_one_post_per_interval() -> None:
