@@ -16,12 +16,15 @@ from tests.ui.perf import record
 
 # The step prints lines about a second apart, each stamped with the wall clock in ms, so
 # the page can tell how long each took to reach the screen (the browser and the script
-# share the machine's clock). It waits a second first: the page opens the step's section
-# when the step's marker arrives (50 ms in, then a push), and a line printed before that
-# lands above the section.
+# share the machine's clock). The step begins once the test says the page is watching
+# (the file GATE exists; a replay finds it at once), so on a loaded machine too every line
+# is printed live. It waits a second first: the page opens the step's section when the
+# step's marker arrives (50 ms in, then a push), and a line printed before that lands
+# above the section.
 STEPS = r"""#!/usr/bin/env bash
 set -e
 echo "before steps"
+for _ in $(seq 1200); do [ -e GATE ] && break; sleep 0.05; done
 cryopg step slow --label 'the slow one' -- \
   bash -c 'sleep 1; for i in 1 2 3 4 5; do echo "inside-step $i $(date +%s%3N)"; sleep 0.8; done
            echo step-end'
@@ -70,7 +73,8 @@ def _open(page: Page, split: Split, run_id: str) -> None:
 
 def test_step_output_live_checkpoint_times_passes_and_log_tools(split: Split, page: Page) -> None:
     split.agent("ui-agent")
-    run_id = submit(split, script(split.dir, "steps.sh", STEPS))
+    gate = split.dir / "page-watching"
+    run_id = submit(split, script(split.dir, "steps.sh", STEPS.replace("GATE", str(gate))))
     _open(page, split, run_id)
     # 1. Durations: seconds are floored, never "60 s" or "60 m".
     fmt = page.evaluate("""async () => { const t = await import('/ui/time.js');
@@ -80,6 +84,7 @@ def test_step_output_live_checkpoint_times_passes_and_log_tools(split: Split, pa
     log = page.locator("#log")
     expect(log).to_contain_text("before steps", timeout=20_000)  # the stream is up
     page.evaluate(WATCH_LINES)
+    gate.touch()
     expect(log).to_contain_text("inside-step", timeout=20_000)
     assert "step-end" not in log.inner_text()
     expect(page.locator('#checkpoints li[data-status="running"]')).to_contain_text("slow")
