@@ -7,6 +7,13 @@ arrive split across PTY reads and flushes: bytes that may still begin a secret s
 back in the masker, never in the send buffer, until more output shows whether they do.
 Where the pass may end (a park, an exit, a kill) they are released, masked when they
 are a meaningful prefix of a secret, since the next pass cannot complete them.
+
+Output goes out on the leading edge: the first bytes after a quiet spell are posted at
+once, and what follows within FLUSH_INTERVAL of a post's start waits for the next one.
+A line printed now and then is on its way within a millisecond or two, while a chatty
+job still makes at most one post of output per FLUSH_INTERVAL (a 5 MB log stays a few
+dozen posts of up to CHUNK_BYTES, never one per line). An idle heartbeat (an empty post)
+does not count: the line printed just after one goes at once too.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections.abc import Callable
 from agent.api import CALL_TIMEOUT_SECONDS, AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
 from cryopg.redaction import MASK, StreamMasker
 
-FLUSH_INTERVAL = 0.15
+FLUSH_INTERVAL = 0.15  # the least time between the starts of two posts
 HEARTBEAT_INTERVAL = 2.0
 # Keeps a post (base64 + JSON) well under aiohttp's default 1 MiB request limit.
 CHUNK_BYTES = 256 << 10
@@ -56,6 +63,10 @@ class LogStreamer:
         self._claim_seconds = claim_seconds
         self._high = False
         self._warned = False
+        # When the last post began: the next one may start FLUSH_INTERVAL after it.
+        self._flushed_at = time.monotonic() - FLUSH_INTERVAL
+        # The `run` loop's doze while the buffer is empty: new output cuts it short.
+        self._doze: asyncio.Future[None] | None = None
         # None without secrets: the hot path then only appends.
         masker = StreamMasker(v for v in secrets or [] if v)
         self._masker: StreamMasker | None = masker if masker else None
@@ -63,6 +74,8 @@ class LogStreamer:
     def feed(self, data: bytes) -> None:
         # The buffer only ever grows at its end (a post may be in flight on its start).
         self._buf += data if self._masker is None else self._masker.push(data)
+        if self._buf and self._doze is not None and not self._doze.done():
+            self._doze.set_result(None)  # bytes that may begin a secret wake nobody
         if not self._high and len(self._buf) >= HIGH_WATER:
             self._high = True
             self._on_pressure(True)
@@ -84,6 +97,8 @@ class LogStreamer:
             pending = len(self._buf)
             if pending == 0 and not heartbeat:
                 return
+            if pending:  # an empty heartbeat does not hold back the output after it
+                self._flushed_at = time.monotonic()
             while True:
                 data = bytes(self._buf[: min(pending, CHUNK_BYTES)])
                 # A server that hangs must not keep us past the claim's lapse unawares.
@@ -133,11 +148,17 @@ class LogStreamer:
         return self._last_post + (self._claim_seconds or float("inf"))
 
     async def run(self) -> None:
-        """Flush about every 150 ms while there is output; heartbeat when there is none.
-        When no flush has renewed the claim for its whole length, the claim is gone (the
-        server may have handed the run to another agent): stop the script at once."""
+        """Post output as it comes (leading edge, at most one post per FLUSH_INTERVAL);
+        heartbeat when there is none. When no flush has renewed the claim for its whole
+        length, the claim is gone (the server may have handed the run to another agent):
+        stop the script at once."""
         while True:
-            await asyncio.sleep(FLUSH_INTERVAL)
+            if not self._buf:  # idle: the claim and heartbeat checks keep their old pace
+                await self._doze_until_output(FLUSH_INTERVAL)
+            if self._buf:  # due FLUSH_INTERVAL after the last post began (or now)
+                wait = self._flushed_at + FLUSH_INTERVAL - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             if time.monotonic() > self.claim_deadline():
                 print(f"cryopg agent: run {self._run_id}: claim not renewed for "
                       f"{self._claim_seconds:g}s; stopping the script", file=sys.stderr)
@@ -158,7 +179,21 @@ class LogStreamer:
                         f"cryopg agent: log flush failed ({e.message}); retrying", file=sys.stderr
                     )
                     self._warned = True
+                await asyncio.sleep(FLUSH_INTERVAL)  # a failed post does not retry at once
             except AgentAPIError as e:
                 if not self._warned:
                     print(f"cryopg agent: log flush refused: {e.message}", file=sys.stderr)
                     self._warned = True
+                await asyncio.sleep(FLUSH_INTERVAL)
+
+    async def _doze_until_output(self, seconds: float) -> None:
+        """Sleep up to `seconds`; `feed` ends it early when output is ready to send. A
+        plain future and a timer, so a cancel (see `stop`) always lands."""
+        loop = asyncio.get_running_loop()
+        self._doze = doze = loop.create_future()
+        timer = loop.call_later(seconds, lambda: doze.done() or doze.set_result(None))
+        try:
+            await doze
+        finally:
+            timer.cancel()
+            self._doze = None

@@ -1,7 +1,8 @@
 """The web UI's two figures, measured in headless Chromium by its browser tests: the runs
 list's page load (route to rows drawn, median of five) and how long a line printed inside
-a step takes to reach the screen. `python -m bench.ui_bench` runs those tests and writes
-bench/results/ui.json; report.py renders it with `section()`."""
+a step takes to reach the screen (printed, by the script's clock, to the frame that drew
+it, by the page's: median and worst of the lines sampled). `python -m bench.ui_bench` runs
+those tests and writes bench/results/ui.json; report.py renders it with `section()`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ TESTS = [
     "tests/ui/test_operators.py::test_phone_and_wide_layouts_accessibility_favicon_and_load_time",
     "tests/ui/test_run_page.py::test_step_output_live_checkpoint_times_passes_and_log_tools",
 ]
-TARGETS = {"runs_list_load_ms": 300, "log_line_in_step_ms": 250}
+TARGETS = {"runs_list_load_ms": 300, "log_line_in_step_ms": 250, "log_line_in_step_max_ms": 250}
 
 
 def measure(out: Path = OUT, tests: list[str] = TESTS) -> dict[str, Any]:
@@ -39,9 +40,13 @@ def section(path: Path = OUT) -> list[str]:
     if not path.exists():
         return []
     r = json.loads(path.read_text())
+    n = r.get("log_line_in_step_samples")
+    of = f" of {n}" if isinstance(n, int) else ""
     rows = [f"| {label} | {r[key]:.0f} ms | under {TARGETS[key]} ms |"
-            for key, label in (("runs_list_load_ms", "runs list page load (median of 5)"),
-                               ("log_line_in_step_ms", "new log line on screen, inside a step"))
+            for key, label in (
+                ("runs_list_load_ms", "runs list page load (median of 5)"),
+                ("log_line_in_step_ms", f"new log line on screen, inside a step (median{of})"),
+                ("log_line_in_step_max_ms", f"new log line on screen, inside a step (worst{of})"))
             if isinstance(r.get(key), (int, float))]
     return ["## Web UI", "",
             "Measured in headless Chromium by the browser tests against a real server and "

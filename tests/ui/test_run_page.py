@@ -14,21 +14,54 @@ from tests.e2e.helpers import script, show, submit, wait_for
 from tests.ui.conftest import login_url
 from tests.ui.perf import record
 
-# The step prints a line stamped with the wall clock in ms, so the page can tell how
-# long the line took to reach the screen. It waits a second first: the page opens the
-# step's section when the step's marker arrives (50 ms in, then a push), and a line
-# printed before that lands above the section.
+# The step prints lines about a second apart, each stamped with the wall clock in ms, so
+# the page can tell how long each took to reach the screen (the browser and the script
+# share the machine's clock). The step begins once the test says the page is watching
+# (the file GATE exists; a replay finds it at once), so on a loaded machine too every line
+# is printed live. It waits a second first: the page opens the step's section when the
+# step's marker arrives (50 ms in, then a push), and a line printed before that lands
+# above the section.
 STEPS = r"""#!/usr/bin/env bash
 set -e
 echo "before steps"
+for _ in $(seq 1200); do [ -e GATE ] && break; sleep 0.05; done
 cryopg step slow --label 'the slow one' -- \
-  bash -c 'sleep 1; echo "inside-step $(date +%s%3N)"; sleep 3; echo step-end'
+  bash -c 'sleep 1; for i in 1 2 3 4 5; do echo "inside-step $i $(date +%s%3N)"; sleep 0.8; done
+           echo step-end'
 cryopg sleep 1s
 echo "after wake"
 for i in 1 2 3; do echo "tick $i $(date +%s%3N)"; sleep 0.5; done
 cryopg wait-signal go >/dev/null
 echo finished
 """
+
+
+# Installed in the page once its stream is up: for each stamped line, when its text first
+# entered the log (a MutationObserver, called before the next paint) and the frame that
+# drew it (requestAnimationFrame), in the page's own clock. Polling from the test would
+# add its own granularity (expect() polls at 100, 250, 500, 1000 ms).
+WATCH_LINES = r"""() => {
+  const log = document.querySelector('#log');
+  const seen = window.__lines = {};
+  window.__watchFrom = Date.now();
+  const scan = () => {
+    for (const m of log.textContent.matchAll(/inside-step (\d+) (\d+)\n/g)) {
+      if (seen[m[1]]) continue;
+      const line = seen[m[1]] = { printed: Number(m[2]), inserted: Date.now() };
+      requestAnimationFrame(() => { line.drawn = Date.now(); });
+    }
+  };
+  scan();  // lines already there came with the tail: they are not counted
+  for (const k in seen) seen[k].before = true;
+  new MutationObserver(scan).observe(log, { childList: true, subtree: true, characterData: true });
+}"""
+
+
+def _line_delays(page: Page) -> list[int]:
+    """Printed-to-drawn delays (ms) of the stamped lines printed after the watch began."""
+    lines = page.evaluate("() => ({ from: window.__watchFrom, lines: window.__lines })")
+    return sorted(v["drawn"] - v["printed"] for v in lines["lines"].values()
+                  if not v.get("before") and "drawn" in v and v["printed"] >= lines["from"])
 
 
 def _open(page: Page, split: Split, run_id: str) -> None:
@@ -40,7 +73,8 @@ def _open(page: Page, split: Split, run_id: str) -> None:
 
 def test_step_output_live_checkpoint_times_passes_and_log_tools(split: Split, page: Page) -> None:
     split.agent("ui-agent")
-    run_id = submit(split, script(split.dir, "steps.sh", STEPS))
+    gate = split.dir / "page-watching"
+    run_id = submit(split, script(split.dir, "steps.sh", STEPS.replace("GATE", str(gate))))
     _open(page, split, run_id)
     # 1. Durations: seconds are floored, never "60 s" or "60 m".
     fmt = page.evaluate("""async () => { const t = await import('/ui/time.js');
@@ -48,28 +82,33 @@ def test_step_output_live_checkpoint_times_passes_and_log_tools(split: Split, pa
     assert fmt == ["1 m 59 s", "1 h 59 m", "59.9 s", "59 m 59 s"], fmt
     # 3. Output printed inside a step is on screen while the step still runs.
     log = page.locator("#log")
+    expect(log).to_contain_text("before steps", timeout=20_000)  # the stream is up
+    page.evaluate(WATCH_LINES)
+    gate.touch()
     expect(log).to_contain_text("inside-step", timeout=20_000)
-    seen_ms = page.evaluate("Date.now()")
     assert "step-end" not in log.inner_text()
     expect(page.locator('#checkpoints li[data-status="running"]')).to_contain_text("slow")
     # ... folded under its step's section.
     expect(page.locator("#log details.log-section summary").first).to_contain_text("step slow")
     assert "inside-step" in page.locator("#log details.log-section").first.inner_text()
-    printed = int(re.search(r"inside-step (\d+)", log.inner_text())[1])
     # 11. The run's duration ticks while it runs.
     dur = page.locator("#run-duration")
     first = dur.inner_text()
     expect(dur).not_to_have_text(first, timeout=3_000)
-    # 2. A completed step's checkpoint shows how long it ran (about 4 s), not 0 ms.
+    # 2. A completed step's checkpoint shows how long it ran (about 5 s), not 0 ms.
     expect(page.locator('#checkpoints li[data-status="succeeded"] .cp-dur').first).to_have_text(
-        re.compile(r"^[3-5]\.\d s$"), timeout=20_000)
+        re.compile(r"^[4-7]\.\d s$"), timeout=20_000)
+    delays = _line_delays(page)
+    assert delays, "no line printed inside the step was seen arriving live"
+    record(log_line_in_step_ms=delays[len(delays) // 2], log_line_in_step_max_ms=delays[-1],
+           log_line_in_step_samples=len(delays))
+    print(f"log line inside a step, printed to drawn: {delays} ms")
     # 10. After the sleep's wake the script replays: a marker says so, and the timeline
     # says "pass 2, woken by", never "attempt 2".
     expect(page.locator("#log .pass-marker")).to_contain_text("pass 2", timeout=20_000)
     expect(log).to_contain_text("tick 3", timeout=20_000)
     assert "attempt 2" not in page.locator("#timeline").inner_text()
     expect(page.locator("#timeline")).to_contain_text("pass 2 begins, woken by its timer")
-    record(log_line_in_step_ms=seen_ms - printed)
 
     # 5. An empty signal name is refused in the page, in words.
     page.click("#signal-form button[type=submit]")

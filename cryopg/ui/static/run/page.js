@@ -40,6 +40,9 @@ export async function runPage(main, runId, ctl) {
 
   let seenPasses = null, openStep = null;
   async function renderAll() {
+    // Read before drawing anything, so the header, timeline and checkpoints change in
+    // one frame (a run shown succeeded never lists its checkpoints short of the last).
+    const cps = isGraph ? null : (await api(`${base}/checkpoints`, { signal: ctl.signal })).checkpoints;
     header.update(run, title);
     views.update(run);
     renderTimeline(timeline, run);
@@ -50,7 +53,6 @@ export async function runPage(main, runId, ctl) {
     }
     seenPasses = ps.length;
     if (!isGraph) {
-      const { checkpoints: cps } = await api(`${base}/checkpoints`, { signal: ctl.signal });
       renderCheckpoints(checkpoints, cps, run);
       const running = cps.find((c) => checkpointStatus(c, run) === "running");
       const key = running ? `${running.seq}` : null;
