@@ -803,9 +803,10 @@ def main() -> int:
         r["mode"] = "quick" if args.quick else "full"
         r["machine"] = machine(bench)
         r["sizes"] = dataclasses.asdict(sizes)
-        r["peer_versions"] = json.loads(subprocess.run(
-            [str(PEERS_PY), str(BENCH / "peers.py"), "versions"], capture_output=True,
-            text=True, check=True).stdout)
+        if want("peers"):  # (an --only run without peers needs no peers venv)
+            r["peer_versions"] = json.loads(subprocess.run(
+                [str(PEERS_PY), str(BENCH / "peers.py"), "versions"], capture_output=True,
+                text=True, check=True).stdout)
         # pgbench and the SQL claimers alternate level by level, so a ratio compares
         # figures taken within seconds of each other.
         for n in LEVELS:
