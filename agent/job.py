@@ -159,10 +159,14 @@ class Job:
             if self._proc is not None:
                 self._proc.kill()
                 fd = self._proc.release_fd()
-            # Closing the PTY and removing the directories wait on the kernel and the
-            # disk, not on us: a worker thread does it while the next job starts.
-            asyncio.get_running_loop().run_in_executor(
-                None, _clean_up, fd, [private] if scratch == private else [private, scratch])
+            # The PTY and the memory directory go here and now (some 50 us; a worker
+            # thread's wake-up and GIL hand-off cost a short job more than that). A
+            # scratch directory on disk waits on the file system's journal (shared with
+            # the database's flushes): a worker thread removes it while the next job
+            # starts.
+            _clean_up(fd, [private])
+            if scratch != private:
+                asyncio.get_running_loop().run_in_executor(None, _clean_up, None, [scratch])
             self._forget_secrets()
 
     def _forget_secrets(self) -> None:

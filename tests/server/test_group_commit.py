@@ -16,7 +16,7 @@ from cryopg.errors import StaleClaim
 from cryopg.server.agent_api import batching
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES
 from cryopg.server.auth import bind_claim, secret_hash
-from cryopg.server.state import KEYS
+from cryopg.server.state import KEYS, NOTIFIER
 from tests.server.conftest import AGENT_CAPS, Server
 
 
@@ -244,17 +244,27 @@ async def test_finishes_that_ask_for_their_next_run_are_one_statement(
 
 
 async def test_an_arriving_long_poll_is_not_a_claim_for_every_agent_waiting(
-        srv: Server, calls: dict[str, list[Any]]) -> None:
+        srv: Server, calls: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     # Agents already waiting found nothing, and nothing was added since: a new arrival
     # asks for itself alone, so thousands of held long-polls cost no more per arrival.
-    first = [asyncio.create_task(_long_poll(srv, f"agent-{i}")) for i in range(40)]
+    # (Asked of the dispatcher directly, with no poll backstop: a long-poll over HTTP is
+    # capped at 2 s here, and a deadline or backstop pass asks for everyone.)
+    monkeypatch.setattr(batching, "POLL_SECONDS", 3600.0)
+    dispatcher = srv.app[CLAIMS]
+
+    def poll(agent_id: str) -> asyncio.Task[Any]:
+        return asyncio.create_task(dispatcher.claim("dev", agent_id, AGENT_CAPS, 60,
+                                                    lambda: True))
+
+    first = [poll(f"agent-{i}") for i in range(40)]
     for _ in range(750):
-        if _waiting(srv) == len(first):
+        if _waiting(srv) == len(first) and all(w.tried for ws in dispatcher._waiting.values()
+                                               for w in ws):
             break
         await asyncio.sleep(0.02)
     assert _waiting(srv) == len(first)
     before = len(calls["claim_grants"])
-    late = asyncio.create_task(_long_poll(srv, "late-agent"))
+    late = poll("late-agent")
 
     def asked_for_late() -> list[list[str]]:
         return [ids for ids, _ in calls["claim_grants"][before:] if "late-agent" in ids]
@@ -263,12 +273,35 @@ async def test_an_arriving_long_poll_is_not_a_claim_for_every_agent_waiting(
         if _waiting(srv) == len(first) + 1 and asked_for_late():
             break
         await asyncio.sleep(0.02)
-    # (The poll backstop may ask for everyone meanwhile; the arrival's own ask is alone.)
-    assert asked_for_late()[0] == ["late-agent"]
+    assert asked_for_late() == [["late-agent"]]
     # A run submitted now (a notify) is still offered to everyone waiting.
     run_id = await srv.submit()
     done, _ = await asyncio.wait([*first, late], timeout=20,
                                  return_when=asyncio.FIRST_COMPLETED)
-    assert [t.result()["run_id"] for t in done] == [run_id]
+    assert [t.result().claim.run_id for t in done] == [run_id]
     for t in [*first, late]:
         t.cancel()
+
+
+async def test_the_claim_connection_hears_work_itself(
+        srv: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dispatcher LISTENs on its own claim connection: a submit wakes a held claim
+    # with the notifier's wake-ups gone and no poll backstop to fall back on. (Asked of
+    # the dispatcher directly: the HTTP long-poll is capped at 2 s in these tests, and
+    # its last try at the deadline would find the run anyway.)
+    monkeypatch.setattr(batching, "POLL_SECONDS", 3600.0)
+    monkeypatch.setattr(srv.app[NOTIFIER], "_wake_work", lambda: None)
+    dispatcher = srv.app[CLAIMS]
+    for agent_id in ("agent-1", "agent-2"):  # the second: it listens again after a claim
+        poll = asyncio.create_task(dispatcher.claim("dev", agent_id, AGENT_CAPS, 60,
+                                                    lambda: True))
+        for _ in range(750):  # its first try found nothing
+            if _waiting(srv) == 1 and all(w.tried for ws in dispatcher._waiting.values()
+                                          for w in ws):
+                break
+            await asyncio.sleep(0.02)
+        assert _waiting(srv) == 1
+        run_id = await srv.submit()
+        got = await asyncio.wait_for(poll, 20)
+        assert got is not None and got.claim.run_id == run_id
+        assert got.agent_id == agent_id

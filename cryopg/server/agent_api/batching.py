@@ -72,6 +72,9 @@ class ClaimDispatcher:
         self._claim_seconds = claim_seconds
         self._waiting: dict[tuple[str, tuple[str, ...]], list[_Waiter]] = {}
         self._kick = asyncio.Event()
+        # Set by a cryo_work notify heard on the claim connection itself (see _arm).
+        self._heard = asyncio.Event()
+        self._reading = -1  # the socket _arm watches, while the connection is idle
         self._task: asyncio.Task[None] | None = None
 
     async def claim(self, org: str, agent_id: str, caps: list[str], wait: float,
@@ -102,8 +105,40 @@ class ClaimDispatcher:
         if self._task is not None:
             await _stopped(self._task)
         self._resolve_all(None)
+        self._disarm()
         if self._conn is not None:
             await self._conn.close()
+
+    def _arm(self) -> None:
+        """While the claim connection is idle, a notify arriving on it sets _heard. (During
+        a query psycopg reads notifies itself and hands them to the handler.)"""
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken or self._reading >= 0:
+            return
+        self._reading = conn.fileno()
+        asyncio.get_running_loop().add_reader(self._reading, self._read_notifies)
+        self._read_notifies()  # what arrived since the last query
+
+    def _disarm(self) -> None:
+        if self._reading >= 0:
+            asyncio.get_running_loop().remove_reader(self._reading)
+            self._reading = -1
+
+    def _read_notifies(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        pgconn = conn.pgconn
+        try:
+            pgconn.consume_input()
+        except psycopg.OperationalError:
+            # The connection is gone: the next claim reconnects; the notifier's own
+            # connection and the poll backstop cover the gap.
+            self._disarm()
+            self._heard.set()
+            return
+        while pgconn.notifies() is not None:
+            self._heard.set()
 
     async def _claim_grants(self, org: str, agent_ids: list[str], caps: list[str],
                             agent_tokens: list[str] | None) -> list[ClaimGrant]:
@@ -118,6 +153,11 @@ class ClaimDispatcher:
                 # WAL its claim wrote before committing itself. Finishes (which may also
                 # claim) stay fully durable on the pool's connections.
                 await self._conn.execute(f"{SESSION_SETTINGS}; SET synchronous_commit = off")
+                # It listens for work too: the backend that tells it a run is pending is
+                # the one that claims it, just awake, with no hop through the notifier's
+                # task and a second backend (about a millisecond of enqueue-to-start).
+                self._conn.add_notify_handler(lambda _note: self._heard.set())
+                await self._conn.execute("LISTEN cryo_work")
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(f"database unavailable: {exc}".splitlines()[0]) from exc
         try:
@@ -141,6 +181,7 @@ class ClaimDispatcher:
         everyone = True  # the first pass tries every key
         while True:
             woken = self._notifier.work_event()  # taken before the database is read
+            self._heard.clear()  # likewise: a notify heard during the pass's claim counts
             self._kick.clear()
             if self._notifier.closing:
                 self._resolve_all(None)
@@ -153,7 +194,12 @@ class ClaimDispatcher:
             now = loop.time()
             deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
             timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
-            everyone = await _first_of(woken, self._kick, max(timeout, 0.0)) is not self._kick
+            self._arm()
+            try:
+                first = await _first_of([self._heard, woken, self._kick], max(timeout, 0.0))
+            finally:
+                self._disarm()
+            everyone = first is not self._kick
 
     def _expire(self, now: float) -> None:
         """Answers None to every waiter past its deadline that has had its try, and
@@ -221,25 +267,18 @@ def _tokens(tokens: list[str | None]) -> list[str] | None:
     return [t for t in tokens if t is not None]
 
 
-async def _first_of(a: asyncio.Event, b: asyncio.Event, timeout: float) -> asyncio.Event | None:
-    """Which of two events was set first, or None after `timeout` seconds."""
-    if a.is_set():
-        return a
-    if b.is_set():
-        return b
-    ta = asyncio.ensure_future(a.wait())
-    tb = asyncio.ensure_future(b.wait())
+async def _first_of(events: list[asyncio.Event], timeout: float) -> asyncio.Event | None:
+    """Which of the events was set first, or None after `timeout` seconds."""
+    for ev in events:
+        if ev.is_set():
+            return ev
+    waits = {asyncio.ensure_future(ev.wait()): ev for ev in events}
     try:
-        done, _ = await asyncio.wait({ta, tb}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        ta.cancel()
-        tb.cancel()
-    if ta in done:
-        return a
-    if tb in done:
-        return b
-    return None
+        for w in waits:
+            w.cancel()
+    return next((ev for w, ev in waits.items() if w in done), None)
 
 
 class _Batcher(Generic[T]):
