@@ -24,6 +24,7 @@ from cryopg.errors import CryoError, DatabaseUnavailable
 from cryopg.graphs import artifacts
 from cryopg.graphs.document import seconds
 from cryopg.graphs.http_request import job_source
+from cryopg.graphs.nodes.state import CLEAR_OPS
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.state import incr_in
 from cryopg.server.render import answer, child_output, open_document, run_outputs
@@ -49,11 +50,14 @@ class Turn:
     timed: bool = False
 
     async def record(self, node: str, item: int, ok: bool, output: Any = None,
-                     error: str | None = None, exit_code: int | None = None) -> str:
-        sealed = self.sealer.seal_json(output) if ok or output is not None else None
+                     error: str | None = None, exit_code: int | None = None,
+                     clear: bool = False) -> str:
+        """With `clear`, the output holds no user data and is stored in the clear."""
+        sealed = (self.sealer.seal_json(output) if not clear and (ok or output is not None)
+                  else None)
         got = await engine.graph_record_item(
             self.conn, self.run_id, self.token, node, item, "succeeded" if ok else "failed",
-            sealed, error, exit_code)
+            sealed, error, exit_code, output if clear else None)
         self.timed = self.timed or got == "retrying"
         return got
 
@@ -70,7 +74,8 @@ async def start(turn: Turn, p: PlanRow) -> bool:
             async with turn.conn.transaction():
                 if p.type == "state":
                     out = await _state(turn, p, c)
-                    await turn.record(p.node_id, p.item, True, out)
+                    await turn.record(p.node_id, p.item, True, out,
+                                      clear=c.get("op") in CLEAR_OPS)
                     return True
                 if p.type == "wait":
                     return await _wait(turn, p, c)

@@ -39,4 +39,40 @@ def check(nid: str, c: dict[str, Any]) -> None:
         raise GraphError(f"node {nid}: config.by must be a number")
 
 
+# Outputs that hold no user data, kept in the clear (the database writes and reads them).
+CLEAR_OPS = frozenset({"set", "delete", "add", "cas"})
+
+
+def _computed(value: Any) -> bool:
+    """Whether a compiled config value holds an expression anywhere."""
+    if isinstance(value, dict):
+        return "$expr" in value or "$template" in value or any(map(_computed, value.values()))
+    if isinstance(value, list):
+        return any(map(_computed, value))
+    return False
+
+
+def constant_call(c: dict[str, Any], sealer: Any) -> dict[str, Any] | None:
+    """The call SQL runs for a constant state node (no expression in its config), with
+    the value it writes sealed (as hex): cryo.graph_plan runs it in the database. None for
+    a node that stays on the driver's path: a get or incr (their outputs hold user data),
+    or one with an expression to render."""
+    op = c.get("op")
+    if op not in CLEAR_OPS or _computed(c):
+        return None
+    key, entity = c.get("key"), c.get("entity")
+    if not isinstance(key, str) or (entity is not None and not isinstance(entity, str)):
+        return None
+    call: dict[str, Any] = {"op": op, "key": key, "entity": entity}
+    if op == "cas":
+        expected = c.get("expected")
+        if not isinstance(expected, int) or isinstance(expected, bool):
+            return None  # the driver's path says why it cannot run
+        call["expected"] = expected
+    if op in ("set", "add", "cas"):
+        call["value"] = sealer.seal_json(c.get("value", True) if op == "add"
+                                         else c.get("value")).hex()
+    return call
+
+
 NODE = NodeType("state", SCHEMA["description"], SCHEMA, check)
