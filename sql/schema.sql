@@ -714,11 +714,14 @@ CREATE FUNCTION cryo._graph_node_ended(p_run_id text, p_node text) RETURNS void
 DECLARE
     v_next text[] := (SELECT e.dependents FROM cryo.node_states e
                        WHERE e.run_id = p_run_id AND e.node_id = p_node);
+    v_id text;
 BEGIN
-    IF cardinality(v_next) > 0 THEN  -- by key: (run, node) = any of a few, not a join
+    -- One row by its whole primary key at a time: `node_id = ANY (...)` let a generic
+    -- plan read every node of the run and filter.
+    FOREACH v_id IN ARRAY coalesce(v_next, '{}') LOOP
         UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-         WHERE n.run_id = p_run_id AND n.node_id = ANY (v_next);
-    END IF;
+         WHERE n.run_id = p_run_id AND n.node_id = v_id;
+    END LOOP;
 END
 $$;
 
@@ -782,8 +785,10 @@ BEGIN
             IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
-            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
-             WHERE n.run_id = v_run_id AND n.node_id = ANY (v_node.deps);
+            -- Each predecessor by its primary key (see _graph_node_ended).
+            v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
+                                           WHERE n.run_id = v_run_id AND n.node_id = d)
+                                    FROM unnest(v_node.deps) AS d);
             -- (A failed predecessor here failed with continue_on_error: it ended.)
             IF cardinality(v_node.deps) > 0 AND NOT v_handler
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
@@ -792,9 +797,11 @@ BEGIN
                 v_changed := true;
                 CONTINUE;
             END IF;
-            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-                'id', v_node.node_id,
-                'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            IF v_node.def ? 'if' OR v_node.def ? 'fan_out' THEN  -- only these read it
+                v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+                    'id', v_node.node_id,
+                    'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            END IF;
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
                 RETURN NEXT v_node.node_id;
@@ -982,7 +989,8 @@ BEGIN
         v_active := v_active + 1;
         item := v_n;
         attempt := v_inst.attempt;
-        config := cryo._render(coalesce(p_configs -> v_node, '{}'::jsonb), v_scope);
+        config := CASE WHEN p_configs ? v_node THEN cryo._render(p_configs -> v_node, v_scope)
+                       ELSE '{}'::jsonb END;
         item_value := CASE WHEN v_fan THEN v_items -> v_n END;
         idempotency_key := v_scope #>> '{node,idempotency_key}';
         RETURN NEXT;
@@ -1079,13 +1087,15 @@ CREATE FUNCTION cryo._handler_depth_limit() RETURNS integer
 $$;
 
 CREATE FUNCTION cryo._history(p_run_id text, p_org text, p_project text, p_kind text, p_family text DEFAULT NULL::text, p_name text DEFAULT NULL::text, p_ordinal integer DEFAULT NULL::integer, p_attempt integer DEFAULT NULL::integer, p_payload bytea DEFAULT NULL::bytea) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                               key_ordinal, attempt, payload, created_at)
     VALUES (p_run_id, p_org, p_project, p_kind,
             CASE WHEN p_family IS NULL THEN NULL ELSE 'run' END,
-            p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now())
+            p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now());
+END
 $$;
 
 CREATE FUNCTION cryo._hold_queued(p_run_id text) RETURNS void
@@ -3404,12 +3414,17 @@ BEGIN
                 RETURN NEXT;
             END LOOP;
         END LOOP;
-        -- What ran here may have readied more; a long chain goes on in the driver's next
-        -- call after a bounded share, so one call stays a bounded transaction step.
-        EXIT WHEN NOT v_again OR v_ran >= 1000;
+        -- What ran here may have readied more. After a bounded share the turn yields and
+        -- commits: in one transaction every node's earlier row versions stay in the
+        -- indexes each read walks, so a longer turn would cost more a node.
+        EXIT WHEN NOT v_again OR v_ran >= 500;
     END LOOP;
     IF v_again THEN
-        RETURN;  -- more to run: the driver calls again
+        action := 'yield';
+        node_id := NULL; type := NULL; item := NULL; attempt := NULL; config := NULL;
+        item_value := NULL; idempotency_key := NULL; output := NULL;
+        RETURN NEXT;
+        RETURN;
     END IF;
 
     v_failing := cryo._graph_failing(p_run_id);
@@ -3463,7 +3478,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; output is the graph''s output expression when it succeeded). After 1000 state nodes run in one call it returns, more to do. A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; output is the graph''s output expression when it succeeded). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer, p_output_clear jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
@@ -3507,7 +3522,9 @@ BEGIN
        SET status = p_outcome, output = p_output, output_clear = p_output_clear, error = p_error,
            finished_at = cryo.now(), wait_kind = NULL
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+    IF v_inst.lease_group IS NOT NULL THEN  -- only an instance with a group holds or waits
+        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+    END IF;
     SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
        FOR UPDATE;
     IF p_outcome = 'failed' THEN
@@ -6566,6 +6583,12 @@ CREATE INDEX node_instances_job ON cryo.node_instances USING btree (job_run_id) 
 CREATE INDEX node_instances_live ON cryo.node_instances USING btree (run_id, node_id, item) WHERE (status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text]));
 
 CREATE INDEX node_states_by_status ON cryo.node_states USING btree (run_id, status, open_deps, ord);
+
+CREATE INDEX node_states_failing ON cryo.node_states USING btree (run_id) WHERE ((status = 'failed'::text) AND (NOT tolerated));
+
+CREATE INDEX node_states_live ON cryo.node_states USING btree (run_id, ord) WHERE (status = ANY (ARRAY['running'::text, 'waiting'::text]));
+
+CREATE INDEX node_states_ready ON cryo.node_states USING btree (run_id, ord) WHERE ((status = 'pending'::text) AND (open_deps = 0));
 
 CREATE INDEX oidc_logins_expiry ON cryo.oidc_logins USING btree (expires_at);
 

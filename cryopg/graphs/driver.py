@@ -122,6 +122,9 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
         settled_here = next((p for p in plan if p.action == "settled"), None)
         if settled_here is not None:  # its answer held no user data: SQL settled it
             return str(settled_here.type)
+        if any(p.action == "yield" for p in plan):  # SQL ran its share: commit, go on
+            await engine.graph_yield(conn, g.run_id, g.claim_token)
+            return "yielded"
         asked = {p.node_id for p in plan if p.action == "config"}
         finish = next((p for p in plan if p.action == "finish"), None)
         started = [p for p in plan if p.action == "start"]

@@ -27,3 +27,14 @@ COMMENT ON COLUMN cryo.node_instances.output_clear IS
     'An instance output holding no user data, in the clear; output is NULL then.';
 COMMENT ON COLUMN cryo.run_outputs.value_clear IS
     'An output holding no user data, as {"answer": v}, in the clear; value is NULL then.';
+
+-- A turn that runs many nodes in one transaction reads the run's ready, live and failed
+-- nodes again after each: partial indexes holding only those rows keep each read to
+-- what it asks for, whatever the planner guesses about a brand-new run (with one index
+-- over every node of the run, a generic plan filtered them all by run alone).
+CREATE INDEX node_states_ready ON cryo.node_states (run_id, ord)
+    WHERE status = 'pending' AND open_deps = 0;
+CREATE INDEX node_states_live ON cryo.node_states (run_id, ord)
+    WHERE status IN ('running', 'waiting');
+CREATE INDEX node_states_failing ON cryo.node_states (run_id)
+    WHERE status = 'failed' AND NOT tolerated;
