@@ -745,7 +745,7 @@ CREATE FUNCTION cryo._graph_runs_on_failure(p_def jsonb) RETURNS boolean
     SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
 $$;
 
-CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean) RETURNS SETOF text
+CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean) RETURNS TABLE(action text, node_id text, output jsonb, is_read boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -778,7 +778,8 @@ BEGIN
                 -- The run is failing: what is not an always node or the failure branch
                 -- will not run, and its skip lets those after it be decided.
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -793,7 +794,8 @@ BEGIN
             IF cardinality(v_node.deps) > 0 AND NOT v_handler
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -804,7 +806,8 @@ BEGIN
             END IF;
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -823,6 +826,20 @@ BEGIN
                     CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
+            END IF;
+            IF v_node.state_call IS NOT NULL AND NOT v_node.def ? 'concurrency' THEN
+                output := cryo._graph_state_now(p_q, v_node);
+                IF output IS NOT NULL THEN
+                    action := 'done'; node_id := v_node.node_id;
+                    is_read := coalesce((v_node.state_call ->> 'read')::boolean, false);
+                    IF is_read THEN  -- a later `if` in this call reads it
+                        p_scope := jsonb_set(p_scope, ARRAY['nodes', v_node.node_id],
+                            jsonb_build_object('status', 'succeeded', 'output', output));
+                    END IF;
+                    RETURN NEXT;
+                    v_changed := true;
+                    CONTINUE;
+                END IF;
             END IF;
             UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
              WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
@@ -1027,6 +1044,37 @@ BEGIN
         RAISE EXCEPTION 'a state node the database runs is set, delete, add or cas, not %',
             v_call ->> 'op' USING ERRCODE = 'CR004';
     END CASE;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_state_now(p_q cryo.queue, p_node cryo.node_states) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_out jsonb;
+BEGIN
+    BEGIN
+        v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+            RAISE;
+        END IF;
+        RETURN NULL;
+    END;
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
+                                     started_at, finished_at)
+    VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
+            cryo.now(), cryo.now());
+    UPDATE cryo.node_states n
+       SET status = 'succeeded', started_at = cryo.now(), finished_at = cryo.now(),
+           output_clear = v_out
+     WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
+    PERFORM cryo._graph_node_ended(p_q.run_id, p_node.node_id);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
+                          p_node.node_id, 0);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
+                          p_node.node_id, 0, 1);
+    RETURN v_out;
 END
 $$;
 
@@ -3335,12 +3383,22 @@ BEGIN
         -- A failed node (after its retries, without continue_on_error) fails the run: from
         -- then on only always nodes and the failure branch start.
         v_failing := cryo._graph_failing(p_run_id);
-        -- What was skipped is said too, so the driver's scope follows without a re-read.
-        FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
-            action := 'skip';
-            node_id := v_skipped;
+        -- What was skipped is said too, so the driver's scope follows without a re-read;
+        -- and the constant state nodes the schedule ran at once ('done').
+        FOR v_start IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
+            action := v_start.action;
+            node_id := v_start.node_id;
             type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
-            idempotency_key := NULL; output := NULL;
+            idempotency_key := NULL; output := v_start.output;
+            IF v_start.action = 'done' THEN
+                type := 'state'; item := 0; attempt := 1;
+                v_again := true;
+                v_ran := v_ran + 1;
+                IF v_start.is_read THEN
+                    p_scope := jsonb_set(p_scope, ARRAY['nodes', v_start.node_id],
+                        jsonb_build_object('status', 'succeeded', 'output', v_start.output));
+                END IF;
+            END IF;
             RETURN NEXT;
         END LOOP;
         -- Start what can start: new instances of running nodes (up to max_parallel), and
