@@ -298,7 +298,8 @@ class Idle:
     async def wait(self, app: web.Application) -> None:
         async with self.watch:
             self._kick = kick = asyncio.Event()
-            waits = {asyncio.ensure_future(app[NOTIFIER].work_event().wait()),
+            # Graph runs notify on their own channel: agents' work does not wake this.
+            waits = {asyncio.ensure_future(app[NOTIFIER].graph_event().wait()),
                      asyncio.ensure_future(kick.wait())}
             try:
                 await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
