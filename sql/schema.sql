@@ -746,7 +746,7 @@ CREATE FUNCTION cryo._graph_runs_on_failure(p_def jsonb) RETURNS boolean
     SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
 $$;
 
-CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean) RETURNS TABLE(action text, node_id text, output jsonb, is_read boolean)
+CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean, p_budget integer DEFAULT NULL::integer) RETURNS TABLE(action text, node_id text, output jsonb, is_read boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -839,6 +839,10 @@ BEGIN
                     END IF;
                     RETURN NEXT;
                     v_changed := true;
+                    p_budget := p_budget - 1;
+                    IF p_budget <= 0 THEN
+                        RETURN;
+                    END IF;
                     CONTINUE;
                 END IF;
             END IF;
@@ -3378,6 +3382,8 @@ DECLARE
     v_done boolean;
     v_again boolean;
     v_ran integer := 0;
+    -- The database nodes one call runs before the turn yields and commits.
+    v_share constant integer := 500;
     v_out jsonb;
     v_err text;
     v_run cryo.runs;
@@ -3393,7 +3399,7 @@ BEGIN
         v_failing := cryo._graph_failing(p_run_id);
         -- What was skipped is said too, so the driver's scope follows without a re-read;
         -- and the constant state nodes the schedule ran at once ('done').
-        FOR v_start IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
+        FOR v_start IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing, v_share - v_ran) LOOP
             action := v_start.action;
             node_id := v_start.node_id;
             type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
@@ -3483,7 +3489,7 @@ BEGIN
         -- What ran here may have readied more. After a bounded share the turn yields and
         -- commits: in one transaction every node's earlier row versions stay in the
         -- indexes each read walks, so a longer turn would cost more a node.
-        EXIT WHEN NOT v_again OR v_ran >= 500;
+        EXIT WHEN NOT v_again OR v_ran >= v_share;
     END LOOP;
     IF v_again THEN
         action := 'yield';

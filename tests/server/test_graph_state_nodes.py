@@ -144,3 +144,13 @@ async def test_a_constant_node_the_database_refuses_is_retried_then_fails(srv: S
     assert bad["attempt"] == 2 and "entity name" in bad["error"]
     kinds = [e["kind"] for e in run["history"]]
     assert "node_retry_scheduled" in kinds and "node_failed" in kinds
+
+
+async def test_a_chain_longer_than_a_turns_share_yields_and_finishes(srv: Server) -> None:
+    # A call runs at most 500 database nodes, then the turn yields and commits.
+    run_id = await submit_graph(srv, chain(1100))
+    run = await until(srv, run_id, ended, timeout=120)
+    assert run["status"] == "succeeded", run
+    kinds = [e["kind"] for e in run["history"]]
+    assert kinds.count("node_completed") == 1100
+    assert kinds.count("turn_yielded") == 2
