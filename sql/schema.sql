@@ -468,7 +468,8 @@ BEGIN
                 THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
            cryo.now()
       FROM cryo.runs r WHERE r.id = p_run_id;
-    PERFORM pg_notify('cryo_work', '');
+    -- Graph runs have their own channel: only the servers' graph drivers take them.
+    PERFORM pg_notify(CASE WHEN p_required_caps = '{graph}' THEN 'cryo_graph' ELSE 'cryo_work' END, '');
 END
 $$;
 
@@ -634,6 +635,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN bool_or(n.items IS NOT NULL
+                             OR (n.status IN ('succeeded', 'seeded') AND n.output IS NOT NULL))
+                THEN NULL
+                ELSE coalesce(jsonb_object_agg(n.node_id,
+                         CASE WHEN n.status IN ('succeeded', 'seeded')
+                              THEN coalesce(n.output_clear, 'null') ELSE 'null' END),
+                     '{}') END
+      FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0
+$$;
+
 CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
     LANGUAGE sql STABLE
     AS $$
@@ -700,11 +715,14 @@ CREATE FUNCTION cryo._graph_node_ended(p_run_id text, p_node text) RETURNS void
 DECLARE
     v_next text[] := (SELECT e.dependents FROM cryo.node_states e
                        WHERE e.run_id = p_run_id AND e.node_id = p_node);
+    v_id text;
 BEGIN
-    IF cardinality(v_next) > 0 THEN  -- by key: (run, node) = any of a few, not a join
+    -- One row by its whole primary key at a time: `node_id = ANY (...)` let a generic
+    -- plan read every node of the run and filter.
+    FOREACH v_id IN ARRAY coalesce(v_next, '{}') LOOP
         UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-         WHERE n.run_id = p_run_id AND n.node_id = ANY (v_next);
-    END IF;
+         WHERE n.run_id = p_run_id AND n.node_id = v_id;
+    END LOOP;
 END
 $$;
 
@@ -728,7 +746,7 @@ CREATE FUNCTION cryo._graph_runs_on_failure(p_def jsonb) RETURNS boolean
     SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
 $$;
 
-CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean) RETURNS SETOF text
+CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean, p_budget integer DEFAULT NULL::integer) RETURNS TABLE(action text, node_id text, output jsonb, is_read boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -761,29 +779,36 @@ BEGIN
                 -- The run is failing: what is not an always node or the failure branch
                 -- will not run, and its skip lets those after it be decided.
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
             IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
-            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
-             WHERE n.run_id = v_run_id AND n.node_id = ANY (v_node.deps);
+            -- Each predecessor by its primary key (see _graph_node_ended).
+            v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
+                                           WHERE n.run_id = v_run_id AND n.node_id = d)
+                                    FROM unnest(v_node.deps) AS d);
             -- (A failed predecessor here failed with continue_on_error: it ended.)
             IF cardinality(v_node.deps) > 0 AND NOT v_handler
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
-            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-                'id', v_node.node_id,
-                'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            IF v_node.def ? 'if' OR v_node.def ? 'fan_out' THEN  -- only these read it
+                v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+                    'id', v_node.node_id,
+                    'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            END IF;
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -803,6 +828,24 @@ BEGIN
                 END IF;
                 v_n := jsonb_array_length(v_items);
             END IF;
+            IF v_node.state_call IS NOT NULL AND NOT v_node.def ? 'concurrency' THEN
+                output := cryo._graph_state_now(p_q, v_node);
+                IF output IS NOT NULL THEN
+                    action := 'done'; node_id := v_node.node_id;
+                    is_read := coalesce((v_node.state_call ->> 'read')::boolean, false);
+                    IF is_read THEN  -- a later `if` in this call reads it
+                        p_scope := jsonb_set(p_scope, ARRAY['nodes', v_node.node_id],
+                            jsonb_build_object('status', 'succeeded', 'output', output));
+                    END IF;
+                    RETURN NEXT;
+                    v_changed := true;
+                    p_budget := p_budget - 1;
+                    IF p_budget <= 0 THEN
+                        RETURN;
+                    END IF;
+                    CONTINUE;
+                END IF;
+            END IF;
             UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
              WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
             PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
@@ -816,6 +859,17 @@ BEGIN
         END LOOP;
     END LOOP;
 END
+$$;
+
+CREATE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE cryo.node_states n
+       SET state_call = c.call - 'value',
+           state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
+      FROM jsonb_each(p_calls) AS c(node_id, call)
+     WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
+       AND n.status = 'pending'
 $$;
 
 CREATE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text) RETURNS void
@@ -847,6 +901,9 @@ CREATE TABLE cryo.node_states (
     dependents text[],
     open_deps integer DEFAULT 0 NOT NULL,
     tolerated boolean DEFAULT false NOT NULL,
+    state_call jsonb,
+    state_value bytea,
+    output_clear jsonb,
     CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
@@ -855,6 +912,12 @@ COMMENT ON TABLE cryo.node_states IS 'One row per node of a graph run: status (p
 COMMENT ON COLUMN cryo.node_states.open_deps IS 'How many of the node''s predecessors have not ended; pending with 0 means ready.';
 
 COMMENT ON COLUMN cryo.node_states.tolerated IS 'A failed node whose continue_on_error let the run go on (its successors run).';
+
+COMMENT ON COLUMN cryo.node_states.state_call IS 'For a constant state node: its clear call {op, key, entity, expected}, run by cryo.graph_plan.';
+
+COMMENT ON COLUMN cryo.node_states.state_value IS 'For a constant set, add or cas node: the sealed value it writes.';
+
+COMMENT ON COLUMN cryo.node_states.output_clear IS 'A node output holding no user data (state set/delete/add/cas), in the clear; output is NULL then.';
 
 CREATE FUNCTION cryo._graph_start_instances(p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb) RETURNS TABLE(item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
     LANGUAGE plpgsql
@@ -948,11 +1011,75 @@ BEGIN
         v_active := v_active + 1;
         item := v_n;
         attempt := v_inst.attempt;
-        config := cryo._render(coalesce(p_configs -> v_node, '{}'::jsonb), v_scope);
+        config := CASE WHEN p_configs ? v_node THEN cryo._render(p_configs -> v_node, v_scope)
+                       ELSE '{}'::jsonb END;
         item_value := CASE WHEN v_fan THEN v_items -> v_n END;
         idempotency_key := v_scope #>> '{node,idempotency_key}';
         RETURN NEXT;
     END LOOP;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_state_call(p_q cryo.queue, p_node cryo.node_states, p_item integer, p_attempt integer) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_call jsonb := p_node.state_call;
+    v_entity text := v_call ->> 'entity';
+    v_key text := v_call ->> 'key';
+    v_name text := 'node:' || p_node.node_id || '#' || p_item || '#' || p_attempt;
+BEGIN
+    CASE v_call ->> 'op'
+    WHEN 'set' THEN
+        RETURN jsonb_build_object('version', cryo.state_set(p_q.run_id, p_q.claim_token, v_entity,
+                                                            v_key, p_node.state_value));
+    WHEN 'delete' THEN
+        RETURN jsonb_build_object('deleted', cryo.state_delete(p_q.run_id, p_q.claim_token,
+                                                               v_entity, v_key));
+    WHEN 'add' THEN
+        RETURN (SELECT jsonb_build_object('claimed', a.claimed)
+                  FROM cryo.state_add(p_q.run_id, p_q.claim_token, v_entity, v_key,
+                                      p_node.state_value, NULL, v_name, 0) a);
+    WHEN 'cas' THEN
+        RETURN (SELECT jsonb_build_object('swapped', a.swapped)
+                  FROM cryo.state_cas(p_q.run_id, p_q.claim_token, v_entity, v_key,
+                                      p_node.state_value, (v_call ->> 'expected')::bigint,
+                                      NULL, v_name, 0) a);
+    ELSE
+        RAISE EXCEPTION 'a state node the database runs is set, delete, add or cas, not %',
+            v_call ->> 'op' USING ERRCODE = 'CR004';
+    END CASE;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_state_now(p_q cryo.queue, p_node cryo.node_states) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_out jsonb;
+BEGIN
+    BEGIN
+        v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+            RAISE;
+        END IF;
+        RETURN NULL;
+    END;
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
+                                     started_at, finished_at)
+    VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
+            cryo.now(), cryo.now());
+    UPDATE cryo.node_states n
+       SET status = 'succeeded', started_at = cryo.now(), finished_at = cryo.now(),
+           output_clear = v_out
+     WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
+    PERFORM cryo._graph_node_ended(p_q.run_id, p_node.node_id);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
+                          p_node.node_id, 0);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
+                          p_node.node_id, 0, 1);
+    RETURN v_out;
 END
 $$;
 
@@ -1013,13 +1140,15 @@ CREATE FUNCTION cryo._handler_depth_limit() RETURNS integer
 $$;
 
 CREATE FUNCTION cryo._history(p_run_id text, p_org text, p_project text, p_kind text, p_family text DEFAULT NULL::text, p_name text DEFAULT NULL::text, p_ordinal integer DEFAULT NULL::integer, p_attempt integer DEFAULT NULL::integer, p_payload bytea DEFAULT NULL::bytea) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                               key_ordinal, attempt, payload, created_at)
     VALUES (p_run_id, p_org, p_project, p_kind,
             CASE WHEN p_family IS NULL THEN NULL ELSE 'run' END,
-            p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now())
+            p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now());
+END
 $$;
 
 CREATE FUNCTION cryo._hold_queued(p_run_id text) RETURNS void
@@ -1089,12 +1218,17 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._notify_requeued(p_n integer, p_watched text[]) RETURNS void
+CREATE FUNCTION cryo._notify_requeued(p_n integer, p_watched text[], p_graphs integer DEFAULT 0) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF p_n > 0 THEN
+    IF p_n > coalesce(p_graphs, 0) THEN
         PERFORM pg_notify('cryo_work', '');
+    END IF;
+    IF p_graphs > 0 THEN
+        PERFORM pg_notify('cryo_graph', '');
+    END IF;
+    IF p_n > 0 THEN
         PERFORM pg_notify('cryo_run', w) FROM unnest(p_watched) w;
     END IF;
 END
@@ -1788,6 +1922,7 @@ CREATE FUNCTION cryo._wake(p_run_ids text[], p_kind text, p_result bytea DEFAULT
 DECLARE
     v_n integer;
     v_watched text[];
+    v_graphs integer;
 BEGIN
     WITH due AS (
         SELECT q.run_id, q.park_path FROM cryo.queue q
@@ -1805,11 +1940,11 @@ BEGIN
            SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
                park_name = NULL, parked_at = NULL, enqueued_at = cryo.now()
           FROM due WHERE q.run_id = due.run_id
-        RETURNING q.run_id
+        RETURNING q.run_id, q.required_caps = '{graph}' AS graph
     ), runs_back AS (
         UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = cryo.now()
           FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project, r.watched
+        RETURNING r.id, r.org, r.project, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                                   key_ordinal, created_at)
@@ -1818,8 +1953,9 @@ BEGIN
                memo.key_name, memo.key_ordinal, cryo.now()
           FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
     )
-    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    PERFORM cryo._notify_requeued(v_n, v_watched);
+    SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)
+      INTO v_n, v_watched, v_graphs FROM runs_back;
+    PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
 $$;
@@ -3233,7 +3369,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_jobs(p_run_id text) IS 'Returns the child runs that did the nodes of a graph run (and of the graph runs its workflow nodes started), oldest first: each with a label naming its node (id, #item for a fan-out instance, outer/inner when nested), which attempt of that label it is, its status, exit code and error, and whether it has finished. Raises nothing.';
 
-CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
+CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb DEFAULT NULL::jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -3244,55 +3380,124 @@ DECLARE
     v_skipped text;
     v_failing boolean;
     v_done boolean;
+    v_again boolean;
+    v_ran integer := 0;
+    -- The database nodes one call runs before the turn yields and commits.
+    v_share constant integer := 500;
+    v_out jsonb;
+    v_err text;
+    v_run cryo.runs;
+    v_answer jsonb;
 BEGIN
-    -- A failed node (after its retries, without continue_on_error) fails the run: from
-    -- then on only always nodes and the failure branch start.
-    v_failing := cryo._graph_failing(p_run_id);
-    -- What was skipped is said too, so the driver's scope follows without a re-read.
-    FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
-        action := 'skip';
-        node_id := v_skipped;
-        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
-        idempotency_key := NULL; output := NULL;
-        RETURN NEXT;
-    END LOOP;
-    -- Start what can start: new instances of running nodes (up to max_parallel), and
-    -- instances whose retry backoff has passed or whose concurrency group came free.
-    FOR v_node IN SELECT * FROM cryo.node_states n
-                   WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
-                   ORDER BY n.ord LOOP
+    IF p_calls IS NOT NULL THEN
+        PERFORM cryo._graph_set_calls(p_run_id, p_calls);
+    END IF;
+    LOOP
+        v_again := false;
+        -- A failed node (after its retries, without continue_on_error) fails the run: from
+        -- then on only always nodes and the failure branch start.
         v_failing := cryo._graph_failing(p_run_id);
-        CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
-        -- The driver sends only the configs of the nodes it expects to start (sending all
-        -- of them made every call cost the graph's size). A node with instances to start
-        -- and no config sent is asked for, and starts in the driver's next round.
-        IF NOT p_configs ? v_node.node_id AND (
-               EXISTS (SELECT 1 FROM cryo.node_instances i
-                        WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
-                          AND (i.status = 'ready' OR (i.status = 'retrying' AND i.due_at <= cryo.now())))
-               OR coalesce((SELECT i.item + 1 FROM cryo.node_instances i
-                             WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
-                             ORDER BY i.item DESC LIMIT 1), 0) < coalesce(v_node.items, 1)) THEN
-            action := 'config';
-            node_id := v_node.node_id;
-            type := v_node.type; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
-            idempotency_key := NULL; output := NULL;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
-            action := 'start';
-            node_id := v_node.node_id;
-            type := v_node.type;
-            item := v_start.item;
-            attempt := v_start.attempt;
-            config := v_start.config;
-            item_value := v_start.item_value;
-            idempotency_key := v_start.idempotency_key;
-            output := NULL;
+        -- What was skipped is said too, so the driver's scope follows without a re-read;
+        -- and the constant state nodes the schedule ran at once ('done').
+        FOR v_start IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing, v_share - v_ran) LOOP
+            action := v_start.action;
+            node_id := v_start.node_id;
+            type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+            idempotency_key := NULL; output := v_start.output;
+            IF v_start.action = 'done' THEN
+                type := 'state'; item := 0; attempt := 1;
+                v_again := true;
+                v_ran := v_ran + 1;
+                IF v_start.is_read THEN
+                    p_scope := jsonb_set(p_scope, ARRAY['nodes', v_start.node_id],
+                        jsonb_build_object('status', 'succeeded', 'output', v_start.output));
+                END IF;
+            END IF;
             RETURN NEXT;
         END LOOP;
+        -- Start what can start: new instances of running nodes (up to max_parallel), and
+        -- instances whose retry backoff has passed or whose concurrency group came free.
+        FOR v_node IN SELECT * FROM cryo.node_states n
+                       WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                       ORDER BY n.ord LOOP
+            v_failing := cryo._graph_failing(p_run_id);
+            CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+            IF v_node.state_call IS NOT NULL THEN
+                -- A constant state node: run here, recorded at once (a failure the
+                -- database raises fails the node with its one-line reason, as on the
+                -- driver's path; its retry, if any, is the record's to schedule).
+                FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, '{}', p_scope) LOOP
+                    v_out := NULL;
+                    v_err := NULL;
+                    BEGIN
+                        v_out := cryo._graph_state_call(v_q, v_node, v_start.item, v_start.attempt);
+                    EXCEPTION WHEN OTHERS THEN
+                        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+                            RAISE;
+                        END IF;
+                        v_err := split_part(SQLERRM, E'\n', 1);
+                    END;
+                    PERFORM cryo.graph_record_item(p_run_id, p_token, v_node.node_id, v_start.item,
+                                                   CASE WHEN v_err IS NULL THEN 'succeeded' ELSE 'failed' END,
+                                                   NULL, v_err, NULL, v_out);
+                    IF coalesce((v_node.state_call ->> 'read')::boolean, false) THEN
+                        p_scope := jsonb_set(p_scope, ARRAY['nodes', v_node.node_id], jsonb_build_object(
+                            'status', (SELECT n.status FROM cryo.node_states n
+                                        WHERE n.run_id = p_run_id AND n.node_id = v_node.node_id),
+                            'output', v_out));
+                    END IF;
+                    v_again := true;
+                    v_ran := v_ran + 1;
+                    action := 'done';
+                    node_id := v_node.node_id;
+                    type := v_node.type; item := v_start.item; attempt := v_start.attempt;
+                    config := NULL; item_value := NULL; idempotency_key := NULL; output := v_out;
+                    RETURN NEXT;
+                END LOOP;
+                CONTINUE;
+            END IF;
+            -- The driver sends only the configs of the nodes it expects to start (sending all
+            -- of them made every call cost the graph's size). A node with instances to start
+            -- and no config sent is asked for, and starts in the driver's next round.
+            IF NOT p_configs ? v_node.node_id AND (
+                   EXISTS (SELECT 1 FROM cryo.node_instances i
+                            WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
+                              AND (i.status = 'ready' OR (i.status = 'retrying' AND i.due_at <= cryo.now())))
+                   OR coalesce((SELECT i.item + 1 FROM cryo.node_instances i
+                                 WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
+                                 ORDER BY i.item DESC LIMIT 1), 0) < coalesce(v_node.items, 1)) THEN
+                action := 'config';
+                node_id := v_node.node_id;
+                type := v_node.type; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+                idempotency_key := NULL; output := NULL;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
+                action := 'start';
+                node_id := v_node.node_id;
+                type := v_node.type;
+                item := v_start.item;
+                attempt := v_start.attempt;
+                config := v_start.config;
+                item_value := v_start.item_value;
+                idempotency_key := v_start.idempotency_key;
+                output := NULL;
+                RETURN NEXT;
+            END LOOP;
+        END LOOP;
+        -- What ran here may have readied more. After a bounded share the turn yields and
+        -- commits: in one transaction every node's earlier row versions stay in the
+        -- indexes each read walks, so a longer turn would cost more a node.
+        EXIT WHEN NOT v_again OR v_ran >= v_share;
     END LOOP;
+    IF v_again THEN
+        action := 'yield';
+        node_id := NULL; type := NULL; item := NULL; attempt := NULL; config := NULL;
+        item_value := NULL; idempotency_key := NULL; output := NULL;
+        RETURN NEXT;
+        RETURN;
+    END IF;
 
     v_failing := cryo._graph_failing(p_run_id);
     IF v_failing THEN
@@ -3314,23 +3519,40 @@ BEGIN
         END IF;
     END IF;
     IF v_done THEN
-        action := 'finish';
         node_id := (SELECT n.node_id FROM cryo.node_states n
                      WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
                      ORDER BY n.finished_at LIMIT 1);
+        SELECT * INTO v_run FROM cryo.runs r WHERE r.id = p_run_id;
+        -- An answer holding no user data is settled here: a failed run's (null), or the
+        -- default output made of clear outputs. Not for a script's graph call, whose memo
+        -- carries the sealed form.
+        IF node_id IS NOT NULL OR NOT v_run.graph ? 'output' THEN
+            v_answer := CASE WHEN node_id IS NOT NULL THEN 'null'::jsonb
+                             ELSE cryo._graph_default_output(p_run_id) END;
+            IF v_answer IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM cryo.runs p WHERE p.id = v_run.parent_run_id AND p.kind = 'script') THEN
+                action := 'settled';
+                type := cryo.graph_settle(p_run_id, p_token, true, NULL,
+                                          jsonb_build_object('answer', v_answer));
+                item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+                idempotency_key := NULL; output := NULL;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END IF;
+        action := 'finish';
         type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
-        output := (SELECT CASE WHEN node_id IS NULL AND r.graph ? 'output'
-                               THEN cryo._eval(r.graph -> 'output', p_scope) END
-                     FROM cryo.runs r WHERE r.id = p_run_id);
+        output := CASE WHEN node_id IS NULL AND v_run.graph ? 'output'
+                       THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
         RETURN NEXT;
     END IF;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; output is the graph''s output expression when it succeeded). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
-CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer) RETURNS text
+CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer, p_output_clear jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -3369,10 +3591,12 @@ BEGIN
         RETURN 'retrying';
     END IF;
     UPDATE cryo.node_instances i
-       SET status = p_outcome, output = p_output, error = p_error, finished_at = cryo.now(),
-           wait_kind = NULL
+       SET status = p_outcome, output = p_output, output_clear = p_output_clear, error = p_error,
+           finished_at = cryo.now(), wait_kind = NULL
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+    IF v_inst.lease_group IS NOT NULL THEN  -- only an instance with a group holds or waits
+        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+    END IF;
     SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
        FOR UPDATE;
     IF p_outcome = 'failed' THEN
@@ -3385,6 +3609,7 @@ BEGIN
         UPDATE cryo.node_states n
            SET status = v_status, error = p_error, finished_at = cryo.now(),
                output = CASE WHEN n.items IS NULL THEN p_output END,
+               output_clear = CASE WHEN n.items IS NULL THEN p_output_clear END,
                tolerated = v_status = 'failed'
                            AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
          WHERE n.run_id = p_run_id AND n.node_id = p_node;
@@ -3403,9 +3628,9 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
+COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
-CREATE FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea DEFAULT NULL::bytea) RETURNS text
+CREATE FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea DEFAULT NULL::bytea, p_output_clear jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -3424,10 +3649,13 @@ BEGIN
             PERFORM cryo.cancel_run(v_child.job_run_id);
         END LOOP;
         PERFORM cryo._leave_lease_queues(p_run_id);
-        IF p_output IS NOT NULL THEN
-            INSERT INTO cryo.run_outputs (run_id, org, project, key, value, updated_at)
-            VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output, cryo.now())
-            ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
+        IF p_output IS NOT NULL OR p_output_clear IS NOT NULL THEN
+            INSERT INTO cryo.run_outputs (run_id, org, project, key, value, value_clear, updated_at)
+            VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output,
+                    CASE WHEN p_output IS NULL THEN p_output_clear END, cryo.now())
+            ON CONFLICT (run_id, key) DO UPDATE
+               SET value = excluded.value, value_clear = excluded.value_clear,
+                   updated_at = excluded.updated_at;
         END IF;
         IF v_failed.node_id IS NOT NULL THEN
             -- What was still running was cancelled above: its nodes say so.
@@ -3463,7 +3691,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea) IS 'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea, p_output_clear jsonb) IS 'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded), storing p_output (sealed) or p_output_clear (an answer holding no user data, as {"answer": v}) as its output; otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb DEFAULT NULL::jsonb, p_workflow text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
@@ -3484,7 +3712,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb, p_workflow text) IS 'Starts the child run that does an instance of a node of the driven graph run (a job for an agent, or with p_graph a child graph run); returns its id. Raises CR002 for a stale token, CR004 for a missing source.';
 
-CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEFAULT NULL::text[]) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone)
+CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEFAULT NULL::text[]) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone, output_clear jsonb)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -3521,7 +3749,8 @@ BEGIN
                  WHERE i.wait_kind = 'event' AND i.status = 'waiting' AND e.org = n.org
                    AND e.project = n.project AND e.name = i.wait_name
                    AND e.created_at >= i.started_at ORDER BY e.id LIMIT 1),
-               i.started_at
+               i.started_at,
+               coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
           FROM picked n
           LEFT JOIN LATERAL (
               SELECT x.* FROM cryo.node_instances x
@@ -3533,7 +3762,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[]) IS 'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[]) IS 'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output (or output_clear, for one holding no user data), the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint, p_node text, p_item integer) RETURNS TABLE(payload bytea, payload_clear jsonb)
     LANGUAGE plpgsql
@@ -4278,19 +4507,20 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer) IS 'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
 
-CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone)
+CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone, output_clear jsonb)
     LANGUAGE sql STABLE
     AS $$
     SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
            coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
-           i.job_run_id, i.wait_kind, n.started_at, n.finished_at
+           i.job_run_id, i.wait_kind, n.started_at, n.finished_at,
+           coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
       FROM cryo.node_states n
       LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
      WHERE n.run_id = p_run_id
      ORDER BY n.node_id, i.item
 $$;
 
-COMMENT ON FUNCTION cryo.read_graph_nodes(p_run_id text) IS 'Returns every node of a graph run with each started instance: status, attempt, sealed output, error and the child run doing it. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_graph_nodes(p_run_id text) IS 'Returns every node of a graph run with each started instance: status, attempt, sealed output (or output_clear, for one holding no user data), error and the child run doing it. Raises nothing.';
 
 CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone, label text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -4351,13 +4581,13 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order, each with the time it was stored. Raises nothing.';
 
-CREATE FUNCTION cryo.read_outputs(p_run_id text) RETURNS TABLE(key text, value bytea)
+CREATE FUNCTION cryo.read_outputs(p_run_id text) RETURNS TABLE(key text, value bytea, value_clear jsonb)
     LANGUAGE sql STABLE
     AS $$
-    SELECT o.key, o.value FROM cryo.run_outputs o WHERE o.run_id = p_run_id ORDER BY o.key
+    SELECT o.key, o.value, o.value_clear FROM cryo.run_outputs o WHERE o.run_id = p_run_id ORDER BY o.key
 $$;
 
-COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs (values sealed) by key. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs by key: sealed, or (value NULL) value_clear, an answer holding no user data as {"answer": v}. Raises nothing.';
 
 CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text, trigger_kind text, trigger_name text, trigger_depth integer)
     LANGUAGE sql STABLE
@@ -4660,7 +4890,8 @@ BEGIN
         p_graph => v_old.graph) s;
     UPDATE cryo.node_states n
        SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
-           items = o.items, output = o.output, started_at = cryo.now(), finished_at = cryo.now()
+           items = o.items, output = o.output, output_clear = o.output_clear,
+           started_at = cryo.now(), finished_at = cryo.now()
       FROM cryo.node_states o
      WHERE n.run_id = v_new AND o.run_id = p_run_id AND o.node_id = n.node_id
        AND n.node_id = ANY (v_up);
@@ -4669,9 +4900,9 @@ BEGIN
                            AND m.node_id = ANY (n.deps) AND m.status IN ('pending', 'running', 'waiting'))
      WHERE n.run_id = v_new;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
-                                  started_at, finished_at)
+                                  output_clear, started_at, finished_at)
     SELECT v_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
-           cryo.now(), cryo.now()
+           i.output_clear, cryo.now(), cryo.now()
       FROM cryo.node_instances i
      WHERE i.run_id = p_run_id AND i.node_id = ANY (v_up) AND i.status IN ('succeeded', 'seeded');
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
@@ -5766,10 +5997,13 @@ CREATE TABLE cryo.node_instances (
     lease_group text,
     started_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
+    output_clear jsonb,
     CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
 COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
+
+COMMENT ON COLUMN cryo.node_instances.output_clear IS 'An instance output holding no user data, in the clear; output is NULL then.';
 
 CREATE VIEW cryo.graph_nodes WITH (security_barrier='true') AS
  SELECT n.run_id,
@@ -6040,9 +6274,12 @@ CREATE TABLE cryo.run_outputs (
     org text NOT NULL,
     project text NOT NULL,
     key text NOT NULL,
-    value bytea NOT NULL,
-    updated_at timestamp with time zone NOT NULL
+    value bytea,
+    updated_at timestamp with time zone NOT NULL,
+    value_clear jsonb
 );
+
+COMMENT ON COLUMN cryo.run_outputs.value_clear IS 'An output holding no user data, as {"answer": v}, in the clear; value is NULL then.';
 
 CREATE VIEW cryo.run_overview WITH (security_barrier='true') AS
  SELECT r.id,
@@ -6418,6 +6655,12 @@ CREATE INDEX node_instances_job ON cryo.node_instances USING btree (job_run_id) 
 CREATE INDEX node_instances_live ON cryo.node_instances USING btree (run_id, node_id, item) WHERE (status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text]));
 
 CREATE INDEX node_states_by_status ON cryo.node_states USING btree (run_id, status, open_deps, ord);
+
+CREATE INDEX node_states_failing ON cryo.node_states USING btree (run_id) WHERE ((status = 'failed'::text) AND (NOT tolerated));
+
+CREATE INDEX node_states_live ON cryo.node_states USING btree (run_id, ord) WHERE (status = ANY (ARRAY['running'::text, 'waiting'::text]));
+
+CREATE INDEX node_states_ready ON cryo.node_states USING btree (run_id, ord) WHERE ((status = 'pending'::text) AND (open_deps = 0));
 
 CREATE INDEX oidc_logins_expiry ON cryo.oidc_logins USING btree (expires_at);
 

@@ -48,6 +48,7 @@ class NodeRow:
     signal_id: int | None
     event_id: int | None
     started_at: Any
+    output_clear: Any  # an output holding no user data (output is None then)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +79,7 @@ class GraphNode:
     wait_kind: str | None
     started_at: Any
     finished_at: Any
+    output_clear: Any  # an output holding no user data (output is None then)
 
 
 async def drive_graphs(conn: AsyncConnection, driver: str, limit: int = 1) -> list[Driven]:
@@ -94,10 +96,12 @@ async def graph_state(conn: AsyncConnection, run_id: str, token: uuid.UUID,
 
 
 async def graph_plan(conn: AsyncConnection, run_id: str, token: uuid.UUID,
-                     configs: dict[str, Any], scope: dict[str, Any]) -> list[PlanRow]:
+                     configs: dict[str, Any], scope: dict[str, Any],
+                     calls: dict[str, Any] | None = None) -> list[PlanRow]:
     cur = conn.cursor(row_factory=class_row(PlanRow))
-    await cur.execute("SELECT * FROM cryo.graph_plan(%s, %s, %s, %s)",
-                      (run_id, token, Jsonb(configs), Jsonb(scope)))
+    await cur.execute("SELECT * FROM cryo.graph_plan(%s, %s, %s, %s, %s)",
+                      (run_id, token, Jsonb(configs), Jsonb(scope),
+                       Jsonb(calls) if calls is not None else None))
     return await cur.fetchall()
 
 
@@ -112,9 +116,11 @@ async def graph_take_signal(conn: AsyncConnection, run_id: str, token: uuid.UUID
 
 async def graph_record_item(conn: AsyncConnection, run_id: str, token: uuid.UUID, node: str,
                             item: int, outcome: str, output: bytes | None = None,
-                            error: str | None = None, exit_code: int | None = None) -> str:
-    return await _one(conn, "SELECT cryo.graph_record_item(%s, %s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, node, item, outcome, output, error, exit_code))
+                            error: str | None = None, exit_code: int | None = None,
+                            output_clear: Any = None) -> str:
+    return await _one(conn, "SELECT cryo.graph_record_item(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, node, item, outcome, output, error, exit_code,
+                       Jsonb(output_clear) if output_clear is not None else None))
 
 
 async def graph_start_job(conn: AsyncConnection, run_id: str, token: uuid.UUID, node: str,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
@@ -107,9 +108,12 @@ async def set_output(conn: AsyncConnection, run_id: str, token: uuid.UUID, key: 
     await conn.execute("SELECT cryo.set_output(%s, %s, %s, %s)", (run_id, token, key, value))
 
 
-async def read_outputs(conn: AsyncConnection, run_id: str) -> list[tuple[str, bytes]]:
-    cur = await conn.execute("SELECT key, value FROM cryo.read_outputs(%s)", (run_id,))
-    return [(k, v) for k, v in await cur.fetchall()]
+async def read_outputs(conn: AsyncConnection,
+                       run_id: str) -> list[tuple[str, bytes | None, Any]]:
+    """(key, sealed value, clear value): one of the two is set."""
+    cur = await conn.execute("SELECT key, value, value_clear FROM cryo.read_outputs(%s)",
+                             (run_id,))
+    return [(k, v, c) for k, v, c in await cur.fetchall()]
 
 
 async def acquire_lease(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,

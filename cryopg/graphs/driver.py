@@ -9,6 +9,7 @@ back and the run is pending again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import sys
@@ -23,6 +24,7 @@ from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
 from cryopg.graphs import starts as graph_nodes
+from cryopg.graphs.nodes import state as state_node
 from cryopg.server.render import open_document, run_input
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
@@ -56,10 +58,11 @@ def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
         rows = [r for r in rows if r.node_id in wanted]
     for r in rows:
         n = nodes.setdefault(r.node_id, {"status": r.node_status, "output": None})
-        if r.item is not None and r.output is not None and r.item_status in ("succeeded", "seeded"):
-            items.setdefault(r.node_id, {})[r.item] = open_json(r.output)
-        if r.items is None and r.item is None and r.output is not None:
-            n["output"] = open_json(r.output)
+        has = r.output is not None or r.output_clear is not None
+        if r.item is not None and has and r.item_status in ("succeeded", "seeded"):
+            items.setdefault(r.node_id, {})[r.item] = _output(r, open_json)
+        if r.items is None and r.item is None and has:
+            n["output"] = _output(r, open_json)
     for r in rows:
         if r.item is None:
             continue
@@ -71,11 +74,20 @@ def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
     return {"input": input_value, "nodes": nodes, "run": {"id": run_id}}
 
 
+def _output(r: NodeRow, open_json: Any) -> Any:
+    """A row's output: sealed, or (holding no user data) in the clear."""
+    return open_json(r.output) if r.output is not None else r.output_clear
+
+
 async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     """One turn on one driven run; returns how it settled ('parked-timed' when it parked
     with a deadline this turn set)."""
     sealer = await app[KEYS].sealer(g.org)
-    configs, wanted, after = _pinned(sealer, g)
+    pin = _pinned(sealer, g)
+    configs, wanted, after = pin.configs, pin.wanted, pin.after
+    # The constant state calls go to SQL once (graph_plan runs those nodes itself); a
+    # turn that rolls back after sending them only leaves those nodes to this path.
+    calls = pin.calls if pin.calls and not pin.sent else None
     input_value = run_input(sealer, g.input, g.input_clear)
     opened: dict[bytes, Any] = {}  # a turn opens each sealed output once
 
@@ -101,12 +113,23 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     # the nodes after it; SQL asks for any other it needs (action 'config').
     need = _and_after(moved, after)
     for _ in range(MAX_ROUNDS):
+        if pin.sent:  # SQL runs the constant nodes: no config of theirs is needed
+            need -= pin.calls.keys()
         plan = await engine.graph_plan(conn, g.run_id, g.claim_token,
-                                       {n: configs.get(n, {}) for n in need}, scope)
+                                       {n: configs.get(n, {}) for n in need}, scope, calls)
+        if calls is not None:
+            pin.sent, calls = True, None
+        settled_here = next((p for p in plan if p.action == "settled"), None)
+        if settled_here is not None:  # its answer held no user data: SQL settled it
+            return str(settled_here.type)
+        if any(p.action == "yield" for p in plan):  # SQL ran its share: commit, go on
+            await engine.graph_yield(conn, g.run_id, g.claim_token)
+            return "yielded"
         asked = {p.node_id for p in plan if p.action == "config"}
         finish = next((p for p in plan if p.action == "finish"), None)
         started = [p for p in plan if p.action == "start"]
-        touched = {p.node_id for p in plan if p.action == "skip"}
+        # What was skipped, and the constant state nodes SQL ran and recorded.
+        touched = {p.node_id for p in plan if p.action in ("skip", "done")}
         for p in started:
             if await graph_nodes.start(turn, p):
                 touched.add(p.node_id)
@@ -142,16 +165,27 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     return f"{settled}-timed" if turn.timed else settled
 
 
-# A run's document is pinned: its opened configs, and the nodes its expressions read, are
-# kept for its next turns instead of being opened and walked again each time (the cost of
-# both grows with the graph). Keyed by run id; a few hundred runs' worth.
-_PINNED: OrderedDict[str, tuple[dict[str, Any], set[str] | None, dict[str, list[str]]]] = (
-    OrderedDict())
+@dataclasses.dataclass
+class Pinned:
+    """What a run's turns keep of its document: its opened configs, the nodes its
+    expressions read, who depends on whom, and its constant state calls (with whether
+    they were handed to SQL)."""
+
+    configs: dict[str, Any]
+    wanted: set[str] | None
+    after: dict[str, list[str]]
+    calls: dict[str, Any]
+    sent: bool = False
+
+
+# A run's document is pinned: kept for its next turns instead of being opened and walked
+# again each time (the cost of both grows with the graph). Keyed by run id; a few
+# hundred runs' worth.
+_PINNED: OrderedDict[str, Pinned] = OrderedDict()
 PINNED_RUNS = 256
 
 
-def _pinned(sealer: Any, g: Driven) -> tuple[dict[str, Any], set[str] | None,
-                                              dict[str, list[str]]]:
+def _pinned(sealer: Any, g: Driven) -> Pinned:
     got = _PINNED.get(g.run_id)
     if got is None:
         configs = json.loads(open_document(sealer, g.source)).get("configs", {})
@@ -159,7 +193,14 @@ def _pinned(sealer: Any, g: Driven) -> tuple[dict[str, Any], set[str] | None,
         for n in g.graph.get("nodes", []):
             for d in n.get("deps", []):
                 after.setdefault(d, []).append(n["id"])
-        got = _PINNED[g.run_id] = (configs, referenced(g.graph, configs), after)
+        wanted = referenced(g.graph, configs)
+        calls = {}
+        for n in g.graph.get("nodes", []):
+            if n.get("type") == "state" and "fan_out" not in n:
+                call = state_node.constant_call(configs.get(n["id"], {}), sealer)
+                if call is not None:
+                    calls[n["id"]] = {**call, "read": wanted is None or n["id"] in wanted}
+        got = _PINNED[g.run_id] = Pinned(configs, wanted, after, calls)
         while len(_PINNED) > PINNED_RUNS:
             _PINNED.popitem(last=False)
     else:
@@ -257,7 +298,8 @@ class Idle:
     async def wait(self, app: web.Application) -> None:
         async with self.watch:
             self._kick = kick = asyncio.Event()
-            waits = {asyncio.ensure_future(app[NOTIFIER].work_event().wait()),
+            # Graph runs notify on their own channel: agents' work does not wake this.
+            waits = {asyncio.ensure_future(app[NOTIFIER].graph_event().wait()),
                      asyncio.ensure_future(kick.wait())}
             try:
                 await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)

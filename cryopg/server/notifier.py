@@ -23,6 +23,7 @@ class Notifier:
         # a later cryo_work wakes anyone); with None after a reconnect: notes were missed.
         self._hooks = dict(hooks or {})
         self._work = asyncio.Event()
+        self._graph = asyncio.Event()
         self._runs: dict[str, asyncio.Event] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -31,6 +32,10 @@ class Notifier:
     def work_event(self) -> asyncio.Event:
         """The event the next `cryo_work` notify sets."""
         return self._work
+
+    def graph_event(self) -> asyncio.Event:
+        """The event the next `cryo_graph` notify sets: a graph run needs a driver."""
+        return self._graph
 
     def run_event(self, run_id: str) -> asyncio.Event:
         """The event the next `cryo_run` notify for this run sets."""
@@ -41,6 +46,10 @@ class Notifier:
 
     def _wake_work(self) -> None:
         ev, self._work = self._work, asyncio.Event()
+        ev.set()
+
+    def _wake_graph(self) -> None:
+        ev, self._graph = self._graph, asyncio.Event()
         ev.set()
 
     def _wake_run(self, run_id: str) -> None:
@@ -56,6 +65,7 @@ class Notifier:
         for hook in self._hooks.values():
             hook(None)
         self._wake_work()
+        self._wake_graph()
         runs, self._runs = self._runs, {}
         for ev in runs.values():
             ev.set()
@@ -88,6 +98,7 @@ class Notifier:
                         self._dsn, autocommit=True) as conn:
                     await conn.execute("LISTEN cryo_work")
                     await conn.execute("LISTEN cryo_run")
+                    await conn.execute("LISTEN cryo_graph")
                     for channel in self._hooks:
                         await conn.execute(f"LISTEN {channel}")
                     self.connected.set()
@@ -96,6 +107,8 @@ class Notifier:
                     async for note in conn.notifies():
                         if note.channel == "cryo_work":
                             self._wake_work()
+                        elif note.channel == "cryo_graph":
+                            self._wake_graph()
                         elif note.channel in self._hooks:
                             self._hooks[note.channel](note.payload)
                         else:

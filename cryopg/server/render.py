@@ -65,8 +65,10 @@ async def child_output(conn: AsyncConnection, sealer: Sealer, run_id: str) -> st
 
 
 async def run_outputs(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict[str, Any]:
-    return {key: sealer.open_json(value).get("answer")
-            for key, value in await engine.read_outputs(conn, run_id)}
+    # An output holding no user data (a graph's default output of clear node outputs)
+    # is kept in the clear, as {"answer": v} too.
+    return {key: answer(sealer, value, (clear or {}).get("answer"))
+            for key, value, clear in await engine.read_outputs(conn, run_id)}
 
 
 def open_document(sealer: Sealer, source: bytes) -> str:

@@ -272,17 +272,21 @@ COMMENT ON FUNCTION cryo.call_path(text, text, integer, text) IS
     'Returns the journal path of a durable call (family/name/ordinal, name escaped), checking p_path against it when given. Raises CR004 for a missing family or name or a negative ordinal, CR009 when p_path disagrees.';
 
 -- Appends one history event. Identity columns stay in the clear; payload is sealed.
+-- PL/pgSQL, not SQL: its INSERT is planned once a session, where a SQL function's is
+-- planned again on every call (a graph turn writes two events a node).
 CREATE OR REPLACE FUNCTION cryo._history(
     p_run_id text, p_org text, p_project text, p_kind text,
     p_family text DEFAULT NULL, p_name text DEFAULT NULL, p_ordinal integer DEFAULT NULL,
     p_attempt integer DEFAULT NULL, p_payload bytea DEFAULT NULL)
 RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                               key_ordinal, attempt, payload, created_at)
     VALUES (p_run_id, p_org, p_project, p_kind,
             CASE WHEN p_family IS NULL THEN NULL ELSE 'run' END,
-            p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now())
+            p_family, p_name, p_ordinal, p_attempt, p_payload, cryo.now());
+END
 $$;
 
 -- Tells followers of a run (log tails, `--follow`) that it changed. A NOTIFY holds a

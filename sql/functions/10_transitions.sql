@@ -119,7 +119,8 @@ BEGIN
                 THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
            cryo.now()
       FROM cryo.runs r WHERE r.id = p_run_id;
-    PERFORM pg_notify('cryo_work', '');
+    -- Graph runs have their own channel: only the servers' graph drivers take them.
+    PERFORM pg_notify(CASE WHEN p_required_caps = '{graph}' THEN 'cryo_graph' ELSE 'cryo_work' END, '');
 END
 $$;
 
@@ -254,13 +255,20 @@ END
 $$;
 
 -- The tail of every transition that makes runs claimable again in bulk (_release,
--- _wake): agents hear there is work, and watchers of those runs hear they moved.
-CREATE OR REPLACE FUNCTION cryo._notify_requeued(p_n integer, p_watched text[])
+-- _wake): agents hear there is work (graph drivers, on their own channel, when p_graphs
+-- of the p_n runs are graph runs), and watchers of those runs hear they moved.
+CREATE OR REPLACE FUNCTION cryo._notify_requeued(p_n integer, p_watched text[],
+                                                 p_graphs integer DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_n > 0 THEN
+    IF p_n > coalesce(p_graphs, 0) THEN
         PERFORM pg_notify('cryo_work', '');
+    END IF;
+    IF p_graphs > 0 THEN
+        PERFORM pg_notify('cryo_graph', '');
+    END IF;
+    IF p_n > 0 THEN
         PERFORM pg_notify('cryo_run', w) FROM unnest(p_watched) w;
     END IF;
 END
@@ -347,6 +355,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
     v_watched text[];
+    v_graphs integer;
 BEGIN
     WITH due AS (
         SELECT q.run_id, q.park_path FROM cryo.queue q
@@ -364,11 +373,11 @@ BEGIN
            SET state = 'pending', wake_at = NULL, park_reason = NULL, park_path = NULL,
                park_name = NULL, parked_at = NULL, enqueued_at = cryo.now()
           FROM due WHERE q.run_id = due.run_id
-        RETURNING q.run_id
+        RETURNING q.run_id, q.required_caps = '{graph}' AS graph
     ), runs_back AS (
         UPDATE cryo.runs r SET status = 'pending', substate = NULL, updated_at = cryo.now()
           FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project, r.watched
+        RETURNING r.id, r.org, r.project, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                                   key_ordinal, created_at)
@@ -377,8 +386,9 @@ BEGIN
                memo.key_name, memo.key_ordinal, cryo.now()
           FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
     )
-    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    PERFORM cryo._notify_requeued(v_n, v_watched);
+    SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)
+      INTO v_n, v_watched, v_graphs FROM runs_back;
+    PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
 $$;

@@ -220,7 +220,7 @@ RETURNS TABLE (node_id text, type text, node_status text, items integer, item in
                item_status text, attempt integer, output bytea, error text,
                job_run_id text, job_status text, job_finished boolean, job_exit_code integer,
                job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint,
-               event_id bigint, started_at timestamptz)
+               event_id bigint, started_at timestamptz, output_clear jsonb)
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
 SET plan_cache_mode = force_generic_plan AS $$
@@ -257,7 +257,8 @@ BEGIN
                  WHERE i.wait_kind = 'event' AND i.status = 'waiting' AND e.org = n.org
                    AND e.project = n.project AND e.name = i.wait_name
                    AND e.created_at >= i.started_at ORDER BY e.id LIMIT 1),
-               i.started_at
+               i.started_at,
+               coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
           FROM picked n
           LEFT JOIN LATERAL (
               SELECT x.* FROM cryo.node_instances x
@@ -269,7 +270,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_state(text, uuid, text[]) IS
-    'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output, the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
+    'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output (or output_clear, for one holding no user data), the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
 
 -- The signal a waiting instance takes: marked consumed, returned for the driver to open.
 CREATE OR REPLACE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint,
@@ -288,12 +289,119 @@ $$;
 COMMENT ON FUNCTION cryo.graph_take_signal(text, uuid, bigint, text, integer) IS
     'Consumes a queued signal for a waiting node instance of the driven graph run; returns its payload (sealed, or clear from SQL), no row when it was taken already. Raises CR002 for a stale token.';
 
+-- The constant state calls of a run, handed over by the driver once (it holds the key
+-- that seals their values): {node: {op, key, entity, expected, read, value: hex}}. From
+-- then on graph_plan runs those nodes itself. `read` says an expression reads the node,
+-- so its output goes into the plan's scope.
+CREATE OR REPLACE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb)
+RETURNS void
+LANGUAGE sql AS $$
+    UPDATE cryo.node_states n
+       SET state_call = c.call - 'value',
+           state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
+      FROM jsonb_each(p_calls) AS c(node_id, call)
+     WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
+       AND n.status = 'pending'
+$$;
+
+-- Runs one instance of a constant state node through the same functions a script's
+-- state verbs use (one home for each rule: versions, history, memos, races), and
+-- returns its output, which holds no user data: set {version}, delete {deleted}, add
+-- {claimed}, cas {swapped}. The memo name is the one the driver's Python path uses.
+CREATE OR REPLACE FUNCTION cryo._graph_state_call(p_q cryo.queue, p_node cryo.node_states,
+                                                  p_item integer, p_attempt integer)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_call jsonb := p_node.state_call;
+    v_entity text := v_call ->> 'entity';
+    v_key text := v_call ->> 'key';
+    v_name text := 'node:' || p_node.node_id || '#' || p_item || '#' || p_attempt;
+BEGIN
+    CASE v_call ->> 'op'
+    WHEN 'set' THEN
+        RETURN jsonb_build_object('version', cryo.state_set(p_q.run_id, p_q.claim_token, v_entity,
+                                                            v_key, p_node.state_value));
+    WHEN 'delete' THEN
+        RETURN jsonb_build_object('deleted', cryo.state_delete(p_q.run_id, p_q.claim_token,
+                                                               v_entity, v_key));
+    WHEN 'add' THEN
+        RETURN (SELECT jsonb_build_object('claimed', a.claimed)
+                  FROM cryo.state_add(p_q.run_id, p_q.claim_token, v_entity, v_key,
+                                      p_node.state_value, NULL, v_name, 0) a);
+    WHEN 'cas' THEN
+        RETURN (SELECT jsonb_build_object('swapped', a.swapped)
+                  FROM cryo.state_cas(p_q.run_id, p_q.claim_token, v_entity, v_key,
+                                      p_node.state_value, (v_call ->> 'expected')::bigint,
+                                      NULL, v_name, 0) a);
+    ELSE
+        RAISE EXCEPTION 'a state node the database runs is set, delete, add or cas, not %',
+            v_call ->> 'op' USING ERRCODE = 'CR004';
+    END CASE;
+END
+$$;
+
+-- A ready constant state node with no concurrency group, run and ended in one step: the
+-- state call, then the instance, the node and its two history events written once each,
+-- as the general path (running, an instance started, graph_record_item) would leave them.
+-- Returns its output; NULL when the call failed (undone), and the node then takes the
+-- general path, whose record gives it its retries and its one-line reason.
+CREATE OR REPLACE FUNCTION cryo._graph_state_now(p_q cryo.queue, p_node cryo.node_states)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_out jsonb;
+BEGIN
+    BEGIN
+        v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+            RAISE;
+        END IF;
+        RETURN NULL;
+    END;
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
+                                     started_at, finished_at)
+    VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
+            cryo.now(), cryo.now());
+    UPDATE cryo.node_states n
+       SET status = 'succeeded', started_at = cryo.now(), finished_at = cryo.now(),
+           output_clear = v_out
+     WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
+    PERFORM cryo._graph_node_ended(p_q.run_id, p_node.node_id);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
+                          p_node.node_id, 0);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
+                          p_node.node_id, 0, 1);
+    RETURN v_out;
+END
+$$;
+
+-- The run's default output (no output expression): the outputs of the nodes nothing
+-- depends on, by node id. NULL (SQL) when one of them is sealed or a fan-out: then the
+-- driver, which holds the key, builds it.
+CREATE OR REPLACE FUNCTION cryo._graph_default_output(p_run_id text)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN bool_or(n.items IS NOT NULL
+                             OR (n.status IN ('succeeded', 'seeded') AND n.output IS NOT NULL))
+                THEN NULL
+                ELSE coalesce(jsonb_object_agg(n.node_id,
+                         CASE WHEN n.status IN ('succeeded', 'seeded')
+                              THEN coalesce(n.output_clear, 'null') ELSE 'null' END),
+                     '{}') END
+      FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0
+$$;
+
 -- The interpreter's step: with the scope the driver built (input, nodes.<id>.output and
 -- .status, run.id) and the node configs it unsealed, decides every node that can be
--- decided now -- skipped, or started -- and returns what to start, with its config
--- rendered. When every node has ended it returns one row with action 'finish'.
+-- decided now -- skipped, started, or (a constant state node) run here and then -- and
+-- returns what to start, with its config rendered. Runs what it can in a loop: a chain of
+-- constant state nodes ends in one call. When every node has ended it settles the run
+-- itself if its output holds no user data, else returns one row with action 'finish'.
 CREATE OR REPLACE FUNCTION cryo.graph_plan(
-    p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb)
+    p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb DEFAULT NULL)
 RETURNS TABLE (action text, node_id text, type text, item integer, attempt integer,
                config jsonb, item_value jsonb, idempotency_key text, output jsonb)
 LANGUAGE plpgsql
@@ -306,55 +414,124 @@ DECLARE
     v_skipped text;
     v_failing boolean;
     v_done boolean;
+    v_again boolean;
+    v_ran integer := 0;
+    -- The database nodes one call runs before the turn yields and commits.
+    v_share constant integer := 500;
+    v_out jsonb;
+    v_err text;
+    v_run cryo.runs;
+    v_answer jsonb;
 BEGIN
-    -- A failed node (after its retries, without continue_on_error) fails the run: from
-    -- then on only always nodes and the failure branch start.
-    v_failing := cryo._graph_failing(p_run_id);
-    -- What was skipped is said too, so the driver's scope follows without a re-read.
-    FOR v_skipped IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing) LOOP
-        action := 'skip';
-        node_id := v_skipped;
-        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
-        idempotency_key := NULL; output := NULL;
-        RETURN NEXT;
-    END LOOP;
-    -- Start what can start: new instances of running nodes (up to max_parallel), and
-    -- instances whose retry backoff has passed or whose concurrency group came free.
-    FOR v_node IN SELECT * FROM cryo.node_states n
-                   WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
-                   ORDER BY n.ord LOOP
+    IF p_calls IS NOT NULL THEN
+        PERFORM cryo._graph_set_calls(p_run_id, p_calls);
+    END IF;
+    LOOP
+        v_again := false;
+        -- A failed node (after its retries, without continue_on_error) fails the run: from
+        -- then on only always nodes and the failure branch start.
         v_failing := cryo._graph_failing(p_run_id);
-        CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
-        -- The driver sends only the configs of the nodes it expects to start (sending all
-        -- of them made every call cost the graph's size). A node with instances to start
-        -- and no config sent is asked for, and starts in the driver's next round.
-        IF NOT p_configs ? v_node.node_id AND (
-               EXISTS (SELECT 1 FROM cryo.node_instances i
-                        WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
-                          AND (i.status = 'ready' OR (i.status = 'retrying' AND i.due_at <= cryo.now())))
-               OR coalesce((SELECT i.item + 1 FROM cryo.node_instances i
-                             WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
-                             ORDER BY i.item DESC LIMIT 1), 0) < coalesce(v_node.items, 1)) THEN
-            action := 'config';
-            node_id := v_node.node_id;
-            type := v_node.type; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
-            idempotency_key := NULL; output := NULL;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
-            action := 'start';
-            node_id := v_node.node_id;
-            type := v_node.type;
-            item := v_start.item;
-            attempt := v_start.attempt;
-            config := v_start.config;
-            item_value := v_start.item_value;
-            idempotency_key := v_start.idempotency_key;
-            output := NULL;
+        -- What was skipped is said too, so the driver's scope follows without a re-read;
+        -- and the constant state nodes the schedule ran at once ('done').
+        FOR v_start IN SELECT * FROM cryo._graph_schedule(v_q, p_scope, v_failing, v_share - v_ran) LOOP
+            action := v_start.action;
+            node_id := v_start.node_id;
+            type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+            idempotency_key := NULL; output := v_start.output;
+            IF v_start.action = 'done' THEN
+                type := 'state'; item := 0; attempt := 1;
+                v_again := true;
+                v_ran := v_ran + 1;
+                IF v_start.is_read THEN
+                    p_scope := jsonb_set(p_scope, ARRAY['nodes', v_start.node_id],
+                        jsonb_build_object('status', 'succeeded', 'output', v_start.output));
+                END IF;
+            END IF;
             RETURN NEXT;
         END LOOP;
+        -- Start what can start: new instances of running nodes (up to max_parallel), and
+        -- instances whose retry backoff has passed or whose concurrency group came free.
+        FOR v_node IN SELECT * FROM cryo.node_states n
+                       WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                       ORDER BY n.ord LOOP
+            v_failing := cryo._graph_failing(p_run_id);
+            CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+            IF v_node.state_call IS NOT NULL THEN
+                -- A constant state node: run here, recorded at once (a failure the
+                -- database raises fails the node with its one-line reason, as on the
+                -- driver's path; its retry, if any, is the record's to schedule).
+                FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, '{}', p_scope) LOOP
+                    v_out := NULL;
+                    v_err := NULL;
+                    BEGIN
+                        v_out := cryo._graph_state_call(v_q, v_node, v_start.item, v_start.attempt);
+                    EXCEPTION WHEN OTHERS THEN
+                        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+                            RAISE;
+                        END IF;
+                        v_err := split_part(SQLERRM, E'\n', 1);
+                    END;
+                    PERFORM cryo.graph_record_item(p_run_id, p_token, v_node.node_id, v_start.item,
+                                                   CASE WHEN v_err IS NULL THEN 'succeeded' ELSE 'failed' END,
+                                                   NULL, v_err, NULL, v_out);
+                    IF coalesce((v_node.state_call ->> 'read')::boolean, false) THEN
+                        p_scope := jsonb_set(p_scope, ARRAY['nodes', v_node.node_id], jsonb_build_object(
+                            'status', (SELECT n.status FROM cryo.node_states n
+                                        WHERE n.run_id = p_run_id AND n.node_id = v_node.node_id),
+                            'output', v_out));
+                    END IF;
+                    v_again := true;
+                    v_ran := v_ran + 1;
+                    action := 'done';
+                    node_id := v_node.node_id;
+                    type := v_node.type; item := v_start.item; attempt := v_start.attempt;
+                    config := NULL; item_value := NULL; idempotency_key := NULL; output := v_out;
+                    RETURN NEXT;
+                END LOOP;
+                CONTINUE;
+            END IF;
+            -- The driver sends only the configs of the nodes it expects to start (sending all
+            -- of them made every call cost the graph's size). A node with instances to start
+            -- and no config sent is asked for, and starts in the driver's next round.
+            IF NOT p_configs ? v_node.node_id AND (
+                   EXISTS (SELECT 1 FROM cryo.node_instances i
+                            WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
+                              AND (i.status = 'ready' OR (i.status = 'retrying' AND i.due_at <= cryo.now())))
+                   OR coalesce((SELECT i.item + 1 FROM cryo.node_instances i
+                                 WHERE i.run_id = p_run_id AND i.node_id = v_node.node_id
+                                 ORDER BY i.item DESC LIMIT 1), 0) < coalesce(v_node.items, 1)) THEN
+                action := 'config';
+                node_id := v_node.node_id;
+                type := v_node.type; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+                idempotency_key := NULL; output := NULL;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
+                action := 'start';
+                node_id := v_node.node_id;
+                type := v_node.type;
+                item := v_start.item;
+                attempt := v_start.attempt;
+                config := v_start.config;
+                item_value := v_start.item_value;
+                idempotency_key := v_start.idempotency_key;
+                output := NULL;
+                RETURN NEXT;
+            END LOOP;
+        END LOOP;
+        -- What ran here may have readied more. After a bounded share the turn yields and
+        -- commits: in one transaction every node's earlier row versions stay in the
+        -- indexes each read walks, so a longer turn would cost more a node.
+        EXIT WHEN NOT v_again OR v_ran >= v_share;
     END LOOP;
+    IF v_again THEN
+        action := 'yield';
+        node_id := NULL; type := NULL; item := NULL; attempt := NULL; config := NULL;
+        item_value := NULL; idempotency_key := NULL; output := NULL;
+        RETURN NEXT;
+        RETURN;
+    END IF;
 
     v_failing := cryo._graph_failing(p_run_id);
     IF v_failing THEN
@@ -376,21 +553,38 @@ BEGIN
         END IF;
     END IF;
     IF v_done THEN
-        action := 'finish';
         node_id := (SELECT n.node_id FROM cryo.node_states n
                      WHERE n.run_id = p_run_id AND n.status = 'failed' AND NOT n.tolerated
                      ORDER BY n.finished_at LIMIT 1);
+        SELECT * INTO v_run FROM cryo.runs r WHERE r.id = p_run_id;
+        -- An answer holding no user data is settled here: a failed run's (null), or the
+        -- default output made of clear outputs. Not for a script's graph call, whose memo
+        -- carries the sealed form.
+        IF node_id IS NOT NULL OR NOT v_run.graph ? 'output' THEN
+            v_answer := CASE WHEN node_id IS NOT NULL THEN 'null'::jsonb
+                             ELSE cryo._graph_default_output(p_run_id) END;
+            IF v_answer IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM cryo.runs p WHERE p.id = v_run.parent_run_id AND p.kind = 'script') THEN
+                action := 'settled';
+                type := cryo.graph_settle(p_run_id, p_token, true, NULL,
+                                          jsonb_build_object('answer', v_answer));
+                item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+                idempotency_key := NULL; output := NULL;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END IF;
+        action := 'finish';
         type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
-        output := (SELECT CASE WHEN node_id IS NULL AND r.graph ? 'output'
-                               THEN cryo._eval(r.graph -> 'output', p_scope) END
-                     FROM cryo.runs r WHERE r.id = p_run_id);
+        output := CASE WHEN node_id IS NULL AND v_run.graph ? 'output'
+                       THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
         RETURN NEXT;
     END IF;
 END
 $$;
-COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb) IS
-    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped) or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed), and returns (action ''skip'', node) per node skipped, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start; a last row with action ''finish'' when every node ended or one failed (node_id names the failed one; output is the graph''s output expression when it succeeded). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb, jsonb) IS
+    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; output is the graph''s output expression when it succeeded). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 -- Whether a node of the run has failed for good (the run is failing); a node that failed
 -- with continue_on_error does not count.
@@ -416,20 +610,27 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_next text[] := (SELECT e.dependents FROM cryo.node_states e
                        WHERE e.run_id = p_run_id AND e.node_id = p_node);
+    v_id text;
 BEGIN
-    IF cardinality(v_next) > 0 THEN  -- by key: (run, node) = any of a few, not a join
+    -- One row by its whole primary key at a time: `node_id = ANY (...)` let a generic
+    -- plan read every node of the run and filter.
+    FOREACH v_id IN ARRAY coalesce(v_next, '{}') LOOP
         UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-         WHERE n.run_id = p_run_id AND n.node_id = ANY (v_next);
-    END IF;
+         WHERE n.run_id = p_run_id AND n.node_id = v_id;
+    END LOOP;
 END
 $$;
 
 -- Decides the ready nodes (pending, every predecessor ended): skipped when their
 -- predecessors were all skipped or their `if` is false, else running (with their fan-out
--- size). Skips cascade within one call. Reads only ready nodes and their predecessors.
--- Returns the nodes it skipped.
-CREATE OR REPLACE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean)
-RETURNS SETOF text
+-- size) -- or, a constant state node with no concurrency group, run and ended at once
+-- (cryo._graph_state_now). Skips cascade within one call. Reads only ready nodes and
+-- their predecessors. Returns the nodes it skipped ('skip') and ran ('done', with the
+-- output, and is_read: whether an expression reads it); it stops once it has run
+-- p_budget nodes (the rest are decided by the next call).
+CREATE OR REPLACE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean,
+                                                p_budget integer DEFAULT NULL)
+RETURNS TABLE (action text, node_id text, output jsonb, is_read boolean)
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
 SET plan_cache_mode = force_generic_plan AS $$
@@ -462,29 +663,36 @@ BEGIN
                 -- The run is failing: what is not an always node or the failure branch
                 -- will not run, and its skip lets those after it be decided.
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
             IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
-            SELECT array_agg(n.status) INTO v_dep_status FROM cryo.node_states n
-             WHERE n.run_id = v_run_id AND n.node_id = ANY (v_node.deps);
+            -- Each predecessor by its primary key (see _graph_node_ended).
+            v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
+                                           WHERE n.run_id = v_run_id AND n.node_id = d)
+                                    FROM unnest(v_node.deps) AS d);
             -- (A failed predecessor here failed with continue_on_error: it ended.)
             IF cardinality(v_node.deps) > 0 AND NOT v_handler
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
-            v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-                'id', v_node.node_id,
-                'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            IF v_node.def ? 'if' OR v_node.def ? 'fan_out' THEN  -- only these read it
+                v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+                    'id', v_node.node_id,
+                    'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+            END IF;
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
-                RETURN NEXT v_node.node_id;
+                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
                 v_changed := true;
                 CONTINUE;
             END IF;
@@ -503,6 +711,24 @@ BEGIN
                     CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
+            END IF;
+            IF v_node.state_call IS NOT NULL AND NOT v_node.def ? 'concurrency' THEN
+                output := cryo._graph_state_now(p_q, v_node);
+                IF output IS NOT NULL THEN
+                    action := 'done'; node_id := v_node.node_id;
+                    is_read := coalesce((v_node.state_call ->> 'read')::boolean, false);
+                    IF is_read THEN  -- a later `if` in this call reads it
+                        p_scope := jsonb_set(p_scope, ARRAY['nodes', v_node.node_id],
+                            jsonb_build_object('status', 'succeeded', 'output', output));
+                    END IF;
+                    RETURN NEXT;
+                    v_changed := true;
+                    p_budget := p_budget - 1;
+                    IF p_budget <= 0 THEN
+                        RETURN;
+                    END IF;
+                    CONTINUE;
+                END IF;
             END IF;
             UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
              WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
@@ -617,7 +843,8 @@ BEGIN
         v_active := v_active + 1;
         item := v_n;
         attempt := v_inst.attempt;
-        config := cryo._render(coalesce(p_configs -> v_node, '{}'::jsonb), v_scope);
+        config := CASE WHEN p_configs ? v_node THEN cryo._render(p_configs -> v_node, v_scope)
+                       ELSE '{}'::jsonb END;
         item_value := CASE WHEN v_fan THEN v_items -> v_n END;
         idempotency_key := v_scope #>> '{node,idempotency_key}';
         RETURN NEXT;
@@ -642,7 +869,8 @@ $$;
 -- instance's new status.
 CREATE OR REPLACE FUNCTION cryo.graph_record_item(
     p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text,
-    p_output bytea DEFAULT NULL, p_error text DEFAULT NULL, p_exit_code integer DEFAULT NULL)
+    p_output bytea DEFAULT NULL, p_error text DEFAULT NULL, p_exit_code integer DEFAULT NULL,
+    p_output_clear jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
@@ -682,10 +910,12 @@ BEGIN
         RETURN 'retrying';
     END IF;
     UPDATE cryo.node_instances i
-       SET status = p_outcome, output = p_output, error = p_error, finished_at = cryo.now(),
-           wait_kind = NULL
+       SET status = p_outcome, output = p_output, output_clear = p_output_clear, error = p_error,
+           finished_at = cryo.now(), wait_kind = NULL
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+    IF v_inst.lease_group IS NOT NULL THEN  -- only an instance with a group holds or waits
+        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+    END IF;
     SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
        FOR UPDATE;
     IF p_outcome = 'failed' THEN
@@ -698,6 +928,7 @@ BEGIN
         UPDATE cryo.node_states n
            SET status = v_status, error = p_error, finished_at = cryo.now(),
                output = CASE WHEN n.items IS NULL THEN p_output END,
+               output_clear = CASE WHEN n.items IS NULL THEN p_output_clear END,
                tolerated = v_status = 'failed'
                            AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
          WHERE n.run_id = p_run_id AND n.node_id = p_node;
@@ -715,8 +946,8 @@ BEGIN
     RETURN p_outcome;
 END
 $$;
-COMMENT ON FUNCTION cryo.graph_record_item(text, uuid, text, integer, text, bytea, text, integer) IS
-    'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
+COMMENT ON FUNCTION cryo.graph_record_item(text, uuid, text, integer, text, bytea, text, integer, jsonb) IS
+    'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
 -- An agent-bound instance becomes a child run; its end wakes the graph run.
 CREATE OR REPLACE FUNCTION cryo.graph_start_job(
@@ -773,7 +1004,8 @@ COMMENT ON FUNCTION cryo.graph_wait_item(text, uuid, text, integer, text, text, 
 -- the earliest timer or retry among its instances, or until a child, signal, event,
 -- approval or lease wakes it.
 CREATE OR REPLACE FUNCTION cryo.graph_settle(
-    p_run_id text, p_token uuid, p_finish boolean, p_output bytea DEFAULT NULL)
+    p_run_id text, p_token uuid, p_finish boolean, p_output bytea DEFAULT NULL,
+    p_output_clear jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -792,10 +1024,13 @@ BEGIN
             PERFORM cryo.cancel_run(v_child.job_run_id);
         END LOOP;
         PERFORM cryo._leave_lease_queues(p_run_id);
-        IF p_output IS NOT NULL THEN
-            INSERT INTO cryo.run_outputs (run_id, org, project, key, value, updated_at)
-            VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output, cryo.now())
-            ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
+        IF p_output IS NOT NULL OR p_output_clear IS NOT NULL THEN
+            INSERT INTO cryo.run_outputs (run_id, org, project, key, value, value_clear, updated_at)
+            VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output,
+                    CASE WHEN p_output IS NULL THEN p_output_clear END, cryo.now())
+            ON CONFLICT (run_id, key) DO UPDATE
+               SET value = excluded.value, value_clear = excluded.value_clear,
+                   updated_at = excluded.updated_at;
         END IF;
         IF v_failed.node_id IS NOT NULL THEN
             -- What was still running was cancelled above: its nodes say so.
@@ -830,8 +1065,8 @@ BEGIN
     RETURN 'parked';
 END
 $$;
-COMMENT ON FUNCTION cryo.graph_settle(text, uuid, boolean, bytea) IS
-    'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded, storing p_output as its output); otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_settle(text, uuid, boolean, bytea, jsonb) IS
+    'Ends a driver''s turn on a graph run: with p_finish, ends the run (failed when a node failed, with that node''s job''s exit code, cancelling its running children and their nodes; else succeeded), storing p_output (sealed) or p_output_clear (an answer holding no user data, as {"answer": v}) as its output; otherwise parks it until its earliest timer or retry, or until something it waits on wakes it. Returns ''succeeded'', ''failed'' or ''parked''. Raises CR002 for a stale token.';
 
 -- A turn that has done its share yields: the run parks and is pending again at once,
 -- behind the runs that were waiting, so a long chain of database-only nodes goes on in
@@ -1036,7 +1271,8 @@ BEGIN
         p_graph => v_old.graph) s;
     UPDATE cryo.node_states n
        SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
-           items = o.items, output = o.output, started_at = cryo.now(), finished_at = cryo.now()
+           items = o.items, output = o.output, output_clear = o.output_clear,
+           started_at = cryo.now(), finished_at = cryo.now()
       FROM cryo.node_states o
      WHERE n.run_id = v_new AND o.run_id = p_run_id AND o.node_id = n.node_id
        AND n.node_id = ANY (v_up);
@@ -1045,9 +1281,9 @@ BEGIN
                            AND m.node_id = ANY (n.deps) AND m.status IN ('pending', 'running', 'waiting'))
      WHERE n.run_id = v_new;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
-                                  started_at, finished_at)
+                                  output_clear, started_at, finished_at)
     SELECT v_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
-           cryo.now(), cryo.now()
+           i.output_clear, cryo.now(), cryo.now()
       FROM cryo.node_instances i
      WHERE i.run_id = p_run_id AND i.node_id = ANY (v_up) AND i.status IN ('succeeded', 'seeded');
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
@@ -1064,18 +1300,20 @@ COMMENT ON FUNCTION cryo.rerun_graph(text, text) IS
 CREATE OR REPLACE FUNCTION cryo.read_graph_nodes(p_run_id text)
 RETURNS TABLE (node_id text, type text, status text, items integer, item integer,
                item_status text, attempt integer, output bytea, error text, job_run_id text,
-               wait_kind text, started_at timestamptz, finished_at timestamptz)
+               wait_kind text, started_at timestamptz, finished_at timestamptz,
+               output_clear jsonb)
 LANGUAGE sql STABLE AS $$
     SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
            coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
-           i.job_run_id, i.wait_kind, n.started_at, n.finished_at
+           i.job_run_id, i.wait_kind, n.started_at, n.finished_at,
+           coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
       FROM cryo.node_states n
       LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
      WHERE n.run_id = p_run_id
      ORDER BY n.node_id, i.item
 $$;
 COMMENT ON FUNCTION cryo.read_graph_nodes(text) IS
-    'Returns every node of a graph run with each started instance: status, attempt, sealed output, error and the child run doing it. Raises nothing.';
+    'Returns every node of a graph run with each started instance: status, attempt, sealed output (or output_clear, for one holding no user data), error and the child run doing it. Raises nothing.';
 
 CREATE OR REPLACE VIEW cryo.graph_nodes WITH (security_barrier) AS
 SELECT n.run_id, n.org, n.project, n.node_id, n.type, n.status, n.items,

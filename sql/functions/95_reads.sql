@@ -243,11 +243,11 @@ COMMENT ON FUNCTION cryo.list_events(text, text, text, integer) IS
     'Returns a project''s newest bus events first (payloads sealed unless sent in the clear from SQL), each with its depth in a chain of handler runs, whether it is untrusted, and why no handler run started (refused), if so. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.read_outputs(p_run_id text)
-RETURNS TABLE (key text, value bytea)
+RETURNS TABLE (key text, value bytea, value_clear jsonb)
 LANGUAGE sql STABLE AS $$
-    SELECT o.key, o.value FROM cryo.run_outputs o WHERE o.run_id = p_run_id ORDER BY o.key
+    SELECT o.key, o.value, o.value_clear FROM cryo.run_outputs o WHERE o.run_id = p_run_id ORDER BY o.key
 $$;
-COMMENT ON FUNCTION cryo.read_outputs(text) IS 'Returns a run''s outputs (values sealed) by key. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_outputs(text) IS 'Returns a run''s outputs by key: sealed, or (value NULL) value_clear, an answer holding no user data as {"answer": v}. Raises nothing.';
 
 -- The log of a run's latest attempt: what collecting an activity prints.
 CREATE OR REPLACE FUNCTION cryo.read_last_attempt_log(p_run_id text)

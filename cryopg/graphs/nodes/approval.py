@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from cryopg.graphs.checks import GraphError, check_patterns, need
 from cryopg.graphs.nodes.base import NodeType, config_schema
+
+if TYPE_CHECKING:
+    from cryopg.engine import PlanRow
+    from cryopg.graphs.turn import Turn
 
 SCHEMA = config_schema(
     "Waits in the database until a Member answers; fields is the JSON Schema the answer "
@@ -27,4 +31,14 @@ def check(nid: str, c: dict[str, Any]) -> None:
     check_patterns(nid, fields)
 
 
-NODE = NodeType("approval", SCHEMA["description"], SCHEMA, check)
+async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
+    """The instance waits in the database for a Member's answer (cryo.approve_node)."""
+    from cryopg import engine
+
+    assert p.node_id is not None and p.item is not None
+    await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item,
+                                 "approval", None, None)
+    return False
+
+
+NODE = NodeType("approval", SCHEMA["description"], SCHEMA, check, start)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryopg.graphs import artifacts
 from cryopg.graphs.checks import GraphError
 from cryopg.graphs.nodes.base import NodeType, config_schema
+
+if TYPE_CHECKING:
+    from cryopg.engine import NodeRow, PlanRow
+    from cryopg.graphs.turn import Turn
 
 SCHEMA = config_schema(
     "A stored script (workflow) or an inline one (source and filename) as a child run "
@@ -26,4 +30,39 @@ def check(nid: str, c: dict[str, Any]) -> None:
     artifacts.check(nid, c)
 
 
-NODE = NodeType("script", SCHEMA["description"], SCHEMA, check)
+async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
+    """A child script run, of a stored workflow or of the inline source."""
+    from cryopg import engine
+    from cryopg.graphs.turn import start_job
+
+    workflow = None
+    if "workflow" in c:
+        filename, interpreter, sealed, kind, _ = await engine.get_workflow(
+            turn.conn, turn.org, turn.project, str(c["workflow"]))
+        if kind != "script":
+            raise ValueError(f"workflow {c['workflow']!r} is a graph; use a workflow node")
+        workflow = str(c["workflow"])
+        source = turn.sealer.open_text(sealed)
+    else:
+        filename, interpreter = str(c["filename"]), c.get("interpreter")
+        source = str(c["source"])
+    caps = None  # cryo._required_caps decides, in the submit itself
+    if artifacts.moves(c):  # a bash wrapper runs it, on an agent that can run it
+        caps = await engine.required_caps(turn.conn, filename, interpreter)
+        source = artifacts.wrap(c, turn.configs, turn.run_id,
+                                artifacts.script_command(filename, interpreter, source))
+        filename, interpreter = "node.sh", "bash"
+    await start_job(turn, p, filename=filename, interpreter=interpreter, source=source,
+                    caps=caps, job_input=c.get("input"), workflow=workflow)
+    return False
+
+
+async def result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
+    """The child's run outputs."""
+    from cryopg.graphs.turn import failure, outputs_of
+
+    ok = r.job_status == "succeeded"
+    return ok, await outputs_of(turn, r), None if ok else failure(r)
+
+
+NODE = NodeType("script", SCHEMA["description"], SCHEMA, check, start, result)

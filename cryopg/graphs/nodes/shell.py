@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import shlex
+from typing import TYPE_CHECKING, Any
 
 from cryopg.graphs import artifacts
 from cryopg.graphs.checks import GraphError, need, string_or_expr
 from cryopg.graphs.nodes.base import NodeType, config_schema, dyn
+
+if TYPE_CHECKING:
+    from cryopg.engine import NodeRow, PlanRow
+    from cryopg.graphs.turn import Turn
 
 SCHEMA = config_schema(
     "A bash -eu script on an agent with shell; output {stdout, text, exit_code}, a "
@@ -26,4 +31,31 @@ def check(nid: str, c: dict[str, Any]) -> None:
     artifacts.check(nid, c)
 
 
-NODE = NodeType("shell", SCHEMA["description"], SCHEMA, check)
+async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
+    """A child run of `bash` with the node's key (and env) exported."""
+    from cryopg.graphs.turn import start_job
+
+    env = c.get("env") or {}
+    lines = ["set -eu", f"export CRYO_IDEMPOTENCY_KEY={shlex.quote(p.idempotency_key or '')}"]
+    lines += [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()
+              if isinstance(k, str) and k.isidentifier()]
+    run = str(c["run"])
+    if artifacts.moves(c):
+        run = artifacts.wrap(c, turn.configs, turn.run_id, run)
+    await start_job(turn, p, filename="node.sh", interpreter="bash",
+                    source="\n".join(lines) + "\n" + run + "\n", caps=["shell"])
+    return False
+
+
+async def result(turn: Turn, r: NodeRow) -> tuple[bool, Any, str | None]:
+    """{stdout, text, exit_code}; text is stdout as `$(...)` gives it, without the
+    trailing newlines, for templates."""
+    from cryopg.graphs.turn import failure, stdout_of
+
+    ok = r.job_status == "succeeded"
+    stdout = await stdout_of(turn, r)
+    return ok, {"stdout": stdout, "text": stdout.rstrip("\n"),
+                "exit_code": r.job_exit_code}, None if ok else failure(r)
+
+
+NODE = NodeType("shell", SCHEMA["description"], SCHEMA, check, start, result)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryopg.graphs.checks import GraphError, seconds
 from cryopg.graphs.nodes.base import NodeType, config_schema
+
+if TYPE_CHECKING:
+    from cryopg.engine import PlanRow
+    from cryopg.graphs.turn import Turn
 
 DURATION = {"anyOf": [{"type": "number", "minimum": 0},
                       {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$"}]}
@@ -29,4 +33,22 @@ def check(nid: str, c: dict[str, Any]) -> None:
         seconds(c["timeout"], f"node {nid}: config.timeout")
 
 
-NODE = NodeType("wait", SCHEMA["description"], SCHEMA, check)
+async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
+    """The instance waits in the database; what answers it is collected in a later turn
+    (or this one, for a zero sleep)."""
+    from cryopg import engine
+
+    assert p.node_id is not None and p.item is not None
+    timeout = seconds(c["timeout"], "timeout") if "timeout" in c else None
+    turn.timed = True  # a sleep, or a wait that may time out
+    if "sleep" in c:
+        await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item,
+                                     "sleep", None, seconds(c["sleep"], "sleep"))
+        return False
+    kind = "signal" if "signal" in c else "event"
+    await engine.graph_wait_item(turn.conn, turn.run_id, turn.token, p.node_id, p.item, kind,
+                                 str(c[kind]), timeout)
+    return False
+
+
+NODE = NodeType("wait", SCHEMA["description"], SCHEMA, check, start)

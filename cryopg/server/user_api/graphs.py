@@ -85,8 +85,11 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
             if r.items is not None and r.item_status:  # a fan-out's items, counted by status
                 counts = n.setdefault("item_statuses", {})
                 counts[r.item_status] = counts.get(r.item_status, 0) + 1
-            if r.output is not None and r.item_status in ("succeeded", "seeded", "failed"):
-                outputs.setdefault(r.node_id, {})[r.item] = sealer.open_json(r.output)
+            if r.item_status in ("succeeded", "seeded", "failed"):
+                if r.output is not None:
+                    outputs.setdefault(r.node_id, {})[r.item] = sealer.open_json(r.output)
+                elif r.output_clear is not None:  # an output holding no user data
+                    outputs.setdefault(r.node_id, {})[r.item] = r.output_clear
             if r.job_run_id:
                 n.setdefault("runs", []).append(r.job_run_id)
             if r.wait_kind:

@@ -85,7 +85,8 @@ class ProjectFeed:
         live: list[str] = []
         while self.subscribers and not notifier.closing:
             # Events taken before the read, so a notify landing during it still wakes us.
-            events = [notifier.work_event()] + [notifier.run_event(r) for r in live]
+            events = [notifier.work_event(), notifier.graph_event()] + [
+                notifier.run_event(r) for r in live]
             newly_watched = False
             try:
                 async with connection(self.app[POOL]) as conn:
