@@ -12,7 +12,9 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
+import psycopg_pool.pool_async
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from cryopg.errors import CryoError, DatabaseUnavailable, from_sqlstate
 
@@ -45,6 +47,23 @@ def translated() -> Iterator[None]:
 # trip per checkout doubled the cost of the agent path's one-statement calls. One idle
 # longer is checked first, so a restart of the database is still noticed before use.
 CHECK_IDLE_SECONDS = 2.0
+
+
+class _CappedBackoff(AttemptWithBackoff):
+    """psycopg_pool doubles the wait between reconnect attempts without bound (1, 2, 4 …
+    64 s): after a minute's outage a server would find the database back up to a minute
+    late, with every agent and script waiting on it. Capped, it finds it within this."""
+
+    MAX_DELAY = 2.0
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.MAX_DELAY)
+
+
+# The pool looks the class up in its module when it starts a reconnect; there is no
+# option for the cap.
+psycopg_pool.pool_async.AttemptWithBackoff = _CappedBackoff  # type: ignore[misc]
 
 
 # Every engine call is a short OLTP statement, but a plan whose estimated cost passes
