@@ -228,27 +228,37 @@ def _default_output(graph: dict[str, Any], scope: dict[str, Any]) -> Any:
 
 
 async def drive_once(app: web.Application) -> int:
-    async with connection(app[POOL]) as conn, conn.transaction():
-        driven = await engine.drive_graphs(conn, DRIVER_ID, 1)
+    driven: list[Driven] = []
+    try:
+        async with connection(app[POOL]) as conn, conn.transaction():
+            driven = await engine.drive_graphs(conn, DRIVER_ID, 1)
+            for g in driven:
+                try:
+                    # A savepoint: a turn that fails undoes only itself, and the run is
+                    # parked with a backoff in the same transaction instead of being
+                    # handed out again at once, ahead of every other tenant's runs.
+                    async with conn.transaction():
+                        settled = await advance(app, conn, g)
+                except (DatabaseUnavailable, asyncio.CancelledError):
+                    raise  # an outage blames no run: the whole turn rolls back
+                except Exception as exc:  # noqa: BLE001 - any bug in one run stays in that run
+                    _PINNED.pop(g.run_id, None)  # see below
+                    why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                    print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)
+                    await engine.graph_defer(conn, g.run_id, g.claim_token, why)
+                    settled = "parked-timed"  # with its backoff
+                # A deadline this turn set may be the earliest now. (Not on every park: a
+                # shell chain parks once a node, and each look costs a transaction.)
+                if settled == "parked-timed" and TIMERS in app:
+                    app[TIMERS].rearm()
+    except BaseException:
+        # Rolled back: the constant state calls a turn handed SQL are gone with it, so
+        # the run's pin (which says they were sent) is dropped and the next turn sends
+        # them again. Kept, SQL would ask for those nodes' configs and never get them.
         for g in driven:
-            try:
-                # A savepoint: a turn that fails undoes only itself, and the run is parked
-                # with a backoff in the same transaction instead of being handed out again
-                # at once, ahead of every other tenant's runs.
-                async with conn.transaction():
-                    settled = await advance(app, conn, g)
-            except (DatabaseUnavailable, asyncio.CancelledError):
-                raise  # an outage blames no run: the whole turn rolls back
-            except Exception as exc:  # noqa: BLE001 - any bug in one run stays in that run
-                why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-                print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)
-                await engine.graph_defer(conn, g.run_id, g.claim_token, why)
-                settled = "parked-timed"  # with its backoff
-            # A deadline this turn set may be the earliest now. (Not on every park: a
-            # shell chain parks once a node, and each look costs a transaction.)
-            if settled == "parked-timed" and TIMERS in app:
-                app[TIMERS].rearm()
-        return len(driven)
+            _PINNED.pop(g.run_id, None)
+        raise
+    return len(driven)
 
 
 class Timers:

@@ -154,3 +154,31 @@ async def test_a_chain_longer_than_a_turns_share_yields_and_finishes(srv: Server
     kinds = [e["kind"] for e in run["history"]]
     assert kinds.count("node_completed") == 1100
     assert kinds.count("turn_yielded") == 2
+
+
+async def test_a_turn_rolled_back_after_handing_over_its_calls_hands_them_over_again(
+        srv: Server, monkeypatch: Any) -> None:
+    """The first turn hands SQL the constant calls, then fails (a bug in a node's start,
+    here a get on the driver's path): its savepoint undoes the calls with the rest. The
+    next turn must send them again, or SQL asks for those nodes' configs forever."""
+    from cryopg.graphs import driver
+
+    real = driver.graph_nodes.start
+    failed: list[str] = []
+
+    async def fails_once(turn: Any, p: Any) -> bool:
+        if not failed:
+            failed.append(p.node_id)
+            raise RuntimeError("a bug in a node's start")
+        return await real(turn, p)
+
+    monkeypatch.setattr(driver.graph_nodes, "start", fails_once)
+    doc = graph([{"id": "first", "type": "state", "config": {"op": "get", "key": "k"}},
+                 *({"id": f"n{i}", "type": "state",
+                    "config": {"op": "set", "key": f"k{i}", "value": i}} for i in range(3))],
+                [("first", "n0"), ("n0", "n1"), ("n1", "n2")])
+    run_id = await submit_graph(srv, doc)
+    run = await until(srv, run_id, ended, timeout=60)
+    assert failed == ["first"]
+    assert run["status"] == "succeeded", run
+    assert [nodes_of(run)[f"n{i}"]["output"] for i in range(3)] == [{"version": 1}] * 3
