@@ -9,13 +9,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from cryopg.seal import generate_master_key
-from cryopg.server.auth import new_secret, secret_hash
 from tests.conftest import _free_tcp_port, _healthy
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import token, wait_for
 
 CLI = [sys.executable, "-m", "cryopg.cli.entry"]
 
@@ -41,13 +39,7 @@ class Split:
     def token(self, kind: str) -> str:
         """What `cryopg token --kind KIND` does (its own tests run the CLI), in this process:
         two interpreter starts less for every deployment."""
-        secret = new_secret(kind)
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            if kind == "user":
-                conn.execute("SELECT cryo.ensure_member('dev', 'owner', 'owner')")
-            conn.execute("SELECT cryo.create_token(%s, 'dev', 'cli', %s, '{}', NULL, %s)",
-                         (kind, secret_hash(secret), "owner" if kind == "user" else None))
-        return secret
+        return token(self.dsn, kind, member="owner" if kind == "user" else None)
 
     def spawn(self, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{args[0]}-{len(self.procs)}.log", "wb")
