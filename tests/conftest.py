@@ -51,7 +51,10 @@ def _reap_stale_clusters() -> None:
 
 def _pick_base_and_port() -> tuple[Path, int]:
     base = Path("/tmp") / f"{_BASE_PREFIX}{os.getpid()}"
-    port = 55432
+    # pytest-xdist workers (gw0, gw1 ...) start together: each probes from its own range so
+    # two never settle on the same free port.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    port = 55432 + 20 * (int(worker) if worker.isdigit() else 0)
     while (base / "run" / f".s.PGSQL.{port}").exists():
         port += 1
     return base, port
@@ -69,7 +72,15 @@ def _stop_cluster() -> None:
         shutil.rmtree(_BASE, ignore_errors=True)
 
 
+def _xdist_controller(session: pytest.Session) -> bool:
+    # Under `pytest -n N` the controller runs no test: only its workers need a cluster.
+    return bool(getattr(session.config.option, "numprocesses", None)) and \
+        "PYTEST_XDIST_WORKER" not in os.environ
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if _xdist_controller(session):
+        return
     _reap_stale_clusters()
     _BASE.mkdir(exist_ok=True)
     _BASE.chmod(0o755)  # when root, the postgres OS user must enter it
@@ -81,6 +92,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _xdist_controller(session):
+        return
     atexit.unregister(_stop_cluster)
     _stop_cluster()
 
