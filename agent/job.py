@@ -69,6 +69,8 @@ class Job:
         self._exited = False  # the script's process has exited (its group is killed next)
         self._proc: PtyProcess | None = None
         self._last_output = b""  # what the finish request carries
+        # The files _run_in puts in the job's private directory (removed by name).
+        self._private_files: tuple[str, ...] = ()
         claim_seconds = float(grant.get("claim_seconds") or 30)
         self._logs = LogStreamer(
             api,
@@ -160,12 +162,12 @@ class Job:
                 self._proc.kill()
                 fd = self._proc.release_fd()
             # The PTY and the memory directory go here and now (some 50 us; a worker
-            # thread's wake-up and GIL hand-off cost a short job more than that). A
-            # scratch directory on disk waits on the file system's journal (shared with
-            # the database's flushes): a worker thread removes it while the next job
-            # starts.
-            _clean_up(fd, [private])
-            if scratch != private:
+            # thread's wake-up and GIL hand-off cost a short job more than that). So
+            # does a scratch directory the script left empty (one rmdir); one holding
+            # files waits on the disk's journal (shared with the database's flushes):
+            # a worker thread removes it while the next job starts.
+            _clean_up(fd, [private], self._private_files)
+            if scratch != private and not _remove_empty(scratch):
                 asyncio.get_running_loop().run_in_executor(None, _clean_up, None, [scratch])
             self._forget_secrets()
 
@@ -184,6 +186,7 @@ class Job:
         with _private_file(input_path, 0o600) as f:
             json.dump(g.get("input"), f)
         socket_path = os.path.join(private, "cryo.sock")
+        self._private_files = (filename, "input.json", "cryo.sock")
         env = sealed_env(
             os.environ,
             run_id=self.run_id,
@@ -336,11 +339,30 @@ def _private_file(path: str, mode: int) -> Any:
                      encoding="utf-8")
 
 
-def _clean_up(fd: int | None, dirs: list[str]) -> None:
+def _clean_up(fd: int | None, dirs: list[str], known: tuple[str, ...] = ()) -> None:
     if fd is not None:
         close_fd(fd)
     for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+        if not _remove_empty(d, known):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _remove_empty(path: str, known: tuple[str, ...] = ()) -> bool:
+    """Removes a directory that holds nothing but the `known` names (the files the
+    agent put in a job's private directory) with a few unlinks and one rmdir instead of
+    a tree walk. False when something else is in it: the caller walks it."""
+    for name in known:
+        try:
+            os.unlink(os.path.join(path, name))
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _memory_dir() -> str | None:
