@@ -146,10 +146,10 @@ class Job:
         # removing them on a disk shared with the database's WAL flushes is what a short
         # job's agent spent most of its time on. The script's working directory (a
         # deployed agent's fresh scratch directory) stays where TMPDIR says.
-        private = tempfile.mkdtemp(prefix=job_dir_prefix(), dir=_memory_dir())
+        private = _new_dir(_memory_dir() or tempfile.gettempdir())
         confined = self._sandbox is not None
         scratch = private if (self._local and not confined) or _memory_dir() is None else \
-            tempfile.mkdtemp(prefix=job_dir_prefix())
+            _new_dir(tempfile.gettempdir())
         try:
             await self._run_in(private, scratch)
         except Exception as e:  # a bug or a local failure must not take the agent down
@@ -301,6 +301,18 @@ def job_dir_prefix() -> str:
     """Names a job's directories after the agent's process, so a later agent can tell
     which ones a dead agent left behind (sweep_job_dirs)."""
     return f"cryo-{os.getpid()}-"
+
+
+def _new_dir(parent: str) -> str:
+    """A new directory only the agent can enter, named job_dir_prefix() and 12 random
+    hex digits (tempfile.mkdtemp's work, with less of its Python around one mkdir)."""
+    while True:
+        path = os.path.join(parent, job_dir_prefix() + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
 
 
 def sweep_job_dirs() -> int:

@@ -144,6 +144,8 @@ class PtyProcess:
 
     async def drain(self, timeout: float) -> None:
         """After exit: read what is still buffered in the PTY, until EIO or `timeout`."""
+        if self._closed.is_set():  # EIO came already: everything was read
+            return
         self.resume_reading()
         try:
             await asyncio.wait_for(self._closed.wait(), timeout)
