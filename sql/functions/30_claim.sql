@@ -282,8 +282,10 @@ BEGIN
         RAISE EXCEPTION 'wait_for_runs takes 1 to 1000 waiters, each with an agent id and a claim token, a channel, a lock key and positive times'
             USING ERRCODE = 'CR004';
     END IF;
-    DELETE FROM cryo.claim_waiters
-     WHERE org = p_org AND registered_at < v_now - interval '10 minutes';
+    DELETE FROM cryo.claim_waiters w  -- never waiting on a row a submit holds
+     WHERE w.waiter IN (SELECT x.waiter FROM cryo.claim_waiters x
+                         WHERE x.org = p_org AND x.registered_at < v_now - interval '10 minutes'
+                           FOR UPDATE SKIP LOCKED);
     INSERT INTO cryo.claim_waiters (waiter, org, capabilities, agent_id, agent_token,
                                     claim_token, claim_seconds, channel, lock_key,
                                     registered_at, expires_at)
