@@ -12,6 +12,8 @@ from urllib.parse import quote
 
 import aiohttp
 
+from agent.http1 import Http1Client
+
 # Calls that record something retry through an outage instead of failing the run: for
 # as long as the run's claim may still be live (see retry_until), else for this long.
 # Claims and log flushes have their own retry (the claim loop, the next flush tick).
@@ -53,16 +55,22 @@ class AgentAPI:
     def __init__(self, url: str, token: str) -> None:
         self._base = url.rstrip("/") + "/api/v1/agent"
         self._headers = {"Authorization": f"Bearer {token}"}
+        # JSON calls go through the lean keep-alive client (agent/http1.py); the aiohttp
+        # session, for the artifact calls that stream bytes, opens on first use.
+        self._client: Http1Client | None = None
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AgentAPI:
-        self._session = aiohttp.ClientSession(headers=self._headers)
+        self._client = Http1Client(self._base, self._headers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -70,28 +78,24 @@ class AgentAPI:
     def http(self) -> tuple[aiohttp.ClientSession, str]:
         """The session (with the agent token) and `…/api/v1/agent` base, for calls that
         move bytes rather than JSON (agent/artifacts.py)."""
-        assert self._session is not None, "AgentAPI used outside 'async with'"
+        assert self._client is not None, "AgentAPI used outside 'async with'"
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers)
         return self._session, self._base
 
     # -- low level -------------------------------------------------------------------
 
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
-        assert self._session is not None, "AgentAPI used outside 'async with'"
+        assert self._client is not None, "AgentAPI used outside 'async with'"
         try:
-            async with self._session.post(
-                self._base + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as resp:
-                if resp.status == 204:
-                    return 204, None
-                try:
-                    payload = await resp.json(content_type=None)
-                except ValueError:
-                    payload = None
-                if resp.status < 300:
-                    return resp.status, payload
-                raise _error_from(resp.status, payload)
-        except (TimeoutError, aiohttp.ClientConnectionError, OSError) as e:
+            status, payload = await self._client.post_json(path, body, timeout)
+        except (TimeoutError, OSError) as e:
             raise ServerUnavailable("unreachable", f"{type(e).__name__}: {e}".rstrip(": ")) from e
+        if status == 204:
+            return 204, None
+        if status < 300:
+            return status, payload
+        raise _error_from(status, payload)
 
     async def _post(
         self,

@@ -39,6 +39,39 @@ def sealed_env(
     agent_token: str | None = None,
     secrets: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
+    env = _base_env(source, agent_token)
+    # The run's secrets, from its claim grant (none for an untrusted run). The server
+    # refuses names that would replace the handles below or the allowlisted basics.
+    for name, value in (secrets or {}).items():
+        if not name.startswith(FORBIDDEN_PREFIXES):
+            env[name] = value
+    env["CRYO_SOCKET"] = socket_path
+    env["CRYO_RUN_ID"] = run_id
+    env["CRYO_ATTEMPT"] = str(attempt)
+    env["CRYO_INPUT_FILE"] = input_file
+    env["CRYO_IDEMPOTENCY_KEY"] = run_idempotency_key(run_id)
+    return env
+
+
+# The part of the environment every job of this agent shares, computed once per agent
+# environment (some 0.1 ms a job: decoding and filtering every variable, the PATH and
+# SDK lookups). It is recomputed whenever the agent's environment or token differs.
+_BASE: tuple[dict[bytes, bytes], str | None, dict[str, str]] | None = None
+
+
+def _base_env(source: Mapping[str, str], agent_token: str | None) -> dict[str, str]:
+    global _BASE
+    data = getattr(source, "_data", None)  # os.environ's raw bytes: compared in C
+    if not isinstance(data, dict):
+        return _filtered_env(source, agent_token)
+    if _BASE is not None and _BASE[1] == agent_token and _BASE[0] == data:
+        return dict(_BASE[2])
+    env = _filtered_env(source, agent_token)
+    _BASE = (dict(data), agent_token, dict(env))
+    return env
+
+
+def _filtered_env(source: Mapping[str, str], agent_token: str | None) -> dict[str, str]:
     globs = passthrough_globs(source.get("CRYO_ENV_PASSTHROUGH"))
     env: dict[str, str] = {}
     for name, value in source.items():
@@ -68,16 +101,6 @@ def sealed_env(
     env["PATH"] = os.pathsep.join([*first, *(p for p in parts if p not in first)])
     env.setdefault("TERM", "xterm")
     add_sdk_paths(env)  # this checkout's cryosleep package and bash prelude
-    # The run's secrets, from its claim grant (none for an untrusted run). The server
-    # refuses names that would replace the handles below or the allowlisted basics.
-    for name, value in (secrets or {}).items():
-        if not name.startswith(FORBIDDEN_PREFIXES):
-            env[name] = value
-    env["CRYO_SOCKET"] = socket_path
-    env["CRYO_RUN_ID"] = run_id
-    env["CRYO_ATTEMPT"] = str(attempt)
-    env["CRYO_INPUT_FILE"] = input_file
-    env["CRYO_IDEMPOTENCY_KEY"] = run_idempotency_key(run_id)
     return env
 
 

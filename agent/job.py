@@ -69,6 +69,8 @@ class Job:
         self._exited = False  # the script's process has exited (its group is killed next)
         self._proc: PtyProcess | None = None
         self._last_output = b""  # what the finish request carries
+        # The files _run_in puts in the job's private directory (removed by name).
+        self._private_files: tuple[str, ...] = ()
         claim_seconds = float(grant.get("claim_seconds") or 30)
         self._logs = LogStreamer(
             api,
@@ -144,10 +146,10 @@ class Job:
         # removing them on a disk shared with the database's WAL flushes is what a short
         # job's agent spent most of its time on. The script's working directory (a
         # deployed agent's fresh scratch directory) stays where TMPDIR says.
-        private = tempfile.mkdtemp(prefix=job_dir_prefix(), dir=_memory_dir())
+        private = _new_dir(_memory_dir() or tempfile.gettempdir())
         confined = self._sandbox is not None
         scratch = private if (self._local and not confined) or _memory_dir() is None else \
-            tempfile.mkdtemp(prefix=job_dir_prefix())
+            _new_dir(tempfile.gettempdir())
         try:
             await self._run_in(private, scratch)
         except Exception as e:  # a bug or a local failure must not take the agent down
@@ -160,12 +162,12 @@ class Job:
                 self._proc.kill()
                 fd = self._proc.release_fd()
             # The PTY and the memory directory go here and now (some 50 us; a worker
-            # thread's wake-up and GIL hand-off cost a short job more than that). A
-            # scratch directory on disk waits on the file system's journal (shared with
-            # the database's flushes): a worker thread removes it while the next job
-            # starts.
-            _clean_up(fd, [private])
-            if scratch != private:
+            # thread's wake-up and GIL hand-off cost a short job more than that). So
+            # does a scratch directory the script left empty (one rmdir); one holding
+            # files waits on the disk's journal (shared with the database's flushes):
+            # a worker thread removes it while the next job starts.
+            _clean_up(fd, [private], self._private_files)
+            if scratch != private and not _remove_empty(scratch):
                 asyncio.get_running_loop().run_in_executor(None, _clean_up, None, [scratch])
             self._forget_secrets()
 
@@ -184,6 +186,7 @@ class Job:
         with _private_file(input_path, 0o600) as f:
             json.dump(g.get("input"), f)
         socket_path = os.path.join(private, "cryo.sock")
+        self._private_files = (filename, "input.json", "cryo.sock")
         env = sealed_env(
             os.environ,
             run_id=self.run_id,
@@ -300,6 +303,18 @@ def job_dir_prefix() -> str:
     return f"cryo-{os.getpid()}-"
 
 
+def _new_dir(parent: str) -> str:
+    """A new directory only the agent can enter, named job_dir_prefix() and 12 random
+    hex digits (tempfile.mkdtemp's work, with less of its Python around one mkdir)."""
+    while True:
+        path = os.path.join(parent, job_dir_prefix() + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+
+
 def sweep_job_dirs() -> int:
     """Remove the job directories of agents that are gone (killed before they could
     clean up: a script, its decrypted input, its scratch files). Returns how many."""
@@ -336,11 +351,30 @@ def _private_file(path: str, mode: int) -> Any:
                      encoding="utf-8")
 
 
-def _clean_up(fd: int | None, dirs: list[str]) -> None:
+def _clean_up(fd: int | None, dirs: list[str], known: tuple[str, ...] = ()) -> None:
     if fd is not None:
         close_fd(fd)
     for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+        if not _remove_empty(d, known):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _remove_empty(path: str, known: tuple[str, ...] = ()) -> bool:
+    """Removes a directory that holds nothing but the `known` names (the files the
+    agent put in a job's private directory) with a few unlinks and one rmdir instead of
+    a tree walk. False when something else is in it: the caller walks it."""
+    for name in known:
+        try:
+            os.unlink(os.path.join(path, name))
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _memory_dir() -> str | None:

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import shlex
+import shutil
 import signal
 import struct
 import subprocess
@@ -70,6 +71,7 @@ class PtyProcess:
             _configure_tty(slave)
             proc = _Child(subprocess.Popen(
                 argv,
+                executable=_resolved(argv[0], env.get("PATH")),
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,
@@ -142,6 +144,8 @@ class PtyProcess:
 
     async def drain(self, timeout: float) -> None:
         """After exit: read what is still buffered in the PTY, until EIO or `timeout`."""
+        if self._closed.is_set():  # EIO came already: everything was read
+            return
         self.resume_reading()
         try:
             await asyncio.wait_for(self._closed.wait(), timeout)
@@ -157,6 +161,26 @@ class PtyProcess:
         self.pause_reading()
         self._closed.set()
         return self._master
+
+
+def _resolved(program: str, search_path: str | None) -> str:
+    """The program's path as the child's PATH finds it, looked up once per agent: a bare
+    name made the child try execve in each PATH entry before the right one, every run.
+    A name not found stays bare, so Popen reports it as before."""
+    if os.sep in program:
+        return program
+    key = (program, search_path)
+    found = _FOUND.get(key)
+    if found is None or not os.access(found, os.X_OK):
+        found = shutil.which(program, path=search_path if search_path is not None
+                             else os.defpath) or program
+        if len(_FOUND) > 256:
+            _FOUND.clear()
+        _FOUND[key] = found
+    return found
+
+
+_FOUND: dict[tuple[str, str | None], str] = {}
 
 
 def close_fd(fd: int) -> None:

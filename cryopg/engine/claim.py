@@ -99,3 +99,44 @@ async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data:
 
 async def release_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
     await conn.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token))
+
+
+async def wait_for_runs(conn: AsyncConnection, org: str, caps: list[str],
+                        waiters: list[uuid.UUID], agent_ids: list[str],
+                        agent_tokens: list[str] | None, claim_tokens: list[uuid.UUID],
+                        claim_seconds: float, channel: str, lock_key: int,
+                        wait_seconds: float) -> None:
+    """Registers waiting agents for a submit to hand its run to (cryo.wait_for_runs)."""
+    await conn.execute(
+        "SELECT cryo.wait_for_runs(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (org, caps, waiters, agent_ids, agent_tokens, claim_tokens, claim_seconds, channel,
+         lock_key, wait_seconds), prepare=True)
+
+
+async def stop_waiting(conn: AsyncConnection, waiters: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Drops waiter registrations; returns those that were still registered."""
+    cur = await conn.execute("SELECT * FROM cryo.stop_waiting(%s)", (waiters,), prepare=True)
+    return {row[0] for row in await cur.fetchall()}
+
+
+async def handed_grant(conn: AsyncConnection, run_id: str, bound_token: uuid.UUID,
+                       handed_token: uuid.UUID) -> ClaimGrant | None:
+    """The grant of a run handed to a waiter (cryo.handed_grant), with the token handed
+    out; None when that claim is no longer the run's."""
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute("SELECT * FROM cryo.handed_grant(%s, %s)", (run_id, bound_token),
+                      prepare=True)
+    row = await cur.fetchone()
+    return None if row is None else _claim_grant({**row, "claim_token": handed_token})
+
+
+def handed_payload_grant(note: dict[str, Any], agent_id: str, agent_token: str | None,
+                         handed_token: uuid.UUID) -> ClaimGrant:
+    """The grant a hand-off notify carried whole (cryo._hand_off): a fresh run, no memos,
+    no secrets, no clear input."""
+    return _claim_grant({
+        "run_id": note["run_id"], "claim_token": handed_token, "attempt": note["attempt"],
+        "filename": note["filename"], "interpreter": note["interpreter"],
+        "source": _b64(note["source"]), "input": _b64(note["input"]), "input_clear": None,
+        "workdir": note["workdir"], "untrusted": note["untrusted"], "journal": [],
+        "secrets": [], "agent_id": agent_id, "agent_token": agent_token})

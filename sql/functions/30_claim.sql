@@ -251,3 +251,98 @@ END
 $$;
 COMMENT ON FUNCTION cryo.claim_secrets(text, uuid) IS
     'Returns the secrets the claimed run may see: sealed values of its project, or names only (withheld) for an untrusted run. Raises CR002 for a stale claim token.';
+
+-- A server holding long-polls that found nothing registers them here, so a run
+-- submitted meanwhile is claimed for one of them by the submit itself (cryo._hand_off)
+-- and announced on p_channel, which the server listens on while it holds the advisory
+-- lock (cryo._waiter_lock_class(), p_lock_key) on the same connection. Each waiter's
+-- claim will carry the token the server chose (p_claim_tokens, as handed to the agent;
+-- bound here to its agent token as _claim binds it) and last p_claim_seconds; a waiter
+-- is taken for at most p_wait_seconds. Registrations of the org older than ten minutes
+-- (a server that died holding them) are dropped on the way.
+CREATE OR REPLACE FUNCTION cryo.wait_for_runs(
+    p_org text, p_capabilities text[], p_waiters uuid[], p_agent_ids text[],
+    p_agent_tokens text[], p_claim_tokens uuid[], p_claim_seconds double precision,
+    p_channel text, p_lock_key integer, p_wait_seconds double precision)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    IF coalesce(cardinality(p_waiters), 0) NOT BETWEEN 1 AND 1000
+       OR cardinality(p_agent_ids) IS DISTINCT FROM cardinality(p_waiters)
+       OR cardinality(p_claim_tokens) IS DISTINCT FROM cardinality(p_waiters)
+       OR (p_agent_tokens IS NOT NULL
+           AND cardinality(p_agent_tokens) <> cardinality(p_waiters))
+       OR array_position(p_waiters, NULL) IS NOT NULL
+       OR array_position(p_agent_ids, NULL) IS NOT NULL
+       OR array_position(p_claim_tokens, NULL) IS NOT NULL
+       OR coalesce(p_channel, '') = '' OR p_lock_key IS NULL
+       OR NOT p_claim_seconds > 0 OR NOT p_wait_seconds >= 0 THEN
+        RAISE EXCEPTION 'wait_for_runs takes 1 to 1000 waiters, each with an agent id and a claim token, a channel, a lock key and positive times'
+            USING ERRCODE = 'CR004';
+    END IF;
+    DELETE FROM cryo.claim_waiters w  -- never waiting on a row a submit holds
+     WHERE w.waiter IN (SELECT x.waiter FROM cryo.claim_waiters x
+                         WHERE x.org = p_org AND x.registered_at < v_now - interval '10 minutes'
+                           FOR UPDATE SKIP LOCKED);
+    INSERT INTO cryo.claim_waiters (waiter, org, capabilities, agent_id, agent_token,
+                                    claim_token, claim_seconds, channel, lock_key,
+                                    registered_at, expires_at)
+    SELECT w.waiter, p_org, coalesce(p_capabilities, '{}'), w.agent, w.token,
+           cryo._bind_claim(w.handed, w.token), p_claim_seconds, p_channel, p_lock_key,
+           v_now, v_now + make_interval(secs => p_wait_seconds)
+      FROM unnest(p_waiters, p_agent_ids, p_claim_tokens,
+                  coalesce(p_agent_tokens, array_fill(NULL::text, ARRAY[cardinality(p_waiters)])))
+           AS w(waiter, agent, handed, token)
+    ON CONFLICT (waiter) DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION cryo.wait_for_runs(text, text[], uuid[], text[], text[], uuid[], double precision, text, integer, double precision) IS
+    'Registers agents waiting for a run of org p_org with capabilities p_capabilities (one row per waiter id, agent id, agent token or NULL, claim token to hand out), so that a submit claims its run for the oldest of them and notifies p_channel with the grant (cryo._hand_off) while the caller holds the advisory lock (cryo._waiter_lock_class(), p_lock_key); each registration lasts p_wait_seconds. Returns nothing. Raises CR004 for lists of other lengths, NULL entries, more than 1000 waiters, or a missing channel, lock key or time.';
+
+-- The server stops waiting for these (answered otherwise, gone, or out of time). A
+-- registration a submit is handing a run to right now (its row locked) is skipped, not
+-- waited for: that run arrives on the channel, and the server hands it back.
+CREATE OR REPLACE FUNCTION cryo.stop_waiting(p_waiters uuid[])
+RETURNS SETOF uuid
+LANGUAGE sql AS $$
+    DELETE FROM cryo.claim_waiters w
+     WHERE w.waiter IN (SELECT x.waiter FROM cryo.claim_waiters x
+                         WHERE x.waiter = ANY (p_waiters) FOR UPDATE SKIP LOCKED)
+    RETURNING w.waiter
+$$;
+COMMENT ON FUNCTION cryo.stop_waiting(uuid[]) IS
+    'Drops the listed waiter registrations (cryo.wait_for_runs); returns the waiters still registered that it dropped (one being handed a run right now is left alone, and its run comes on the channel). Raises nothing of its own.';
+
+-- What a server reads for a run a submit handed to one of its waiters when the notify
+-- carried the run alone (cryo._hand_off): the grant as claim_grants returns it, for the
+-- live claim that holds p_claim_token (bound, as the queue row holds it). Only a read;
+-- claim_token comes back NULL, since only the server knows the token it handed out.
+CREATE OR REPLACE FUNCTION cryo.handed_grant(p_run_id text, p_claim_token uuid)
+RETURNS TABLE (agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer,
+               filename text, interpreter text, source bytea, input bytea, input_clear jsonb,
+               workdir text, journal jsonb, secrets jsonb, untrusted boolean)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+    SELECT q.agent_id, q.claim_agent_token, r.id, NULL::uuid, r.attempt, r.filename,
+           r.interpreter, r.source, r.input, r.input_clear, r.workdir,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = r.id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
+           r.untrusted
+      FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
+     WHERE q.run_id = p_run_id AND q.state = 'claimed' AND q.claim_token = p_claim_token;
+END
+$$;
+COMMENT ON FUNCTION cryo.handed_grant(text, uuid) IS
+    'Returns the grant of a run handed to a waiter (cryo._hand_off) in the columns of cryo.claim_grants (claim_token NULL: the caller handed it out), or no row when p_claim_token (bound) is not the run''s claim. Raises nothing of its own.';
