@@ -67,8 +67,9 @@ async def test_waiting_long_polls_are_claimed_together_each_its_own_run(
         srv: Server, calls: dict[str, list[Any]]) -> None:
     agents = [f"agent-{i}" for i in range(6)]
     polls = [asyncio.create_task(_long_poll(srv, a)) for a in agents]
-    for _ in range(200):
-        if _waiting(srv) == len(agents):
+    # Each poll first finds nothing, then is registered for a submit to hand a run to.
+    for _ in range(500):
+        if sum(1 for w in srv.app[CLAIMS]._known.values() if w.registered) == len(agents):
             break
         await asyncio.sleep(0.02)
     assert _waiting(srv) == len(agents)
