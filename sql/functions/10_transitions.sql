@@ -245,6 +245,31 @@ BEGIN
 END
 $$;
 
+-- The same claim as _drive, on one named run a server is about to drive itself: a graph
+-- whose every node the database runs is driven inside its own submit (cryo.submit_graph).
+-- Returns the claim token, NULL when the run is not pending.
+CREATE OR REPLACE FUNCTION cryo._drive_run(p_driver text, p_run_id text)
+RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_token uuid;
+BEGIN
+    UPDATE cryo.queue q
+       SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_driver,
+           claimed_at = v_now, claim_expires_at = v_now + interval '1 hour'
+     WHERE q.run_id = p_run_id AND q.state = 'pending' AND q.required_caps = '{graph}'
+    RETURNING q.claim_token INTO v_token;
+    IF v_token IS NOT NULL THEN
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = greatest(r.attempt, 1),
+               started_at = coalesce(r.started_at, v_now), updated_at = v_now
+         WHERE r.id = p_run_id;
+    END IF;
+    RETURN v_token;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION cryo._extend_claim(p_run_id text, p_seconds double precision)
 RETURNS void
 LANGUAGE plpgsql AS $$

@@ -1084,6 +1084,73 @@ $$;
 COMMENT ON FUNCTION cryo.graph_yield(text, uuid) IS
     'Ends a driver''s turn on a graph run that has more to do: the run is pending again at once, behind those already waiting. Returns nothing. Raises CR002 for a stale token.';
 
+-- Whether the database alone can run a whole graph in one call: every node a constant
+-- state node whose call the server sealed (p_calls), with no `if`, fan-out or concurrency
+-- group, and the graph with no output expression or concurrency group of its own. Such a
+-- graph needs nothing the driver holds (no expression reads the input or a sealed output).
+CREATE OR REPLACE FUNCTION cryo._graph_runs_itself(p_graph jsonb, p_calls jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_calls IS NOT NULL AND jsonb_typeof(p_graph -> 'nodes') = 'array'
+       AND NOT p_graph ? 'output' AND NOT p_graph ? 'concurrency'
+       AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_graph -> 'nodes') d
+                        WHERE NOT p_calls ? (d ->> 'id') OR d ? 'if' OR d ? 'fan_out'
+                           OR d ? 'concurrency' OR d ->> 'type' IS DISTINCT FROM 'state')
+$$;
+
+-- Submits a graph run, as submit_script does, and when the database can run all of it
+-- (cryo._graph_runs_itself) drives it at once in the same transaction -- the turn a
+-- server driver would take next, without the hop: a chain of constant state nodes has
+-- ended when its submit returns. Whatever is left (a retry's backoff, a share's yield)
+-- goes to the drivers as after any turn.
+CREATE OR REPLACE FUNCTION cryo.submit_graph(
+    p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea,
+    p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text,
+    p_workdir text, p_graph jsonb, p_calls jsonb DEFAULT NULL)
+RETURNS TABLE (run_id text, created boolean, status text, queue_position integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id text;
+    v_created boolean;
+    v_token uuid;
+    v_plan record;
+    v_ended text;
+BEGIN
+    IF p_graph IS NULL THEN
+        RAISE EXCEPTION 'a graph run needs its compiled structure' USING ERRCODE = 'CR004';
+    END IF;
+    SELECT s.run_id, s.created INTO v_id, v_created
+      FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
+                              p_idempotency_key, NULL, NULL, NULL, p_concurrency,
+                              p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
+    IF v_id IS NOT NULL AND v_created AND cryo._graph_runs_itself(p_graph, p_calls) THEN
+        v_token := cryo._drive_run('submit', v_id);  -- NULL: queued behind its group
+    END IF;
+    IF v_token IS NOT NULL THEN
+        FOR v_plan IN SELECT * FROM cryo.graph_plan(
+                v_id, v_token, '{}', jsonb_build_object('nodes', '{}'::jsonb, 'run',
+                                                        jsonb_build_object('id', v_id)),
+                p_calls) LOOP
+            IF v_plan.action IN ('settled', 'yield', 'finish', 'start', 'config') THEN
+                v_ended := v_plan.action;
+            END IF;
+        END LOOP;
+        IF v_ended IS NULL THEN  -- waits on something (a retry's backoff): parked
+            PERFORM cryo.graph_settle(v_id, v_token, false);
+        ELSIF v_ended <> 'settled' THEN  -- more for a driver: pending again at once
+            PERFORM cryo.graph_yield(v_id, v_token);
+        END IF;
+    END IF;
+    RETURN QUERY SELECT v_id, v_created, r.status, cryo._queue_position(v_id)
+                   FROM cryo.runs r WHERE r.id = v_id;
+    IF v_id IS NULL THEN  -- skip: the group was held, no run
+        RETURN QUERY SELECT NULL::text, false, NULL::text, NULL::integer;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.submit_graph(text, text, text, text, bytea, bytea, text, boolean, text, text, text, jsonb, jsonb) IS
+    'Creates a graph run as submit_script does (p_graph its compiled structure, p_source its sealed document); when every node is a constant state node whose call is in p_calls ({node: {op, key, entity, expected, read, value as hex of the sealed value}}) with no if, fan-out or concurrency and the graph has no output expression or concurrency group, drives it at once in this transaction, so it has usually ended when this returns. Returns (run_id, created, status, queue_position); run_id NULL when skip found the group held. Raises what submit_script raises.';
+
 -- A turn that failed (an error no node could be blamed for) was rolled back to before it
 -- started; the run parks with a backoff that doubles with each failure in a row (0.5 s
 -- to 60 s) and says why in history, so it never holds the drivers or the runs behind it.
