@@ -293,15 +293,66 @@ COMMENT ON FUNCTION cryo.graph_take_signal(text, uuid, bigint, text, integer) IS
 -- that seals their values): {node: {op, key, entity, expected, read, value: hex}}. From
 -- then on graph_plan runs those nodes itself. `read` says an expression reads the node,
 -- so its output goes into the plan's scope.
+--
+-- A set or delete whose key and entity pass the checks a state write makes is marked
+-- `checked`: nothing but a lost claim can make it fail then, so it runs without a
+-- subtransaction of its own (cryo._graph_state_now). The checks of all of a run's calls
+-- run in one block; when one fails, each call is checked alone, and only the one that
+-- fails keeps its own block (and fails its node with the reason).
 CREATE OR REPLACE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb)
 RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_checked text[] := '{}';
+    v_c record;
+BEGIN
+    BEGIN
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+            v_checked := v_checked || v_c.node_id;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'CR%' THEN
+            RAISE;
+        END IF;
+        v_checked := '{}';
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            BEGIN
+                PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+                v_checked := v_checked || v_c.node_id;
+            EXCEPTION WHEN OTHERS THEN
+                IF SQLSTATE NOT LIKE 'CR%' THEN
+                    RAISE;
+                END IF;
+            END;
+        END LOOP;
+    END;
     UPDATE cryo.node_states n
-       SET state_call = c.call - 'value',
+       SET state_call = (c.call - 'value')
+                        || CASE WHEN c.node_id = ANY (v_checked) THEN '{"checked": true}'::jsonb
+                                ELSE '{}'::jsonb END,
            state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
       FROM jsonb_each(p_calls) AS c(node_id, call)
      WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
-       AND n.status = 'pending'
+       AND n.status = 'pending';
+END
+$$;
+
+-- The checks a state write makes before it writes (cryo._state_set, _state_delete), for a
+-- constant call; raises what they raise.
+CREATE OR REPLACE FUNCTION cryo._graph_check_call(p_run_id text, p_call jsonb)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._state_key(p_call ->> 'key', true);
+    PERFORM cryo.state_scope(cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id,
+                             p_call ->> 'entity');
+    IF p_call ->> 'op' = 'set' AND p_call ->> 'value' IS NULL THEN
+        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+    END IF;
+END
 $$;
 
 -- Runs one instance of a constant state node through the same functions a script's
@@ -320,11 +371,10 @@ DECLARE
 BEGIN
     CASE v_call ->> 'op'
     WHEN 'set' THEN
-        RETURN jsonb_build_object('version', cryo.state_set(p_q.run_id, p_q.claim_token, v_entity,
-                                                            v_key, p_node.state_value));
+        RETURN jsonb_build_object('version', cryo._state_set(p_q, v_entity, v_key,
+                                                             p_node.state_value));
     WHEN 'delete' THEN
-        RETURN jsonb_build_object('deleted', cryo.state_delete(p_q.run_id, p_q.claim_token,
-                                                               v_entity, v_key));
+        RETURN jsonb_build_object('deleted', cryo._state_delete(p_q, v_entity, v_key));
     WHEN 'add' THEN
         RETURN (SELECT jsonb_build_object('claimed', a.claimed)
                   FROM cryo.state_add(p_q.run_id, p_q.claim_token, v_entity, v_key,
@@ -342,8 +392,10 @@ END
 $$;
 
 -- A ready constant state node with no concurrency group, run and ended in one step: the
--- state call, then the instance, the node and its two history events written once each,
+-- state call, then the instance and the node written once each and one history event,
 -- as the general path (running, an instance started, graph_record_item) would leave them.
+-- A call checked when it was handed over (cryo._graph_set_calls) runs without a
+-- subtransaction: only a lost claim can fail it, and that ends the turn anyway.
 -- Returns its output; NULL when the call failed (undone), and the node then takes the
 -- general path, whose record gives it its retries and its one-line reason.
 CREATE OR REPLACE FUNCTION cryo._graph_state_now(p_q cryo.queue, p_node cryo.node_states)
@@ -351,26 +403,34 @@ RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_out jsonb;
+    v_now timestamptz := cryo.now();
+    v_id text;
 BEGIN
-    BEGIN
+    IF (p_node.state_call ->> 'checked') = 'true' THEN
         v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
-    EXCEPTION WHEN OTHERS THEN
-        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
-            RAISE;
-        END IF;
-        RETURN NULL;
-    END;
+    ELSE
+        BEGIN
+            v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
+        EXCEPTION WHEN OTHERS THEN
+            IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+                RAISE;
+            END IF;
+            RETURN NULL;
+        END;
+    END IF;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
                                      started_at, finished_at)
     VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
-            cryo.now(), cryo.now());
+            v_now, v_now);
     UPDATE cryo.node_states n
-       SET status = 'succeeded', started_at = cryo.now(), finished_at = cryo.now(),
-           output_clear = v_out
+       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = v_out
      WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
-    PERFORM cryo._graph_node_ended(p_q.run_id, p_node.node_id);
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
-                          p_node.node_id, 0);
+    -- What _graph_node_ended does, with the dependents the row already carries.
+    FOREACH v_id IN ARRAY coalesce(p_node.dependents, '{}') LOOP
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_q.run_id AND n.node_id = v_id;
+    END LOOP;
+    -- Scheduled and completed in the same instant: one event says both.
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
                           p_node.node_id, 0, 1);
     RETURN v_out;
@@ -382,8 +442,10 @@ $$;
 -- driver, which holds the key, builds it.
 CREATE OR REPLACE FUNCTION cryo._graph_default_output(p_run_id text)
 RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN bool_or(n.items IS NOT NULL
+-- PL/pgSQL: its query is planned once a session, not on every call.
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT CASE WHEN bool_or(n.items IS NOT NULL
                              OR (n.status IN ('succeeded', 'seeded') AND n.output IS NOT NULL))
                 THEN NULL
                 ELSE coalesce(jsonb_object_agg(n.node_id,
@@ -391,7 +453,8 @@ LANGUAGE sql STABLE AS $$
                               THEN coalesce(n.output_clear, 'null') ELSE 'null' END),
                      '{}') END
       FROM cryo.node_states n
-     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0
+     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0);
+END
 $$;
 
 -- The interpreter's step: with the scope the driver built (input, nodes.<id>.output and
@@ -440,8 +503,10 @@ BEGIN
             idempotency_key := NULL; output := v_start.output;
             IF v_start.action = 'done' THEN
                 type := 'state'; item := 0; attempt := 1;
-                v_again := true;
+                -- The schedule decides what its own runs readied before it returns: only
+                -- a share used up (or a node run below) calls for another pass.
                 v_ran := v_ran + 1;
+                v_again := v_ran >= v_share;
                 IF v_start.is_read THEN
                     p_scope := jsonb_set(p_scope, ARRAY['nodes', v_start.node_id],
                         jsonb_build_object('status', 'succeeded', 'output', v_start.output));
@@ -590,9 +655,12 @@ COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb, jsonb) IS
 -- with continue_on_error does not count.
 CREATE OR REPLACE FUNCTION cryo._graph_failing(p_run_id text)
 RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
-                      AND NOT n.tolerated)
+-- PL/pgSQL: its query is planned once a session, not on every call.
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated);
+END
 $$;
 
 -- Whether a node runs when the run is failing: always nodes, and the failure branch.
@@ -643,10 +711,14 @@ DECLARE
     v_n integer;
     v_changed boolean := true;
     v_handler boolean;
+    v_failed_here boolean := false;
 BEGIN
     WHILE v_changed LOOP
         -- A node failing in this loop (a fan-out that is not a list) fails the run.
-        p_failing := p_failing OR cryo._graph_failing(v_run_id);
+        IF v_failed_here THEN
+            p_failing := p_failing OR cryo._graph_failing(v_run_id);
+            v_failed_here := false;
+        END IF;
         -- A failing run with no always node or failure branch left decides nothing more
         -- (what had not started stays pending, as the run ends).
         IF p_failing AND NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = v_run_id
@@ -708,6 +780,7 @@ BEGIN
                     PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
                                           v_node.node_id, 0);
                     v_changed := true;
+                    v_failed_here := true;
                     CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
@@ -1090,12 +1163,14 @@ COMMENT ON FUNCTION cryo.graph_yield(text, uuid) IS
 -- graph needs nothing the driver holds (no expression reads the input or a sealed output).
 CREATE OR REPLACE FUNCTION cryo._graph_runs_itself(p_graph jsonb, p_calls jsonb)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_calls IS NOT NULL AND jsonb_typeof(p_graph -> 'nodes') = 'array'
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN p_calls IS NOT NULL AND jsonb_typeof(p_graph -> 'nodes') = 'array'
        AND NOT p_graph ? 'output' AND NOT p_graph ? 'concurrency'
        AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_graph -> 'nodes') d
                         WHERE NOT p_calls ? (d ->> 'id') OR d ? 'if' OR d ? 'fan_out'
-                           OR d ? 'concurrency' OR d ->> 'type' IS DISTINCT FROM 'state')
+                           OR d ? 'concurrency' OR d ->> 'type' IS DISTINCT FROM 'state');
+END
 $$;
 
 -- Submits a graph run, as submit_script does, and when the database can run all of it
@@ -1141,7 +1216,8 @@ BEGIN
             PERFORM cryo.graph_yield(v_id, v_token);
         END IF;
     END IF;
-    RETURN QUERY SELECT v_id, v_created, r.status, cryo._queue_position(v_id)
+    RETURN QUERY SELECT v_id, v_created, r.status,
+                        CASE WHEN r.status = 'queued' THEN cryo._queue_position(v_id) END
                    FROM cryo.runs r WHERE r.id = v_id;
     IF v_id IS NULL THEN  -- skip: the group was held, no run
         RETURN QUERY SELECT NULL::text, false, NULL::text, NULL::integer;
