@@ -455,6 +455,28 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._drive_run(p_driver text, p_run_id text) RETURNS uuid
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_token uuid;
+BEGIN
+    UPDATE cryo.queue q
+       SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_driver,
+           claimed_at = v_now, claim_expires_at = v_now + interval '1 hour'
+     WHERE q.run_id = p_run_id AND q.state = 'pending' AND q.required_caps = '{graph}'
+    RETURNING q.claim_token INTO v_token;
+    IF v_token IS NOT NULL THEN
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = greatest(r.attempt, 1),
+               started_at = coalesce(r.started_at, v_now), updated_at = v_now
+         WHERE r.id = p_run_id;
+    END IF;
+    RETURN v_token;
+END
+$$;
+
 CREATE FUNCTION cryo._enqueue(p_run_id text, p_org text, p_project text, p_required_caps text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -635,10 +657,24 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
-    LANGUAGE sql STABLE
+CREATE FUNCTION cryo._graph_check_call(p_run_id text, p_call jsonb) RETURNS void
+    LANGUAGE plpgsql
     AS $$
-    SELECT CASE WHEN bool_or(n.items IS NOT NULL
+BEGIN
+    PERFORM cryo._state_key(p_call ->> 'key', true);
+    PERFORM cryo.state_scope(cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id,
+                             p_call ->> 'entity');
+    IF p_call ->> 'op' = 'set' AND p_call ->> 'value' IS NULL THEN
+        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN (SELECT CASE WHEN bool_or(n.items IS NOT NULL
                              OR (n.status IN ('succeeded', 'seeded') AND n.output IS NOT NULL))
                 THEN NULL
                 ELSE coalesce(jsonb_object_agg(n.node_id,
@@ -646,7 +682,8 @@ CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
                               THEN coalesce(n.output_clear, 'null') ELSE 'null' END),
                      '{}') END
       FROM cryo.node_states n
-     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0
+     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0);
+END
 $$;
 
 CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
@@ -662,10 +699,12 @@ CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
 $$;
 
 CREATE FUNCTION cryo._graph_failing(p_run_id text) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
-                      AND NOT n.tolerated)
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated);
+END
 $$;
 
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
@@ -740,6 +779,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_runs_itself(p_graph jsonb, p_calls jsonb) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    RETURN p_calls IS NOT NULL AND jsonb_typeof(p_graph -> 'nodes') = 'array'
+       AND NOT p_graph ? 'output' AND NOT p_graph ? 'concurrency'
+       AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_graph -> 'nodes') d
+                        WHERE NOT p_calls ? (d ->> 'id') OR d ? 'if' OR d ? 'fan_out'
+                           OR d ? 'concurrency' OR d ->> 'type' IS DISTINCT FROM 'state');
+END
+$$;
+
 CREATE FUNCTION cryo._graph_runs_on_failure(p_def jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -759,10 +810,14 @@ DECLARE
     v_n integer;
     v_changed boolean := true;
     v_handler boolean;
+    v_failed_here boolean := false;
 BEGIN
     WHILE v_changed LOOP
         -- A node failing in this loop (a fan-out that is not a list) fails the run.
-        p_failing := p_failing OR cryo._graph_failing(v_run_id);
+        IF v_failed_here THEN
+            p_failing := p_failing OR cryo._graph_failing(v_run_id);
+            v_failed_here := false;
+        END IF;
         -- A failing run with no always node or failure branch left decides nothing more
         -- (what had not started stays pending, as the run ends).
         IF p_failing AND NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = v_run_id
@@ -824,6 +879,7 @@ BEGIN
                     PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
                                           v_node.node_id, 0);
                     v_changed := true;
+                    v_failed_here := true;
                     CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
@@ -862,14 +918,44 @@ END
 $$;
 
 CREATE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_checked text[] := '{}';
+    v_c record;
+BEGIN
+    BEGIN
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+            v_checked := v_checked || v_c.node_id;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'CR%' THEN
+            RAISE;
+        END IF;
+        v_checked := '{}';
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            BEGIN
+                PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+                v_checked := v_checked || v_c.node_id;
+            EXCEPTION WHEN OTHERS THEN
+                IF SQLSTATE NOT LIKE 'CR%' THEN
+                    RAISE;
+                END IF;
+            END;
+        END LOOP;
+    END;
     UPDATE cryo.node_states n
-       SET state_call = c.call - 'value',
+       SET state_call = (c.call - 'value')
+                        || CASE WHEN c.node_id = ANY (v_checked) THEN '{"checked": true}'::jsonb
+                                ELSE '{}'::jsonb END,
            state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
       FROM jsonb_each(p_calls) AS c(node_id, call)
      WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
-       AND n.status = 'pending'
+       AND n.status = 'pending';
+END
 $$;
 
 CREATE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text) RETURNS void
@@ -1031,11 +1117,10 @@ DECLARE
 BEGIN
     CASE v_call ->> 'op'
     WHEN 'set' THEN
-        RETURN jsonb_build_object('version', cryo.state_set(p_q.run_id, p_q.claim_token, v_entity,
-                                                            v_key, p_node.state_value));
+        RETURN jsonb_build_object('version', cryo._state_set(p_q, v_entity, v_key,
+                                                             p_node.state_value));
     WHEN 'delete' THEN
-        RETURN jsonb_build_object('deleted', cryo.state_delete(p_q.run_id, p_q.claim_token,
-                                                               v_entity, v_key));
+        RETURN jsonb_build_object('deleted', cryo._state_delete(p_q, v_entity, v_key));
     WHEN 'add' THEN
         RETURN (SELECT jsonb_build_object('claimed', a.claimed)
                   FROM cryo.state_add(p_q.run_id, p_q.claim_token, v_entity, v_key,
@@ -1057,26 +1142,34 @@ CREATE FUNCTION cryo._graph_state_now(p_q cryo.queue, p_node cryo.node_states) R
     AS $$
 DECLARE
     v_out jsonb;
+    v_now timestamptz := cryo.now();
+    v_id text;
 BEGIN
-    BEGIN
+    IF (p_node.state_call ->> 'checked') = 'true' THEN
         v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
-    EXCEPTION WHEN OTHERS THEN
-        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
-            RAISE;
-        END IF;
-        RETURN NULL;
-    END;
+    ELSE
+        BEGIN
+            v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
+        EXCEPTION WHEN OTHERS THEN
+            IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+                RAISE;
+            END IF;
+            RETURN NULL;
+        END;
+    END IF;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
                                      started_at, finished_at)
     VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
-            cryo.now(), cryo.now());
+            v_now, v_now);
     UPDATE cryo.node_states n
-       SET status = 'succeeded', started_at = cryo.now(), finished_at = cryo.now(),
-           output_clear = v_out
+       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = v_out
      WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
-    PERFORM cryo._graph_node_ended(p_q.run_id, p_node.node_id);
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
-                          p_node.node_id, 0);
+    -- What _graph_node_ended does, with the dependents the row already carries.
+    FOREACH v_id IN ARRAY coalesce(p_node.dependents, '{}') LOOP
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_q.run_id AND n.node_id = v_id;
+    END LOOP;
+    -- Scheduled and completed in the same instant: one event says both.
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
                           p_node.node_id, 0, 1);
     RETURN v_out;
@@ -1766,6 +1859,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._state_delete(p_q cryo.queue, p_entity text, p_key text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    UPDATE cryo.state_cells c
+       SET value = NULL, version = c.version + 1, updated_by_run = p_q.run_id, updated_at = cryo.now()
+     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
+    RETURN FOUND;
+END
+$$;
+
 CREATE FUNCTION cryo._state_key(p_key text, p_write boolean) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -1807,6 +1914,33 @@ BEGIN
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),
                           p_family, p_name, p_ordinal,
                           (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_q.run_id));
+END
+$$;
+
+CREATE FUNCTION cryo._state_set(p_q cryo.queue, p_entity text, p_key text, p_value bytea) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
+    v_now timestamptz := cryo.now();
+    v_version bigint;
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
+                                       created_by_run, updated_by_run, created_at, updated_at)
+    VALUES (p_q.org, p_q.project, v_scope, p_entity,
+            CASE WHEN p_entity IS NULL THEN p_q.run_id END, p_key, p_value, 1,
+            p_q.run_id, p_q.run_id, v_now, v_now)
+    ON CONFLICT (scope, key) DO UPDATE
+       SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
+           updated_at = excluded.updated_at,
+           created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run ELSE c.created_by_run END,
+           created_at = CASE WHEN c.value IS NULL THEN excluded.created_at ELSE c.created_at END
+    RETURNING c.version INTO v_version;
+    RETURN v_version;
 END
 $$;
 
@@ -3406,8 +3540,10 @@ BEGIN
             idempotency_key := NULL; output := v_start.output;
             IF v_start.action = 'done' THEN
                 type := 'state'; item := 0; attempt := 1;
-                v_again := true;
+                -- The schedule decides what its own runs readied before it returns: only
+                -- a share used up (or a node run below) calls for another pass.
                 v_ran := v_ran + 1;
+                v_again := v_ran >= v_share;
                 IF v_start.is_read THEN
                     p_scope := jsonb_set(p_scope, ARRAY['nodes', v_start.node_id],
                         jsonb_build_object('status', 'succeeded', 'output', v_start.output));
@@ -5318,15 +5454,8 @@ COMMENT ON FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p
 CREATE FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
 BEGIN
-    PERFORM cryo._state_key(p_key, true);
-    UPDATE cryo.state_cells c
-       SET value = NULL, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
-     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
-    RETURN FOUND;
+    RETURN cryo._state_delete(cryo._claimed_row(p_run_id, p_token), p_entity, p_key);
 END
 $$;
 
@@ -5428,28 +5557,8 @@ COMMENT ON FUNCTION cryo.state_scope(p_org text, p_project text, p_run_id text, 
 CREATE FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
-    v_now timestamptz := cryo.now();
-    v_version bigint;
 BEGIN
-    PERFORM cryo._state_key(p_key, true);
-    IF p_value IS NULL THEN
-        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
-    END IF;
-    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
-                                       created_by_run, updated_by_run, created_at, updated_at)
-    VALUES (v_q.org, v_q.project, v_scope, p_entity,
-            CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
-            p_run_id, p_run_id, v_now, v_now)
-    ON CONFLICT (scope, key) DO UPDATE
-       SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
-           updated_at = excluded.updated_at,
-           created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run ELSE c.created_by_run END,
-           created_at = CASE WHEN c.value IS NULL THEN excluded.created_at ELSE c.created_at END
-    RETURNING c.version INTO v_version;
-    RETURN v_version;
+    RETURN cryo._state_set(cryo._claimed_row(p_run_id, p_token), p_entity, p_key, p_value);
 END
 $$;
 
@@ -5492,6 +5601,52 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position integer, p_name text, p_source bytea, p_required_caps text[], p_retries integer, p_retry_backoff double precision, p_retry_on integer[], p_path text) IS 'Submits a named child job of the claimed run (a name is unique per run) with a retry policy; returns its run id, the same one for a repeat at the same path. Raises CR002 for a stale claim, CR007 for a name already used, CR004 for a bad policy or name, CR009 for a disagreeing path.';
+
+CREATE FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean, status text, queue_position integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id text;
+    v_created boolean;
+    v_token uuid;
+    v_plan record;
+    v_ended text;
+BEGIN
+    IF p_graph IS NULL THEN
+        RAISE EXCEPTION 'a graph run needs its compiled structure' USING ERRCODE = 'CR004';
+    END IF;
+    SELECT s.run_id, s.created INTO v_id, v_created
+      FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
+                              p_idempotency_key, NULL, NULL, NULL, p_concurrency,
+                              p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
+    IF v_id IS NOT NULL AND v_created AND cryo._graph_runs_itself(p_graph, p_calls) THEN
+        v_token := cryo._drive_run('submit', v_id);  -- NULL: queued behind its group
+    END IF;
+    IF v_token IS NOT NULL THEN
+        FOR v_plan IN SELECT * FROM cryo.graph_plan(
+                v_id, v_token, '{}', jsonb_build_object('nodes', '{}'::jsonb, 'run',
+                                                        jsonb_build_object('id', v_id)),
+                p_calls) LOOP
+            IF v_plan.action IN ('settled', 'yield', 'finish', 'start', 'config') THEN
+                v_ended := v_plan.action;
+            END IF;
+        END LOOP;
+        IF v_ended IS NULL THEN  -- waits on something (a retry's backoff): parked
+            PERFORM cryo.graph_settle(v_id, v_token, false);
+        ELSIF v_ended <> 'settled' THEN  -- more for a driver: pending again at once
+            PERFORM cryo.graph_yield(v_id, v_token);
+        END IF;
+    END IF;
+    RETURN QUERY SELECT v_id, v_created, r.status,
+                        CASE WHEN r.status = 'queued' THEN cryo._queue_position(v_id) END
+                   FROM cryo.runs r WHERE r.id = v_id;
+    IF v_id IS NULL THEN  -- skip: the group was held, no run
+        RETURN QUERY SELECT NULL::text, false, NULL::text, NULL::integer;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb) IS 'Creates a graph run as submit_script does (p_graph its compiled structure, p_source its sealed document); when every node is a constant state node whose call is in p_calls ({node: {op, key, entity, expected, read, value as hex of the sealed value}}) with no if, fan-out or concurrency and the graph has no output expression or concurrency group, drives it at once in this transaction, so it has usually ended when this returns. Returns (run_id, created, status, queue_position); run_id NULL when skip found the group held. Raises what submit_script raises.';
 
 CREATE FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL::jsonb, p_idempotency_key text DEFAULT NULL::text, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
