@@ -811,6 +811,10 @@ DECLARE
     v_changed boolean := true;
     v_handler boolean;
     v_failed_here boolean := false;
+    -- Whether any node of the run was skipped: only then can a node's predecessors all
+    -- have been, and only then are they read (each ready node otherwise costs a query).
+    v_any_skipped boolean := EXISTS (SELECT 1 FROM cryo.node_states n
+                                      WHERE n.run_id = p_q.run_id AND n.status = 'skipped');
 BEGIN
     WHILE v_changed LOOP
         -- A node failing in this loop (a fan-out that is not a list) fails the run.
@@ -833,6 +837,7 @@ BEGIN
             IF p_failing AND NOT v_handler THEN
                 -- The run is failing: what is not an always node or the failure branch
                 -- will not run, and its skip lets those after it be decided.
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -843,12 +848,17 @@ BEGIN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
             -- Each predecessor by its primary key (see _graph_node_ended).
-            v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
-                                           WHERE n.run_id = v_run_id AND n.node_id = d)
-                                    FROM unnest(v_node.deps) AS d);
+            IF v_any_skipped AND cardinality(v_node.deps) > 0 AND NOT v_handler THEN
+                v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
+                                               WHERE n.run_id = v_run_id AND n.node_id = d)
+                                        FROM unnest(v_node.deps) AS d);
+            ELSE
+                v_dep_status := '{}';
+            END IF;
             -- (A failed predecessor here failed with continue_on_error: it ended.)
-            IF cardinality(v_node.deps) > 0 AND NOT v_handler
+            IF cardinality(v_dep_status) > 0
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -861,6 +871,7 @@ BEGIN
                     'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
             END IF;
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -1634,23 +1645,26 @@ CREATE FUNCTION cryo._release(p_run_ids text[], p_kind text) RETURNS integer
 DECLARE
     v_n integer;
     v_watched text[];
+    v_graphs integer;
 BEGIN
     WITH requeued AS (
         UPDATE cryo.queue q
            SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
                agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
          WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
-        RETURNING q.run_id
+        RETURNING q.run_id, q.required_caps = '{graph}' AS graph
     ), runs_back AS (
         UPDATE cryo.runs r SET status = 'pending', updated_at = cryo.now()
           FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project, r.attempt, r.watched
+        RETURNING r.id, r.org, r.project, r.attempt, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
         SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
     )
-    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    PERFORM cryo._notify_requeued(v_n, v_watched);
+    SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)
+      INTO v_n, v_watched, v_graphs FROM runs_back;
+    -- A graph run released (an expired driver claim) wakes the graph drivers, on theirs.
+    PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
 $$;
@@ -3784,7 +3798,10 @@ BEGIN
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
             PERFORM cryo.cancel_run(v_child.job_run_id);
         END LOOP;
-        PERFORM cryo._leave_lease_queues(p_run_id);
+        -- (Asked first: the call is planned afresh each time, the question is not.)
+        IF EXISTS (SELECT 1 FROM cryo.lease_waiters w WHERE w.run_id = p_run_id) THEN
+            PERFORM cryo._leave_lease_queues(p_run_id);
+        END IF;
         IF p_output IS NOT NULL OR p_output_clear IS NOT NULL THEN
             INSERT INTO cryo.run_outputs (run_id, org, project, key, value, value_clear, updated_at)
             VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output,

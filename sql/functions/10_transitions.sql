@@ -307,23 +307,26 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
     v_watched text[];
+    v_graphs integer;
 BEGIN
     WITH requeued AS (
         UPDATE cryo.queue q
            SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
                agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
          WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
-        RETURNING q.run_id
+        RETURNING q.run_id, q.required_caps = '{graph}' AS graph
     ), runs_back AS (
         UPDATE cryo.runs r SET status = 'pending', updated_at = cryo.now()
           FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project, r.attempt, r.watched
+        RETURNING r.id, r.org, r.project, r.attempt, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
         SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
     )
-    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    PERFORM cryo._notify_requeued(v_n, v_watched);
+    SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)
+      INTO v_n, v_watched, v_graphs FROM runs_back;
+    -- A graph run released (an expired driver claim) wakes the graph drivers, on theirs.
+    PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
 $$;

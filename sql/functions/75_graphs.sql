@@ -712,6 +712,10 @@ DECLARE
     v_changed boolean := true;
     v_handler boolean;
     v_failed_here boolean := false;
+    -- Whether any node of the run was skipped: only then can a node's predecessors all
+    -- have been, and only then are they read (each ready node otherwise costs a query).
+    v_any_skipped boolean := EXISTS (SELECT 1 FROM cryo.node_states n
+                                      WHERE n.run_id = p_q.run_id AND n.status = 'skipped');
 BEGIN
     WHILE v_changed LOOP
         -- A node failing in this loop (a fan-out that is not a list) fails the run.
@@ -734,6 +738,7 @@ BEGIN
             IF p_failing AND NOT v_handler THEN
                 -- The run is failing: what is not an always node or the failure branch
                 -- will not run, and its skip lets those after it be decided.
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -744,12 +749,17 @@ BEGIN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
             -- Each predecessor by its primary key (see _graph_node_ended).
-            v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
-                                           WHERE n.run_id = v_run_id AND n.node_id = d)
-                                    FROM unnest(v_node.deps) AS d);
+            IF v_any_skipped AND cardinality(v_node.deps) > 0 AND NOT v_handler THEN
+                v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
+                                               WHERE n.run_id = v_run_id AND n.node_id = d)
+                                        FROM unnest(v_node.deps) AS d);
+            ELSE
+                v_dep_status := '{}';
+            END IF;
             -- (A failed predecessor here failed with continue_on_error: it ended.)
-            IF cardinality(v_node.deps) > 0 AND NOT v_handler
+            IF cardinality(v_dep_status) > 0
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -762,6 +772,7 @@ BEGIN
                     'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
             END IF;
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -1096,7 +1107,10 @@ BEGIN
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
             PERFORM cryo.cancel_run(v_child.job_run_id);
         END LOOP;
-        PERFORM cryo._leave_lease_queues(p_run_id);
+        -- (Asked first: the call is planned afresh each time, the question is not.)
+        IF EXISTS (SELECT 1 FROM cryo.lease_waiters w WHERE w.run_id = p_run_id) THEN
+            PERFORM cryo._leave_lease_queues(p_run_id);
+        END IF;
         IF p_output IS NOT NULL OR p_output_clear IS NOT NULL THEN
             INSERT INTO cryo.run_outputs (run_id, org, project, key, value, value_clear, updated_at)
             VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output,

@@ -79,6 +79,23 @@ def test_one_run_is_driven_by_one_driver(session: Callable[[], psycopg.Connectio
     assert b.execute("SELECT count(*) FROM cryo.drive_graphs('d2', 5)").fetchone() == (1,)
 
 
+def test_a_released_graph_claim_wakes_the_graph_drivers(
+        session: Callable[[], psycopg.Connection]) -> None:
+    """A graph run put back to pending (a lapsed driver claim) says so on cryo_graph, the
+    channel graph drivers listen on, not only on the agents' cryo_work."""
+    db, listener = session(), session()
+    compiled = compile_graph({"version": "cryosleep-graph/v1", "nodes": [
+        {"id": "n", "type": "wait", "config": {"sleep": "1s"}}]})
+    run_id = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL,"
+                        " '\\x00', p_graph => %s)", (Jsonb(compiled.structure),)).fetchone()[0]
+    assert db.execute("SELECT run_id FROM cryo.drive_graphs('d', 1)").fetchone() == (run_id,)
+    listener.execute("LISTEN cryo_graph")
+    listener.execute("LISTEN cryo_work")
+    db.execute("SELECT cryo._release(ARRAY[%s], 'claim_expired')", (run_id,))
+    heard = [n.channel for n in listener.notifies(timeout=0.5, stop_after=2)]
+    assert heard == ["cryo_graph"]
+
+
 def test_plan_asks_for_a_config_it_was_not_sent(db: psycopg.Connection) -> None:
     """The driver sends only the configs of the nodes that may start (sending them all
     made each call cost the graph's size): a ready node whose config is missing is asked
