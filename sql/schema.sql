@@ -1117,6 +1117,60 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_state_batch(p_q cryo.queue) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run_id text := p_q.run_id;
+    v_now timestamptz := cryo.now();
+    v_ids text[] := '{}';
+    v_outs jsonb[] := '{}';
+    v_node cryo.node_states;
+BEGIN
+    IF NOT coalesce((SELECT count(*) <= 500 AND bool_and(coalesce(
+                   n.status = 'pending' AND n.type = 'state'
+                   AND (n.state_call ->> 'checked') = 'true'
+                   AND n.state_call ->> 'op' IN ('set', 'delete')
+                   AND NOT (n.def ? 'if' OR n.def ? 'fan_out' OR n.def ? 'concurrency')
+                   AND NOT coalesce((n.def ->> 'on_failure')::boolean, false), false))
+              FROM cryo.node_states n WHERE n.run_id = v_run_id), false) THEN
+        RETURN false;
+    END IF;
+    FOR v_node IN
+        WITH RECURSIVE walk(node_id, depth) AS (
+            SELECT n.node_id, 0 FROM cryo.node_states n
+             WHERE n.run_id = v_run_id AND n.open_deps = 0
+            UNION
+            SELECT d.id, w.depth + 1
+              FROM walk w
+              JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = w.node_id
+             CROSS JOIN unnest(n.dependents) AS d(id)
+        )
+        SELECT n.* FROM (SELECT w.node_id, max(w.depth) AS depth FROM walk w GROUP BY w.node_id) w
+          JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = w.node_id
+         ORDER BY w.depth, n.ord
+    LOOP
+        v_ids := v_ids || v_node.node_id;
+        v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
+    END LOOP;
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
+                                     started_at, finished_at)
+    SELECT v_run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now
+      FROM unnest(v_ids, v_outs) AS u(id, out);
+    UPDATE cryo.node_states n
+       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = u.out,
+           open_deps = 0
+      FROM unnest(v_ids, v_outs) AS u(id, out)
+     WHERE n.run_id = v_run_id AND n.node_id = u.id;
+    -- As cryo._history writes them, in the order the nodes ran.
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, attempt, created_at)
+    SELECT v_run_id, p_q.org, p_q.project, 'node_completed', 'run', 'node', u.id, 0, 1, v_now
+      FROM unnest(v_ids) WITH ORDINALITY AS u(id, i) ORDER BY u.i;
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION cryo._graph_state_call(p_q cryo.queue, p_node cryo.node_states, p_item integer, p_attempt integer) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
@@ -5634,16 +5688,19 @@ BEGIN
     END IF;
     SELECT s.run_id, s.created INTO v_id, v_created
       FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
-                              p_idempotency_key, NULL, NULL, NULL, p_concurrency,
+                              p_idempotency_key, '{graph}', NULL, NULL, p_concurrency,
                               p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
     IF v_id IS NOT NULL AND v_created AND cryo._graph_runs_itself(p_graph, p_calls) THEN
         v_token := cryo._drive_run('submit', v_id);  -- NULL: queued behind its group
     END IF;
     IF v_token IS NOT NULL THEN
+        -- The calls, then (when nothing can be skipped or fail) every node at once; the
+        -- plan then settles the run, or runs the nodes one at a time when the batch did not.
+        PERFORM cryo._graph_set_calls(v_id, p_calls);
+        PERFORM cryo._graph_state_batch(cryo._claimed_row(v_id, v_token));
         FOR v_plan IN SELECT * FROM cryo.graph_plan(
                 v_id, v_token, '{}', jsonb_build_object('nodes', '{}'::jsonb, 'run',
-                                                        jsonb_build_object('id', v_id)),
-                p_calls) LOOP
+                                                        jsonb_build_object('id', v_id))) LOOP
             IF v_plan.action IN ('settled', 'yield', 'finish', 'start', 'config') THEN
                 v_ended := v_plan.action;
             END IF;
