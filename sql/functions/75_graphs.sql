@@ -1278,10 +1278,17 @@ BEGIN
         v_token := cryo._drive_run('submit', v_id);  -- NULL: queued behind its group
     END IF;
     IF v_token IS NOT NULL THEN
-        -- The calls, then (when nothing can be skipped or fail) every node at once; the
-        -- plan then settles the run, or runs the nodes one at a time when the batch did not.
+        -- The calls, then (when nothing can be skipped or fail) every node at once, and
+        -- the run is over: it succeeded, and its answer is its sinks' clear outputs (it
+        -- has no output expression and no parent), as graph_plan would settle it.
         PERFORM cryo._graph_set_calls(v_id, p_calls);
-        PERFORM cryo._graph_state_batch(cryo._claimed_row(v_id, v_token));
+        IF cryo._graph_state_batch(cryo._claimed_row(v_id, v_token)) THEN
+            PERFORM cryo.graph_settle(v_id, v_token, true, NULL, jsonb_build_object(
+                'answer', cryo._graph_default_output(v_id)));
+            v_token := NULL;
+        END IF;
+    END IF;
+    IF v_token IS NOT NULL THEN  -- one node at a time, as a driver's turn would
         FOR v_plan IN SELECT * FROM cryo.graph_plan(
                 v_id, v_token, '{}', jsonb_build_object('nodes', '{}'::jsonb, 'run',
                                                         jsonb_build_object('id', v_id))) LOOP
