@@ -670,6 +670,43 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_checked_calls(p_run_id text, p_calls jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_checked text[] := '{}';
+    v_c record;
+BEGIN
+    BEGIN
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+            v_checked := v_checked || v_c.node_id;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'CR%' THEN
+            RAISE;
+        END IF;
+        v_checked := '{}';
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            BEGIN
+                PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+                v_checked := v_checked || v_c.node_id;
+            EXCEPTION WHEN OTHERS THEN
+                IF SQLSTATE NOT LIKE 'CR%' THEN
+                    RAISE;
+                END IF;
+            END;
+        END LOOP;
+    END;
+    RETURN (SELECT coalesce(jsonb_object_agg(c.key, (c.value - 'checked')
+                                || CASE WHEN c.key = ANY (v_checked)
+                                        THEN '{"checked": true}'::jsonb ELSE '{}'::jsonb END), '{}')
+              FROM jsonb_each(p_calls) c);
+END
+$$;
+
 CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE
     AS $$
@@ -931,39 +968,11 @@ $$;
 CREATE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_checked text[] := '{}';
-    v_c record;
 BEGIN
-    BEGIN
-        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
-                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
-            PERFORM cryo._graph_check_call(p_run_id, v_c.call);
-            v_checked := v_checked || v_c.node_id;
-        END LOOP;
-    EXCEPTION WHEN OTHERS THEN
-        IF SQLSTATE NOT LIKE 'CR%' THEN
-            RAISE;
-        END IF;
-        v_checked := '{}';
-        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
-                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
-            BEGIN
-                PERFORM cryo._graph_check_call(p_run_id, v_c.call);
-                v_checked := v_checked || v_c.node_id;
-            EXCEPTION WHEN OTHERS THEN
-                IF SQLSTATE NOT LIKE 'CR%' THEN
-                    RAISE;
-                END IF;
-            END;
-        END LOOP;
-    END;
     UPDATE cryo.node_states n
-       SET state_call = (c.call - 'value')
-                        || CASE WHEN c.node_id = ANY (v_checked) THEN '{"checked": true}'::jsonb
-                                ELSE '{}'::jsonb END,
+       SET state_call = c.call - 'value',
            state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
-      FROM jsonb_each(p_calls) AS c(node_id, call)
+      FROM jsonb_each(cryo._graph_checked_calls(p_run_id, p_calls)) AS c(node_id, call)
      WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
        AND n.status = 'pending';
 END
@@ -1117,7 +1126,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._graph_state_batch(p_q cryo.queue) RETURNS boolean
+CREATE FUNCTION cryo._graph_state_batch(p_q cryo.queue, p_calls jsonb) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1126,11 +1135,12 @@ DECLARE
     v_ids text[] := '{}';
     v_outs jsonb[] := '{}';
     v_node cryo.node_states;
+    v_call jsonb;
 BEGIN
     IF NOT coalesce((SELECT count(*) <= 500 AND bool_and(coalesce(
                    n.status = 'pending' AND n.type = 'state'
-                   AND (n.state_call ->> 'checked') = 'true'
-                   AND n.state_call ->> 'op' IN ('set', 'delete')
+                   AND (p_calls -> n.node_id ->> 'checked') = 'true'
+                   AND p_calls -> n.node_id ->> 'op' IN ('set', 'delete')
                    AND NOT (n.def ? 'if' OR n.def ? 'fan_out' OR n.def ? 'concurrency')
                    AND NOT coalesce((n.def ->> 'on_failure')::boolean, false), false))
               FROM cryo.node_states n WHERE n.run_id = v_run_id), false) THEN
@@ -1150,6 +1160,10 @@ BEGIN
           JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = w.node_id
          ORDER BY w.depth, n.ord
     LOOP
+        -- The call as _graph_set_calls would have stored it on the node (written below).
+        v_call := p_calls -> v_node.node_id;
+        v_node.state_call := v_call - 'value';
+        v_node.state_value := decode(v_call ->> 'value', 'hex');
         v_ids := v_ids || v_node.node_id;
         v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
     END LOOP;
@@ -1159,7 +1173,8 @@ BEGIN
       FROM unnest(v_ids, v_outs) AS u(id, out);
     UPDATE cryo.node_states n
        SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = u.out,
-           open_deps = 0
+           open_deps = 0, state_call = (p_calls -> u.id) - 'value',
+           state_value = decode(p_calls -> u.id ->> 'value', 'hex')
       FROM unnest(v_ids, v_outs) AS u(id, out)
      WHERE n.run_id = v_run_id AND n.node_id = u.id;
     -- As cryo._history writes them, in the order the nodes ran.
@@ -5697,8 +5712,8 @@ BEGIN
         -- The calls, then (when nothing can be skipped or fail) every node at once, and
         -- the run is over: it succeeded, and its answer is its sinks' clear outputs (it
         -- has no output expression and no parent), as graph_plan would settle it.
-        PERFORM cryo._graph_set_calls(v_id, p_calls);
-        IF cryo._graph_state_batch(cryo._claimed_row(v_id, v_token)) THEN
+        p_calls := cryo._graph_checked_calls(v_id, p_calls);
+        IF cryo._graph_state_batch(cryo._claimed_row(v_id, v_token), p_calls) THEN
             PERFORM cryo.graph_settle(v_id, v_token, true, NULL, jsonb_build_object(
                 'answer', cryo._graph_default_output(v_id)));
             v_token := NULL;
@@ -5707,7 +5722,8 @@ BEGIN
     IF v_token IS NOT NULL THEN  -- one node at a time, as a driver's turn would
         FOR v_plan IN SELECT * FROM cryo.graph_plan(
                 v_id, v_token, '{}', jsonb_build_object('nodes', '{}'::jsonb, 'run',
-                                                        jsonb_build_object('id', v_id))) LOOP
+                                                        jsonb_build_object('id', v_id)),
+                p_calls) LOOP
             IF v_plan.action IN ('settled', 'yield', 'finish', 'start', 'config') THEN
                 v_ended := v_plan.action;
             END IF;

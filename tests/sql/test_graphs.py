@@ -152,9 +152,9 @@ def test_a_graph_run_whole_in_its_submit_leaves_what_the_driver_leaves(
         run, token = db.execute("SELECT run_id, claim_token FROM cryo.drive_graphs('d', 1)"
                                 ).fetchone()
         assert run == third
-        db.execute("SELECT cryo._graph_set_calls(%s, %s)", (third, Jsonb(calls)))
-        assert db.execute("SELECT cryo._graph_state_batch(cryo._claimed_row(%s, %s))",
-                          (third, token)).fetchone() == (True,)
+        assert db.execute("SELECT cryo._graph_state_batch(cryo._claimed_row(%s, %s),"
+                          " cryo._graph_checked_calls(%s, %s))",
+                          (third, token, third, Jsonb(calls))).fetchone() == (True,)
         acts = [r[0] for r in db.execute(
             "SELECT action FROM cryo.graph_plan(%s, %s, '{}', %s)",
             (third, token, Jsonb({"nodes": {}, "run": {"id": third}})))]
