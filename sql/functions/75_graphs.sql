@@ -448,13 +448,78 @@ BEGIN
 END
 $$;
 
+-- The order the schedule runs a fresh run's nodes in when none is skipped or fails: by
+-- waves (nodes ready together; a node's wave is the longest path to it from a root),
+-- each wave in document order -- as _graph_schedule's loop takes them. Kahn's algorithm
+-- over the run's edges held in arrays indexed by the nodes' ord (1..n), so it costs the
+-- graph's nodes and edges once, whatever its shape. NULL when the ords are not 1..n.
+CREATE OR REPLACE FUNCTION cryo._graph_wave_order(p_run_id text)
+RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_ids text[];     -- node id by ord
+    v_open int[];     -- predecessors not yet run, by ord
+    v_n int;
+    v_src int[];      -- edges (from, to) as ords, sorted by from
+    v_dst int[];
+    v_start int[];    -- v_dst[v_start[u] .. v_end[u]]: the nodes after u
+    v_end int[];
+    v_front int[];
+    v_next int[];
+    v_order text[] := '{}';
+    v_dense boolean;
+    u int;
+    v int;
+    i int;
+BEGIN
+    SELECT array_agg(n.node_id ORDER BY n.ord), array_agg(n.open_deps ORDER BY n.ord),
+           count(*), bool_and(n.ord IS NOT NULL) AND max(n.ord) = count(*) AND min(n.ord) = 1
+      INTO v_ids, v_open, v_n, v_dense
+      FROM cryo.node_states n WHERE n.run_id = p_run_id;
+    IF v_n = 0 OR NOT coalesce(v_dense, false) THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(n.ord ORDER BY n.ord, m.ord), array_agg(m.ord ORDER BY n.ord, m.ord)
+      INTO v_src, v_dst
+      FROM cryo.node_states n
+     CROSS JOIN unnest(n.dependents) AS d(id)
+      JOIN cryo.node_states m ON m.run_id = p_run_id AND m.node_id = d.id
+     WHERE n.run_id = p_run_id;
+    v_start := array_fill(NULL::int, ARRAY[v_n]);
+    v_end := array_fill(NULL::int, ARRAY[v_n]);
+    FOR i IN 1 .. coalesce(cardinality(v_src), 0) LOOP
+        u := v_src[i];
+        IF v_start[u] IS NULL THEN
+            v_start[u] := i;
+        END IF;
+        v_end[u] := i;
+    END LOOP;
+    v_front := ARRAY(SELECT k FROM generate_subscripts(v_open, 1) k WHERE v_open[k] = 0 ORDER BY k);
+    WHILE cardinality(v_front) > 0 LOOP
+        v_next := '{}';
+        FOREACH u IN ARRAY v_front LOOP
+            v_order := v_order || v_ids[u];
+            FOR i IN coalesce(v_start[u], 1) .. coalesce(v_end[u], 0) LOOP
+                v := v_dst[i];
+                v_open[v] := v_open[v] - 1;
+                IF v_open[v] = 0 THEN
+                    v_next := v_next || v;
+                END IF;
+            END LOOP;
+        END LOOP;
+        v_front := ARRAY(SELECT k FROM unnest(v_next) k ORDER BY k);
+    END LOOP;
+    RETURN v_order;
+END
+$$;
+
 -- A fresh graph run whose every node is a constant set or delete in p_calls, checked
--- (cryo._graph_checked_calls), with no `if`, fan-out, concurrency or failure branch, and at
--- most a share (500) of nodes: nothing can be skipped or fail, so every node runs, in
--- the order the schedule would take them (by waves -- the longest path from a root --
--- then document order), each call through _graph_state_call, and the rows they leave
--- are written once for all of them: the same instance, node row and one node_completed
--- event each that cryo._graph_state_now writes for one (keep the two alike). Returns
+-- (cryo._graph_checked_calls), with no `if`, fan-out, concurrency or failure branch:
+-- nothing can be skipped or fail, so every node runs, in the order the schedule would
+-- take them (cryo._graph_wave_order), each call through _graph_state_call, and the rows
+-- they leave are written once for all of them: the same instance, node row and one
+-- node_completed event each that cryo._graph_state_now writes for one (keep the two
+-- alike). A node's cost stays flat at any size: nothing is read again per node. Returns
 -- whether it ran them; when it did not, graph_plan runs them one at a time as ever.
 CREATE OR REPLACE FUNCTION cryo._graph_state_batch(p_q cryo.queue, p_calls jsonb)
 RETURNS boolean
@@ -462,12 +527,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_run_id text := p_q.run_id;
     v_now timestamptz := cryo.now();
-    v_ids text[] := '{}';
+    v_order text[];
     v_outs jsonb[] := '{}';
     v_node cryo.node_states;
     v_call jsonb;
 BEGIN
-    IF NOT coalesce((SELECT count(*) <= 500 AND bool_and(coalesce(
+    IF NOT coalesce((SELECT bool_and(coalesce(
                    n.status = 'pending' AND n.type = 'state'
                    AND (p_calls -> n.node_id ->> 'checked') = 'true'
                    AND p_calls -> n.node_id ->> 'op' IN ('set', 'delete')
@@ -476,42 +541,34 @@ BEGIN
               FROM cryo.node_states n WHERE n.run_id = v_run_id), false) THEN
         RETURN false;
     END IF;
-    FOR v_node IN
-        WITH RECURSIVE walk(node_id, depth) AS (
-            SELECT n.node_id, 0 FROM cryo.node_states n
-             WHERE n.run_id = v_run_id AND n.open_deps = 0
-            UNION
-            SELECT d.id, w.depth + 1
-              FROM walk w
-              JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = w.node_id
-             CROSS JOIN unnest(n.dependents) AS d(id)
-        )
-        SELECT n.* FROM (SELECT w.node_id, max(w.depth) AS depth FROM walk w GROUP BY w.node_id) w
-          JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = w.node_id
-         ORDER BY w.depth, n.ord
-    LOOP
+    v_order := cryo._graph_wave_order(v_run_id);
+    IF v_order IS NULL THEN
+        RETURN false;
+    END IF;
+    FOR v_node IN SELECT n.* FROM unnest(v_order) WITH ORDINALITY AS o(id, i)
+                    JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = o.id
+                   ORDER BY o.i LOOP
         -- The call as _graph_set_calls would have stored it on the node (written below).
         v_call := p_calls -> v_node.node_id;
         v_node.state_call := v_call - 'value';
         v_node.state_value := decode(v_call ->> 'value', 'hex');
-        v_ids := v_ids || v_node.node_id;
         v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
     END LOOP;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
                                      started_at, finished_at)
     SELECT v_run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now
-      FROM unnest(v_ids, v_outs) AS u(id, out);
+      FROM unnest(v_order, v_outs) AS u(id, out);
     UPDATE cryo.node_states n
        SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = u.out,
            open_deps = 0, state_call = (p_calls -> u.id) - 'value',
            state_value = decode(p_calls -> u.id ->> 'value', 'hex')
-      FROM unnest(v_ids, v_outs) AS u(id, out)
+      FROM unnest(v_order, v_outs) AS u(id, out)
      WHERE n.run_id = v_run_id AND n.node_id = u.id;
     -- As cryo._history writes them, in the order the nodes ran.
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                               key_ordinal, attempt, created_at)
     SELECT v_run_id, p_q.org, p_q.project, 'node_completed', 'run', 'node', u.id, 0, 1, v_now
-      FROM unnest(v_ids) WITH ORDINALITY AS u(id, i) ORDER BY u.i;
+      FROM unnest(v_order) WITH ORDINALITY AS u(id, i) ORDER BY u.i;
     RETURN true;
 END
 $$;

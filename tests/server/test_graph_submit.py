@@ -73,3 +73,16 @@ async def test_a_constant_call_that_cannot_run_fails_its_node_alone(srv: Server)
     checked = dict(await rows(srv, "SELECT node_id, state_call ? 'checked' FROM cryo.node_states"
                                    " WHERE run_id = %s", got["run_id"]))
     assert checked == {"a": True, "b": False, "c": True}
+
+
+async def test_a_long_constant_chain_runs_whole_in_its_submit(srv: Server) -> None:
+    # No share and no yield: the batch reads nothing again per node, so its cost a node
+    # stays flat at any size (the one-at-a-time path yields after 500).
+    got = (await srv.user("POST", "/runs", {"source": chain(1200), "filename": "g.json"})
+           ).ok(201)
+    assert got["status"] == "succeeded", got
+    run = await srv.show(got["run_id"])
+    kinds = [e["kind"] for e in run["history"]]
+    assert kinds.count("node_completed") == 1200 and "turn_yielded" not in kinds
+    names = [e.get("name") for e in run["history"] if e["kind"] == "node_completed"]
+    assert names == [f"n{i}" for i in range(1200)]

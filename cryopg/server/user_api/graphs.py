@@ -71,10 +71,12 @@ class Prepared:
 # The same document submitted again (a client submitting one graph many times) is not
 # parsed, validated and expanded again: its compiled form is kept, keyed by the project
 # and a digest of the source. Only documents that compiled are kept (a bad one is refused
-# every time, with the same message); a few dozen, none over a megabyte of source.
+# every time, with the same message); a few dozen, none over 256 KB of source and 4 MB
+# of sources in all, so the cache stays small beside what it saves.
 _PREPARED: OrderedDict[tuple[str, str, bytes, str | None], Prepared] = OrderedDict()
 PREPARED_DOCS = 64
-PREPARED_MAX_CHARS = 1 << 20
+PREPARED_MAX_CHARS = 256 << 10
+PREPARED_TOTAL_CHARS = 4 << 20
 
 
 def prepared_graph(org: str, project: str, source: str,
@@ -99,10 +101,11 @@ def prepared_graph(org: str, project: str, source: str,
                        n.get("type") == "state"
                        and not any(k in n for k in ("if", "fan_out", "concurrency"))
                        for n in structure.get("nodes", [])))
-    if len(source) <= PREPARED_MAX_CHARS:
+    if len(got.text) <= PREPARED_MAX_CHARS:
         _PREPARED[key] = got
-        while len(_PREPARED) > PREPARED_DOCS:
-            _PREPARED.popitem(last=False)
+        total = sum(len(p.text) for p in _PREPARED.values())
+        while len(_PREPARED) > PREPARED_DOCS or total > PREPARED_TOTAL_CHARS:
+            total -= len(_PREPARED.popitem(last=False)[1].text)
     return got
 
 

@@ -6,11 +6,14 @@ import json
 from typing import Any
 
 from aiohttp import web
+from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.graphs.driver import TIMERS
 from cryopg.graphs.nodes import state as state_node
+from cryopg.seal import Sealer
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int, script_fields
 from cryopg.server.redact import masked
@@ -50,9 +53,9 @@ async def submit(request: web.Request) -> web.Response:
     sealed_input = sealer.seal_json(body["input"]) if body.get("input") is not None else None
     async with connection(request.app[POOL]) as conn:
         if graph is not None:
-            return await _submit_graph(conn, sealer, graph, org, project, filename, interpreter,
-                                       sealed_input, key, untrusted, group, policy, workdir,
-                                       body.get("input"))
+            return await _submit_graph(request.app, conn, sealer, graph, org, project,
+                                       filename, interpreter, sealed_input, key, untrusted,
+                                       group, policy, workdir, body.get("input"))
         run_id, created = await engine.submit_script(
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
@@ -66,11 +69,11 @@ async def submit(request: web.Request) -> web.Response:
                              status=201 if created else 200)
 
 
-async def _submit_graph(conn: Any, sealer: Any, graph: Prepared, org: str, project: str,
-                        filename: str, interpreter: str | None, sealed_input: bytes | None,
-                        key: str | None, untrusted: bool, group: str | None,
-                        policy: str | None, workdir: str | None,
-                        input_value: Any) -> web.Response:
+async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sealer,
+                        graph: Prepared, org: str, project: str, filename: str,
+                        interpreter: str | None, sealed_input: bytes | None, key: str | None,
+                        untrusted: bool, group: str | None, policy: str | None,
+                        workdir: str | None, input_value: Any) -> web.Response:
     """A graph run in one call: one whose every node is a constant state node goes with
     its state calls sealed, and the database runs it whole before answering."""
     compiled = graph.compiled
@@ -85,6 +88,8 @@ async def _submit_graph(conn: Any, sealer: Any, graph: Prepared, org: str, proje
         graph=compiled.structure, calls=calls)
     if run_id is None:  # policy skip, and the group was held
         return web.json_response({"run_id": None, "created": False, "skipped": True})
+    if status == "parked" and TIMERS in app:  # its retry's deadline may be the earliest now
+        app[TIMERS].rearm()
     return web.json_response({"run_id": run_id, "created": created, "status": status,
                               "position": position}, status=201 if created else 200)
 
