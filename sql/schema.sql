@@ -1289,7 +1289,12 @@ BEGIN
         END IF;
         v_end[u] := i;
     END LOOP;
-    v_front := ARRAY(SELECT k FROM generate_subscripts(v_open, 1) k WHERE v_open[k] = 0 ORDER BY k);
+    v_front := '{}';
+    FOR u IN 1 .. v_n LOOP
+        IF v_open[u] = 0 THEN
+            v_front := v_front || u;
+        END IF;
+    END LOOP;
     WHILE cardinality(v_front) > 0 LOOP
         v_next := '{}';
         FOREACH u IN ARRAY v_front LOOP
@@ -1302,7 +1307,9 @@ BEGIN
                 END IF;
             END LOOP;
         END LOOP;
-        v_front := ARRAY(SELECT k FROM unnest(v_next) k ORDER BY k);
+        -- Each wave in document order (a chain's waves are one node: nothing to sort).
+        v_front := CASE WHEN cardinality(v_next) > 1
+                        THEN ARRAY(SELECT k FROM unnest(v_next) k ORDER BY k) ELSE v_next END;
     END LOOP;
     RETURN v_order;
 END
