@@ -455,6 +455,28 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._drive_run(p_driver text, p_run_id text) RETURNS uuid
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_token uuid;
+BEGIN
+    UPDATE cryo.queue q
+       SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_driver,
+           claimed_at = v_now, claim_expires_at = v_now + interval '1 hour'
+     WHERE q.run_id = p_run_id AND q.state = 'pending' AND q.required_caps = '{graph}'
+    RETURNING q.claim_token INTO v_token;
+    IF v_token IS NOT NULL THEN
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = greatest(r.attempt, 1),
+               started_at = coalesce(r.started_at, v_now), updated_at = v_now
+         WHERE r.id = p_run_id;
+    END IF;
+    RETURN v_token;
+END
+$$;
+
 CREATE FUNCTION cryo._enqueue(p_run_id text, p_org text, p_project text, p_required_caps text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -642,10 +664,61 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
-    LANGUAGE sql STABLE
+CREATE FUNCTION cryo._graph_check_call(p_run_id text, p_call jsonb) RETURNS void
+    LANGUAGE plpgsql
     AS $$
-    SELECT CASE WHEN bool_or(n.items IS NOT NULL
+BEGIN
+    PERFORM cryo._state_key(p_call ->> 'key', true);
+    PERFORM cryo.state_scope(cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id,
+                             p_call ->> 'entity');
+    IF p_call ->> 'op' = 'set' AND p_call ->> 'value' IS NULL THEN
+        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_checked_calls(p_run_id text, p_calls jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_checked text[] := '{}';
+    v_c record;
+BEGIN
+    BEGIN
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+            v_checked := v_checked || v_c.node_id;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'CR%' THEN
+            RAISE;
+        END IF;
+        v_checked := '{}';
+        FOR v_c IN SELECT c.key AS node_id, c.value AS call FROM jsonb_each(p_calls) c
+                    WHERE c.value ->> 'op' IN ('set', 'delete') LOOP
+            BEGIN
+                PERFORM cryo._graph_check_call(p_run_id, v_c.call);
+                v_checked := v_checked || v_c.node_id;
+            EXCEPTION WHEN OTHERS THEN
+                IF SQLSTATE NOT LIKE 'CR%' THEN
+                    RAISE;
+                END IF;
+            END;
+        END LOOP;
+    END;
+    RETURN (SELECT coalesce(jsonb_object_agg(c.key, (c.value - 'checked')
+                                || CASE WHEN c.key = ANY (v_checked)
+                                        THEN '{"checked": true}'::jsonb ELSE '{}'::jsonb END), '{}')
+              FROM jsonb_each(p_calls) c);
+END
+$$;
+
+CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN (SELECT CASE WHEN bool_or(n.items IS NOT NULL
                              OR (n.status IN ('succeeded', 'seeded') AND n.output IS NOT NULL))
                 THEN NULL
                 ELSE coalesce(jsonb_object_agg(n.node_id,
@@ -653,7 +726,8 @@ CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
                               THEN coalesce(n.output_clear, 'null') ELSE 'null' END),
                      '{}') END
       FROM cryo.node_states n
-     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0
+     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0);
+END
 $$;
 
 CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
@@ -669,10 +743,12 @@ CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
 $$;
 
 CREATE FUNCTION cryo._graph_failing(p_run_id text) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
-                      AND NOT n.tolerated)
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated);
+END
 $$;
 
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
@@ -747,6 +823,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_runs_itself(p_graph jsonb, p_calls jsonb) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    RETURN p_calls IS NOT NULL AND jsonb_typeof(p_graph -> 'nodes') = 'array'
+       AND NOT p_graph ? 'output' AND NOT p_graph ? 'concurrency'
+       AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_graph -> 'nodes') d
+                        WHERE NOT p_calls ? (d ->> 'id') OR d ? 'if' OR d ? 'fan_out'
+                           OR d ? 'concurrency' OR d ->> 'type' IS DISTINCT FROM 'state');
+END
+$$;
+
 CREATE FUNCTION cryo._graph_runs_on_failure(p_def jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -766,10 +854,18 @@ DECLARE
     v_n integer;
     v_changed boolean := true;
     v_handler boolean;
+    v_failed_here boolean := false;
+    -- Whether any node of the run was skipped: only then can a node's predecessors all
+    -- have been, and only then are they read (each ready node otherwise costs a query).
+    v_any_skipped boolean := EXISTS (SELECT 1 FROM cryo.node_states n
+                                      WHERE n.run_id = p_q.run_id AND n.status = 'skipped');
 BEGIN
     WHILE v_changed LOOP
         -- A node failing in this loop (a fan-out that is not a list) fails the run.
-        p_failing := p_failing OR cryo._graph_failing(v_run_id);
+        IF v_failed_here THEN
+            p_failing := p_failing OR cryo._graph_failing(v_run_id);
+            v_failed_here := false;
+        END IF;
         -- A failing run with no always node or failure branch left decides nothing more
         -- (what had not started stays pending, as the run ends).
         IF p_failing AND NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = v_run_id
@@ -785,6 +881,7 @@ BEGIN
             IF p_failing AND NOT v_handler THEN
                 -- The run is failing: what is not an always node or the failure branch
                 -- will not run, and its skip lets those after it be decided.
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -795,12 +892,17 @@ BEGIN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
             -- Each predecessor by its primary key (see _graph_node_ended).
-            v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
-                                           WHERE n.run_id = v_run_id AND n.node_id = d)
-                                    FROM unnest(v_node.deps) AS d);
+            IF v_any_skipped AND cardinality(v_node.deps) > 0 AND NOT v_handler THEN
+                v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
+                                               WHERE n.run_id = v_run_id AND n.node_id = d)
+                                        FROM unnest(v_node.deps) AS d);
+            ELSE
+                v_dep_status := '{}';
+            END IF;
             -- (A failed predecessor here failed with continue_on_error: it ended.)
-            IF cardinality(v_node.deps) > 0 AND NOT v_handler
+            IF cardinality(v_dep_status) > 0
                AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -813,6 +915,7 @@ BEGIN
                     'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
             END IF;
             IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                v_any_skipped := true;
                 PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
@@ -831,6 +934,7 @@ BEGIN
                     PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
                                           v_node.node_id, 0);
                     v_changed := true;
+                    v_failed_here := true;
                     CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
@@ -869,14 +973,16 @@ END
 $$;
 
 CREATE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     UPDATE cryo.node_states n
        SET state_call = c.call - 'value',
            state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
-      FROM jsonb_each(p_calls) AS c(node_id, call)
+      FROM jsonb_each(cryo._graph_checked_calls(p_run_id, p_calls)) AS c(node_id, call)
      WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
-       AND n.status = 'pending'
+       AND n.status = 'pending';
+END
 $$;
 
 CREATE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text) RETURNS void
@@ -1027,6 +1133,58 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_state_batch(p_q cryo.queue, p_calls jsonb) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run_id text := p_q.run_id;
+    v_now timestamptz := cryo.now();
+    v_order text[];
+    v_outs jsonb[] := '{}';
+    v_node cryo.node_states;
+    v_call jsonb;
+BEGIN
+    IF NOT coalesce((SELECT bool_and(coalesce(
+                   n.status = 'pending' AND n.type = 'state'
+                   AND (p_calls -> n.node_id ->> 'checked') = 'true'
+                   AND p_calls -> n.node_id ->> 'op' IN ('set', 'delete')
+                   AND NOT (n.def ? 'if' OR n.def ? 'fan_out' OR n.def ? 'concurrency')
+                   AND NOT coalesce((n.def ->> 'on_failure')::boolean, false), false))
+              FROM cryo.node_states n WHERE n.run_id = v_run_id), false) THEN
+        RETURN false;
+    END IF;
+    v_order := cryo._graph_wave_order(v_run_id);
+    IF v_order IS NULL THEN
+        RETURN false;
+    END IF;
+    FOR v_node IN SELECT n.* FROM unnest(v_order) WITH ORDINALITY AS o(id, i)
+                    JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = o.id
+                   ORDER BY o.i LOOP
+        -- The call as _graph_set_calls would have stored it on the node (written below).
+        v_call := p_calls -> v_node.node_id;
+        v_node.state_call := v_call - 'value';
+        v_node.state_value := decode(v_call ->> 'value', 'hex');
+        v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
+    END LOOP;
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
+                                     started_at, finished_at)
+    SELECT v_run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now
+      FROM unnest(v_order, v_outs) AS u(id, out);
+    UPDATE cryo.node_states n
+       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = u.out,
+           open_deps = 0, state_call = (p_calls -> u.id) - 'value',
+           state_value = decode(p_calls -> u.id ->> 'value', 'hex')
+      FROM unnest(v_order, v_outs) AS u(id, out)
+     WHERE n.run_id = v_run_id AND n.node_id = u.id;
+    -- As cryo._history writes them, in the order the nodes ran.
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, attempt, created_at)
+    SELECT v_run_id, p_q.org, p_q.project, 'node_completed', 'run', 'node', u.id, 0, 1, v_now
+      FROM unnest(v_order) WITH ORDINALITY AS u(id, i) ORDER BY u.i;
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION cryo._graph_state_call(p_q cryo.queue, p_node cryo.node_states, p_item integer, p_attempt integer) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
@@ -1038,11 +1196,10 @@ DECLARE
 BEGIN
     CASE v_call ->> 'op'
     WHEN 'set' THEN
-        RETURN jsonb_build_object('version', cryo.state_set(p_q.run_id, p_q.claim_token, v_entity,
-                                                            v_key, p_node.state_value));
+        RETURN jsonb_build_object('version', cryo._state_set(p_q, v_entity, v_key,
+                                                             p_node.state_value));
     WHEN 'delete' THEN
-        RETURN jsonb_build_object('deleted', cryo.state_delete(p_q.run_id, p_q.claim_token,
-                                                               v_entity, v_key));
+        RETURN jsonb_build_object('deleted', cryo._state_delete(p_q, v_entity, v_key));
     WHEN 'add' THEN
         RETURN (SELECT jsonb_build_object('claimed', a.claimed)
                   FROM cryo.state_add(p_q.run_id, p_q.claim_token, v_entity, v_key,
@@ -1064,29 +1221,104 @@ CREATE FUNCTION cryo._graph_state_now(p_q cryo.queue, p_node cryo.node_states) R
     AS $$
 DECLARE
     v_out jsonb;
+    v_now timestamptz := cryo.now();
+    v_id text;
 BEGIN
-    BEGIN
+    IF (p_node.state_call ->> 'checked') = 'true' THEN
         v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
-    EXCEPTION WHEN OTHERS THEN
-        IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
-            RAISE;
-        END IF;
-        RETURN NULL;
-    END;
+    ELSE
+        BEGIN
+            v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
+        EXCEPTION WHEN OTHERS THEN
+            IF SQLSTATE NOT LIKE 'CR%' OR SQLSTATE = 'CR002' THEN
+                RAISE;
+            END IF;
+            RETURN NULL;
+        END;
+    END IF;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
                                      started_at, finished_at)
     VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
-            cryo.now(), cryo.now());
+            v_now, v_now);
     UPDATE cryo.node_states n
-       SET status = 'succeeded', started_at = cryo.now(), finished_at = cryo.now(),
-           output_clear = v_out
+       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = v_out
      WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
-    PERFORM cryo._graph_node_ended(p_q.run_id, p_node.node_id);
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
-                          p_node.node_id, 0);
+    -- What _graph_node_ended does, with the dependents the row already carries.
+    FOREACH v_id IN ARRAY coalesce(p_node.dependents, '{}') LOOP
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_q.run_id AND n.node_id = v_id;
+    END LOOP;
+    -- Scheduled and completed in the same instant: one event says both.
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
                           p_node.node_id, 0, 1);
     RETURN v_out;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_wave_order(p_run_id text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_ids text[];     -- node id by ord
+    v_open int[];     -- predecessors not yet run, by ord
+    v_n int;
+    v_src int[];      -- edges (from, to) as ords, sorted by from
+    v_dst int[];
+    v_start int[];    -- v_dst[v_start[u] .. v_end[u]]: the nodes after u
+    v_end int[];
+    v_front int[];
+    v_next int[];
+    v_order text[] := '{}';
+    v_dense boolean;
+    u int;
+    v int;
+    i int;
+BEGIN
+    SELECT array_agg(n.node_id ORDER BY n.ord), array_agg(n.open_deps ORDER BY n.ord),
+           count(*), bool_and(n.ord IS NOT NULL) AND max(n.ord) = count(*) AND min(n.ord) = 1
+      INTO v_ids, v_open, v_n, v_dense
+      FROM cryo.node_states n WHERE n.run_id = p_run_id;
+    IF v_n = 0 OR NOT coalesce(v_dense, false) THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(n.ord ORDER BY n.ord, m.ord), array_agg(m.ord ORDER BY n.ord, m.ord)
+      INTO v_src, v_dst
+      FROM cryo.node_states n
+     CROSS JOIN unnest(n.dependents) AS d(id)
+      JOIN cryo.node_states m ON m.run_id = p_run_id AND m.node_id = d.id
+     WHERE n.run_id = p_run_id;
+    v_start := array_fill(NULL::int, ARRAY[v_n]);
+    v_end := array_fill(NULL::int, ARRAY[v_n]);
+    FOR i IN 1 .. coalesce(cardinality(v_src), 0) LOOP
+        u := v_src[i];
+        IF v_start[u] IS NULL THEN
+            v_start[u] := i;
+        END IF;
+        v_end[u] := i;
+    END LOOP;
+    v_front := '{}';
+    FOR u IN 1 .. v_n LOOP
+        IF v_open[u] = 0 THEN
+            v_front := v_front || u;
+        END IF;
+    END LOOP;
+    WHILE cardinality(v_front) > 0 LOOP
+        v_next := '{}';
+        FOREACH u IN ARRAY v_front LOOP
+            v_order := v_order || v_ids[u];
+            FOR i IN coalesce(v_start[u], 1) .. coalesce(v_end[u], 0) LOOP
+                v := v_dst[i];
+                v_open[v] := v_open[v] - 1;
+                IF v_open[v] = 0 THEN
+                    v_next := v_next || v;
+                END IF;
+            END LOOP;
+        END LOOP;
+        -- Each wave in document order (a chain's waves are one node: nothing to sort).
+        v_front := CASE WHEN cardinality(v_next) > 1
+                        THEN ARRAY(SELECT k FROM unnest(v_next) k ORDER BY k) ELSE v_next END;
+    END LOOP;
+    RETURN v_order;
 END
 $$;
 
@@ -1597,23 +1829,26 @@ CREATE FUNCTION cryo._release(p_run_ids text[], p_kind text) RETURNS integer
 DECLARE
     v_n integer;
     v_watched text[];
+    v_graphs integer;
 BEGIN
     WITH requeued AS (
         UPDATE cryo.queue q
            SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
                agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
          WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
-        RETURNING q.run_id
+        RETURNING q.run_id, q.required_caps = '{graph}' AS graph
     ), runs_back AS (
         UPDATE cryo.runs r SET status = 'pending', updated_at = cryo.now()
           FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project, r.attempt, r.watched
+        RETURNING r.id, r.org, r.project, r.attempt, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
         SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
     )
-    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    PERFORM cryo._notify_requeued(v_n, v_watched);
+    SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)
+      INTO v_n, v_watched, v_graphs FROM runs_back;
+    -- A graph run released (an expired driver claim) wakes the graph drivers, on theirs.
+    PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
 $$;
@@ -1822,6 +2057,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._state_delete(p_q cryo.queue, p_entity text, p_key text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    UPDATE cryo.state_cells c
+       SET value = NULL, version = c.version + 1, updated_by_run = p_q.run_id, updated_at = cryo.now()
+     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
+    RETURN FOUND;
+END
+$$;
+
 CREATE FUNCTION cryo._state_key(p_key text, p_write boolean) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -1863,6 +2112,33 @@ BEGIN
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, replace(p_family, '.', '_'),
                           p_family, p_name, p_ordinal,
                           (SELECT r.attempt FROM cryo.runs r WHERE r.id = p_q.run_id));
+END
+$$;
+
+CREATE FUNCTION cryo._state_set(p_q cryo.queue, p_entity text, p_key text, p_value bytea) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
+    v_now timestamptz := cryo.now();
+    v_version bigint;
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+    END IF;
+    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
+                                       created_by_run, updated_by_run, created_at, updated_at)
+    VALUES (p_q.org, p_q.project, v_scope, p_entity,
+            CASE WHEN p_entity IS NULL THEN p_q.run_id END, p_key, p_value, 1,
+            p_q.run_id, p_q.run_id, v_now, v_now)
+    ON CONFLICT (scope, key) DO UPDATE
+       SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
+           updated_at = excluded.updated_at,
+           created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run ELSE c.created_by_run END,
+           created_at = CASE WHEN c.value IS NULL THEN excluded.created_at ELSE c.created_at END
+    RETURNING c.version INTO v_version;
+    RETURN v_version;
 END
 $$;
 
@@ -3466,8 +3742,10 @@ BEGIN
             idempotency_key := NULL; output := v_start.output;
             IF v_start.action = 'done' THEN
                 type := 'state'; item := 0; attempt := 1;
-                v_again := true;
+                -- The schedule decides what its own runs readied before it returns: only
+                -- a share used up (or a node run below) calls for another pass.
                 v_ran := v_ran + 1;
+                v_again := v_ran >= v_share;
                 IF v_start.is_read THEN
                     p_scope := jsonb_set(p_scope, ARRAY['nodes', v_start.node_id],
                         jsonb_build_object('status', 'succeeded', 'output', v_start.output));
@@ -3708,7 +3986,10 @@ BEGIN
                         WHERE i.run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
             PERFORM cryo.cancel_run(v_child.job_run_id);
         END LOOP;
-        PERFORM cryo._leave_lease_queues(p_run_id);
+        -- (Asked first: the call is planned afresh each time, the question is not.)
+        IF EXISTS (SELECT 1 FROM cryo.lease_waiters w WHERE w.run_id = p_run_id) THEN
+            PERFORM cryo._leave_lease_queues(p_run_id);
+        END IF;
         IF p_output IS NOT NULL OR p_output_clear IS NOT NULL THEN
             INSERT INTO cryo.run_outputs (run_id, org, project, key, value, value_clear, updated_at)
             VALUES (p_run_id, v_q.org, v_q.project, 'output', p_output,
@@ -5404,15 +5685,8 @@ COMMENT ON FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p
 CREATE FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
 BEGIN
-    PERFORM cryo._state_key(p_key, true);
-    UPDATE cryo.state_cells c
-       SET value = NULL, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
-     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
-    RETURN FOUND;
+    RETURN cryo._state_delete(cryo._claimed_row(p_run_id, p_token), p_entity, p_key);
 END
 $$;
 
@@ -5514,28 +5788,8 @@ COMMENT ON FUNCTION cryo.state_scope(p_org text, p_project text, p_run_id text, 
 CREATE FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
-    v_now timestamptz := cryo.now();
-    v_version bigint;
 BEGIN
-    PERFORM cryo._state_key(p_key, true);
-    IF p_value IS NULL THEN
-        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
-    END IF;
-    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
-                                       created_by_run, updated_by_run, created_at, updated_at)
-    VALUES (v_q.org, v_q.project, v_scope, p_entity,
-            CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
-            p_run_id, p_run_id, v_now, v_now)
-    ON CONFLICT (scope, key) DO UPDATE
-       SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
-           updated_at = excluded.updated_at,
-           created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run ELSE c.created_by_run END,
-           created_at = CASE WHEN c.value IS NULL THEN excluded.created_at ELSE c.created_at END
-    RETURNING c.version INTO v_version;
-    RETURN v_version;
+    RETURN cryo._state_set(cryo._claimed_row(p_run_id, p_token), p_entity, p_key, p_value);
 END
 $$;
 
@@ -5589,6 +5843,63 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position integer, p_name text, p_source bytea, p_required_caps text[], p_retries integer, p_retry_backoff double precision, p_retry_on integer[], p_path text) IS 'Submits a named child job of the claimed run (a name is unique per run) with a retry policy; returns its run id, the same one for a repeat at the same path. Raises CR002 for a stale claim, CR007 for a name already used, CR004 for a bad policy or name, CR009 for a disagreeing path.';
+
+CREATE FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean, status text, queue_position integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id text;
+    v_created boolean;
+    v_token uuid;
+    v_plan record;
+    v_ended text;
+BEGIN
+    IF p_graph IS NULL THEN
+        RAISE EXCEPTION 'a graph run needs its compiled structure' USING ERRCODE = 'CR004';
+    END IF;
+    SELECT s.run_id, s.created INTO v_id, v_created
+      FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
+                              p_idempotency_key, '{graph}', NULL, NULL, p_concurrency,
+                              p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
+    IF v_id IS NOT NULL AND v_created AND cryo._graph_runs_itself(p_graph, p_calls) THEN
+        v_token := cryo._drive_run('submit', v_id);  -- NULL: queued behind its group
+    END IF;
+    IF v_token IS NOT NULL THEN
+        -- The calls, then (when nothing can be skipped or fail) every node at once, and
+        -- the run is over: it succeeded, and its answer is its sinks' clear outputs (it
+        -- has no output expression and no parent), as graph_plan would settle it.
+        p_calls := cryo._graph_checked_calls(v_id, p_calls);
+        IF cryo._graph_state_batch(cryo._claimed_row(v_id, v_token), p_calls) THEN
+            PERFORM cryo.graph_settle(v_id, v_token, true, NULL, jsonb_build_object(
+                'answer', cryo._graph_default_output(v_id)));
+            v_token := NULL;
+        END IF;
+    END IF;
+    IF v_token IS NOT NULL THEN  -- one node at a time, as a driver's turn would
+        FOR v_plan IN SELECT * FROM cryo.graph_plan(
+                v_id, v_token, '{}', jsonb_build_object('nodes', '{}'::jsonb, 'run',
+                                                        jsonb_build_object('id', v_id)),
+                p_calls) LOOP
+            IF v_plan.action IN ('settled', 'yield', 'finish', 'start', 'config') THEN
+                v_ended := v_plan.action;
+            END IF;
+        END LOOP;
+        IF v_ended IS NULL THEN  -- waits on something (a retry's backoff): parked
+            PERFORM cryo.graph_settle(v_id, v_token, false);
+        ELSIF v_ended <> 'settled' THEN  -- more for a driver: pending again at once
+            PERFORM cryo.graph_yield(v_id, v_token);
+        END IF;
+    END IF;
+    RETURN QUERY SELECT v_id, v_created, r.status,
+                        CASE WHEN r.status = 'queued' THEN cryo._queue_position(v_id) END
+                   FROM cryo.runs r WHERE r.id = v_id;
+    IF v_id IS NULL THEN  -- skip: the group was held, no run
+        RETURN QUERY SELECT NULL::text, false, NULL::text, NULL::integer;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb) IS 'Creates a graph run as submit_script does (p_graph its compiled structure, p_source its sealed document); when every node is a constant state node whose call is in p_calls ({node: {op, key, entity, expected, read, value as hex of the sealed value}}) with no if, fan-out or concurrency and the graph has no output expression or concurrency group, drives it at once in this transaction, so it has usually ended when this returns. Returns (run_id, created, status, queue_position); run_id NULL when skip found the group held. Raises what submit_script raises.';
 
 CREATE FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL::jsonb, p_idempotency_key text DEFAULT NULL::text, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER

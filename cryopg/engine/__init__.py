@@ -52,6 +52,7 @@ from cryopg.engine.graphs import (
     read_graph_nodes,
     render_config,
     rerun_graph,
+    submit_graph,
     wake_due_graphs,
     workflow_workdir,
 )
@@ -302,6 +303,7 @@ __all__ = [
     "graph_wait_item",
     "graph_settle",
     "graph_yield",
+    "submit_graph",
     "graph_defer",
     "wake_due_graphs",
     "approve_node",

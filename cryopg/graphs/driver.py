@@ -194,12 +194,7 @@ def _pinned(sealer: Any, g: Driven) -> Pinned:
             for d in n.get("deps", []):
                 after.setdefault(d, []).append(n["id"])
         wanted = referenced(g.graph, configs)
-        calls = {}
-        for n in g.graph.get("nodes", []):
-            if n.get("type") == "state" and "fan_out" not in n:
-                call = state_node.constant_call(configs.get(n["id"], {}), sealer)
-                if call is not None:
-                    calls[n["id"]] = {**call, "read": wanted is None or n["id"] in wanted}
+        calls = state_node.constant_calls(g.graph, configs, sealer, wanted)
         got = _PINNED[g.run_id] = Pinned(configs, wanted, after, calls)
         while len(_PINNED) > PINNED_RUNS:
             _PINNED.popitem(last=False)

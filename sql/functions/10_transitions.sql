@@ -318,6 +318,31 @@ BEGIN
 END
 $$;
 
+-- The same claim as _drive, on one named run a server is about to drive itself: a graph
+-- whose every node the database runs is driven inside its own submit (cryo.submit_graph).
+-- Returns the claim token, NULL when the run is not pending.
+CREATE OR REPLACE FUNCTION cryo._drive_run(p_driver text, p_run_id text)
+RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_token uuid;
+BEGIN
+    UPDATE cryo.queue q
+       SET state = 'claimed', claim_token = gen_random_uuid(), agent_id = p_driver,
+           claimed_at = v_now, claim_expires_at = v_now + interval '1 hour'
+     WHERE q.run_id = p_run_id AND q.state = 'pending' AND q.required_caps = '{graph}'
+    RETURNING q.claim_token INTO v_token;
+    IF v_token IS NOT NULL THEN
+        UPDATE cryo.runs r
+           SET status = 'running', substate = NULL, attempt = greatest(r.attempt, 1),
+               started_at = coalesce(r.started_at, v_now), updated_at = v_now
+         WHERE r.id = p_run_id;
+    END IF;
+    RETURN v_token;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION cryo._extend_claim(p_run_id text, p_seconds double precision)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -355,23 +380,26 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
     v_watched text[];
+    v_graphs integer;
 BEGIN
     WITH requeued AS (
         UPDATE cryo.queue q
            SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
                agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
          WHERE q.run_id = ANY (p_run_ids) AND q.state = 'claimed'
-        RETURNING q.run_id
+        RETURNING q.run_id, q.required_caps = '{graph}' AS graph
     ), runs_back AS (
         UPDATE cryo.runs r SET status = 'pending', updated_at = cryo.now()
           FROM requeued WHERE r.id = requeued.run_id
-        RETURNING r.id, r.org, r.project, r.attempt, r.watched
+        RETURNING r.id, r.org, r.project, r.attempt, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, attempt, created_at)
         SELECT id, org, project, p_kind, attempt, cryo.now() FROM runs_back
     )
-    SELECT count(*), array_agg(id) FILTER (WHERE watched) INTO v_n, v_watched FROM runs_back;
-    PERFORM cryo._notify_requeued(v_n, v_watched);
+    SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)
+      INTO v_n, v_watched, v_graphs FROM runs_back;
+    -- A graph run released (an expired driver claim) wakes the graph drivers, on theirs.
+    PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
 $$;

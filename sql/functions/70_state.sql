@@ -114,13 +114,13 @@ COMMENT ON FUNCTION cryo.state_list(text) IS
     'Returns every live cell of a scope in key order (values sealed). Raises nothing.';
 
 -- Last-write-wins: creates the cell (or re-creates a deleted one) or replaces its value.
-CREATE OR REPLACE FUNCTION cryo.state_set(
-    p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea)
+-- state_set for a caller that holds the claimed row already (a graph's state node run
+-- in the database): the same checks and write, without locking the claim again.
+CREATE OR REPLACE FUNCTION cryo._state_set(p_q cryo.queue, p_entity text, p_key text, p_value bytea)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
     v_now timestamptz := cryo.now();
     v_version bigint;
 BEGIN
@@ -130,9 +130,9 @@ BEGIN
     END IF;
     INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
                                        created_by_run, updated_by_run, created_at, updated_at)
-    VALUES (v_q.org, v_q.project, v_scope, p_entity,
-            CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
-            p_run_id, p_run_id, v_now, v_now)
+    VALUES (p_q.org, p_q.project, v_scope, p_entity,
+            CASE WHEN p_entity IS NULL THEN p_q.run_id END, p_key, p_value, 1,
+            p_q.run_id, p_q.run_id, v_now, v_now)
     ON CONFLICT (scope, key) DO UPDATE
        SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
            updated_at = excluded.updated_at,
@@ -142,22 +142,39 @@ BEGIN
     RETURN v_version;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION cryo.state_set(
+    p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN cryo._state_set(cryo._claimed_row(p_run_id, p_token), p_entity, p_key, p_value);
+END
+$$;
 COMMENT ON FUNCTION cryo.state_set(text, uuid, text, text, bytea) IS
     'Writes a sealed value into a cell of the claimed run (run scope when p_entity is NULL); returns the cell''s new version. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or a NULL value.';
+
+-- state_delete for a caller that holds the claimed row already (see _state_set).
+CREATE OR REPLACE FUNCTION cryo._state_delete(p_q cryo.queue, p_entity text, p_key text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
+BEGIN
+    PERFORM cryo._state_key(p_key, true);
+    UPDATE cryo.state_cells c
+       SET value = NULL, version = c.version + 1, updated_by_run = p_q.run_id, updated_at = cryo.now()
+     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
+    RETURN FOUND;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION cryo.state_delete(
     p_run_id text, p_token uuid, p_entity text, p_key text)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
 BEGIN
-    PERFORM cryo._state_key(p_key, true);
-    UPDATE cryo.state_cells c
-       SET value = NULL, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
-     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
-    RETURN FOUND;
+    RETURN cryo._state_delete(cryo._claimed_row(p_run_id, p_token), p_entity, p_key);
 END
 $$;
 COMMENT ON FUNCTION cryo.state_delete(text, uuid, text, text) IS

@@ -79,6 +79,93 @@ def test_one_run_is_driven_by_one_driver(session: Callable[[], psycopg.Connectio
     assert b.execute("SELECT count(*) FROM cryo.drive_graphs('d2', 5)").fetchone() == (1,)
 
 
+def test_a_released_graph_claim_wakes_the_graph_drivers(
+        session: Callable[[], psycopg.Connection]) -> None:
+    """A graph run put back to pending (a lapsed driver claim) says so on cryo_graph, the
+    channel graph drivers listen on, not only on the agents' cryo_work."""
+    db, listener = session(), session()
+    compiled = compile_graph({"version": "cryosleep-graph/v1", "nodes": [
+        {"id": "n", "type": "wait", "config": {"sleep": "1s"}}]})
+    run_id = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL,"
+                        " '\\x00', p_graph => %s)", (Jsonb(compiled.structure),)).fetchone()[0]
+    assert db.execute("SELECT run_id FROM cryo.drive_graphs('d', 1)").fetchone() == (run_id,)
+    listener.execute("LISTEN cryo_graph")
+    listener.execute("LISTEN cryo_work")
+    db.execute("SELECT cryo._release(ARRAY[%s], 'claim_expired')", (run_id,))
+    heard = [n.channel for n in listener.notifies(timeout=0.5, stop_after=2)]
+    assert heard == ["cryo_graph"]
+
+
+def test_a_graph_run_whole_in_its_submit_leaves_what_the_driver_leaves(
+        db: psycopg.Connection) -> None:
+    """cryo.submit_graph runs a graph of checked set/delete nodes at once (one statement
+    for each kind of row); the same graph driven node by node through graph_plan leaves
+    the same nodes, instances, cell versions and history, in the same order (by waves of
+    the longest path from a root, then document order)."""
+    def node(nid: str, op: str = "set", key: str | None = None) -> dict[str, object]:
+        return {"id": nid, "type": "state",
+                "config": {"op": op, "key": key or nid, **({"value": 1} if op == "set" else {})}}
+
+    doc = {"version": "cryosleep-graph/v1",
+           "nodes": [node("d"), node("b", key="same"), node("e"), node("a"),
+                     node("c", key="same"), node("f", op="delete", key="a")],
+           "edges": [{"from": "b", "to": "d"}, {"from": "c", "to": "d"},
+                     {"from": "a", "to": "b"}, {"from": "a", "to": "c"},
+                     {"from": "d", "to": "f"}]}
+    compiled = compile_graph(doc)
+    calls = {n["id"]: {"op": n["config"]["op"], "key": n["config"]["key"], "entity": None,
+                       "read": False, **({"value": "00"} if n["config"]["op"] == "set" else {})}
+             for n in doc["nodes"]}
+
+    def left(run_id: str) -> tuple[object, ...]:
+        q = db.execute
+        return (
+            q("SELECT node_id, status, open_deps, output_clear, started_at IS NOT NULL"
+              " FROM cryo.node_states WHERE run_id = %s ORDER BY node_id", (run_id,)).fetchall(),
+            q("SELECT node_id, item, status, output_clear FROM cryo.node_instances"
+              " WHERE run_id = %s ORDER BY node_id", (run_id,)).fetchall(),
+            q("SELECT kind, key_scope, key_family, key_name, key_ordinal, attempt"
+              " FROM cryo.history WHERE run_id = %s AND kind LIKE 'node%%' ORDER BY id",
+              (run_id,)).fetchall(),
+            q("SELECT key, version, value IS NULL FROM cryo.state_cells WHERE scope = %s"
+              " ORDER BY key", (run_id,)).fetchall(),
+            q("SELECT status FROM cryo.runs WHERE id = %s", (run_id,)).fetchone())
+
+    batch = db.execute("SELECT run_id, status FROM cryo.submit_graph('dev', 'default', 'g.json',"
+                       " NULL, '\\x00', NULL, NULL, false, NULL, NULL, NULL, %s, %s)",
+                       (Jsonb(compiled.structure), Jsonb(calls))).fetchone()
+    assert batch[1] == "succeeded"
+    slow = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL,"
+                      " '\\x00', p_graph => %s)", (Jsonb(compiled.structure),)).fetchone()[0]
+    run, token = db.execute("SELECT run_id, claim_token FROM cryo.drive_graphs('d', 1)"
+                            ).fetchone()
+    assert run == slow
+    with db.transaction():
+        acts = [r[0] for r in db.execute(
+            "SELECT action FROM cryo.graph_plan(%s, %s, '{}', %s, %s)",
+            (slow, token, Jsonb({"nodes": {}, "run": {"id": slow}}), Jsonb(calls)))]
+    assert acts.count("done") == 6 and acts[-1] == "settled"
+    # The batch itself, by hand: it runs every node, and the plan after it has none left.
+    third = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL,"
+                       " '\\x00', p_graph => %s)", (Jsonb(compiled.structure),)).fetchone()[0]
+    with db.transaction():
+        run, token = db.execute("SELECT run_id, claim_token FROM cryo.drive_graphs('d', 1)"
+                                ).fetchone()
+        assert run == third
+        assert db.execute("SELECT cryo._graph_state_batch(cryo._claimed_row(%s, %s),"
+                          " cryo._graph_checked_calls(%s, %s))",
+                          (third, token, third, Jsonb(calls))).fetchone() == (True,)
+        acts = [r[0] for r in db.execute(
+            "SELECT action FROM cryo.graph_plan(%s, %s, '{}', %s)",
+            (third, token, Jsonb({"nodes": {}, "run": {"id": third}})))]
+    assert acts == ["settled"]
+    got, want = left(batch[0]), left(slow)
+    assert got == want == left(third)
+    order = [h[3] for h in got[2]]
+    assert order == ["e", "a", "b", "c", "d", "f"]
+    assert ("same", 2, False) in got[3] and ("a", 2, True) in got[3]
+
+
 def test_plan_asks_for_a_config_it_was_not_sent(db: psycopg.Connection) -> None:
     """The driver sends only the configs of the nodes that may start (sending them all
     made each call cost the graph's size): a ready node whose config is missing is asked

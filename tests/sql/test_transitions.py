@@ -13,7 +13,7 @@ TRANSITIONS = {"_create_run", "_enqueue", "_hold_queued", "_claim", "_hand_off",
                "_release",
                "_park", "_park_on", "_wake", "_finalize", "_record", "_mark", "_drive", "_forget",
                "_take_lease", "_queue_for_lease", "_leave_lease_queues", "_hand_on_lease",
-               "_release_lease", "_release_leases"}
+               "_release_lease", "_release_leases", "_drive_run"}
 # Removing whole runs (retention, project deletion) takes their queue and journal rows
 # with them; that is not a change of state.
 REMOVERS = {"_delete_runs"}

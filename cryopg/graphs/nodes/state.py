@@ -129,3 +129,16 @@ async def _call(turn: Turn, p: PlanRow, c: dict[str, Any]) -> Any:
 
 
 NODE = NodeType("state", SCHEMA["description"], SCHEMA, check, start)
+
+
+def constant_calls(graph: dict[str, Any], configs: dict[str, Any], sealer: Any,
+                   wanted: set[str] | None) -> dict[str, Any]:
+    """The calls SQL runs for every constant state node of a graph (not under a fan-out),
+    each with `read`: whether an expression reads the node (`wanted`, None for all)."""
+    calls: dict[str, Any] = {}
+    for n in graph.get("nodes", []):
+        if n.get("type") == "state" and "fan_out" not in n:
+            call = constant_call(configs.get(n["id"], {}), sealer)
+            if call is not None:
+                calls[n["id"]] = {**call, "read": wanted is None or n["id"] in wanted}
+    return calls

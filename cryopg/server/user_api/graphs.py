@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
+from collections import OrderedDict
 from typing import Any
 
 import re2
@@ -50,6 +53,60 @@ def compiled_graph(source: str, filename: str | None = None) -> Compiled | None:
     except (PipelineError, GraphError) as exc:
         raise InvalidArgument(f"{filename}: {exc}" if filename else str(exc)) from None
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A submitted graph as the submit route needs it, kept for the next submit of the
+    same document: compiled, its text to seal, the nodes its expressions read, and
+    whether every node may be a constant state node (then its calls go with the submit,
+    and cryo.submit_graph decides whether the database runs it whole)."""
+
+    compiled: Compiled
+    text: str
+    wanted: set[str] | None
+    maybe_constant: bool
+
+
+# The same document submitted again (a client submitting one graph many times) is not
+# parsed, validated and expanded again: its compiled form is kept, keyed by the project
+# and a digest of the source. Only documents that compiled are kept (a bad one is refused
+# every time, with the same message); a few dozen, none over 256 KB of source and 4 MB
+# of sources in all, so the cache stays small beside what it saves.
+_PREPARED: OrderedDict[tuple[str, str, bytes, str | None], Prepared] = OrderedDict()
+PREPARED_DOCS = 64
+PREPARED_MAX_CHARS = 256 << 10
+PREPARED_TOTAL_CHARS = 4 << 20
+
+
+def prepared_graph(org: str, project: str, source: str,
+                   filename: str | None = None) -> Prepared | None:
+    """compiled_graph's answer for a submit, from the cache when this project submitted
+    the same source under the same name before."""
+    key = (org, project, hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(),
+           filename)
+    got = _PREPARED.get(key)
+    if got is not None:
+        _PREPARED.move_to_end(key)
+        return got
+    compiled = compiled_graph(source, filename)
+    if compiled is None:
+        return None
+    from cryopg.graphs.driver import referenced
+
+    structure = compiled.structure
+    configs = compiled.document.get("configs", {})
+    got = Prepared(compiled, compiled.source(), referenced(structure, configs),
+                   not any(k in structure for k in ("output", "concurrency")) and all(
+                       n.get("type") == "state"
+                       and not any(k in n for k in ("if", "fan_out", "concurrency"))
+                       for n in structure.get("nodes", [])))
+    if len(got.text) <= PREPARED_MAX_CHARS:
+        _PREPARED[key] = got
+        total = sum(len(p.text) for p in _PREPARED.values())
+        while len(_PREPARED) > PREPARED_DOCS or total > PREPARED_TOTAL_CHARS:
+            total -= len(_PREPARED.popitem(last=False)[1].text)
+    return got
 
 
 async def admission_group(conn: AsyncConnection, compiled: Compiled,

@@ -6,17 +6,27 @@ import json
 from typing import Any
 
 from aiohttp import web
+from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.graphs.driver import TIMERS
+from cryopg.graphs.nodes import state as state_node
+from cryopg.seal import Sealer
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int, script_fields
 from cryopg.server.redact import masked
 from cryopg.server.render import iso, open_document, run_input, run_json, run_outputs
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api import operators
-from cryopg.server.user_api.graphs import admission_group, compiled_graph, graph_json
+from cryopg.server.user_api.graphs import (
+    Prepared,
+    admission_group,
+    compiled_graph,
+    graph_json,
+    prepared_graph,
+)
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 from cryopg.triggers import cron
 
@@ -35,7 +45,7 @@ async def submit(request: web.Request) -> web.Response:
     group, policy = body.get("concurrency"), body.get("policy")
     if any(v is not None and not isinstance(v, str) for v in (group, policy)):
         raise InvalidArgument("concurrency and policy must be strings")
-    graph = compiled_graph(source, filename)
+    graph = prepared_graph(org, project, source, filename)
     workdir = body.get("workdir")
     if workdir is not None and not isinstance(workdir, str):
         raise InvalidArgument("workdir must be a string (an absolute path)")
@@ -43,20 +53,45 @@ async def submit(request: web.Request) -> web.Response:
     sealed_input = sealer.seal_json(body["input"]) if body.get("input") is not None else None
     async with connection(request.app[POOL]) as conn:
         if graph is not None:
-            source = graph.source()
-            group = group or await admission_group(conn, graph, body.get("input"))
+            return await _submit_graph(request.app, conn, sealer, graph, org, project,
+                                       filename, interpreter, sealed_input, key, untrusted,
+                                       group, policy, workdir, body.get("input"))
         run_id, created = await engine.submit_script(
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
             required_caps=None, untrusted=untrusted,  # what it needs: cryo._required_caps
-            concurrency=group, policy=policy, workdir=workdir,
-            graph=graph and graph.structure)
+            concurrency=group, policy=policy, workdir=workdir)
         if run_id is None:  # policy skip, and the group was held
             return web.json_response({"run_id": None, "created": False, "skipped": True})
         run = await engine.get_run(conn, run_id)
     return web.json_response({"run_id": run_id, "created": created, "status": run.status,
                               "position": run.queue_position},
                              status=201 if created else 200)
+
+
+async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sealer,
+                        graph: Prepared, org: str, project: str, filename: str,
+                        interpreter: str | None, sealed_input: bytes | None, key: str | None,
+                        untrusted: bool, group: str | None, policy: str | None,
+                        workdir: str | None, input_value: Any) -> web.Response:
+    """A graph run in one call: one whose every node is a constant state node goes with
+    its state calls sealed, and the database runs it whole before answering."""
+    compiled = graph.compiled
+    group = group or await admission_group(conn, compiled, input_value)
+    calls = (state_node.constant_calls(compiled.structure, compiled.document.get("configs", {}),
+                                       sealer, graph.wanted)
+             if graph.maybe_constant else None)
+    run_id, created, status, position = await engine.submit_graph(
+        conn, org, project, filename=filename, interpreter=interpreter,
+        source=sealer.seal_text(graph.text), input=sealed_input, idempotency_key=key,
+        untrusted=untrusted, concurrency=group, policy=policy, workdir=workdir,
+        graph=compiled.structure, calls=calls)
+    if run_id is None:  # policy skip, and the group was held
+        return web.json_response({"run_id": None, "created": False, "skipped": True})
+    if status == "parked" and TIMERS in app:  # its retry's deadline may be the earliest now
+        app[TIMERS].rearm()
+    return web.json_response({"run_id": run_id, "created": created, "status": status,
+                              "position": position}, status=201 if created else 200)
 
 
 # The runs list's filters; any of them selects the paginated view (cryo.list_runs_page).
