@@ -495,7 +495,11 @@ BEGIN
     RETURNING required_caps INTO v_caps;
     -- Graph runs have their own channel: only the servers' graph drivers take them.
     IF p_required_caps = '{graph}' THEN
-        PERFORM pg_notify('cryo_graph', '');
+        -- (not when cryo.submit_graph drives the run in this same transaction: the
+        -- drivers would wake to find it taken or already ended)
+        IF current_setting('cryo.graph_self_driven', true) IS DISTINCT FROM 'on' THEN
+            PERFORM pg_notify('cryo_graph', '');
+        END IF;
     ELSIF v_caps IS NOT NULL AND NOT cryo._hand_off(p_run_id, p_org, v_caps) THEN
         PERFORM pg_notify('cryo_work', '');
     END IF;
@@ -5853,16 +5857,27 @@ DECLARE
     v_token uuid;
     v_plan record;
     v_ended text;
+    v_itself boolean;
 BEGIN
     IF p_graph IS NULL THEN
         RAISE EXCEPTION 'a graph run needs its compiled structure' USING ERRCODE = 'CR004';
+    END IF;
+    v_itself := cryo._graph_runs_itself(p_graph, p_calls);
+    IF v_itself THEN  -- the enqueue need not wake the drivers: this call drives the run
+        PERFORM set_config('cryo.graph_self_driven', 'on', true);
     END IF;
     SELECT s.run_id, s.created INTO v_id, v_created
       FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
                               p_idempotency_key, '{graph}', NULL, NULL, p_concurrency,
                               p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
-    IF v_id IS NOT NULL AND v_created AND cryo._graph_runs_itself(p_graph, p_calls) THEN
-        v_token := cryo._drive_run('submit', v_id);  -- NULL: queued behind its group
+    IF v_itself THEN
+        PERFORM set_config('cryo.graph_self_driven', '', true);
+        IF v_id IS NOT NULL AND v_created THEN
+            v_token := cryo._drive_run('submit', v_id);
+            IF v_token IS NULL THEN  -- queued behind its group: the drivers take it later
+                PERFORM pg_notify('cryo_graph', '');
+            END IF;
+        END IF;
     END IF;
     IF v_token IS NOT NULL THEN
         -- The calls, then (when nothing can be skipped or fail) every node at once, and

@@ -124,7 +124,11 @@ BEGIN
     RETURNING required_caps INTO v_caps;
     -- Graph runs have their own channel: only the servers' graph drivers take them.
     IF p_required_caps = '{graph}' THEN
-        PERFORM pg_notify('cryo_graph', '');
+        -- (not when cryo.submit_graph drives the run in this same transaction: the
+        -- drivers would wake to find it taken or already ended)
+        IF current_setting('cryo.graph_self_driven', true) IS DISTINCT FROM 'on' THEN
+            PERFORM pg_notify('cryo_graph', '');
+        END IF;
     ELSIF v_caps IS NOT NULL AND NOT cryo._hand_off(p_run_id, p_org, v_caps) THEN
         PERFORM pg_notify('cryo_work', '');
     END IF;

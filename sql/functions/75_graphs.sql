@@ -1347,16 +1347,27 @@ DECLARE
     v_token uuid;
     v_plan record;
     v_ended text;
+    v_itself boolean;
 BEGIN
     IF p_graph IS NULL THEN
         RAISE EXCEPTION 'a graph run needs its compiled structure' USING ERRCODE = 'CR004';
+    END IF;
+    v_itself := cryo._graph_runs_itself(p_graph, p_calls);
+    IF v_itself THEN  -- the enqueue need not wake the drivers: this call drives the run
+        PERFORM set_config('cryo.graph_self_driven', 'on', true);
     END IF;
     SELECT s.run_id, s.created INTO v_id, v_created
       FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
                               p_idempotency_key, '{graph}', NULL, NULL, p_concurrency,
                               p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
-    IF v_id IS NOT NULL AND v_created AND cryo._graph_runs_itself(p_graph, p_calls) THEN
-        v_token := cryo._drive_run('submit', v_id);  -- NULL: queued behind its group
+    IF v_itself THEN
+        PERFORM set_config('cryo.graph_self_driven', '', true);
+        IF v_id IS NOT NULL AND v_created THEN
+            v_token := cryo._drive_run('submit', v_id);
+            IF v_token IS NULL THEN  -- queued behind its group: the drivers take it later
+                PERFORM pg_notify('cryo_graph', '');
+            END IF;
+        END IF;
     END IF;
     IF v_token IS NOT NULL THEN
         -- The calls, then (when nothing can be skipped or fail) every node at once, and

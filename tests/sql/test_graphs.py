@@ -166,6 +166,40 @@ def test_a_graph_run_whole_in_its_submit_leaves_what_the_driver_leaves(
     assert ("same", 2, False) in got[3] and ("a", 2, True) in got[3]
 
 
+def test_a_graph_its_submit_drives_wakes_no_driver(
+        session: Callable[[], psycopg.Connection]) -> None:
+    """cryo.submit_graph drives a constant graph in its own transaction, so the enqueue
+    inside it sends no cryo_graph notify (the drivers would wake to find it ended); a graph
+    left for the drivers still wakes them. Notifies arrive in commit order, so the marker
+    sent after each submit bounds what that submit sent."""
+    db, listener = session(), session()
+    listener.execute("LISTEN cryo_graph")
+
+    def heard_before_marker() -> list[str]:
+        db.execute("SELECT pg_notify('cryo_graph', 'marker')")
+        out: list[str] = []
+        for n in listener.notifies(timeout=30):
+            if n.payload == "marker":
+                return out
+            out.append(n.payload)
+        raise AssertionError("the marker never came")
+
+    doc = {"version": "cryosleep-graph/v1",
+           "nodes": [{"id": "a", "type": "state", "config": {"op": "set", "key": "k", "value": 1}}]}
+    compiled = compile_graph(doc)
+    calls = {"a": {"op": "set", "key": "k", "entity": None, "read": False, "value": "00"}}
+    status = db.execute("SELECT status FROM cryo.submit_graph('dev', 'default', 'g.json', NULL,"
+                        " '\\x00', NULL, NULL, false, NULL, NULL, NULL, %s, %s)",
+                        (Jsonb(compiled.structure), Jsonb(calls))).fetchone()[0]
+    assert status == "succeeded"
+    assert heard_before_marker() == []
+    status = db.execute("SELECT status FROM cryo.submit_graph('dev', 'default', 'g.json', NULL,"
+                        " '\\x00', NULL, NULL, false, NULL, NULL, NULL, %s)",
+                        (Jsonb(compiled.structure),)).fetchone()[0]
+    assert status == "pending"
+    assert heard_before_marker() == [""]
+
+
 def test_plan_asks_for_a_config_it_was_not_sent(db: psycopg.Connection) -> None:
     """The driver sends only the configs of the nodes that may start (sending them all
     made each call cost the graph's size): a ready node whose config is missing is asked
