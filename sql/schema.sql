@@ -616,6 +616,24 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._grant_extras(p_run_id text) RETURNS TABLE(journal jsonb, secrets jsonb, untrusted boolean)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = r.id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
+           r.untrusted
+      FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+
 CREATE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text, p_untrusted boolean) RETURNS TABLE(name text, value bytea, withheld boolean)
     LANGUAGE sql STABLE
     AS $$
@@ -2770,20 +2788,8 @@ BEGIN
     )
     SELECT c.agent_id, c.agent_token, c.run_id, c.claim_token, c.attempt, c.filename,
            c.interpreter, c.source, c.input, c.input_clear, c.workdir,
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
-                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
-                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
-                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
-                       ORDER BY j.seq), '[]'::jsonb)
-              FROM cryo.journal j WHERE j.run_id = c.run_id),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'name', s.name, 'value', encode(s.value, 'base64'),
-                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo.runs r, cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s
-             WHERE r.id = c.run_id),
-           (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
-      FROM c;
+           x.journal, x.secrets, x.untrusted
+      FROM c LEFT JOIN LATERAL cryo._grant_extras(c.run_id) x ON true;
 END
 $$;
 
@@ -4169,19 +4175,9 @@ BEGIN
     RETURN QUERY
     SELECT q.agent_id, q.claim_agent_token, r.id, NULL::uuid, r.attempt, r.filename,
            r.interpreter, r.source, r.input, r.input_clear, r.workdir,
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
-                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
-                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
-                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
-                       ORDER BY j.seq), '[]'::jsonb)
-              FROM cryo.journal j WHERE j.run_id = r.id),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'name', s.name, 'value', encode(s.value, 'base64'),
-                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
-           r.untrusted
+           x.journal, x.secrets, x.untrusted
       FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
+      LEFT JOIN LATERAL cryo._grant_extras(r.id) x ON true
      WHERE q.run_id = p_run_id AND q.state = 'claimed' AND q.claim_token = p_claim_token;
 END
 $$;

@@ -41,11 +41,9 @@ COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, intege
 
 -- What the server calls for agents waiting on long-polls: claims one run for each
 -- listed agent (fewer when fewer are pending), and returns with each claim everything
--- its grant needs, read in the same statement: the run's recorded memos (the step
--- cache the agent replays from; results sealed and base64-encoded, as read_journal
--- lists them) and the secrets the claim may see (cryo._grant_secrets, which
--- claim_secrets serves too: sealed values, or names only for an untrusted run). One
--- call, one commit, however many agents were waiting. The runs' memos, secrets and
+-- its grant needs (cryo._grant_extras, in 75_graphs.sql beside the secrets it reads), read
+-- in the same statement. One call, one
+-- commit, however many agents were waiting. The runs' memos, secrets and
 -- trust predate this statement, so its snapshot sees them as the claim does.
 -- p_agent_tokens, parallel to p_agent_ids, names the agent token each agent called
 -- with; each claim is bound to its agent's token (see cryo._bind_claim).
@@ -74,20 +72,8 @@ BEGIN
     )
     SELECT c.agent_id, c.agent_token, c.run_id, c.claim_token, c.attempt, c.filename,
            c.interpreter, c.source, c.input, c.input_clear, c.workdir,
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
-                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
-                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
-                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
-                       ORDER BY j.seq), '[]'::jsonb)
-              FROM cryo.journal j WHERE j.run_id = c.run_id),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'name', s.name, 'value', encode(s.value, 'base64'),
-                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo.runs r, cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s
-             WHERE r.id = c.run_id),
-           (SELECT r.untrusted FROM cryo.runs r WHERE r.id = c.run_id)
-      FROM c;
+           x.journal, x.secrets, x.untrusted
+      FROM c LEFT JOIN LATERAL cryo._grant_extras(c.run_id) x ON true;
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision, text[]) IS
@@ -328,19 +314,9 @@ BEGIN
     RETURN QUERY
     SELECT q.agent_id, q.claim_agent_token, r.id, NULL::uuid, r.attempt, r.filename,
            r.interpreter, r.source, r.input, r.input_clear, r.workdir,
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
-                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
-                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
-                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
-                       ORDER BY j.seq), '[]'::jsonb)
-              FROM cryo.journal j WHERE j.run_id = r.id),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'name', s.name, 'value', encode(s.value, 'base64'),
-                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
-           r.untrusted
+           x.journal, x.secrets, x.untrusted
       FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
+      LEFT JOIN LATERAL cryo._grant_extras(r.id) x ON true
      WHERE q.run_id = p_run_id AND q.state = 'claimed' AND q.claim_token = p_claim_token;
 END
 $$;

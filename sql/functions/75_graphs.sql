@@ -1737,6 +1737,30 @@ LANGUAGE sql STABLE AS $$
         OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
 $$;
 
+-- What a grant carries beside the run itself, read for claim_grants and handed_grant: the
+-- run's recorded memos (the step cache the agent replays from; results sealed and
+-- base64-encoded, as read_journal lists them), the secrets the claim may see
+-- (cryo._grant_secrets, which claim_secrets serves too: sealed values, or names only for
+-- an untrusted run) and whether the run is untrusted. A set-returning SQL function, so
+-- the planner inlines it into its callers' statement.
+CREATE OR REPLACE FUNCTION cryo._grant_extras(p_run_id text)
+RETURNS TABLE (journal jsonb, secrets jsonb, untrusted boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = r.id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
+           r.untrusted
+      FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+
 -- -- graph calls from scripts ------------------------------------------------------------
 -- A script calls a stored graph (family graph.call, name: the graph's name) or a single
 -- node (family node.call, name: the node type) and waits for its output: a durable call

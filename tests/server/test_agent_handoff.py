@@ -95,7 +95,7 @@ async def test_a_grant_too_big_for_a_notify_is_read_by_the_server(
 
 async def test_a_hand_off_never_gives_one_run_to_two_agents(srv: Server) -> None:
     agents = [f"agent-{i}" for i in range(5)]
-    polls = [asyncio.create_task(_long_poll(srv, a, wait=5)) for a in agents]
+    polls = [asyncio.create_task(_long_poll(srv, a)) for a in agents]
     await _until(lambda: _registered(srv) == len(agents), "five registrations")
     # Eight submits at once, each in its own transaction: five go to the five waiters
     # (by hand-off or by the server's claim), three stay pending.
