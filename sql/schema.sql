@@ -2770,6 +2770,8 @@ COMMENT ON FUNCTION cryo.check_claim(p_run_id text, p_token uuid) IS 'Returns no
 CREATE FUNCTION cryo.claim_grants(p_org text, p_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_c record;
 BEGIN
     IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
        OR array_position(p_agent_ids, NULL) IS NOT NULL THEN
@@ -2781,15 +2783,21 @@ BEGIN
         RAISE EXCEPTION 'claim_grants takes one agent token per agent id, none NULL'
             USING ERRCODE = 'CR004';
     END IF;
-    RETURN QUERY
-    WITH c AS MATERIALIZED (
-        SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
-                                  cardinality(p_agent_ids), p_agent_ids, p_agent_tokens)
-    )
-    SELECT c.agent_id, c.agent_token, c.run_id, c.claim_token, c.attempt, c.filename,
-           c.interpreter, c.source, c.input, c.input_clear, c.workdir,
-           x.journal, x.secrets, x.untrusted
-      FROM c LEFT JOIN LATERAL cryo._grant_extras(c.run_id) x ON true;
+    -- The extras are read by statements of their own, after the claim: _claim's own
+    -- statements may take a run committed after this call began, which a statement
+    -- begun before them would not see (no memos, no secrets, trust unknown).
+    FOR v_c IN SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
+                                           cardinality(p_agent_ids), p_agent_ids,
+                                           p_agent_tokens) LOOP
+        agent_id := v_c.agent_id; agent_token := v_c.agent_token; run_id := v_c.run_id;
+        claim_token := v_c.claim_token; attempt := v_c.attempt; filename := v_c.filename;
+        interpreter := v_c.interpreter; source := v_c.source; input := v_c.input;
+        input_clear := v_c.input_clear; workdir := v_c.workdir;
+        SELECT x.journal, x.secrets, x.untrusted INTO journal, secrets, untrusted
+          FROM cryo._grant_extras(v_c.run_id) x;
+        untrusted := coalesce(untrusted, true);  -- never unknown: then confined
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 

@@ -41,10 +41,8 @@ COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, intege
 
 -- What the server calls for agents waiting on long-polls: claims one run for each
 -- listed agent (fewer when fewer are pending), and returns with each claim everything
--- its grant needs (cryo._grant_extras, in 75_graphs.sql beside the secrets it reads), read
--- in the same statement. One call, one
--- commit, however many agents were waiting. The runs' memos, secrets and
--- trust predate this statement, so its snapshot sees them as the claim does.
+-- its grant needs (cryo._grant_extras, in 75_graphs.sql beside the secrets it reads). One
+-- call, one commit, however many agents were waiting.
 -- p_agent_tokens, parallel to p_agent_ids, names the agent token each agent called
 -- with; each claim is bound to its agent's token (see cryo._bind_claim).
 CREATE OR REPLACE FUNCTION cryo.claim_grants(
@@ -54,6 +52,8 @@ RETURNS TABLE (agent_id text, agent_token text, run_id text, claim_token uuid, a
                filename text, interpreter text, source bytea, input bytea, input_clear jsonb,
                workdir text, journal jsonb, secrets jsonb, untrusted boolean)
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_c record;
 BEGIN
     IF coalesce(cardinality(p_agent_ids), 0) NOT BETWEEN 1 AND 1000
        OR array_position(p_agent_ids, NULL) IS NOT NULL THEN
@@ -65,15 +65,21 @@ BEGIN
         RAISE EXCEPTION 'claim_grants takes one agent token per agent id, none NULL'
             USING ERRCODE = 'CR004';
     END IF;
-    RETURN QUERY
-    WITH c AS MATERIALIZED (
-        SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
-                                  cardinality(p_agent_ids), p_agent_ids, p_agent_tokens)
-    )
-    SELECT c.agent_id, c.agent_token, c.run_id, c.claim_token, c.attempt, c.filename,
-           c.interpreter, c.source, c.input, c.input_clear, c.workdir,
-           x.journal, x.secrets, x.untrusted
-      FROM c LEFT JOIN LATERAL cryo._grant_extras(c.run_id) x ON true;
+    -- The extras are read by statements of their own, after the claim: _claim's own
+    -- statements may take a run committed after this call began, which a statement
+    -- begun before them would not see (no memos, no secrets, trust unknown).
+    FOR v_c IN SELECT * FROM cryo._claim(p_org, NULL, p_capabilities, p_claim_seconds,
+                                           cardinality(p_agent_ids), p_agent_ids,
+                                           p_agent_tokens) LOOP
+        agent_id := v_c.agent_id; agent_token := v_c.agent_token; run_id := v_c.run_id;
+        claim_token := v_c.claim_token; attempt := v_c.attempt; filename := v_c.filename;
+        interpreter := v_c.interpreter; source := v_c.source; input := v_c.input;
+        input_clear := v_c.input_clear; workdir := v_c.workdir;
+        SELECT x.journal, x.secrets, x.untrusted INTO journal, secrets, untrusted
+          FROM cryo._grant_extras(v_c.run_id) x;
+        untrusted := coalesce(untrusted, true);  -- never unknown: then confined
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION cryo.claim_grants(text, text[], text[], double precision, text[]) IS
