@@ -480,8 +480,6 @@ $$;
 CREATE FUNCTION cryo._enqueue(p_run_id text, p_org text, p_project text, p_required_caps text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_caps text[];
 BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
@@ -491,8 +489,7 @@ BEGIN
                  AND NOT 'isolated' = ANY (p_required_caps)
                 THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
            cryo.now()
-      FROM cryo.runs r WHERE r.id = p_run_id
-    RETURNING required_caps INTO v_caps;
+      FROM cryo.runs r WHERE r.id = p_run_id;
     -- Graph runs have their own channel: only the servers' graph drivers take them.
     IF p_required_caps = '{graph}' THEN
         -- (not when cryo.submit_graph drives the run in this same transaction: the
@@ -500,7 +497,7 @@ BEGIN
         IF current_setting('cryo.graph_self_driven', true) IS DISTINCT FROM 'on' THEN
             PERFORM pg_notify('cryo_graph', '');
         END IF;
-    ELSIF v_caps IS NOT NULL AND NOT cryo._hand_off(p_run_id, p_org, v_caps) THEN
+    ELSE
         PERFORM pg_notify('cryo_work', '');
     END IF;
 END
@@ -1350,55 +1347,6 @@ CREATE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text) RET
     SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
      WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
        AND NOT cryo.is_terminal(r.status)
-$$;
-
-CREATE FUNCTION cryo._hand_off(p_run_id text, p_org text, p_caps text[]) RETURNS boolean
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_w cryo.claim_waiters;
-    v_now timestamptz := cryo.now();
-    v_r record;
-    v_payload text;
-BEGIN
-    FOR v_w IN SELECT * FROM cryo.claim_waiters w
-                WHERE w.org = p_org AND w.capabilities @> p_caps
-                ORDER BY w.registered_at
-                  FOR UPDATE SKIP LOCKED LOOP
-        DELETE FROM cryo.claim_waiters WHERE waiter = v_w.waiter;
-        EXIT WHEN v_w.expires_at > v_now
-              AND NOT pg_try_advisory_xact_lock(cryo._waiter_lock_class(), v_w.lock_key);
-        v_w := NULL;
-    END LOOP;
-    IF v_w.waiter IS NULL THEN
-        RETURN false;
-    END IF;
-    UPDATE cryo.queue q
-       SET state = 'claimed', claim_token = v_w.claim_token, claim_agent_token = v_w.agent_token,
-           agent_id = v_w.agent_id, claimed_at = v_now,
-           claim_expires_at = v_now + make_interval(secs => v_w.claim_seconds)
-     WHERE q.run_id = p_run_id AND q.state = 'pending';
-    UPDATE cryo.runs r
-       SET status = 'running', substate = NULL, attempt = r.attempt + 1,
-           started_at = coalesce(r.started_at, v_now), updated_at = v_now
-     WHERE r.id = p_run_id
-    RETURNING r.id, r.org, r.project, r.attempt, r.filename, r.interpreter, r.source, r.input,
-              r.input_clear, r.workdir, r.untrusted INTO v_r;
-    v_payload := json_build_object(
-        'waiter', v_w.waiter, 'run_id', v_r.id, 'attempt', v_r.attempt,
-        'filename', v_r.filename, 'interpreter', v_r.interpreter,
-        'source', translate(encode(v_r.source, 'base64'), E'\n', ''),
-        'input', translate(encode(v_r.input, 'base64'), E'\n', ''),
-        'workdir', v_r.workdir, 'untrusted', v_r.untrusted)::text;
-    IF length(v_payload) > 7900 OR v_r.input_clear IS NOT NULL
-       OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id)
-       OR EXISTS (SELECT 1 FROM cryo._grant_run_secrets(v_r.id, v_r.org, v_r.project,
-                                                        v_r.untrusted)) THEN
-        v_payload := json_build_object('waiter', v_w.waiter, 'run_id', v_r.id)::text;
-    END IF;
-    PERFORM pg_notify(v_w.channel, v_payload);
-    RETURN true;
-END
 $$;
 
 CREATE FUNCTION cryo._hand_on_lease(p_org text, p_project text, p_group text) RETURNS text
@@ -2269,10 +2217,6 @@ BEGIN
     RETURN QUERY SELECT true, NULL::bytea, NULL::jsonb, false;
 END
 $$;
-
-CREATE FUNCTION cryo._waiter_lock_class() RETURNS integer
-    LANGUAGE sql IMMUTABLE
-    AS $$ SELECT 1129470295 $$;
 
 CREATE FUNCTION cryo._wake(p_run_ids text[], p_kind text, p_result bytea DEFAULT NULL::bytea, p_answer_clear jsonb DEFAULT NULL::jsonb, p_exit_code integer DEFAULT 0) RETURNS integer
     LANGUAGE plpgsql
@@ -4176,22 +4120,6 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_yield(p_run_id text, p_token uuid) IS 'Ends a driver''s turn on a graph run that has more to do: the run is pending again at once, behind those already waiting. Returns nothing. Raises CR002 for a stale token.';
 
-CREATE FUNCTION cryo.handed_grant(p_run_id text, p_claim_token uuid) RETURNS TABLE(agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
-    LANGUAGE plpgsql STABLE
-    AS $$
-BEGIN
-    RETURN QUERY
-    SELECT q.agent_id, q.claim_agent_token, r.id, NULL::uuid, r.attempt, r.filename,
-           r.interpreter, r.source, r.input, r.input_clear, r.workdir,
-           x.journal, x.secrets, x.untrusted
-      FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
-      LEFT JOIN LATERAL cryo._grant_extras(r.id) x ON true
-     WHERE q.run_id = p_run_id AND q.state = 'claimed' AND q.claim_token = p_claim_token;
-END
-$$;
-
-COMMENT ON FUNCTION cryo.handed_grant(p_run_id text, p_claim_token uuid) IS 'Returns the grant of a run handed to a waiter (cryo._hand_off) in the columns of cryo.claim_grants (claim_token NULL: the caller handed it out), or no row when p_claim_token (bound) is not the run''s claim. Raises nothing of its own.';
-
 CREATE FUNCTION cryo.is_terminal(p_status text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -5803,17 +5731,6 @@ $$;
 
 COMMENT ON FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) IS 'Writes a sealed value into a cell of the claimed run (run scope when p_entity is NULL); returns the cell''s new version. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or a NULL value.';
 
-CREATE FUNCTION cryo.stop_waiting(p_waiters uuid[]) RETURNS SETOF uuid
-    LANGUAGE sql
-    AS $$
-    DELETE FROM cryo.claim_waiters w
-     WHERE w.waiter IN (SELECT x.waiter FROM cryo.claim_waiters x
-                         WHERE x.waiter = ANY (p_waiters) FOR UPDATE SKIP LOCKED)
-    RETURNING w.waiter
-$$;
-
-COMMENT ON FUNCTION cryo.stop_waiting(p_waiters uuid[]) IS 'Drops the listed waiter registrations (cryo.wait_for_runs); returns the waiters still registered that it dropped (one being handed a run right now is left alone, and its run comes on the channel). Raises nothing of its own.';
-
 CREATE FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position integer, p_name text, p_source bytea, p_required_caps text[], p_retries integer DEFAULT 0, p_retry_backoff double precision DEFAULT 0, p_retry_on integer[] DEFAULT NULL::integer[], p_path text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
     AS $$
@@ -6242,44 +6159,6 @@ $$;
 
 COMMENT ON FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision, p_path text) IS 'Parks the claimed run until an event of the name is published (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.wait_for_runs(p_org text, p_capabilities text[], p_waiters uuid[], p_agent_ids text[], p_agent_tokens text[], p_claim_tokens uuid[], p_claim_seconds double precision, p_channel text, p_lock_key integer, p_wait_seconds double precision) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_now timestamptz := cryo.now();
-BEGIN
-    IF coalesce(cardinality(p_waiters), 0) NOT BETWEEN 1 AND 1000
-       OR cardinality(p_agent_ids) IS DISTINCT FROM cardinality(p_waiters)
-       OR cardinality(p_claim_tokens) IS DISTINCT FROM cardinality(p_waiters)
-       OR (p_agent_tokens IS NOT NULL
-           AND cardinality(p_agent_tokens) <> cardinality(p_waiters))
-       OR array_position(p_waiters, NULL) IS NOT NULL
-       OR array_position(p_agent_ids, NULL) IS NOT NULL
-       OR array_position(p_claim_tokens, NULL) IS NOT NULL
-       OR coalesce(p_channel, '') = '' OR p_lock_key IS NULL
-       OR NOT p_claim_seconds > 0 OR NOT p_wait_seconds >= 0 THEN
-        RAISE EXCEPTION 'wait_for_runs takes 1 to 1000 waiters, each with an agent id and a claim token, a channel, a lock key and positive times'
-            USING ERRCODE = 'CR004';
-    END IF;
-    DELETE FROM cryo.claim_waiters w  -- never waiting on a row a submit holds
-     WHERE w.waiter IN (SELECT x.waiter FROM cryo.claim_waiters x
-                         WHERE x.org = p_org AND x.registered_at < v_now - interval '10 minutes'
-                           FOR UPDATE SKIP LOCKED);
-    INSERT INTO cryo.claim_waiters (waiter, org, capabilities, agent_id, agent_token,
-                                    claim_token, claim_seconds, channel, lock_key,
-                                    registered_at, expires_at)
-    SELECT w.waiter, p_org, coalesce(p_capabilities, '{}'), w.agent, w.token,
-           cryo._bind_claim(w.handed, w.token), p_claim_seconds, p_channel, p_lock_key,
-           v_now, v_now + make_interval(secs => p_wait_seconds)
-      FROM unnest(p_waiters, p_agent_ids, p_claim_tokens,
-                  coalesce(p_agent_tokens, array_fill(NULL::text, ARRAY[cardinality(p_waiters)])))
-           AS w(waiter, agent, handed, token)
-    ON CONFLICT (waiter) DO NOTHING;
-END
-$$;
-
-COMMENT ON FUNCTION cryo.wait_for_runs(p_org text, p_capabilities text[], p_waiters uuid[], p_agent_ids text[], p_agent_tokens text[], p_claim_tokens uuid[], p_claim_seconds double precision, p_channel text, p_lock_key integer, p_wait_seconds double precision) IS 'Registers agents waiting for a run of org p_org with capabilities p_capabilities (one row per waiter id, agent id, agent token or NULL, claim token to hand out), so that a submit claims its run for the oldest of them and notifies p_channel with the grant (cryo._hand_off) while the caller holds the advisory lock (cryo._waiter_lock_class(), p_lock_key); each registration lasts p_wait_seconds. Returns nothing. Raises CR004 for lists of other lengths, NULL entries, more than 1000 waiters, or a missing channel, lock key or time.';
-
 CREATE FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
     LANGUAGE plpgsql
     AS $$
@@ -6409,20 +6288,6 @@ CREATE TABLE cryo.artifacts (
 );
 
 COMMENT ON TABLE cryo.artifacts IS 'Artifact names: (scope, name) -> blob. scope is the run id for a run''s artifact (collected with the run), or {org}:{project}:key:{cache key} for a cached artifact (kept for CRYOPG_RETENTION_ARTIFACTS after it was put).';
-
-CREATE UNLOGGED TABLE cryo.claim_waiters (
-    waiter uuid NOT NULL,
-    org text NOT NULL,
-    capabilities text[] NOT NULL,
-    agent_id text NOT NULL,
-    agent_token text,
-    claim_token uuid NOT NULL,
-    claim_seconds double precision NOT NULL,
-    channel text NOT NULL,
-    lock_key integer NOT NULL,
-    registered_at timestamp with time zone NOT NULL,
-    expires_at timestamp with time zone NOT NULL
-);
 
 CREATE TABLE cryo.event_handlers (
     org text NOT NULL,
@@ -6997,9 +6862,6 @@ ALTER TABLE ONLY cryo.artifact_blobs
 ALTER TABLE ONLY cryo.artifacts
     ADD CONSTRAINT artifacts_pkey PRIMARY KEY (scope, name);
 
-ALTER TABLE ONLY cryo.claim_waiters
-    ADD CONSTRAINT claim_waiters_pkey PRIMARY KEY (waiter);
-
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_pkey PRIMARY KEY (org, project, name);
 
@@ -7111,8 +6973,6 @@ CREATE INDEX artifacts_blob ON cryo.artifacts USING btree (org, project, sha256)
 CREATE INDEX artifacts_cached ON cryo.artifacts USING btree (created_at) WHERE (cache_key IS NOT NULL);
 
 CREATE INDEX artifacts_run ON cryo.artifacts USING btree (run_id) WHERE (run_id IS NOT NULL);
-
-CREATE INDEX claim_waiters_org ON cryo.claim_waiters USING btree (org, registered_at);
 
 CREATE INDEX event_handlers_event ON cryo.event_handlers USING btree (org, project, event);
 

@@ -109,8 +109,6 @@ CREATE OR REPLACE FUNCTION cryo._enqueue(
     p_run_id text, p_org text, p_project text, p_required_caps text[])
 RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_caps text[];
 BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
@@ -120,8 +118,7 @@ BEGIN
                  AND NOT 'isolated' = ANY (p_required_caps)
                 THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
            cryo.now()
-      FROM cryo.runs r WHERE r.id = p_run_id
-    RETURNING required_caps INTO v_caps;
+      FROM cryo.runs r WHERE r.id = p_run_id;
     -- Graph runs have their own channel: only the servers' graph drivers take them.
     IF p_required_caps = '{graph}' THEN
         -- (not when cryo.submit_graph drives the run in this same transaction: the
@@ -129,75 +126,9 @@ BEGIN
         IF current_setting('cryo.graph_self_driven', true) IS DISTINCT FROM 'on' THEN
             PERFORM pg_notify('cryo_graph', '');
         END IF;
-    ELSIF v_caps IS NOT NULL AND NOT cryo._hand_off(p_run_id, p_org, v_caps) THEN
+    ELSE
         PERFORM pg_notify('cryo_work', '');
     END IF;
-END
-$$;
-
--- The lock class of the advisory lock a server holds, on its claim connection, for as
--- long as it listens on the channel its waiters were registered with (the second key
--- is its own; cryopg/server/agent_api/handoff.py holds the same class).
-CREATE OR REPLACE FUNCTION cryo._waiter_lock_class()
-RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 1129470295 $$;
-
--- A new pending run goes straight to an agent already waiting for one, when a server
--- registered such a waiter (cryo.wait_for_runs): claimed here for it, in the submit's
--- own transaction, with the token its server chose, and that server told on its own
--- channel with the grant in the payload (or just the run when the grant would not fit
--- or holds more than a fresh run: memos, secrets, a clear input; the server reads those
--- with cryo.handed_grant). That saves the claim's round trip and commit after the
--- notify. A waiter whose server is gone (its advisory lock is free) or whose time is
--- up is dropped on the way. Returns whether the run was handed; false leaves it pending
--- for the cryo_work notify. A server that cannot deliver it (the agent hung up) hands
--- it back with release_claim; a server that dies first lets the claim lapse.
-CREATE OR REPLACE FUNCTION cryo._hand_off(p_run_id text, p_org text, p_caps text[])
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_w cryo.claim_waiters;
-    v_now timestamptz := cryo.now();
-    v_r record;
-    v_payload text;
-BEGIN
-    FOR v_w IN SELECT * FROM cryo.claim_waiters w
-                WHERE w.org = p_org AND w.capabilities @> p_caps
-                ORDER BY w.registered_at
-                  FOR UPDATE SKIP LOCKED LOOP
-        DELETE FROM cryo.claim_waiters WHERE waiter = v_w.waiter;
-        EXIT WHEN v_w.expires_at > v_now
-              AND NOT pg_try_advisory_xact_lock(cryo._waiter_lock_class(), v_w.lock_key);
-        v_w := NULL;
-    END LOOP;
-    IF v_w.waiter IS NULL THEN
-        RETURN false;
-    END IF;
-    UPDATE cryo.queue q
-       SET state = 'claimed', claim_token = v_w.claim_token, claim_agent_token = v_w.agent_token,
-           agent_id = v_w.agent_id, claimed_at = v_now,
-           claim_expires_at = v_now + make_interval(secs => v_w.claim_seconds)
-     WHERE q.run_id = p_run_id AND q.state = 'pending';
-    UPDATE cryo.runs r
-       SET status = 'running', substate = NULL, attempt = r.attempt + 1,
-           started_at = coalesce(r.started_at, v_now), updated_at = v_now
-     WHERE r.id = p_run_id
-    RETURNING r.id, r.org, r.project, r.attempt, r.filename, r.interpreter, r.source, r.input,
-              r.input_clear, r.workdir, r.untrusted INTO v_r;
-    v_payload := json_build_object(
-        'waiter', v_w.waiter, 'run_id', v_r.id, 'attempt', v_r.attempt,
-        'filename', v_r.filename, 'interpreter', v_r.interpreter,
-        'source', translate(encode(v_r.source, 'base64'), E'\n', ''),
-        'input', translate(encode(v_r.input, 'base64'), E'\n', ''),
-        'workdir', v_r.workdir, 'untrusted', v_r.untrusted)::text;
-    IF length(v_payload) > 7900 OR v_r.input_clear IS NOT NULL
-       OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = p_run_id)
-       OR EXISTS (SELECT 1 FROM cryo._grant_run_secrets(v_r.id, v_r.org, v_r.project,
-                                                        v_r.untrusted)) THEN
-        v_payload := json_build_object('waiter', v_w.waiter, 'run_id', v_r.id)::text;
-    END IF;
-    PERFORM pg_notify(v_w.channel, v_payload);
-    RETURN true;
 END
 $$;
 

@@ -1737,8 +1737,8 @@ LANGUAGE sql STABLE AS $$
         OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
 $$;
 
--- What a grant carries beside the run itself, read for claim_grants and handed_grant: the
--- run's recorded memos (the step cache the agent replays from; results sealed and
+-- What a grant carries beside the run itself, read for claim_grants: the run's
+-- recorded memos (the step cache the agent replays from; results sealed and
 -- base64-encoded, as read_journal lists them), the secrets the claim may see
 -- (cryo._grant_secrets, which claim_secrets serves too: sealed values, or names only for
 -- an untrusted run) and whether the run is untrusted. A set-returning SQL function, so

@@ -67,9 +67,8 @@ async def test_waiting_long_polls_are_claimed_together_each_its_own_run(
         srv: Server, calls: dict[str, list[Any]]) -> None:
     agents = [f"agent-{i}" for i in range(6)]
     polls = [asyncio.create_task(_long_poll(srv, a)) for a in agents]
-    # Each poll first finds nothing, then is registered for a submit to hand a run to.
-    for _ in range(500):
-        if sum(1 for w in srv.app[CLAIMS]._known.values() if w.registered) == len(agents):
+    for _ in range(200):
+        if _waiting(srv) == len(agents):
             break
         await asyncio.sleep(0.02)
     assert _waiting(srv) == len(agents)
@@ -85,9 +84,8 @@ async def test_waiting_long_polls_are_claimed_together_each_its_own_run(
     assert len({g["claim_token"] for g in grants}) == len(agents)
     for g, agent in zip(grants, agents, strict=True):
         assert (await srv.show(g["run_id"]))["agent_id"] == agent
-    # The six waiters were registered (cryo.wait_for_runs), so each submit claimed its run
-    # for one of them itself (cryo._hand_off): no claim call of the server found work.
-    assert all(n == 0 for _, n in calls["claim_grants"])
+    # The six were claimed by one call for all six agents.
+    assert (sorted(agents), len(agents)) in [(sorted(a), n) for a, n in calls["claim_grants"]]
 
 
 async def test_a_stale_finish_in_a_batch_fails_alone(srv: Server,

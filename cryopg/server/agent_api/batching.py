@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import secrets
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, Protocol, TypeVar
@@ -33,9 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 from cryopg import engine
 from cryopg.db import SESSION_SETTINGS, connection, translated
 from cryopg.engine import ClaimGrant
-from cryopg.engine.claim import handed_grant, handed_payload_grant, stop_waiting, wait_for_runs
 from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim, from_sqlstate
-from cryopg.server.auth import bind_claim
 from cryopg.server.notifier import Notifier
 from cryopg.server.state import CONFIG, NOTIFIER, POOL
 
@@ -63,18 +58,6 @@ class _Waiter:
     future: asyncio.Future[ClaimGrant | None]
     tried: bool = False
     agent_token: str | None = None  # the agent token its claim is bound to
-    # Registered for a submit to hand its run to (cryo.wait_for_runs): under this id,
-    # with this claim token to hand out; `registered` while its row may still be there.
-    waiter_id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
-    handed: uuid.UUID | None = None
-    registered: bool = False
-    registered_at: float = 0.0
-
-    def bound_token(self) -> uuid.UUID:
-        """The handed token as the queue row holds it (see auth.bind_claim)."""
-        assert self.handed is not None
-        return self.handed if self.agent_token is None else bind_claim(self.agent_token,
-                                                                        self.handed)
 
 
 class ClaimDispatcher:
@@ -93,14 +76,6 @@ class ClaimDispatcher:
         self._heard = asyncio.Event()
         self._reading = -1  # the socket _arm watches, while the connection is idle
         self._task: asyncio.Task[None] | None = None
-        # Direct hand-off (cryo._hand_off): the claim connection's own channel and the
-        # advisory lock that tells submits it is listening; the registered waiters a
-        # hand-off may still name, and the work hand-offs leave for the loop.
-        self._channel: str | None = None
-        self._lock_key = 0
-        self._known: dict[uuid.UUID, _Waiter] = {}
-        self._to_release: list[tuple[str, uuid.UUID]] = []
-        self._to_fetch: list[tuple[_Waiter, str]] = []
 
     async def claim(self, org: str, agent_id: str, caps: list[str], wait: float,
                     alive: Callable[[], bool],
@@ -121,8 +96,6 @@ class ClaimDispatcher:
             # and tick() hands the run on, as for any agent that vanished.
             if not waiter.future.done():
                 waiter.future.cancel()
-            if waiter.registered:
-                self._kick.set()  # its registration goes in the loop's next pass
             raise
 
     def start(self) -> None:
@@ -164,8 +137,8 @@ class ClaimDispatcher:
             self._disarm()
             self._heard.set()
             return
-        while (note := pgconn.notifies()) is not None:
-            self._on_note(note.relname.decode(), note.extra.decode())
+        while pgconn.notifies() is not None:
+            self._heard.set()
 
     async def _claim_grants(self, org: str, agent_ids: list[str], caps: list[str],
                             agent_tokens: list[str] | None) -> list[ClaimGrant]:
@@ -183,9 +156,8 @@ class ClaimDispatcher:
                 # It listens for work too: the backend that tells it a run is pending is
                 # the one that claims it, just awake, with no hop through the notifier's
                 # task and a second backend (about a millisecond of enqueue-to-start).
-                self._conn.add_notify_handler(lambda n: self._on_note(n.channel, n.payload))
+                self._conn.add_notify_handler(lambda _note: self._heard.set())
                 await self._conn.execute("LISTEN cryo_work")
-                await self._listen_for_hand_offs(self._conn)
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(f"database unavailable: {exc}".splitlines()[0]) from exc
         try:
@@ -194,126 +166,6 @@ class ClaimDispatcher:
                                                  self._claim_seconds, agent_tokens)
         except Exception:
             if self._conn.broken:  # reconnect on the next call
-                await self._conn.close()
-            raise
-
-    async def _listen_for_hand_offs(self, conn: AsyncConnection) -> None:
-        """A fresh claim connection: its own channel for hand-offs, and the advisory lock
-        that tells a submit this server still listens there. Registrations made on an
-        earlier connection are void (their lock went with it): none is counted on."""
-        for w in self._known.values():
-            w.registered = False
-        self._known.clear()
-        while True:
-            key = secrets.randbelow(2**31 - 1) + 1
-            cur = await conn.execute(
-                "SELECT pg_try_advisory_lock(cryo._waiter_lock_class(), %s)", (key,))
-            row = await cur.fetchone()
-            if row and row[0]:
-                break
-        channel = f"cryo_hand_{secrets.token_hex(8)}"
-        await conn.execute(f"LISTEN {channel}")
-        self._channel, self._lock_key = channel, key
-
-    def _on_note(self, channel: str, payload: str) -> None:
-        """A notify on the claim connection: work may be pending, or a submit handed a
-        run to one of our waiters (cryo._hand_off)."""
-        if channel != self._channel or self._channel is None:
-            self._heard.set()
-            return
-        try:
-            note = json.loads(payload)
-            w = self._known.pop(uuid.UUID(note["waiter"]), None)
-            run_id = str(note["run_id"])
-        except (ValueError, KeyError, TypeError):
-            return
-        if w is None:
-            return  # not ours any more (a reconnect voided it): its claim lapses
-        w.registered = False
-        if w.future.done() or not w.alive():
-            self._to_release.append((run_id, w.bound_token()))
-            self._kick.set()
-        elif "source" in note:
-            w.future.set_result(handed_payload_grant(note, w.agent_id, w.agent_token,
-                                                     w.handed or uuid.uuid4()))
-        else:
-            self._to_fetch.append((w, run_id))
-            self._kick.set()
-
-    async def _settle_hand_offs(self) -> None:
-        """What hand-offs left for the loop: grants too big for a notify, read here; runs
-        handed to waiters that went away meanwhile, handed back to the queue."""
-        fetch, self._to_fetch = self._to_fetch, []
-        for w, run_id in fetch:
-            try:
-                got = await self._call(handed_grant, run_id, w.bound_token(),
-                                       w.handed or uuid.uuid4())
-            except Exception as exc:  # noqa: BLE001 - the waiter gets the error
-                if not w.future.done():
-                    w.future.set_exception(exc)
-                continue
-            if got is None:
-                continue  # the claim is gone (cancelled, say): the waiter keeps waiting
-            if w.future.done() or not w.alive():
-                self._to_release.append((run_id, w.bound_token()))
-            else:
-                w.future.set_result(got)
-        release, self._to_release = self._to_release, []
-        for run_id, token in release:
-            try:
-                await self._call(engine.release_claim, run_id, token)
-            except Exception:  # noqa: BLE001 - a claim not handed back lapses instead
-                pass
-
-    async def _register(self, org: str, caps: tuple[str, ...], waiters: list[_Waiter]) -> None:
-        """Registers waiters that found nothing, for a submit to hand its run to."""
-        if self._channel is None or not waiters:
-            return
-        now = asyncio.get_running_loop().time()
-        for w in waiters:
-            w.handed = uuid.uuid4()
-        tokens = _tokens([w.agent_token for w in waiters])
-        wait = max(min(w.deadline for w in waiters) - now, 0.0)
-        try:
-            await self._call(wait_for_runs, org, list(caps), [w.waiter_id for w in waiters],
-                             [w.agent_id for w in waiters], tokens,
-                             [w.handed for w in waiters], self._claim_seconds, self._channel,
-                             self._lock_key, wait)
-        except Exception:  # noqa: BLE001 - unregistered, they wait for the notify as before
-            return
-        for w in waiters:
-            w.registered = True
-            w.registered_at = time.monotonic()
-            self._known[w.waiter_id] = w
-
-    async def _unregister(self) -> None:
-        """Drops the registrations of waiters answered otherwise (or gone); one a submit
-        is handing a run to right now stays known until its notify comes."""
-        done = [w for w in self._known.values() if w.registered and w.future.done()]
-        if not done:
-            return
-        try:
-            dropped = await self._call(stop_waiting, [w.waiter_id for w in done])
-        except Exception:  # noqa: BLE001 - tried again on the next pass
-            return
-        for w in done:
-            w.registered = False
-            if w.waiter_id in dropped:
-                self._known.pop(w.waiter_id, None)
-        # A hand-off whose notify never came (its submit rolled back) is forgotten.
-        stale = time.monotonic() - 600
-        for wid in [k for k, w in self._known.items() if w.registered_at < stale]:
-            self._known.pop(wid, None)
-
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """An engine call on the claim connection (connected by a claim first)."""
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            raise DatabaseUnavailable("the claim connection is not open")
-        try:
-            with translated():
-                return await fn(self._conn, *args)
-        except Exception:
-            if self._conn.broken:
                 await self._conn.close()
             raise
 
@@ -334,14 +186,11 @@ class ClaimDispatcher:
             if self._notifier.closing:
                 self._resolve_all(None)
             else:
-                if self._to_fetch or self._to_release:
-                    await self._settle_hand_offs()
                 keys = [k for k, ws in self._waiting.items()
                         if everyone or any(not w.tried for w in ws)]
                 for key in keys:
                     await self._serve(key, everyone)
                 self._expire(loop.time())
-                await self._unregister()
             now = loop.time()
             deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
             timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
@@ -389,21 +238,13 @@ class ClaimDispatcher:
                         w.future.set_exception(exc)
                 got = []
             for g in got:
-                w = next((w for w in asking if (w.agent_id, w.agent_token)
-                          == (g.agent_id, g.agent_token) and not w.future.done()), None)
-                if w is None:  # a hand-off reached that waiter during the claim: give back
-                    held = g.claim.claim_token
-                    self._to_release.append((g.claim.run_id, held if g.agent_token is None
-                                             else bind_claim(g.agent_token, held)))
-                    self._kick.set()
-                    continue
+                w = next(w for w in asking if (w.agent_id, w.agent_token)
+                         == (g.agent_id, g.agent_token) and not w.future.done())
                 w.future.set_result(g)
             for w in asking:
                 w.tried = True
                 if not w.future.done() and w.deadline <= now:
                     w.future.set_result(None)
-            await self._register(org, caps, [w for w in asking
-                                             if not w.future.done() and not w.registered])
         left = [w for w in self._waiting.get(key, []) if not w.future.done()]
         if left:
             self._waiting[key] = left
