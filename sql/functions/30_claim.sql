@@ -243,4 +243,3 @@ END
 $$;
 COMMENT ON FUNCTION cryo.claim_secrets(text, uuid) IS
     'Returns the secrets the claimed run may see: sealed values of its project, or names only (withheld) for an untrusted run. Raises CR002 for a stale claim token.';
-
