@@ -602,24 +602,38 @@ def backlog(bench: Bench, batch: int) -> dict[str, Any]:
 
 # -- peers -----------------------------------------------------------------------------------
 
-def peers(bench: Bench) -> dict[str, dict[int, float]]:
-    out: dict[str, dict[int, float]] = {}
-    for peer in ("procrastinate", "pgqueuer", "pgqueuer-fast"):
-        db = peer.replace("-", "_")
+PEERS = ("procrastinate", "pgqueuer", "pgqueuer-fast")
+
+
+def peer_rate(bench: Bench, peer: str, n: int) -> float:
+    """Jobs/s of one peer at n workers, in its own database (made on first use)."""
+    db = peer.replace("-", "_")
+    if not bench.sql("postgres", "SELECT 1 FROM pg_database WHERE datname = %s", (db,)):
         bench.sql("postgres", f"CREATE DATABASE {db}")
-        out[peer] = {}
-        for n in AGENT_LEVELS:
-            # procrastinate is the slower of the two here: half the jobs keeps its runs short.
-            jobs = bench.sizes.jobs[n] // (2 if peer == "procrastinate" else 1)
-            proc = subprocess.run([str(PEERS_PY), str(BENCH / "peers.py"), peer,
-                                   bench.dsn(db), str(n), str(jobs), "120"],
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{peer}: {proc.stderr.strip()[-2000:]}")
-            res = json.loads(proc.stdout.strip().splitlines()[-1])
-            out[peer][n] = res["rate"]
-            log(f"{peer} {n} workers: {res['rate']:.0f} jobs/s ({res['jobs']} in"
-                f" {res['seconds']:.2f} s{'' if res['complete'] else ', stopped at the time cap'})")
+    # procrastinate is the slower of the two here: half the jobs keeps its runs short.
+    jobs = bench.sizes.jobs[n] // (2 if peer == "procrastinate" else 1)
+    proc = subprocess.run([str(PEERS_PY), str(BENCH / "peers.py"), peer,
+                           bench.dsn(db), str(n), str(jobs), "120"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{peer}: {proc.stderr.strip()[-2000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    log(f"{peer} {n} workers: {res['rate']:.0f} jobs/s ({res['jobs']} in"
+        f" {res['seconds']:.2f} s{'' if res['complete'] else ', stopped at the time cap'})")
+    return res["rate"]
+
+
+def agent_path_and_peers(bench: Bench, http: bool, peers: bool) -> dict[str, Any]:
+    """The HTTP agent path and every peer, level by level: at each level the peers run
+    right after cryopg, so a ratio compares figures taken within a minute of each other
+    (this shared machine's speed drifts by half over a quarter of an hour)."""
+    out: dict[str, Any] = {}
+    for n in AGENT_LEVELS:
+        if http:
+            out.setdefault("http", {}).update(http_throughput(bench, levels=(n,)))
+        if peers:
+            for peer in PEERS:
+                out.setdefault("peers", {}).setdefault(peer, {})[n] = peer_rate(bench, peer, n)
     return out
 
 
@@ -668,7 +682,7 @@ def e2e(bench: Bench) -> dict[str, Any]:
     out: dict[str, Any] = {"runs": runs, "e2e": {}, "spawn": {}}
     try:
         for n in E2E_AGENTS:
-            out["spawn"][n] = spawn_limit(work, n, runs)
+            before = spawn_limit(work, n, runs)
             db = bench.fresh_db()
             with cryopg_server(bench, db) as port:
                 agents = _agents(bench, port, n, work)
@@ -704,8 +718,14 @@ def e2e(bench: Bench) -> dict[str, Any]:
                         except subprocess.TimeoutExpired:
                             a.kill()
             bench.spent.append(db)
+            # Taken again just after: the limit is the mean of the two, so a drift in
+            # this machine's speed during the run moves both sides of the ratio alike.
+            after = spawn_limit(work, n, runs)
+            out["spawn"][n] = (before + after) / 2
+            out.setdefault("spawn_each", {})[n] = [before, after]
             log(f"e2e {n} agents: {out['e2e'][n]:.0f} runs/s; spawn limit "
-                f"{out['spawn'][n]:.0f} /s; ratio {out['e2e'][n] / out['spawn'][n]:.2f}")
+                f"{out['spawn'][n]:.0f} /s ({before:.0f} before, {after:.0f} after); "
+                f"ratio {out['e2e'][n] / out['spawn'][n]:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -830,10 +850,7 @@ def main() -> int:
                 if args.batch > 1:
                     r.setdefault("sql_batched", {}).update(sql_throughput(
                         bench, None, args.batch, f"cryopg SQL batch {args.batch}", (n,)))
-        if want("http"):
-            r["http"] = http_throughput(bench)
-        if want("peers"):
-            r["peers"] = peers(bench)
+        r.update(agent_path_and_peers(bench, want("http"), want("peers")))
         if want("e2e"):
             r["e2e"] = e2e(bench)
         if want("latency"):

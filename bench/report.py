@@ -60,7 +60,10 @@ def render(r: dict[str, Any]) -> str:
             "per second of a one-row UPDATE). SQL claimers and the peers' workers are "
             "separate processes with their own connections (pgqueuer fast: queue managers "
             "in one process); the HTTP agents, one keep-alive connection each, share one "
-            "load process, as an agent fleet on other machines costs this one nothing.", ""]
+            "load process, as an agent fleet on other machines costs this one nothing. "
+            "pgbench and the SQL claimers alternate level by level, and so do the HTTP "
+            "agents and the peers, so each ratio compares figures taken minutes apart at "
+            "most.", ""]
     out += [_row("", [f"{n}" for n in levels]), _row("---", ["---:"] * len(levels))]
     series: list[tuple[str, dict[Any, float] | None]] = [
         ("pgbench one-row write (tps)", r.get("pgbench")),
@@ -101,9 +104,10 @@ def render(r: dict[str, Any]) -> str:
                 f"{e2e['runs']:,} runs of a one-line bash script (`true`) enqueued in one commit "
                 "while real `cryopg agent` processes (one job at a time each) wait on their "
                 "long-polls, through a real `cryopg server`; the clock stops when the last "
-                "success has committed. The spawn limit is measured the same way in the same "
-                "minute: as many `script -qec 'bash noop.sh'` (a PTY, then bash on the script) "
-                "under `xargs -P` as there are agents.", "",
+                "success has committed. The spawn limit is measured the same way just before and "
+                "just after, and the mean of the two is used: as many `script -qec 'bash "
+                "noop.sh'` (a PTY, then bash on the script) under `xargs -P` as there are "
+                "agents.", "",
                 _row("agents", ["runs/s", "spawn limit /s", "ratio"]),
                 _row("---", ["---:"] * 3)]
         for n in agents:

@@ -1162,6 +1162,13 @@ DECLARE
     v_outs jsonb[] := '{}';
     v_node cryo.node_states;
     v_call jsonb;
+    v_calls jsonb[];
+    v_distinct boolean;
+    v_set_at integer[];
+    v_entities text[];
+    v_keys text[];
+    v_values bytea[];
+    v_versions bigint[];
 BEGIN
     IF NOT coalesce((SELECT bool_and(coalesce(
                    n.status = 'pending' AND n.type = 'state'
@@ -1176,15 +1183,43 @@ BEGIN
     IF v_order IS NULL THEN
         RETURN false;
     END IF;
-    FOR v_node IN SELECT n.* FROM unnest(v_order) WITH ORDINALITY AS o(id, i)
-                    JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = o.id
-                   ORDER BY o.i LOOP
-        -- The call as _graph_set_calls would have stored it on the node (written below).
-        v_call := p_calls -> v_node.node_id;
-        v_node.state_call := v_call - 'value';
-        v_node.state_value := decode(v_call ->> 'value', 'hex');
-        v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
-    END LOOP;
+    SELECT array_agg(x.c ORDER BY o.i),
+           count(DISTINCT (cryo.state_scope(p_q.org, p_q.project, v_run_id, x.c ->> 'entity'),
+                           x.c ->> 'key')) = count(*)
+      INTO v_calls, v_distinct
+      FROM unnest(v_order) WITH ORDINALITY AS o(id, i), LATERAL (SELECT p_calls -> o.id) x(c);
+    IF v_distinct THEN
+        -- No two nodes touch one cell, so none sees another's write and the order within
+        -- the run cannot matter: every set in one write, each delete as its own call.
+        SELECT array_agg(u.i ORDER BY u.i), array_agg(u.c ->> 'entity' ORDER BY u.i),
+               array_agg(u.c ->> 'key' ORDER BY u.i),
+               array_agg(decode(u.c ->> 'value', 'hex') ORDER BY u.i)
+          INTO v_set_at, v_entities, v_keys, v_values
+          FROM unnest(v_calls) WITH ORDINALITY AS u(c, i) WHERE u.c ->> 'op' = 'set';
+        IF v_set_at IS NOT NULL THEN
+            v_versions := cryo._state_set_cells(p_q, v_entities, v_keys, v_values);
+        END IF;
+        v_outs := array_fill(NULL::jsonb, ARRAY[cardinality(v_calls)]);
+        FOR i IN 1 .. coalesce(cardinality(v_set_at), 0) LOOP
+            v_outs[v_set_at[i]] := jsonb_build_object('version', v_versions[i]);
+        END LOOP;
+        FOR i IN 1 .. cardinality(v_calls) LOOP
+            IF v_calls[i] ->> 'op' = 'delete' THEN
+                v_outs[i] := jsonb_build_object('deleted', cryo._state_delete(
+                    p_q, v_calls[i] ->> 'entity', v_calls[i] ->> 'key'));
+            END IF;
+        END LOOP;
+    ELSE
+        FOR v_node IN SELECT n.* FROM unnest(v_order) WITH ORDINALITY AS o(id, i)
+                        JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = o.id
+                       ORDER BY o.i LOOP
+            -- The call as _graph_set_calls would have stored it on the node (written below).
+            v_call := p_calls -> v_node.node_id;
+            v_node.state_call := v_call - 'value';
+            v_node.state_value := decode(v_call ->> 'value', 'hex');
+            v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
+        END LOOP;
+    END IF;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
                                      started_at, finished_at)
     SELECT v_run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now
@@ -1427,9 +1462,11 @@ END
 $$;
 
 CREATE FUNCTION cryo._leave_lease_queues(p_run_id text, p_path text DEFAULT NULL::text) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path)
+BEGIN
+    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path);
+END
 $$;
 
 CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETURNS void
@@ -2088,27 +2125,49 @@ $$;
 CREATE FUNCTION cryo._state_set(p_q cryo.queue, p_entity text, p_key text, p_value bytea) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
-    v_now timestamptz := cryo.now();
-    v_version bigint;
 BEGIN
-    PERFORM cryo._state_key(p_key, true);
-    IF p_value IS NULL THEN
-        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
-    END IF;
-    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
-                                       created_by_run, updated_by_run, created_at, updated_at)
-    VALUES (p_q.org, p_q.project, v_scope, p_entity,
-            CASE WHEN p_entity IS NULL THEN p_q.run_id END, p_key, p_value, 1,
-            p_q.run_id, p_q.run_id, v_now, v_now)
-    ON CONFLICT (scope, key) DO UPDATE
-       SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
-           updated_at = excluded.updated_at,
-           created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run ELSE c.created_by_run END,
-           created_at = CASE WHEN c.value IS NULL THEN excluded.created_at ELSE c.created_at END
-    RETURNING c.version INTO v_version;
-    RETURN v_version;
+    RETURN (cryo._state_set_cells(p_q, ARRAY[p_entity], ARRAY[p_key], ARRAY[p_value]))[1];
+END
+$$;
+
+CREATE FUNCTION cryo._state_set_cells(p_q cryo.queue, p_entities text[], p_keys text[], p_values bytea[]) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_scopes text[] := '{}';
+    v_versions bigint[];
+BEGIN
+    FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
+        v_scopes := v_scopes || cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entities[i]);
+        PERFORM cryo._state_key(p_keys[i], true);
+        IF p_values[i] IS NULL THEN
+            RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+        END IF;
+    END LOOP;
+    WITH cells AS (
+        SELECT * FROM unnest(v_scopes, p_entities, p_keys, p_values)
+                      WITH ORDINALITY AS u(scope, entity, key, value, i)
+    ), written AS (
+        INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value,
+                                           version, created_by_run, updated_by_run,
+                                           created_at, updated_at)
+        SELECT p_q.org, p_q.project, w.scope, w.entity,
+               CASE WHEN w.entity IS NULL THEN p_q.run_id END, w.key, w.value, 1,
+               p_q.run_id, p_q.run_id, v_now, v_now
+          FROM cells w ORDER BY w.i
+        ON CONFLICT (scope, key) DO UPDATE
+           SET value = excluded.value, version = c.version + 1,
+               updated_by_run = excluded.updated_by_run, updated_at = excluded.updated_at,
+               created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run
+                                     ELSE c.created_by_run END,
+               created_at = CASE WHEN c.value IS NULL THEN excluded.created_at
+                                 ELSE c.created_at END
+        RETURNING c.scope, c.key, c.version
+    )
+    SELECT array_agg(w.version ORDER BY x.i) INTO v_versions
+      FROM cells x JOIN written w ON w.scope = x.scope AND w.key = x.key;
+    RETURN v_versions;
 END
 $$;
 

@@ -594,8 +594,11 @@ $$;
 -- graph node instance (its lease path) waited in.
 CREATE OR REPLACE FUNCTION cryo._leave_lease_queues(p_run_id text, p_path text DEFAULT NULL)
 RETURNS void
-LANGUAGE sql AS $$
-    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path)
+-- PL/pgSQL, so its plan is kept for the session: every run's ending calls it.
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM cryo.lease_waiters WHERE run_id = p_run_id AND (p_path IS NULL OR path = p_path);
+END
 $$;
 
 -- Hand on: a free group goes to its oldest waiter -- a queued submit is enqueued, a

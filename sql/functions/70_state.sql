@@ -114,32 +114,59 @@ COMMENT ON FUNCTION cryo.state_list(text) IS
     'Returns every live cell of a scope in key order (values sealed). Raises nothing.';
 
 -- Last-write-wins: creates the cell (or re-creates a deleted one) or replaces its value.
--- state_set for a caller that holds the claimed row already (a graph's state node run
--- in the database): the same checks and write, without locking the claim again.
+-- For a caller that holds the claimed row already (a graph's state nodes run in the
+-- database), and for many cells at once: a graph's constant set nodes are one write, not
+-- one call each. Each cell is checked as state_set checks it, in the order given, then
+-- all are written in one statement; returns their new versions in that order. A cell
+-- named twice cannot be written by one statement (the caller runs those one by one).
+CREATE OR REPLACE FUNCTION cryo._state_set_cells(p_q cryo.queue, p_entities text[],
+                                                 p_keys text[], p_values bytea[])
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_scopes text[] := '{}';
+    v_versions bigint[];
+BEGIN
+    FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
+        v_scopes := v_scopes || cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entities[i]);
+        PERFORM cryo._state_key(p_keys[i], true);
+        IF p_values[i] IS NULL THEN
+            RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
+        END IF;
+    END LOOP;
+    WITH cells AS (
+        SELECT * FROM unnest(v_scopes, p_entities, p_keys, p_values)
+                      WITH ORDINALITY AS u(scope, entity, key, value, i)
+    ), written AS (
+        INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value,
+                                           version, created_by_run, updated_by_run,
+                                           created_at, updated_at)
+        SELECT p_q.org, p_q.project, w.scope, w.entity,
+               CASE WHEN w.entity IS NULL THEN p_q.run_id END, w.key, w.value, 1,
+               p_q.run_id, p_q.run_id, v_now, v_now
+          FROM cells w ORDER BY w.i
+        ON CONFLICT (scope, key) DO UPDATE
+           SET value = excluded.value, version = c.version + 1,
+               updated_by_run = excluded.updated_by_run, updated_at = excluded.updated_at,
+               created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run
+                                     ELSE c.created_by_run END,
+               created_at = CASE WHEN c.value IS NULL THEN excluded.created_at
+                                 ELSE c.created_at END
+        RETURNING c.scope, c.key, c.version
+    )
+    SELECT array_agg(w.version ORDER BY x.i) INTO v_versions
+      FROM cells x JOIN written w ON w.scope = x.scope AND w.key = x.key;
+    RETURN v_versions;
+END
+$$;
+
+-- One cell (see _state_set_cells).
 CREATE OR REPLACE FUNCTION cryo._state_set(p_q cryo.queue, p_entity text, p_key text, p_value bytea)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_scope text := cryo.state_scope(p_q.org, p_q.project, p_q.run_id, p_entity);
-    v_now timestamptz := cryo.now();
-    v_version bigint;
 BEGIN
-    PERFORM cryo._state_key(p_key, true);
-    IF p_value IS NULL THEN
-        RAISE EXCEPTION 'a state value cannot be NULL (use state_delete)' USING ERRCODE = 'CR004';
-    END IF;
-    INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
-                                       created_by_run, updated_by_run, created_at, updated_at)
-    VALUES (p_q.org, p_q.project, v_scope, p_entity,
-            CASE WHEN p_entity IS NULL THEN p_q.run_id END, p_key, p_value, 1,
-            p_q.run_id, p_q.run_id, v_now, v_now)
-    ON CONFLICT (scope, key) DO UPDATE
-       SET value = excluded.value, version = c.version + 1, updated_by_run = excluded.updated_by_run,
-           updated_at = excluded.updated_at,
-           created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run ELSE c.created_by_run END,
-           created_at = CASE WHEN c.value IS NULL THEN excluded.created_at ELSE c.created_at END
-    RETURNING c.version INTO v_version;
-    RETURN v_version;
+    RETURN (cryo._state_set_cells(p_q, ARRAY[p_entity], ARRAY[p_key], ARRAY[p_value]))[1];
 END
 $$;
 

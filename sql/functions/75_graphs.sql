@@ -523,7 +523,8 @@ $$;
 -- A fresh graph run whose every node is a constant set or delete in p_calls, checked
 -- (cryo._graph_checked_calls), with no `if`, fan-out, concurrency or failure branch:
 -- nothing can be skipped or fail, so every node runs, in the order the schedule would
--- take them (cryo._graph_wave_order), each call through _graph_state_call, and the rows
+-- take them (cryo._graph_wave_order), each call through the 70_state.sql functions (all
+-- sets in one cryo._state_set_cells write when no two nodes touch one cell), and the rows
 -- they leave are written once for all of them: the same instance, node row and one
 -- node_completed event each that cryo._graph_state_now writes for one (keep the two
 -- alike). A node's cost stays flat at any size: nothing is read again per node. Returns
@@ -538,6 +539,13 @@ DECLARE
     v_outs jsonb[] := '{}';
     v_node cryo.node_states;
     v_call jsonb;
+    v_calls jsonb[];
+    v_distinct boolean;
+    v_set_at integer[];
+    v_entities text[];
+    v_keys text[];
+    v_values bytea[];
+    v_versions bigint[];
 BEGIN
     IF NOT coalesce((SELECT bool_and(coalesce(
                    n.status = 'pending' AND n.type = 'state'
@@ -552,15 +560,43 @@ BEGIN
     IF v_order IS NULL THEN
         RETURN false;
     END IF;
-    FOR v_node IN SELECT n.* FROM unnest(v_order) WITH ORDINALITY AS o(id, i)
-                    JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = o.id
-                   ORDER BY o.i LOOP
-        -- The call as _graph_set_calls would have stored it on the node (written below).
-        v_call := p_calls -> v_node.node_id;
-        v_node.state_call := v_call - 'value';
-        v_node.state_value := decode(v_call ->> 'value', 'hex');
-        v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
-    END LOOP;
+    SELECT array_agg(x.c ORDER BY o.i),
+           count(DISTINCT (cryo.state_scope(p_q.org, p_q.project, v_run_id, x.c ->> 'entity'),
+                           x.c ->> 'key')) = count(*)
+      INTO v_calls, v_distinct
+      FROM unnest(v_order) WITH ORDINALITY AS o(id, i), LATERAL (SELECT p_calls -> o.id) x(c);
+    IF v_distinct THEN
+        -- No two nodes touch one cell, so none sees another's write and the order within
+        -- the run cannot matter: every set in one write, each delete as its own call.
+        SELECT array_agg(u.i ORDER BY u.i), array_agg(u.c ->> 'entity' ORDER BY u.i),
+               array_agg(u.c ->> 'key' ORDER BY u.i),
+               array_agg(decode(u.c ->> 'value', 'hex') ORDER BY u.i)
+          INTO v_set_at, v_entities, v_keys, v_values
+          FROM unnest(v_calls) WITH ORDINALITY AS u(c, i) WHERE u.c ->> 'op' = 'set';
+        IF v_set_at IS NOT NULL THEN
+            v_versions := cryo._state_set_cells(p_q, v_entities, v_keys, v_values);
+        END IF;
+        v_outs := array_fill(NULL::jsonb, ARRAY[cardinality(v_calls)]);
+        FOR i IN 1 .. coalesce(cardinality(v_set_at), 0) LOOP
+            v_outs[v_set_at[i]] := jsonb_build_object('version', v_versions[i]);
+        END LOOP;
+        FOR i IN 1 .. cardinality(v_calls) LOOP
+            IF v_calls[i] ->> 'op' = 'delete' THEN
+                v_outs[i] := jsonb_build_object('deleted', cryo._state_delete(
+                    p_q, v_calls[i] ->> 'entity', v_calls[i] ->> 'key'));
+            END IF;
+        END LOOP;
+    ELSE
+        FOR v_node IN SELECT n.* FROM unnest(v_order) WITH ORDINALITY AS o(id, i)
+                        JOIN cryo.node_states n ON n.run_id = v_run_id AND n.node_id = o.id
+                       ORDER BY o.i LOOP
+            -- The call as _graph_set_calls would have stored it on the node (written below).
+            v_call := p_calls -> v_node.node_id;
+            v_node.state_call := v_call - 'value';
+            v_node.state_value := decode(v_call ->> 'value', 'hex');
+            v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
+        END LOOP;
+    END IF;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
                                      started_at, finished_at)
     SELECT v_run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import psycopg
+import pytest
 from psycopg.types.json import Jsonb
 
 from cryopg.graphs.document import compile_graph, digest_part
@@ -96,19 +97,22 @@ def test_a_released_graph_claim_wakes_the_graph_drivers(
     assert heard == ["cryo_graph"]
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["a-cell-twice", "distinct-cells"])
 def test_a_graph_run_whole_in_its_submit_leaves_what_the_driver_leaves(
-        db: psycopg.Connection) -> None:
+        db: psycopg.Connection, shared: bool) -> None:
     """cryo.submit_graph runs a graph of checked set/delete nodes at once (one statement
-    for each kind of row); the same graph driven node by node through graph_plan leaves
-    the same nodes, instances, cell versions and history, in the same order (by waves of
-    the longest path from a root, then document order)."""
+    for each kind of row; all sets in one write when no two nodes touch one cell); the
+    same graph driven node by node through graph_plan leaves the same nodes, instances,
+    cell versions and history, in the same order (by waves of the longest path from a
+    root, then document order)."""
     def node(nid: str, op: str = "set", key: str | None = None) -> dict[str, object]:
         return {"id": nid, "type": "state",
                 "config": {"op": op, "key": key or nid, **({"value": 1} if op == "set" else {})}}
 
     doc = {"version": "cryosleep-graph/v1",
-           "nodes": [node("d"), node("b", key="same"), node("e"), node("a"),
-                     node("c", key="same"), node("f", op="delete", key="a")],
+           "nodes": [node("d"), node("b", key="same" if shared else "b"), node("e"), node("a"),
+                     node("c", key="same" if shared else "c"),
+                     node("f", op="delete", key="a" if shared else "gone")],
            "edges": [{"from": "b", "to": "d"}, {"from": "c", "to": "d"},
                      {"from": "a", "to": "b"}, {"from": "a", "to": "c"},
                      {"from": "d", "to": "f"}]}
@@ -163,7 +167,11 @@ def test_a_graph_run_whole_in_its_submit_leaves_what_the_driver_leaves(
     assert got == want == left(third)
     order = [h[3] for h in got[2]]
     assert order == ["e", "a", "b", "c", "d", "f"]
-    assert ("same", 2, False) in got[3] and ("a", 2, True) in got[3]
+    if shared:
+        assert ("same", 2, False) in got[3] and ("a", 2, True) in got[3]
+    else:
+        assert got[3] == [(k, 1, False) for k in "abcde"]
+        assert [i[3] for i in got[1]] == [{"version": 1}] * 5 + [{"deleted": False}]
 
 
 def test_a_graph_its_submit_drives_wakes_no_driver(
