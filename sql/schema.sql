@@ -3989,6 +3989,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
+CREATE FUNCTION cryo.graph_runs_waiting() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.queue q
+                    WHERE q.state = 'pending' AND q.required_caps = '{graph}')
+$$;
+
+COMMENT ON FUNCTION cryo.graph_runs_waiting() IS 'Returns whether a graph run is pending for a driver (cryo.drive_graphs would hand one out, unless another driver takes it first). Raises nothing.';
+
 CREATE FUNCTION cryo.graph_settle(p_run_id text, p_token uuid, p_finish boolean, p_output bytea DEFAULT NULL::bytea, p_output_clear jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
     AS $$

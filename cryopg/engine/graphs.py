@@ -104,6 +104,12 @@ async def drive_graphs(conn: AsyncConnection, driver: str, limit: int = 1) -> li
     return await cur.fetchall()
 
 
+async def graph_runs_waiting(conn: AsyncConnection) -> bool:
+    cur = await conn.execute("SELECT cryo.graph_runs_waiting()", prepare=True)
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 async def graph_state(conn: AsyncConnection, run_id: str, token: uuid.UUID,
                       nodes: list[str] | None = None) -> list[NodeRow]:
     cur = conn.cursor(row_factory=class_row(NodeRow))

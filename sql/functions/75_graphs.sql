@@ -188,6 +188,19 @@ LANGUAGE sql IMMUTABLE AS $$
                                          'UTF8')), 'hex'), 32)
 $$;
 
+-- Whether any graph run waits for a driver. A driver that has just taken one asks this
+-- before it looks again (and wakes another): a lone chain's turn then costs one look,
+-- not three. It takes no lock: a run another driver is taking right now still counts,
+-- which costs at most one look that finds nothing.
+CREATE OR REPLACE FUNCTION cryo.graph_runs_waiting()
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.queue q
+                    WHERE q.state = 'pending' AND q.required_caps = '{graph}')
+$$;
+COMMENT ON FUNCTION cryo.graph_runs_waiting() IS
+    'Returns whether a graph run is pending for a driver (cryo.drive_graphs would hand one out, unless another driver takes it first). Raises nothing.';
+
 -- A driver takes graph runs needing a step forward. Inside the caller's transaction the
 -- rows stay locked; the caller must settle each (cryo.graph_settle) before committing.
 CREATE OR REPLACE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1)

@@ -159,3 +159,35 @@ async def test_failure_branches_continue_on_error_always_and_on_failure(srv: Ser
     assert run["status"] == "succeeded", run
     got = nodes_of(run)
     assert (got["cleanup"]["status"], got["alert"]["status"]) == ("succeeded", "skipped"), got
+
+
+async def test_a_lone_chain_costs_one_look_a_turn(
+        srv: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each turn of a chain that moves one node at a time (here a signal each) wakes one
+    driver: the one that took the run asks whether more are pending before it looks
+    again or wakes another, instead of two more looks that find nothing."""
+    looks: list[int] = []
+    real = graph_driver.engine.drive_graphs
+
+    async def counted(conn: Any, driver: str, limit: int = 1) -> Any:
+        got = await real(conn, driver, limit)
+        looks.append(len(got))
+        return got
+
+    monkeypatch.setattr(graph_driver.engine, "drive_graphs", counted)
+    n = 8
+    doc = graph([{"id": f"w{i}", "type": "wait", "config": {"signal": f"s{i}"}}
+                 for i in range(n)], [(f"w{i}", f"w{i + 1}") for i in range(n - 1)])
+    run_id = await submit_graph(srv, doc)
+    t0 = time.monotonic()
+    for i in range(n):
+        await until(srv, run_id, lambda r, i=i: nodes_of(r)[f"w{i}"]["status"] == "waiting")
+        (await srv.user("POST", f"/runs/{run_id}/signal/s{i}", {"payload": i})).ok(201)
+    run = await until(srv, run_id, ended)
+    assert run["status"] == "succeeded", run
+    took = looks.count(1)
+    empty = len(looks) - took
+    # An idle server looks once a second on its own; beyond that, at most one empty
+    # look every other turn (a notify heard by a driver while another took the run).
+    assert took >= n, looks
+    assert empty <= n // 2 + int(time.monotonic() - t0) + 2, looks
