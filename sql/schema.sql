@@ -93,12 +93,14 @@ END
 $$;
 
 CREATE FUNCTION cryo._bind_claim(p_token uuid, p_agent_token text) RETURNS uuid
-    LANGUAGE sql IMMUTABLE
+    LANGUAGE plpgsql IMMUTABLE
     AS $$
-    SELECT CASE WHEN p_agent_token IS NULL THEN p_token
+BEGIN
+    RETURN CASE WHEN p_agent_token IS NULL THEN p_token
                 ELSE encode(substring(sha256(convert_to(p_agent_token || '/' || p_token::text,
                                                         'UTF8')) FROM 1 FOR 16), 'hex')::uuid
-           END
+           END;
+END
 $$;
 
 CREATE FUNCTION cryo._caller() RETURNS text
@@ -796,11 +798,13 @@ END
 $$;
 
 CREATE FUNCTION cryo._graph_key(p_run_id text, p_node text, p_item integer, p_fan_out boolean) RETURNS text
-    LANGUAGE sql IMMUTABLE
+    LANGUAGE plpgsql IMMUTABLE
     AS $$
-    SELECT left(encode(sha256(convert_to(p_run_id || '/node/' || p_node
+BEGIN
+    RETURN left(encode(sha256(convert_to(p_run_id || '/node/' || p_node
                                          || CASE WHEN p_fan_out THEN '/' || p_item ELSE '' END,
-                                         'UTF8')), 'hex'), 32)
+                                         'UTF8')), 'hex'), 32);
+END
 $$;
 
 CREATE FUNCTION cryo._graph_node_defs(p_graph jsonb) RETURNS TABLE(ord bigint, node_id text, type text, deps text[], def jsonb)
@@ -3253,6 +3257,7 @@ COMMENT ON FUNCTION cryo.draining_agents() IS 'Returns (org, id) of every agent 
 
 CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_ids text[];
@@ -3480,6 +3485,7 @@ COMMENT ON FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text,
 
 CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[] DEFAULT NULL::bytea[]) RETURNS TABLE(run_id text, finished boolean)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
@@ -3990,10 +3996,12 @@ $$;
 COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
 CREATE FUNCTION cryo.graph_runs_waiting() RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT EXISTS (SELECT 1 FROM cryo.queue q
-                    WHERE q.state = 'pending' AND q.required_caps = '{graph}')
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM cryo.queue q
+                    WHERE q.state = 'pending' AND q.required_caps = '{graph}');
+END
 $$;
 
 COMMENT ON FUNCTION cryo.graph_runs_waiting() IS 'Returns whether a graph run is pending for a driver (cryo.drive_graphs would hand one out, unless another driver takes it first). Raises nothing.';
@@ -4925,10 +4933,13 @@ $$;
 COMMENT ON FUNCTION cryo.read_journal(p_run_id text, p_token uuid) IS 'Returns the claimed run''s memos in position order (results sealed; answer_clear holds engine answers such as child ids and counts, or a payload an application sent in the clear). Raises CR002 for a stale claim token.';
 
 CREATE FUNCTION cryo.read_last_attempt_log(p_run_id text) RETURNS TABLE(id bigint, data bytea, created_at timestamp with time zone)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
+BEGIN
+    RETURN QUERY
     SELECT l.id, l.data, l.created_at FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
-     WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id
+     WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id;
+END
 $$;
 
 COMMENT ON FUNCTION cryo.read_last_attempt_log(p_run_id text) IS 'Returns the sealed log chunks of a run''s latest attempt, in order. Raises nothing.';

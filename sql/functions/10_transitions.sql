@@ -55,13 +55,16 @@ $$;
 -- computes the same binding for every claim token an agent presents (its
 -- cryopg.server.auth.bind_claim), and every check stays the one in _claimed_row. A claim
 -- no agent token took (a SQL caller's, a graph driver's) is stored as handed out.
+-- (PL/pgSQL: as a SQL function that is not inlined it was planned on every claim.)
 CREATE OR REPLACE FUNCTION cryo._bind_claim(p_token uuid, p_agent_token text)
 RETURNS uuid
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_agent_token IS NULL THEN p_token
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN CASE WHEN p_agent_token IS NULL THEN p_token
                 ELSE encode(substring(sha256(convert_to(p_agent_token || '/' || p_token::text,
                                                         'UTF8')) FROM 1 FOR 16), 'hex')::uuid
-           END
+           END;
+END
 $$;
 
 -- Inserts a run as pending, or returns NULL when its idempotency key already names a

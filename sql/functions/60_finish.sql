@@ -68,7 +68,10 @@ CREATE OR REPLACE FUNCTION cryo.finish_runs(
     p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[],
     p_errors text[], p_logs bytea[] DEFAULT NULL)
 RETURNS TABLE (run_id text, finished boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Keyed queries: one generic plan. With custom plans the loop's query over the arrays
+-- was planned again on every call (about 0.3 ms of every finish).
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
     v_row record;

@@ -250,11 +250,15 @@ $$;
 COMMENT ON FUNCTION cryo.read_outputs(text) IS 'Returns a run''s outputs by key: sealed, or (value NULL) value_clear, an answer holding no user data as {"answer": v}. Raises nothing.';
 
 -- The log of a run's latest attempt: what collecting an activity prints.
+-- (PL/pgSQL, so its plan is kept: a graph's driver reads this for every shell node.)
 CREATE OR REPLACE FUNCTION cryo.read_last_attempt_log(p_run_id text)
 RETURNS TABLE (id bigint, data bytea, created_at timestamptz)
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
     SELECT l.id, l.data, l.created_at FROM cryo.logs l JOIN cryo.runs r ON r.id = l.run_id
-     WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id
+     WHERE l.run_id = p_run_id AND l.attempt = r.attempt ORDER BY l.id;
+END
 $$;
 COMMENT ON FUNCTION cryo.read_last_attempt_log(text) IS
     'Returns the sealed log chunks of a run''s latest attempt, in order. Raises nothing.';
