@@ -65,7 +65,7 @@ async def errors_middleware(request: web.Request, handler):  # type: ignore[no-u
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     cfg = app[CONFIG]
     app[POOL] = await open_pool(with_replica(cfg.database_url, cfg.replica_id),
-                                min_size=cfg.pool_size, max_size=cfg.pool_size)
+                                max_size=cfg.pool_size)
     app[KEYS] = OrgKeys(app[POOL], cfg.master_key)
     yield
     # Its workers may be retrying a database that is down: do not wait on them long.
