@@ -76,8 +76,13 @@ class Sizes:
 FULL = Sizes(jobs={1: 4000, 4: 12000, 16: 12000, 64: 12000}, pgbench_seconds=10,
              latency_samples=1000,
              finished_backlog=1_000_000, parked_backlog=100_000, steps=1000, e2e_runs=1000)
-QUICK = Sizes(jobs={1: 500, 4: 1500, 16: 1500, 64: 3000}, pgbench_seconds=3, latency_samples=100,
-              finished_backlog=50_000, parked_backlog=5_000, steps=50, e2e_runs=200)
+# The levels the target ratios read (4 and 64), pgbench's seconds, the latency samples and
+# the e2e runs are sized so each measurement lasts seconds, not a fraction of one: a peer's
+# start (worker processes, connections) in a half-second run halved its rate, and the
+# quick run's ratios drifted 40-75% from the full run's.
+QUICK = Sizes(jobs={1: 500, 4: 6000, 16: 1500, 64: 12000}, pgbench_seconds=5,
+              latency_samples=300, finished_backlog=50_000, parked_backlog=5_000, steps=50,
+              e2e_runs=500)
 E2E_AGENTS = (4, 8)
 
 
@@ -828,7 +833,7 @@ def steps(bench: Bench) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="reduced sizes, about three minutes")
+    ap.add_argument("--quick", action="store_true", help="reduced sizes, about six minutes")
     ap.add_argument("--batch", type=int, default=10, help="jobs per batched claim/finish")
     ap.add_argument("--out", type=Path, default=BENCH / "results")
     ap.add_argument("--only", default="", help="comma list of sections (for development)")
