@@ -343,8 +343,8 @@ async def _more_waiting(app: web.Application) -> bool:
     try:
         async with connection(app[POOL]) as conn:
             return await engine.graph_runs_waiting(conn)
-    except DatabaseUnavailable:
-        return True  # as before: look again, and meet the outage there
+    except Exception:  # noqa: BLE001 - never end a driver: look again, as before, and
+        return True  # meet an outage (or anything else) where drive_once reports it
 
 
 async def driver_ctx(app: web.Application) -> AsyncIterator[None]:
