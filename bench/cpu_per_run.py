@@ -52,9 +52,7 @@ def main() -> int:
             procs = driver._agents(bench, port, agents, work)
             try:
                 with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
-                    while conn.execute("SELECT count(*) FROM cryo.agents").fetchone()[0] < agents:
-                        time.sleep(0.05)
-                    time.sleep(0.5)  # every agent is in its long-poll
+                    driver.agents_up(conn, agents)
                     backends = _pids(f"postgres: .* {db} ")
                     mine = [str(p.pid) for p in procs]
                     before = (_cpu(server), _cpu(mine), _cpu(backends))

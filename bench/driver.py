@@ -676,6 +676,17 @@ def _agents(bench: Bench, port: int, n: int, work: Path) -> list[subprocess.Pope
             for i in range(n)]
 
 
+def agents_up(conn: psycopg.Connection, n: int) -> None:
+    """Waits (a minute at most) until n agents have registered, then until each is in
+    its long-poll."""
+    deadline = time.monotonic() + 60
+    while conn.execute("SELECT count(*) FROM cryo.agents").fetchone()[0] < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"bench: {n} agents did not come up")
+        time.sleep(0.05)
+    time.sleep(0.5)
+
+
 def _queued(conn: psycopg.Connection) -> bool:
     """Whether any run is still queued (pending, claimed or parked)."""
     return conn.execute("SELECT EXISTS (SELECT 1 FROM cryo.queue)",
@@ -704,12 +715,7 @@ def e2e(bench: Bench) -> dict[str, Any]:
                 agents = _agents(bench, port, n, work)
                 try:
                     with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
-                        deadline = time.monotonic() + 60
-                        while conn.execute("SELECT count(*) FROM cryo.agents").fetchone()[0] < n:
-                            if time.monotonic() > deadline:
-                                raise RuntimeError("e2e: the agents did not come up")
-                            time.sleep(0.05)
-                        time.sleep(0.5)  # every agent is in its long-poll
+                        agents_up(conn, n)
                         t = time.monotonic()
                         bench.enqueue(db, runs, vacuum=False)  # agents are waiting
                         deadline = time.monotonic() + 600

@@ -51,8 +51,7 @@ def main() -> int:
             agents = driver._agents(bench, port, 4, work)
             try:
                 with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
-                    while conn.execute("SELECT count(*) FROM cryo.agents").fetchone()[0] < 4:
-                        time.sleep(0.05)
+                    driver.agents_up(conn, 4)
                     bench.enqueue(db, 300, vacuum=False)  # every connection past its first plans
                     while driver._queued(conn):
                         time.sleep(0.01)
