@@ -12,6 +12,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import statistics
 import subprocess
 import time
 import urllib.request
@@ -232,27 +233,72 @@ def _span_ms(bench: Bench, db: str, port: int, doc: str, run_input: Any = None) 
     raise RuntimeError(f"graph run {run_id} did not finish")
 
 
-def concurrent_state(bench: Bench, runs: int = 100, nodes: int = 10) -> float:
-    """`runs` state graphs of `nodes` chained nodes submitted at once (16 HTTP clients),
-    timed from the first submit to the last run's end: graph runs a second."""
-    from concurrent.futures import ThreadPoolExecutor
+def _burst(port: int, doc: str, count: int, ready: Any, results: Any) -> None:
+    """One submitter of a burst: `count` graphs on one keep-alive connection, then its
+    count (or the error) on `results`."""
+    import http.client
 
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        headers = {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"}
+        body = json.dumps({"source": doc, "filename": "g.json"})
+        conn.connect()
+        ready.wait(timeout=60)
+        for _ in range(count):
+            conn.request("POST", "/api/v1/orgs/dev/projects/default/runs", body, headers)
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 201:
+                raise RuntimeError(f"submit answered {resp.status}")
+        results.put(count)
+    except Exception as exc:  # noqa: BLE001 - the parent reports it
+        results.put(repr(exc))
+
+
+def concurrent_state(bench: Bench, runs: int = 100, nodes: int = 10, rounds: int = 5,
+                     clients: int = 16) -> dict[str, Any]:
+    """Bursts of `runs` state graphs of `nodes` chained nodes, submitted at once by
+    `clients` processes on keep-alive connections, each timed from the first submit to
+    the last run's end (polled on one open connection): graph runs a second, the median
+    of `rounds` bursts after one that warms the server (its pool, its plans)."""
     db = bench.fresh_db()
     _user_token(bench, db)
     doc = _graph("state", nodes)
-    with cryopg_server(bench, db) as port:
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda _: _one_graph(port, doc), range(runs)))
-        deadline = t0 + 600
-        while _finished(bench, db) < runs and time.monotonic() < deadline:
-            time.sleep(0.005)
-        secs = time.monotonic() - t0
+    shares = [runs // clients + (1 if i < runs % clients else 0) for i in range(clients)]
+    rates: list[float] = []
+    ctx = mp.get_context("fork")
+    with cryopg_server(bench, db) as port, psycopg.connect(bench.dsn(db),
+                                                           autocommit=True) as conn:
+        for burst in range(rounds + 1):
+            ready = ctx.Barrier(clients + 1)
+            results = ctx.Queue()
+            procs = [ctx.Process(target=_burst, args=(port, doc, k, ready, results))
+                     for k in shares]
+            for proc in procs:
+                proc.start()
+            ready.wait(timeout=60)
+            t0 = time.monotonic()
+            for _ in procs:
+                got = results.get(timeout=600)
+                if not isinstance(got, int):
+                    raise RuntimeError(f"concurrent graphs: a submitter failed: {got}")
+            ended = (burst + 1) * runs
+            deadline = t0 + 600
+            while conn.execute("SELECT count(*) FROM cryo.runs WHERE kind = 'graph' AND "
+                               "finished_at IS NOT NULL").fetchone()[0] < ended:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("concurrent graphs: runs did not end within 600 s")
+                time.sleep(0.002)
+            secs = time.monotonic() - t0
+            for proc in procs:
+                proc.join(timeout=30)
+            if burst:
+                rates.append(runs / secs)
     bench.spent.append(db)
-    rate = runs / secs
-    log(f"graphs {runs} concurrent {nodes}-node state graphs: {rate:.1f} runs/s "
-        f"({secs:.2f} s; target >= 500 runs/s)")
-    return rate
+    rate = statistics.median(rates)
+    log(f"graphs {runs} concurrent {nodes}-node state graphs: {rate:.1f} runs/s, the median "
+        f"of {', '.join(f'{x:.0f}' for x in rates)} (target >= 500 runs/s)")
+    return {"runs_s": rate, "rounds": rates}
 
 
 def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
@@ -270,7 +316,9 @@ def flat_turns(bench: Bench, quick: bool) -> dict[str, float]:
         bench.spent.append(db)
         log(f"graph state chain of {n}: {out[f'state_chain_{n}_ms_per_node']:.3f} ms a node"
             " (target < 1 ms)")
-    out["concurrent_runs_s"] = concurrent_state(bench)
+    conc = concurrent_state(bench)
+    out["concurrent_runs_s"] = conc["runs_s"]
+    out["concurrent_rounds"] = conc["rounds"]
     for n in (10, 1000):
         db = bench.fresh_db()
         _user_token(bench, db)
@@ -308,6 +356,15 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
             "chain_after": chain(bench, BIG)}
 
 
+def _rounds(fl: dict[str, Any]) -> str:
+    """How the concurrent figure was taken, for the report line."""
+    got = fl.get("concurrent_rounds")
+    if not got:
+        return ""
+    return (f"; the median of {len(got)} bursts ({', '.join(f'{x:.0f}' for x in got)}), "
+            "each 100 submits from 16 keep-alive clients at once, timed to the last run's end")
+
+
 def report_lines(gr: dict[str, Any]) -> list[str]:
     """bench/report.py's lines for the flat-turn figures and the chain's ratio."""
     out: list[str] = []
@@ -332,5 +389,5 @@ def report_lines(gr: dict[str, Any]) -> list[str]:
                 f"ratio graph-node 5000-chain/400-chain: {fl['ratio_chain_5000_400']:.2f}",
                 f"ratio graph-turn fan-out 1000/10: {fl['ratio_fan_1000_10']:.2f}",
                 f"100 concurrent 10-node state graphs: {fl['concurrent_runs_s']:.1f} runs/s "
-                "(target >= 500)", ""]
+                "(target >= 500)" + _rounds(fl), ""]
     return out

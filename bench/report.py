@@ -61,9 +61,9 @@ def render(r: dict[str, Any]) -> str:
             "separate processes with their own connections (pgqueuer fast: queue managers "
             "in one process); the HTTP agents, one keep-alive connection each, share one "
             "load process, as an agent fleet on other machines costs this one nothing. "
-            "pgbench and the SQL claimers alternate level by level, and so do the HTTP "
-            "agents and the peers, so each ratio compares figures taken minutes apart at "
-            "most.", ""]
+            "pgbench runs just before and just after the SQL claimers of each level and "
+            "the mean of the two is given; the HTTP agents and the peers alternate level by "
+            "level, so each ratio compares figures taken minutes apart at most.", ""]
     out += [_row("", [f"{n}" for n in levels]), _row("---", ["---:"] * len(levels))]
     series: list[tuple[str, dict[Any, float] | None]] = [
         ("pgbench one-row write (tps)", r.get("pgbench")),
