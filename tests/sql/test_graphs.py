@@ -80,6 +80,24 @@ def test_one_run_is_driven_by_one_driver(session: Callable[[], psycopg.Connectio
     assert b.execute("SELECT count(*) FROM cryo.drive_graphs('d2', 5)").fetchone() == (1,)
 
 
+def test_a_driver_may_take_a_run_without_its_document(db: psycopg.Connection) -> None:
+    # A driver that kept the document from an earlier turn need not take it across
+    # again (its cost grows with the graph); read_graph gives it to one that has not.
+    compiled = compile_graph({"version": "cryosleep-graph/v1", "nodes": [
+        {"id": "n", "type": "wait", "config": {"sleep": "1s"}}]})
+    run_id = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL,"
+                        " '\\x0102', p_graph => %s)", (Jsonb(compiled.structure),)).fetchone()[0]
+    with db.transaction(force_rollback=True):
+        got = db.execute("SELECT run_id, source, graph FROM cryo.drive_graphs('d', 1, false)"
+                         ).fetchall()
+        assert got == [(run_id, None, None)]
+    with db.transaction(force_rollback=True):
+        got = db.execute("SELECT run_id, source, graph FROM cryo.drive_graphs('d', 1)").fetchall()
+        assert got == [(run_id, b"\x01\x02", compiled.structure)]
+    assert db.execute("SELECT graph, source FROM cryo.read_graph(%s)", (run_id,)).fetchall() == [
+        (compiled.structure, b"\x01\x02")]
+
+
 def test_a_released_graph_claim_wakes_the_graph_drivers(
         session: Callable[[], psycopg.Connection]) -> None:
     """A graph run put back to pending (a lapsed driver claim) says so on cryo_graph, the
