@@ -260,7 +260,9 @@ BEGIN
     -- Two keyed parts, whatever the planner's statistics say about a brand-new run: the
     -- nodes asked for with all their instances (by primary key), and the instances still
     -- in flight of the others (through a partial index). LATERAL keeps each instance
-    -- lookup on (run_id, node_id), never a scan of the run's instances per node.
+    -- lookup on (run_id, node_id), never a scan of the run's instances per node; OFFSET 0
+    -- keeps each a probe (pulled up into plain joins, the generic plans hashed or merged
+    -- in every node and instance of the run, and a turn grew with the graph).
     RETURN QUERY
         WITH picked AS (
             SELECT n.*, true AS whole FROM cryo.node_states n
@@ -268,14 +270,14 @@ BEGIN
             UNION ALL
             SELECT n.*, true FROM unnest(p_nodes) AS k(id)
              CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
-                                  WHERE m.run_id = p_run_id AND m.node_id = k.id) n
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.id OFFSET 0) n
             UNION ALL
             SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
                                      WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
                                        AND l.status IN ('ready', 'running', 'waiting', 'retrying')
                                        AND NOT (l.node_id = ANY (p_nodes))) k
              CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
-                                  WHERE m.run_id = p_run_id AND m.node_id = k.node_id) n
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.node_id OFFSET 0) n
         )
         SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
                coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
@@ -291,9 +293,6 @@ BEGIN
                i.started_at,
                coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
           FROM picked n
-          -- OFFSET 0 keeps each lookup a keyed probe per picked node: pulled up into a
-          -- plain join, the planner read every instance of the run and its job run, and
-          -- merged them in (a turn's cost grew with the graph: 4 ms at 2,000 nodes).
           LEFT JOIN LATERAL (
               SELECT x.* FROM cryo.node_instances x
                WHERE x.run_id = p_run_id AND x.node_id = n.node_id

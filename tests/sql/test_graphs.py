@@ -261,9 +261,9 @@ def _read(db: psycopg.Connection, table: str) -> tuple[int, int]:
 
 def test_a_turn_reads_by_key_however_much_of_the_run_has_ended(db: psycopg.Connection) -> None:
     """A turn's reads are keyed on a brand-new database too (where the planner knows
-    nothing of the tables): drive_graphs looks its run up by id, and graph_state, asked
-    for no node, reads the instance in flight, not the 300 the run has ended and their
-    job runs (merged in as a plain join, they made a turn cost the graph's size)."""
+    nothing of the tables): drive_graphs looks its run up by id, and graph_state reads
+    the nodes asked for and the instance in flight, not the 300 the run has ended and
+    their job runs (merged in as plain joins, they made a turn cost the graph's size)."""
     n = 300
     doc = {"version": "cryosleep-graph/v1",
            "nodes": [*({"id": f"s{i}", "type": "state",
@@ -301,7 +301,13 @@ def test_a_turn_reads_by_key_however_much_of_the_run_has_ended(db: psycopg.Conne
                           " '{}')", (run, token)).fetchall()
         inst_after = _read(db, "cryo.node_instances")
         runs_end = _read(db, "cryo.runs")
+        nodes_before = _read(db, "cryo.node_states")
+        asked = db.execute("SELECT node_id, item_status FROM cryo.graph_state(%s, %s, '{s7}')",
+                           (run, token)).fetchall()
+        nodes_after = _read(db, "cryo.node_states")
     assert rows == [("last", "running", "succeeded")]
     assert runs_after[1] == runs_before[1]  # no scan of runs
     assert inst_after[0] - inst_before[0] <= 5  # the live instance, not the run's 301
     assert runs_end[0] - runs_after[0] <= 5  # its job run, not the run's
+    assert asked == [("last", "running"), ("s7", "succeeded")]
+    assert nodes_after[0] - nodes_before[0] <= 5  # the node asked for and the live one
