@@ -32,6 +32,7 @@ from driver import (  # bench/driver.py, beside this file
 USER_SECRET = "cryo_u_bench-user-secret"
 CHAIN = int(os.environ.get("CRYOPG_BENCH_CHAIN", "400"))
 BIG = int(os.environ.get("CRYOPG_BENCH_BIG", "10000"))  # the graph run before the 2nd chain
+LONG = 2000  # the longer shell chain of a full run, beside the 400-node one
 
 
 def _graph(kind: str, n: int, *, edges: bool = True) -> str:
@@ -140,11 +141,13 @@ def graph_throughput(bench: Bench, kind: str, per_level: int) -> dict[int, float
     return out
 
 
-def chain(bench: Bench, after: int = 0) -> dict[str, float]:
+def chain(bench: Bench, after: int = 0, nodes: int = 0) -> dict[str, float]:
     """A chain of trivial shell nodes on one real agent: per-node overhead from the end of
     one node to the start of the next, beside the cost of starting the process. With
     `after`, a graph of that many state nodes runs to its end first on the same database
-    (its rows stay), so the figure shows whether a node's cost grows with what ran."""
+    (its rows stay), so the figure shows whether a node's cost grows with what ran. With
+    `nodes`, a chain of that many instead of CRYOPG_BENCH_CHAIN (400)."""
+    nodes = nodes or CHAIN
     db = bench.fresh_db()
     _user_token(bench, db)
     with cryopg_server(bench, db) as port:
@@ -158,7 +161,7 @@ def chain(bench: Bench, after: int = 0) -> dict[str, float]:
         try:
             req = urllib.request.Request(
                 f"http://127.0.0.1:{port}/api/v1/orgs/dev/projects/default/runs",
-                json.dumps({"source": _graph("shell", CHAIN), "filename": "chain.json"}).encode(),
+                json.dumps({"source": _graph("shell", nodes), "filename": "chain.json"}).encode(),
                 {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"})
             with urllib.request.urlopen(req) as resp:
                 run_id = json.loads(resp.read())["run_id"]
@@ -349,11 +352,14 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
                 "chain_after": chain(bench, BIG)}
     if os.environ.get("CRYOPG_BENCH_GRAPHS") == "flat":  # the flat-turn figures alone
         return {"state": {}, "shell": {}, "flat": flat_turns(bench, quick)}
-    return {"state": graph_throughput(bench, "state", per_level),
-            "flat": flat_turns(bench, quick),
-            "shell": graph_throughput(bench, "shell", per_level // 2),
-            "chain": chain(bench),
-            "chain_after": chain(bench, BIG)}
+    out = {"state": graph_throughput(bench, "state", per_level),
+           "flat": flat_turns(bench, quick),
+           "shell": graph_throughput(bench, "shell", per_level // 2),
+           "chain": chain(bench),
+           "chain_after": chain(bench, BIG)}
+    if not quick:  # an agent's node must not cost more in a longer graph either
+        out["chain_long"] = chain(bench, nodes=LONG)
+    return out
 
 
 def _rounds(fl: dict[str, Any]) -> str:
@@ -377,6 +383,14 @@ def report_lines(gr: dict[str, Any]) -> list[str]:
     if ca:
         out += [f"ratio graph-node/spawn after a {ca['after']}-node graph: "
                 f"{ca['per_node_ms'] / ca['spawn_ms']:.2f} (target <= 1.5)", ""]
+    cl = gr.get("chain_long")
+    if ch and cl:
+        out += [f"A chain of {cl['nodes']} shell nodes: {cl['per_node_ms']:.1f} ms a node (driver "
+                f"{cl['driver_ms']:.1f} ms, agent claim {cl['claim_ms']:.1f} ms); process start "
+                f"{cl['spawn_ms']:.1f} ms.", "",
+                f"ratio graph-node {cl['nodes']}-shell-chain/{ch['nodes']}-shell-chain: "
+                f"{cl['per_node_ms'] / ch['per_node_ms']:.2f} (a node's cost must not grow with "
+                "the graph)", ""]
     fl = gr.get("flat")
     if fl:
         chains = sorted(int(k.split("_")[2]) for k in fl if k.startswith("state_chain_"))

@@ -20,10 +20,10 @@ class Driven:
     claim_token: uuid.UUID
     org: str
     project: str
-    source: bytes
+    source: bytes | None  # None when asked without documents
     input: bytes | None
     input_clear: Any
-    graph: dict[str, Any]
+    graph: dict[str, Any] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,9 +98,10 @@ async def submit_graph(conn: AsyncConnection, org: str, project: str, *, filenam
     return row[0], row[1], row[2], row[3]
 
 
-async def drive_graphs(conn: AsyncConnection, driver: str, limit: int = 1) -> list[Driven]:
+async def drive_graphs(conn: AsyncConnection, driver: str, limit: int = 1,
+                       documents: bool = True) -> list[Driven]:
     cur = conn.cursor(row_factory=class_row(Driven))
-    await cur.execute("SELECT * FROM cryo.drive_graphs(%s, %s)", (driver, limit))
+    await cur.execute("SELECT * FROM cryo.drive_graphs(%s, %s, %s)", (driver, limit, documents))
     return await cur.fetchall()
 
 

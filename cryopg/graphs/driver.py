@@ -83,7 +83,7 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     """One turn on one driven run; returns how it settled ('parked-timed' when it parked
     with a deadline this turn set)."""
     sealer = await app[KEYS].sealer(g.org)
-    pin = _pinned(sealer, g)
+    pin = await _pinned(conn, sealer, g)
     configs, wanted, after = pin.configs, pin.wanted, pin.after
     # The constant state calls go to SQL once (graph_plan runs those nodes itself); a
     # turn that rolls back after sending them only leaves those nodes to this path.
@@ -137,7 +137,7 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
             output = finish.output
             if output is None and finish.node_id is None:
                 every = await engine.graph_state(conn, g.run_id, g.claim_token)
-                output = _default_output(g.graph, scope_of(g.run_id, input_value, every,
+                output = _default_output(pin.graph, scope_of(g.run_id, input_value, every,
                                                            open_json))
             return await engine.graph_settle(conn, g.run_id, g.claim_token, True,
                                              sealer.seal_json({"answer": output}))
@@ -167,10 +167,11 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
 
 @dataclasses.dataclass
 class Pinned:
-    """What a run's turns keep of its document: its opened configs, the nodes its
-    expressions read, who depends on whom, and its constant state calls (with whether
-    they were handed to SQL)."""
+    """What a run's turns keep of its document: its structure and opened configs, the
+    nodes its expressions read, who depends on whom, and its constant state calls (with
+    whether they were handed to SQL)."""
 
+    graph: dict[str, Any]
     configs: dict[str, Any]
     wanted: set[str] | None
     after: dict[str, list[str]]
@@ -185,17 +186,23 @@ _PINNED: OrderedDict[str, Pinned] = OrderedDict()
 PINNED_RUNS = 256
 
 
-def _pinned(sealer: Any, g: Driven) -> Pinned:
+async def _pinned(conn: Any, sealer: Any, g: Driven) -> Pinned:
     got = _PINNED.get(g.run_id)
     if got is None:
-        configs = json.loads(open_document(sealer, g.source)).get("configs", {})
+        graph, source = g.graph, g.source
+        if graph is None or source is None:  # taken without documents: read them once
+            doc = await engine.read_graph(conn, g.run_id)
+            if doc is None:
+                raise RuntimeError(f"graph run {g.run_id} has no document")
+            graph, source = doc
+        configs = json.loads(open_document(sealer, source)).get("configs", {})
         after: dict[str, list[str]] = {}
-        for n in g.graph.get("nodes", []):
+        for n in graph.get("nodes", []):
             for d in n.get("deps", []):
                 after.setdefault(d, []).append(n["id"])
-        wanted = referenced(g.graph, configs)
-        calls = state_node.constant_calls(g.graph, configs, sealer, wanted)
-        got = _PINNED[g.run_id] = Pinned(configs, wanted, after, calls)
+        wanted = referenced(graph, configs)
+        calls = state_node.constant_calls(graph, configs, sealer, wanted)
+        got = _PINNED[g.run_id] = Pinned(graph, configs, wanted, after, calls)
         while len(_PINNED) > PINNED_RUNS:
             _PINNED.popitem(last=False)
     else:
@@ -226,7 +233,9 @@ async def drive_once(app: web.Application) -> int:
     driven: list[Driven] = []
     try:
         async with connection(app[POOL]) as conn, conn.transaction():
-            driven = await engine.drive_graphs(conn, DRIVER_ID, 1)
+            # Documents stay in the database: a run's pin holds them after its first
+            # turn here, and a miss reads them once (_pinned).
+            driven = await engine.drive_graphs(conn, DRIVER_ID, 1, documents=False)
             for g in driven:
                 try:
                     # A savepoint: a turn that fails undoes only itself, and the run is

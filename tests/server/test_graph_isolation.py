@@ -169,8 +169,8 @@ async def test_a_lone_chain_costs_one_look_a_turn(
     looks: list[int] = []
     real = graph_driver.engine.drive_graphs
 
-    async def counted(conn: Any, driver: str, limit: int = 1) -> Any:
-        got = await real(conn, driver, limit)
+    async def counted(conn: Any, driver: str, limit: int = 1, documents: bool = True) -> Any:
+        got = await real(conn, driver, limit, documents)
         looks.append(len(got))
         return got
 
@@ -191,3 +191,44 @@ async def test_a_lone_chain_costs_one_look_a_turn(
     # look every other turn (a notify heard by a driver while another took the run).
     assert took >= n, looks
     assert empty <= n // 2 + int(time.monotonic() - t0) + 2, looks
+
+
+async def test_a_turn_reads_the_document_once_a_run(
+        srv: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drivers take runs without their documents, which grow with the graph: a run's
+    first turn reads its document once and later turns use what the server kept. One
+    that lost it (evicted, or another replica's run) reads it again and goes on."""
+    asked: list[bool] = []
+    reads: list[str] = []
+    real_drive, real_read = graph_driver.engine.drive_graphs, graph_driver.engine.read_graph
+
+    async def drive(conn: Any, driver: str, limit: int = 1, documents: bool = True) -> Any:
+        got = await real_drive(conn, driver, limit, documents)
+        asked.extend(documents for _ in got)
+        return got
+
+    async def read(conn: Any, run_id: str) -> Any:
+        reads.append(run_id)
+        return await real_read(conn, run_id)
+
+    class Engine:  # the driver's engine calls, these two counted (the API's reads are not)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_engine, name)
+
+    real_engine = graph_driver.engine
+    counted = Engine()
+    counted.drive_graphs, counted.read_graph = drive, read  # type: ignore[attr-defined]
+    monkeypatch.setattr(graph_driver, "engine", counted)
+    n = 4
+    doc = graph([{"id": f"w{i}", "type": "wait", "config": {"signal": f"s{i}"}}
+                 for i in range(n)], [(f"w{i}", f"w{i + 1}") for i in range(n - 1)])
+    run_id = await submit_graph(srv, doc)
+    for i in range(n):
+        await until(srv, run_id, lambda r, i=i: nodes_of(r)[f"w{i}"]["status"] == "waiting")
+        if i == 2:
+            graph_driver._PINNED.clear()  # as if evicted: the next turn reads it again
+        (await srv.user("POST", f"/runs/{run_id}/signal/s{i}", {"payload": i})).ok(201)
+    run = await until(srv, run_id, ended)
+    assert run["status"] == "succeeded", run
+    assert len(asked) > n and not any(asked), asked
+    assert reads == [run_id, run_id], reads

@@ -80,6 +80,24 @@ def test_one_run_is_driven_by_one_driver(session: Callable[[], psycopg.Connectio
     assert b.execute("SELECT count(*) FROM cryo.drive_graphs('d2', 5)").fetchone() == (1,)
 
 
+def test_a_driver_may_take_a_run_without_its_document(db: psycopg.Connection) -> None:
+    # A driver that kept the document from an earlier turn need not take it across
+    # again (its cost grows with the graph); read_graph gives it to one that has not.
+    compiled = compile_graph({"version": "cryosleep-graph/v1", "nodes": [
+        {"id": "n", "type": "wait", "config": {"sleep": "1s"}}]})
+    run_id = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL,"
+                        " '\\x0102', p_graph => %s)", (Jsonb(compiled.structure),)).fetchone()[0]
+    with db.transaction(force_rollback=True):
+        got = db.execute("SELECT run_id, source, graph FROM cryo.drive_graphs('d', 1, false)"
+                         ).fetchall()
+        assert got == [(run_id, None, None)]
+    with db.transaction(force_rollback=True):
+        got = db.execute("SELECT run_id, source, graph FROM cryo.drive_graphs('d', 1)").fetchall()
+        assert got == [(run_id, b"\x01\x02", compiled.structure)]
+    assert db.execute("SELECT graph, source FROM cryo.read_graph(%s)", (run_id,)).fetchall() == [
+        (compiled.structure, b"\x01\x02")]
+
+
 def test_a_released_graph_claim_wakes_the_graph_drivers(
         session: Callable[[], psycopg.Connection]) -> None:
     """A graph run put back to pending (a lapsed driver claim) says so on cryo_graph, the
@@ -231,3 +249,65 @@ def test_plan_asks_for_a_config_it_was_not_sent(db: psycopg.Connection) -> None:
     assert plan({}) == [("config", "a", None)]
     assert plan({"a": configs["a"]}) == [("start", "a", {"run": "echo a"})]
     assert plan({"a": configs["a"]}) == []  # under way: nothing more to start or ask for
+
+
+def _read(db: psycopg.Connection, table: str) -> tuple[int, int]:
+    """(rows this transaction read from `table` by index and by scan, scans of it)."""
+    row = db.execute("SELECT coalesce(idx_tup_fetch, 0) + seq_tup_read, seq_scan"
+                     " FROM pg_stat_xact_user_tables WHERE relid = %s::regclass",
+                     (table,)).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def test_a_turn_reads_by_key_however_much_of_the_run_has_ended(db: psycopg.Connection) -> None:
+    """A turn's reads are keyed on a brand-new database too (where the planner knows
+    nothing of the tables): drive_graphs looks its run up by id, and graph_state reads
+    the nodes asked for and the instance in flight, not the 300 the run has ended and
+    their job runs (merged in as plain joins, they made a turn cost the graph's size)."""
+    n = 300
+    doc = {"version": "cryosleep-graph/v1",
+           "nodes": [*({"id": f"s{i}", "type": "state",
+                        "config": {"op": "set", "key": f"k{i}", "value": 1}} for i in range(n)),
+                     {"id": "last", "type": "shell", "config": {"run": "true"}}],
+           "edges": [{"from": f"s{i}", "to": "last"} for i in range(n)]}
+    compiled = compile_graph(doc)
+    calls = {f"s{i}": {"op": "set", "key": f"k{i}", "entity": None, "read": False,
+                       "value": "00"} for i in range(n)}
+    run_id = db.execute("SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL,"
+                        " '\\x00', p_graph => %s)", (Jsonb(compiled.structure),)).fetchone()[0]
+    with db.transaction():
+        run, token = db.execute("SELECT run_id, claim_token FROM cryo.drive_graphs('d', 1)"
+                                ).fetchone()
+        acts = [r[:2] for r in db.execute(
+            "SELECT action, node_id FROM cryo.graph_plan(%s, %s, %s, %s, %s)",
+            (run, token, Jsonb({"last": {"run": "true"}}),
+             Jsonb({"nodes": {}, "run": {"id": run}}), Jsonb(calls)))]
+        assert acts.count(("done", "s0")) == 1 and acts[-1] == ("start", "last"), acts[-3:]
+        db.execute("SELECT cryo.graph_start_job(%s, %s, 'last', 0, 'n.sh', NULL, '\\x00', NULL,"
+                   " '{shell}', NULL, NULL)", (run, token))
+        db.execute("SELECT cryo.graph_settle(%s, %s, false)", (run, token))
+    # The job ends as an agent's would: its finish wakes the graph run for a driver.
+    job, job_token = db.execute("SELECT run_id, claim_token FROM cryo.claim_job('dev', 'a',"
+                                " '{shell}', 30)").fetchone()
+    db.execute("SELECT cryo.finish_run(%s, %s, 'succeeded', 0, NULL)", (job, job_token))
+    with db.transaction():
+        runs_before = _read(db, "cryo.runs")
+        run, token = db.execute("SELECT run_id, claim_token FROM cryo.drive_graphs('d', 1, false)"
+                                ).fetchone()
+        assert run == run_id
+        runs_after = _read(db, "cryo.runs")
+        inst_before = _read(db, "cryo.node_instances")
+        rows = db.execute("SELECT node_id, item_status, job_status FROM cryo.graph_state(%s, %s,"
+                          " '{}')", (run, token)).fetchall()
+        inst_after = _read(db, "cryo.node_instances")
+        runs_end = _read(db, "cryo.runs")
+        nodes_before = _read(db, "cryo.node_states")
+        asked = db.execute("SELECT node_id, item_status FROM cryo.graph_state(%s, %s, '{s7}')",
+                           (run, token)).fetchall()
+        nodes_after = _read(db, "cryo.node_states")
+    assert rows == [("last", "running", "succeeded")]
+    assert runs_after[1] == runs_before[1]  # no scan of runs
+    assert inst_after[0] - inst_before[0] <= 5  # the live instance, not the run's 301
+    assert runs_end[0] - runs_after[0] <= 5  # its job run, not the run's
+    assert asked == [("last", "running"), ("s7", "succeeded")]
+    assert nodes_after[0] - nodes_before[0] <= 5  # the node asked for and the live one
