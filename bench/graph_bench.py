@@ -67,7 +67,8 @@ def _submitter(port: int, doc: str, count: int, ready: Any, results: Any) -> Non
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"}
     body = json.dumps({"source": doc, "filename": "g.json"})
-    ready.wait()
+    conn.connect()  # before the clock starts
+    ready.wait(timeout=60)
     for _ in range(count):
         conn.request("POST", "/api/v1/orgs/dev/projects/default/runs", body, headers)
         resp = conn.getresponse()
@@ -244,23 +245,9 @@ def _span_ms(bench: Bench, db: str, port: int, doc: str, run_input: Any = None) 
 
 
 def _burst(port: int, doc: str, count: int, ready: Any, results: Any) -> None:
-    """One submitter of a burst: `count` graphs on one keep-alive connection, then its
-    count (or the error) on `results`."""
-    import http.client
-
+    """A _submitter that reports its failure on `results` (the parent waits there)."""
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        headers = {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"}
-        body = json.dumps({"source": doc, "filename": "g.json"})
-        conn.connect()
-        ready.wait(timeout=60)
-        for _ in range(count):
-            conn.request("POST", "/api/v1/orgs/dev/projects/default/runs", body, headers)
-            resp = conn.getresponse()
-            resp.read()
-            if resp.status != 201:
-                raise RuntimeError(f"submit answered {resp.status}")
-        results.put(count)
+        _submitter(port, doc, count, ready, results)
     except Exception as exc:  # noqa: BLE001 - the parent reports it
         results.put(repr(exc))
 
