@@ -43,6 +43,11 @@ def _graph(kind: str, n: int, *, edges: bool = True) -> str:
     if kind == "state":
         nodes = [{"id": f"n{i}", "type": "state",
                   "config": {"op": "set", "key": f"k{i}", "value": i}} for i in range(n)]
+    elif kind == "shell-reads":  # each node's command reads the node before it
+        nodes = [{"id": "n0", "type": "shell", "config": {"run": "true"}}] + [
+            {"id": f"n{i}", "type": "shell", "config": {"run": {
+                "$template": f"test '{{{{ nodes.n{i - 1}.status }}}}' = succeeded"}}}
+            for i in range(1, n)]
     else:
         nodes = [{"id": f"n{i}", "type": "shell", "config": {"run": "true"}} for i in range(n)]
     links = [{"from": f"n{i}", "to": f"n{i + 1}"} for i in range(n - 1)] if edges else []
@@ -62,7 +67,8 @@ def _submitter(port: int, doc: str, count: int, ready: Any, results: Any) -> Non
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"}
     body = json.dumps({"source": doc, "filename": "g.json"})
-    ready.wait()
+    conn.connect()  # before the clock starts
+    ready.wait(timeout=60)
     for _ in range(count):
         conn.request("POST", "/api/v1/orgs/dev/projects/default/runs", body, headers)
         resp = conn.getresponse()
@@ -141,12 +147,13 @@ def graph_throughput(bench: Bench, kind: str, per_level: int) -> dict[int, float
     return out
 
 
-def chain(bench: Bench, after: int = 0, nodes: int = 0) -> dict[str, float]:
+def chain(bench: Bench, after: int = 0, nodes: int = 0, kind: str = "shell") -> dict[str, float]:
     """A chain of trivial shell nodes on one real agent: per-node overhead from the end of
     one node to the start of the next, beside the cost of starting the process. With
     `after`, a graph of that many state nodes runs to its end first on the same database
     (its rows stay), so the figure shows whether a node's cost grows with what ran. With
-    `nodes`, a chain of that many instead of CRYOPG_BENCH_CHAIN (400)."""
+    `nodes`, a chain of that many instead of CRYOPG_BENCH_CHAIN (400); with kind
+    "shell-reads", each node's command reads the status of the node before it."""
     nodes = nodes or CHAIN
     db = bench.fresh_db()
     _user_token(bench, db)
@@ -161,7 +168,7 @@ def chain(bench: Bench, after: int = 0, nodes: int = 0) -> dict[str, float]:
         try:
             req = urllib.request.Request(
                 f"http://127.0.0.1:{port}/api/v1/orgs/dev/projects/default/runs",
-                json.dumps({"source": _graph("shell", nodes), "filename": "chain.json"}).encode(),
+                json.dumps({"source": _graph(kind, nodes), "filename": "chain.json"}).encode(),
                 {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"})
             with urllib.request.urlopen(req) as resp:
                 run_id = json.loads(resp.read())["run_id"]
@@ -197,7 +204,8 @@ def chain(bench: Bench, after: int = 0, nodes: int = 0) -> dict[str, float]:
            "job_ms": busy / jobs * 1000, "between_ms": (span - busy) / max(jobs - 1, 1) * 1000,
            "spawn_ms": spawn_ms, "driver_ms": float(driver_s) * 1000,
            "claim_ms": float(claim_s) * 1000}
-    where = f" after a {after}-node graph" if after else ""
+    where = (f" after a {after}-node graph" if after else "") + (
+        ", each node reading the one before" if kind == "shell-reads" else "")
     log(f"graph chain of {jobs}{where}: {out['per_node_ms']:.1f} ms a node "
         f"({out['between_ms']:.1f} ms between nodes: driver {out['driver_ms']:.1f} ms, "
         f"agent claim {out['claim_ms']:.1f} ms); process start {spawn_ms:.1f} ms")
@@ -237,23 +245,9 @@ def _span_ms(bench: Bench, db: str, port: int, doc: str, run_input: Any = None) 
 
 
 def _burst(port: int, doc: str, count: int, ready: Any, results: Any) -> None:
-    """One submitter of a burst: `count` graphs on one keep-alive connection, then its
-    count (or the error) on `results`."""
-    import http.client
-
+    """A _submitter that reports its failure on `results` (the parent waits there)."""
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        headers = {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"}
-        body = json.dumps({"source": doc, "filename": "g.json"})
-        conn.connect()
-        ready.wait(timeout=60)
-        for _ in range(count):
-            conn.request("POST", "/api/v1/orgs/dev/projects/default/runs", body, headers)
-            resp = conn.getresponse()
-            resp.read()
-            if resp.status != 201:
-                raise RuntimeError(f"submit answered {resp.status}")
-        results.put(count)
+        _submitter(port, doc, count, ready, results)
     except Exception as exc:  # noqa: BLE001 - the parent reports it
         results.put(repr(exc))
 
@@ -349,7 +343,8 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
     per_level = 40 if quick else 200
     if os.environ.get("CRYOPG_BENCH_GRAPHS") == "chain":  # while working on the chain
         return {"state": {}, "shell": {}, "chain": chain(bench),
-                "chain_after": chain(bench, BIG)}
+                "chain_after": chain(bench, BIG),
+                "chain_reads": chain(bench, kind="shell-reads")}
     if os.environ.get("CRYOPG_BENCH_GRAPHS") == "flat":  # the flat-turn figures alone
         return {"state": {}, "shell": {}, "flat": flat_turns(bench, quick)}
     out = {"state": graph_throughput(bench, "state", per_level),
@@ -357,6 +352,7 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
            "shell": graph_throughput(bench, "shell", per_level // 2),
            "chain": chain(bench),
            "chain_after": chain(bench, BIG)}
+    out["chain_reads"] = chain(bench, kind="shell-reads")
     if not quick:  # an agent's node must not cost more in a longer graph either
         out["chain_long"] = chain(bench, nodes=LONG)
     return out
@@ -383,6 +379,11 @@ def report_lines(gr: dict[str, Any]) -> list[str]:
     if ca:
         out += [f"ratio graph-node/spawn after a {ca['after']}-node graph: "
                 f"{ca['per_node_ms'] / ca['spawn_ms']:.2f} (target <= 1.5)", ""]
+    cr = gr.get("chain_reads")
+    if cr:
+        out += [f"ratio graph-node/spawn, each node reading the one before: "
+                f"{cr['per_node_ms'] / cr['spawn_ms']:.2f} ({cr['per_node_ms']:.1f} ms a node; "
+                f"driver {cr['driver_ms']:.1f} ms, agent claim {cr['claim_ms']:.1f} ms)", ""]
     cl = gr.get("chain_long")
     if ch and cl:
         out += [f"A chain of {cl['nodes']} shell nodes: {cl['per_node_ms']:.1f} ms a node (driver "

@@ -518,8 +518,14 @@ BEGIN
     IF p_expr ? 'lit' THEN
         RETURN p_expr -> 'lit';
     ELSIF p_expr ? 'path' THEN
-        RETURN coalesce(p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path')),
-                        'null'::jsonb);
+        v_a := p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path'));
+        -- The driver leaves out the nodes it reads that have not started (they would make
+        -- every turn's scope the graph's size): one missing reads as pending.
+        IF v_a IS NULL AND p_expr #>> '{path,0}' = 'nodes' AND p_expr #>> '{path,2}' = 'status'
+           AND NOT coalesce((p_scope -> 'nodes') ? (p_expr #>> '{path,1}'), false) THEN
+            RETURN '"pending"'::jsonb;
+        END IF;
+        RETURN coalesce(v_a, 'null'::jsonb);
     ELSIF p_expr ? 'tpl' THEN
         FOR v_part IN SELECT * FROM jsonb_array_elements(p_expr -> 'tpl') LOOP
             IF jsonb_typeof(v_part) = 'string' THEN
@@ -4099,7 +4105,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_start_job(p_run_id text, p_token uuid, p_node text, p_item integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_graph jsonb, p_workflow text) IS 'Starts the child run that does an instance of a node of the driven graph run (a job for an agent, or with p_graph a child graph run); returns its id. Raises CR002 for a stale token, CR004 for a missing source.';
 
-CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEFAULT NULL::text[]) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone, output_clear jsonb)
+CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEFAULT NULL::text[], p_started boolean DEFAULT false) RETURNS TABLE(node_id text, type text, node_status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, job_status text, job_finished boolean, job_exit_code integer, job_error text, wait_kind text, wait_name text, due boolean, signal_id bigint, event_id bigint, started_at timestamp with time zone, output_clear jsonb)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -4118,7 +4124,8 @@ BEGIN
             UNION ALL
             SELECT n.*, true FROM unnest(p_nodes) AS k(id)
              CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
-                                  WHERE m.run_id = p_run_id AND m.node_id = k.id OFFSET 0) n
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.id
+                                    AND NOT (p_started AND m.status = 'pending') OFFSET 0) n
             UNION ALL
             SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
                                      WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
@@ -4152,7 +4159,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[]) IS 'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output (or output_clear, for one holding no user data), the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[], p_started boolean) IS 'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output (or output_clear, for one holding no user data), the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key); with p_started as well, only those of the listed nodes that have left pending (a pending node has no output and one status). Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint, p_node text, p_item integer) RETURNS TABLE(payload bytea, payload_clear jsonb)
     LANGUAGE plpgsql
@@ -7088,7 +7095,7 @@ CREATE INDEX node_instances_job ON cryo.node_instances USING btree (job_run_id) 
 
 CREATE INDEX node_instances_live ON cryo.node_instances USING btree (run_id, node_id, item) WHERE (status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text]));
 
-CREATE INDEX node_states_by_status ON cryo.node_states USING btree (run_id, status, open_deps, ord);
+CREATE INDEX node_states_by_status ON cryo.node_states USING btree (status, run_id, open_deps, ord);
 
 CREATE INDEX node_states_failing ON cryo.node_states USING btree (run_id) WHERE ((status = 'failed'::text) AND (NOT tolerated));
 

@@ -112,9 +112,10 @@ async def graph_runs_waiting(conn: AsyncConnection) -> bool:
 
 
 async def graph_state(conn: AsyncConnection, run_id: str, token: uuid.UUID,
-                      nodes: list[str] | None = None) -> list[NodeRow]:
+                      nodes: list[str] | None = None, started: bool = False) -> list[NodeRow]:
     cur = conn.cursor(row_factory=class_row(NodeRow))
-    await cur.execute("SELECT * FROM cryo.graph_state(%s, %s, %s)", (run_id, token, nodes))
+    await cur.execute("SELECT * FROM cryo.graph_state(%s, %s, %s, %s)",
+                      (run_id, token, nodes, started))
     return await cur.fetchall()
 
 

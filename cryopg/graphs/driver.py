@@ -96,9 +96,17 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
             opened[sealed] = sealer.open_json(sealed)
         return opened[sealed]
 
-    listed = None if wanted is None else sorted(wanted)
-    rows = await engine.graph_state(conn, g.run_id, g.claim_token, listed)
+    # The nodes the expressions read, less those this server holds ended (an ended node's
+    # status and output never change in its run): read by key, and only the ones that
+    # have left pending, so a turn costs what moved, not how much of the run has ended.
+    listed = None if wanted is None else sorted(wanted - pin.ended.keys())
+    rows = await engine.graph_state(conn, g.run_id, g.claim_token, listed,
+                                    started=wanted is not None)
     scope = scope_of(g.run_id, input_value, rows, open_json, wanted)
+    if wanted is not None:  # (a node left out has not started: SQL reads it as pending)
+        _keep_ended(pin, scope, set(listed or ()))
+        for nid, entry in pin.ended.items():
+            scope["nodes"].setdefault(nid, entry)
     turn = graph_nodes.Turn(conn, sealer, g.run_id, g.claim_token, g.org, g.project,
                             configs, scope)
     # What ended outside this turn (a child run, a signal, a timer) is recorded first.
@@ -109,6 +117,7 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
     if fresh:  # only what the expressions read and was just recorded
         _merge(scope, g.run_id, input_value, open_json, set(fresh),
                await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
+        _keep_ended(pin, scope, set(fresh))
     # The configs sent are those of the nodes that may start now: what just ended and
     # the nodes after it; SQL asks for any other it needs (action 'config').
     need = _and_after(moved, after)
@@ -157,6 +166,7 @@ async def advance(app: web.Application, conn: Any, g: Driven) -> str:
         if fresh:
             _merge(scope, g.run_id, input_value, open_json, set(fresh),
                    await engine.graph_state(conn, g.run_id, g.claim_token, fresh))
+            _keep_ended(pin, scope, set(fresh))
         need = asked | {p.node_id for p in started if p.node_id} | _and_after(touched, after)
     else:
         await engine.graph_yield(conn, g.run_id, g.claim_token)
@@ -177,6 +187,9 @@ class Pinned:
     after: dict[str, list[str]]
     calls: dict[str, Any]
     sent: bool = False
+    # Scope entries of nodes the expressions read that have ended, read whole in an
+    # earlier turn. Dropped with the pin when a turn rolls back.
+    ended: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 # A run's document is pinned: kept for its next turns instead of being opened and walked
@@ -208,6 +221,18 @@ async def _pinned(conn: Any, sealer: Any, g: Driven) -> Pinned:
     else:
         _PINNED.move_to_end(g.run_id)
     return got
+
+
+# Node statuses that are final within a run (a rerun is a new run).
+ENDED = frozenset({"succeeded", "failed", "skipped", "seeded", "cancelled"})
+
+
+def _keep_ended(pin: Pinned, scope: dict[str, Any], read: set[str]) -> None:
+    """Keeps the scope entries of the nodes just read whole that have ended."""
+    for nid in read:
+        entry = scope["nodes"].get(nid)
+        if entry is not None and entry.get("status") in ENDED:
+            pin.ended[nid] = entry
 
 
 def _and_after(nodes: set[str], after: dict[str, list[str]]) -> set[str]:

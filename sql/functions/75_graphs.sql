@@ -60,8 +60,14 @@ BEGIN
     IF p_expr ? 'lit' THEN
         RETURN p_expr -> 'lit';
     ELSIF p_expr ? 'path' THEN
-        RETURN coalesce(p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path')),
-                        'null'::jsonb);
+        v_a := p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path'));
+        -- The driver leaves out the nodes it reads that have not started (they would make
+        -- every turn's scope the graph's size): one missing reads as pending.
+        IF v_a IS NULL AND p_expr #>> '{path,0}' = 'nodes' AND p_expr #>> '{path,2}' = 'status'
+           AND NOT coalesce((p_scope -> 'nodes') ? (p_expr #>> '{path,1}'), false) THEN
+            RETURN '"pending"'::jsonb;
+        END IF;
+        RETURN coalesce(v_a, 'null'::jsonb);
     ELSIF p_expr ? 'tpl' THEN
         FOR v_part IN SELECT * FROM jsonb_array_elements(p_expr -> 'tpl') LOOP
             IF jsonb_typeof(v_part) = 'string' THEN
@@ -246,7 +252,8 @@ COMMENT ON FUNCTION cryo.drive_graphs(text, integer, boolean) IS
 -- and instance with its sealed output, the state of the child run doing it, and for a
 -- waiting instance whether what it waits for has come.
 CREATE OR REPLACE FUNCTION cryo.graph_state(p_run_id text, p_token uuid,
-                                            p_nodes text[] DEFAULT NULL)
+                                            p_nodes text[] DEFAULT NULL,
+                                            p_started boolean DEFAULT false)
 RETURNS TABLE (node_id text, type text, node_status text, items integer, item integer,
                item_status text, attempt integer, output bytea, error text,
                job_run_id text, job_status text, job_finished boolean, job_exit_code integer,
@@ -270,7 +277,8 @@ BEGIN
             UNION ALL
             SELECT n.*, true FROM unnest(p_nodes) AS k(id)
              CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
-                                  WHERE m.run_id = p_run_id AND m.node_id = k.id OFFSET 0) n
+                                  WHERE m.run_id = p_run_id AND m.node_id = k.id
+                                    AND NOT (p_started AND m.status = 'pending') OFFSET 0) n
             UNION ALL
             SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
                                      WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
@@ -303,8 +311,8 @@ BEGIN
          ORDER BY n.node_id, i.item;
 END
 $$;
-COMMENT ON FUNCTION cryo.graph_state(text, uuid, text[]) IS
-    'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output (or output_clear, for one holding no user data), the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key). Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_state(text, uuid, text[], boolean) IS
+    'Returns the nodes of the driven graph run with their instances: status, attempt, sealed output (or output_clear, for one holding no user data), the child run doing it and how it ended, and for a wait whether it is due and which signal or event answers it. With p_nodes, only those nodes and the instances still in flight of the others (a turn reads what it needs, by key); with p_started as well, only those of the listed nodes that have left pending (a pending node has no output and one status). Raises CR002 for a stale token.';
 
 -- The signal a waiting instance takes: marked consumed, returned for the driver to open.
 CREATE OR REPLACE FUNCTION cryo.graph_take_signal(p_run_id text, p_token uuid, p_signal_id bigint,

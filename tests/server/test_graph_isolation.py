@@ -232,3 +232,54 @@ async def test_a_turn_reads_the_document_once_a_run(
     assert run["status"] == "succeeded", run
     assert len(asked) > n and not any(asked), asked
     assert reads == [run_id, run_id], reads
+
+
+async def test_a_turn_reads_an_ended_node_once(
+        srv: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node the expressions read is read whole until it has ended, then kept: later
+    turns ask only for the nodes still open (SQL answers for those that have left
+    pending), so a chain whose nodes read each other costs what moved, not what ended.
+    What they read still reaches them: each runs only if the first and the one before
+    it ended with the payloads sent."""
+    calls: list[tuple[list[str] | None, bool, list[Any]]] = []
+    real = graph_driver.engine
+
+    async def state(conn: Any, run_id: str, token: Any, nodes: list[str] | None = None,
+                    started: bool = False) -> Any:
+        rows = await real.graph_state(conn, run_id, token, nodes, started)
+        calls.append((nodes, started, rows))
+        return rows
+
+    class Engine:  # the driver's engine calls, graph_state recorded
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    counted = Engine()
+    counted.graph_state = state  # type: ignore[attr-defined]
+    monkeypatch.setattr(graph_driver, "engine", counted)
+    n = 5
+    nodes = [{"id": "w0", "type": "wait", "config": {"signal": "s0"}}] + [
+        {"id": f"w{i}", "type": "wait", "config": {"signal": f"s{i}"},
+         "if": f"nodes.w0.output == 'p0' and nodes.w{i - 1}.status == 'succeeded'"
+               f" and nodes.w{i - 1}.output == 'p{i - 1}'"} for i in range(1, n)]
+    run_id = await submit_graph(srv, graph(nodes, [(f"w{i}", f"w{i + 1}") for i in range(n - 1)]))
+    cleared = 0
+    for i in range(n):
+        await until(srv, run_id, lambda r, i=i: nodes_of(r)[f"w{i}"]["status"] == "waiting")
+        if i == 3:  # the kept nodes go with the pin: the next turn reads them again
+            graph_driver._PINNED.clear()
+            cleared = len(calls)
+        (await srv.user("POST", f"/runs/{run_id}/signal/s{i}", {"payload": f"p{i}"})).ok(201)
+    run = await until(srv, run_id, ended)
+    assert run["status"] == "succeeded", run
+    assert {v["status"] for v in nodes_of(run).values()} == {"succeeded"}, nodes_of(run)
+    seen_ended: set[str] = set()
+    for k, (asked, started, rows) in enumerate(calls):
+        if k == cleared:
+            seen_ended.clear()
+        if started:  # a turn's first read asks for nothing it has seen end
+            assert not set(asked or ()) & seen_ended, (k, asked, seen_ended)
+        seen_ended |= {r.node_id for r in rows if r.node_status == "succeeded"}
+    after = [asked for asked, started, _ in calls[cleared:] if started]
+    assert sum("w0" in (a or ()) for a in after) == 1, after  # read whole once more
+    assert ["w0" in (a or ()) for a in after][-1] is False, after

@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 from cryopg.graphs.document import compile_graph, digest_part
 from cryopg.graphs.expr import parse, parse_template
 
-IDS = frozenset({"a", "wait-pr"})
+IDS = frozenset({"a", "wait-pr", "later"})
 SCOPE = {"input": {"env": "prod", "n": 3, "tags": ["x", "y"], "empty": ""},
          "nodes": {"a": {"output": {"ok": True, "v": 2}, "status": "succeeded"},
                    "wait-pr": {"output": None, "status": "skipped"}},
@@ -37,6 +37,11 @@ def test_expressions_evaluate_in_sql(db: psycopg.Connection) -> None:
         "(input.n > 2) and not (input.env == 'dev')": True,
         "input.n < 'x'": False,  # a number and a string do not order
         "nodes.a.output.v == 2.0": True,
+        # A node the scope leaves out has not started (the driver sends only the nodes
+        # that have): its status reads as pending, its output as nothing.
+        "nodes.later.status": "pending",
+        "nodes.later.output": None,
+        "nodes.later.status == 'pending' and not nodes.later.output": True,
     }
     for text, want in cases.items():
         assert ev(db, text) == want, text
@@ -264,6 +269,7 @@ def test_a_turn_reads_by_key_however_much_of_the_run_has_ended(db: psycopg.Conne
     nothing of the tables): drive_graphs looks its run up by id, and graph_state reads
     the nodes asked for and the instance in flight, not the 300 the run has ended and
     their job runs (merged in as plain joins, they made a turn cost the graph's size)."""
+    db.execute("ANALYZE cryo.node_states")  # while empty: what a young table looks like
     n = 300
     doc = {"version": "cryosleep-graph/v1",
            "nodes": [*({"id": f"s{i}", "type": "state",
@@ -305,9 +311,14 @@ def test_a_turn_reads_by_key_however_much_of_the_run_has_ended(db: psycopg.Conne
         asked = db.execute("SELECT node_id, item_status FROM cryo.graph_state(%s, %s, '{s7}')",
                            (run, token)).fetchall()
         nodes_after = _read(db, "cryo.node_states")
+        # Every node asked for, each by its key: a read of each, not of the run's 301 each.
+        every = [f"s{i}" for i in range(n)]
+        db.execute("SELECT count(*) FROM cryo.graph_state(%s, %s, %s, true)", (run, token, every))
+        nodes_end = _read(db, "cryo.node_states")
     assert rows == [("last", "running", "succeeded")]
     assert runs_after[1] == runs_before[1]  # no scan of runs
     assert inst_after[0] - inst_before[0] <= 5  # the live instance, not the run's 301
     assert runs_end[0] - runs_after[0] <= 5  # its job run, not the run's
     assert asked == [("last", "running"), ("s7", "succeeded")]
     assert nodes_after[0] - nodes_before[0] <= 5  # the node asked for and the live one
+    assert nodes_end[0] - nodes_after[0] <= 2 * n + 5
