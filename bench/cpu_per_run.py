@@ -3,7 +3,11 @@ enqueues RUNS trivial bash runs (default 1,000) for AGENTS real `cryopg agent`s 
 on a fresh bench cluster and prints CPU ms per run of the server, the agents, the agents'
 children (bash under its PTY) and the database's backends, read from /proc: CPU time, so
 it moves far less with the machine's load than a rate does. Then the spawn limit's CPU
-per process, measured the same way as bench/driver.py's e2e section."""
+per process, measured the same way as bench/driver.py's e2e section.
+
+`bench/cpu_per_run.py graphs [RUNS]` does the same for RUNS 10-node state graphs (default
+2,000) submitted over HTTP by 16 keep-alive clients, as the bench's concurrent figure
+does: CPU ms a graph of the server, the database's backends and the clients."""
 
 from __future__ import annotations
 
@@ -38,7 +42,68 @@ def _pids(pattern: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
 
 
+def _submit_all(port: int, doc: str, runs: int, clients: int = 16) -> None:
+    import multiprocessing as mp
+
+    import graph_bench
+
+    ctx = mp.get_context("fork")
+    ready, results = ctx.Barrier(clients + 1), ctx.Queue()
+    procs = [ctx.Process(target=graph_bench._burst,
+                         args=(port, doc, runs // clients + (i < runs % clients), ready, results))
+             for i in range(clients)]
+    for p in procs:
+        p.start()
+    ready.wait(timeout=60)
+    for _ in procs:
+        got = results.get(timeout=600)
+        if not isinstance(got, int):
+            raise RuntimeError(f"a submitter failed: {got}")
+    for p in procs:
+        p.join(timeout=30)
+
+
+def graphs(runs: int) -> int:
+    import graph_bench
+
+    bench = driver.Bench(driver.QUICK, 1)
+    try:
+        bench.start()
+        db = bench.fresh_db()
+        graph_bench._user_token(bench, db)
+        doc = graph_bench._graph("state", 10)
+        with driver.cryopg_server(bench, db) as port, psycopg.connect(
+                bench.dsn(db), autocommit=True) as conn:
+            server = _pids(f"cryopg server .*--port {port}")
+            _submit_all(port, doc, 200)  # warms the server's pool and plans
+
+            def ended() -> int:
+                return conn.execute("SELECT count(*) FROM cryo.runs WHERE kind = 'graph'"
+                                    " AND finished_at IS NOT NULL").fetchone()[0]
+
+            while ended() < 200:
+                time.sleep(0.01)
+            backends = _pids(f"postgres: .* {db} ")
+            before, t0 = (_cpu(server), _cpu(backends)), os.times()
+            t = time.monotonic()
+            _submit_all(port, doc, runs)
+            while ended() < 200 + runs:
+                time.sleep(0.005)
+            secs = time.monotonic() - t
+            after, t1 = (_cpu(server), _cpu(_pids(f"postgres: .* {db} "))), os.times()
+        clients = t1.children_user + t1.children_system - t0.children_user - t0.children_system
+        print(f"{runs} 10-node state graphs from 16 clients: {runs / secs:.0f} runs/s; CPU ms a "
+              f"graph: server {(after[0][0] - before[0][0]) / runs * 1000:.2f}, database "
+              f"backends {(after[1][0] - before[1][0]) / runs * 1000:.2f}, clients "
+              f"{clients / runs * 1000:.2f}")
+    finally:
+        bench.stop()
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "graphs":
+        return graphs(int(sys.argv[2]) if len(sys.argv) > 2 else 2000)
     agents = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
     bench = driver.Bench(driver.QUICK, 1)
