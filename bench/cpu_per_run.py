@@ -42,27 +42,6 @@ def _pids(pattern: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
 
 
-def _submit_all(port: int, doc: str, runs: int, clients: int = 16) -> None:
-    import multiprocessing as mp
-
-    import graph_bench
-
-    ctx = mp.get_context("fork")
-    ready, results = ctx.Barrier(clients + 1), ctx.Queue()
-    procs = [ctx.Process(target=graph_bench._burst,
-                         args=(port, doc, runs // clients + (i < runs % clients), ready, results))
-             for i in range(clients)]
-    for p in procs:
-        p.start()
-    ready.wait(timeout=60)
-    for _ in procs:
-        got = results.get(timeout=600)
-        if not isinstance(got, int):
-            raise RuntimeError(f"a submitter failed: {got}")
-    for p in procs:
-        p.join(timeout=30)
-
-
 def graphs(runs: int) -> int:
     import graph_bench
 
@@ -75,19 +54,13 @@ def graphs(runs: int) -> int:
         with driver.cryopg_server(bench, db) as port, psycopg.connect(
                 bench.dsn(db), autocommit=True) as conn:
             server = _pids(f"cryopg server .*--port {port}")
-            _submit_all(port, doc, 200)  # warms the server's pool and plans
-
-            def ended() -> int:
-                return conn.execute("SELECT count(*) FROM cryo.runs WHERE kind = 'graph'"
-                                    " AND finished_at IS NOT NULL").fetchone()[0]
-
-            while ended() < 200:
+            graph_bench.submit_burst(port, doc, 200)  # warms the server's pool and plans
+            while graph_bench.graphs_ended(conn) < 200:
                 time.sleep(0.01)
             backends = _pids(f"postgres: .* {db} ")
             before, t0 = (_cpu(server), _cpu(backends)), os.times()
-            t = time.monotonic()
-            _submit_all(port, doc, runs)
-            while ended() < 200 + runs:
+            t = graph_bench.submit_burst(port, doc, runs)
+            while graph_bench.graphs_ended(conn) < 200 + runs:
                 time.sleep(0.005)
             secs = time.monotonic() - t
             after, t1 = (_cpu(server), _cpu(_pids(f"postgres: .* {db} "))), os.times()

@@ -78,10 +78,14 @@ def _submitter(port: int, doc: str, count: int, ready: Any, results: Any) -> Non
     results.put(count)
 
 
+def graphs_ended(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM cryo.runs WHERE kind = 'graph' "
+                        "AND finished_at IS NOT NULL").fetchone()[0]
+
+
 def _finished(bench: Bench, db: str) -> int:
     with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM cryo.runs WHERE kind = 'graph' "
-                            "AND finished_at IS NOT NULL").fetchone()[0]
+        return graphs_ended(conn)
 
 
 def _run_ended(bench: Bench, db: str, run_id: str) -> bool:
@@ -252,6 +256,26 @@ def _burst(port: int, doc: str, count: int, ready: Any, results: Any) -> None:
         results.put(repr(exc))
 
 
+def submit_burst(port: int, doc: str, runs: int, clients: int = 16) -> float:
+    """`runs` submits of `doc` from `clients` processes on keep-alive connections, let go at
+    once; returns when they were let go (time.monotonic()), once every submit answered."""
+    ctx = mp.get_context("fork")
+    ready, results = ctx.Barrier(clients + 1), ctx.Queue()
+    procs = [ctx.Process(target=_burst, args=(port, doc, runs // clients + (i < runs % clients),
+                                                ready, results)) for i in range(clients)]
+    for proc in procs:
+        proc.start()
+    ready.wait(timeout=60)
+    t0 = time.monotonic()
+    for _ in procs:
+        got = results.get(timeout=600)
+        if not isinstance(got, int):
+            raise RuntimeError(f"a graph submitter failed: {got}")
+    for proc in procs:
+        proc.join(timeout=30)
+    return t0
+
+
 def concurrent_state(bench: Bench, runs: int = 100, nodes: int = 10, rounds: int = 5,
                      clients: int = 16) -> dict[str, Any]:
     """Bursts of `runs` state graphs of `nodes` chained nodes, submitted at once by
@@ -261,34 +285,17 @@ def concurrent_state(bench: Bench, runs: int = 100, nodes: int = 10, rounds: int
     db = bench.fresh_db()
     _user_token(bench, db)
     doc = _graph("state", nodes)
-    shares = [runs // clients + (1 if i < runs % clients else 0) for i in range(clients)]
     rates: list[float] = []
-    ctx = mp.get_context("fork")
     with cryopg_server(bench, db) as port, psycopg.connect(bench.dsn(db),
                                                            autocommit=True) as conn:
         for burst in range(rounds + 1):
-            ready = ctx.Barrier(clients + 1)
-            results = ctx.Queue()
-            procs = [ctx.Process(target=_burst, args=(port, doc, k, ready, results))
-                     for k in shares]
-            for proc in procs:
-                proc.start()
-            ready.wait(timeout=60)
-            t0 = time.monotonic()
-            for _ in procs:
-                got = results.get(timeout=600)
-                if not isinstance(got, int):
-                    raise RuntimeError(f"concurrent graphs: a submitter failed: {got}")
-            ended = (burst + 1) * runs
+            t0 = submit_burst(port, doc, runs, clients)
             deadline = t0 + 600
-            while conn.execute("SELECT count(*) FROM cryo.runs WHERE kind = 'graph' AND "
-                               "finished_at IS NOT NULL").fetchone()[0] < ended:
+            while graphs_ended(conn) < (burst + 1) * runs:
                 if time.monotonic() > deadline:
                     raise RuntimeError("concurrent graphs: runs did not end within 600 s")
                 time.sleep(0.002)
             secs = time.monotonic() - t0
-            for proc in procs:
-                proc.join(timeout=30)
             if burst:
                 rates.append(runs / secs)
     bench.spent.append(db)
