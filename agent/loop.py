@@ -18,6 +18,7 @@ T = TypeVar("T")
 CLAIM_WAIT = 25
 BACKOFF_START = 0.5
 BACKOFF_MAX = 10.0
+GOODBYE_SECONDS = 0.5
 
 
 class _Stopped(Exception):
@@ -63,7 +64,9 @@ async def run_agent(
                               sandbox, isolate_all, stop, drain)
         finally:
             telling.cancel()
-            await _say(api, agent_id, "gone")  # so `cryopg agents` lists it gone at once
+            # So `cryopg agents` lists it gone at once; one short try, never what holds
+            # a stopping agent up (its closed long-poll, or its silence, says it too).
+            await _say(api, agent_id, "gone", GOODBYE_SECONDS)
 
 
 async def _claim_loop(api: AgentAPI, agent_id: str, capabilities: list[str],
@@ -116,9 +119,9 @@ async def _tell_draining(api: AgentAPI, agent_id: str, drain: asyncio.Event,
         await _say(api, agent_id, "draining")
 
 
-async def _say(api: AgentAPI, agent_id: str, state: str) -> None:
+async def _say(api: AgentAPI, agent_id: str, state: str, timeout: float = 3.0) -> None:
     try:
-        await api.note_state(agent_id, state)
+        await api.note_state(agent_id, state, timeout)
     except AgentAPIError as e:
         _log(f"{agent_id}: could not tell the server it is {state} ({e.message})")
     except Exception as e:  # noqa: BLE001 - a courtesy; never what stops an agent
