@@ -272,6 +272,14 @@ class AgentAPI:
         await self._post_once(self._run_path(run_id, "release"), {"claim_token": claim_token},
                               timeout)
 
+    async def note_state(self, agent_id: str, state: str, timeout: float = 3.0) -> None:
+        """Tell the server this agent process is "draining" or "gone" (one short try:
+        its long-poll closing, or its silence, says the same later)."""
+        from agent.drain import INSTANCE
+
+        await self._post_once("/state", {"agent_id": agent_id, "instance": INSTANCE,
+                                         "state": state}, timeout)
+
 
 def claim_body(agent_id: str, capabilities: list[str], wait: float) -> dict[str, Any]:
     """What a claim asks for, alone or riding on a finish."""

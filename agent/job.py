@@ -9,10 +9,12 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from typing import Any
 
 from agent.api import AgentAPI, AgentAPIError, StaleClaim, retry_until
 from agent.env import sealed_env
+from agent.jobtree import JobTree, job_prefix
 from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
 from agent.runner import PtyProcess, close_fd, script_command
 from agent.sandbox import Sandbox
@@ -24,6 +26,12 @@ DRAIN_SECONDS = 1.0
 SETTLE_SECONDS = 35.0
 # How long a stopping agent waits to hand its run back.
 RELEASE_SECONDS = 3.0
+
+
+def lapse_margin(claim_seconds: float) -> float:
+    """How much sooner than the server's expiry the job's guard kills it: the server
+    counts a claim from when it renewed it, a little after the agent's request left."""
+    return min(1.0, claim_seconds / 10)
 
 
 class End(enum.Enum):
@@ -49,6 +57,7 @@ class Job:
         claim_next: dict[str, Any] | None = None,
         sandbox: Sandbox | None = None,
         isolate_all: bool = False,
+        drain: asyncio.Event | None = None,
     ) -> None:
         self.api = api
         # What the finish asks for next (see AgentAPI.finish), and the grant it got.
@@ -59,6 +68,7 @@ class Job:
         self.claim_token: str = grant["claim_token"]
         self._strict = strict
         self._stop = stop
+        self._drain = drain
         self._agent_token = agent_token
         self._local = local
         # Untrusted runs are confined; so is every run of an agent told to isolate all.
@@ -72,8 +82,13 @@ class Job:
         # The files _run_in puts in the job's private directory (removed by name).
         self._private_files: tuple[str, ...] = ()
         claim_seconds = float(grant.get("claim_seconds") or 30)
+        # When the claim lapses unless renewed (monotonic), what the job's guard kills
+        # it at; counted from when each renewal was sent, and from now for the grant.
+        self._claim_seconds = claim_seconds
+        self._lapse_at = time.monotonic() + claim_seconds - lapse_margin(claim_seconds)
+        self._tree: JobTree | None = None
         self._logs = LogStreamer(
-            api,
+            _Renewing(api, self._renewed),
             self.run_id,
             self.claim_token,
             heartbeat=min(HEARTBEAT_INTERVAL, max(claim_seconds / 3, 0.2)),
@@ -124,6 +139,14 @@ class Job:
             self._proc.kill()
         return True
 
+    def _renewed(self, sent_at: float) -> None:
+        """A log post sent at `sent_at` renewed the claim."""
+        at = sent_at + self._claim_seconds - lapse_margin(self._claim_seconds)
+        if at > self._lapse_at:
+            self._lapse_at = at
+            if self._tree is not None:
+                self._tree.renew(at)
+
     def _pressure(self, high: bool) -> None:
         if self._proc is not None:
             if high:
@@ -150,6 +173,9 @@ class Job:
         confined = self._sandbox is not None
         scratch = private if (self._local and not confined) or _memory_dir() is None else \
             _new_dir(tempfile.gettempdir())
+        # Before any plaintext is written: the guard knows the directories to remove and
+        # the tree to kill if this agent dies or its claim lapses while it cannot act.
+        self._tree = tree = JobTree(sorted({private, scratch}), self._lapse_at)
         try:
             await self._run_in(private, scratch)
         except Exception as e:  # a bug or a local failure must not take the agent down
@@ -158,6 +184,7 @@ class Job:
                 await self._finish("failed", None, f"agent error: {type(e).__name__}: {e}")
         finally:
             fd = None
+            tree.kill()
             if self._proc is not None:
                 self._proc.kill()
                 fd = self._proc.release_fd()
@@ -169,6 +196,7 @@ class Job:
             _clean_up(fd, [private], self._private_files)
             if scratch != private and not _remove_empty(scratch):
                 asyncio.get_running_loop().run_in_executor(None, _clean_up, None, [scratch])
+            tree.close()
             self._forget_secrets()
 
     def _forget_secrets(self) -> None:
@@ -210,7 +238,7 @@ class Job:
         try:
             try:
                 self._proc = await PtyProcess.spawn(
-                    argv, cwd=cwd, env=env, on_output=self._logs.feed
+                    argv, cwd=cwd, env=env, on_output=self._logs.feed, tree=self._tree
                 )
             except OSError as e:
                 message = f"cannot start {argv[0]}: {e.strerror or e}"
@@ -229,7 +257,11 @@ class Job:
                 self._finish_early(End.STOPPED)
             code = await exited
             self._exited = True
-            self._proc.kill()  # whatever the script left running in its group
+            self._proc.kill()  # whatever the script left running, in its cgroup or group
+            if self._end is None and self._tree is not None and self._tree.lapsed():
+                # The guard may have killed it: the claim lapsed unrenewed (this agent
+                # was stopped, say), and the run may be someone else's by now.
+                self._finish_early(End.STALE)
             if self._end is None:
                 await verbs.settle(SETTLE_SECONDS)  # e.g. a park racing a natural exit
             await self._proc.drain(DRAIN_SECONDS)
@@ -279,8 +311,9 @@ class Job:
             await self._finish("failed", code, error)
 
     async def _finish(self, outcome: str, exit_code: int | None, error: str | None) -> None:
-        # An agent that is stopping asks for nothing more.
-        claim_next = None if self._stop.is_set() else self._claim_next
+        # An agent that is stopping or draining asks for nothing more.
+        done = self._stop.is_set() or (self._drain is not None and self._drain.is_set())
+        claim_next = None if done else self._claim_next
         try:
             self.next_grant = await self.api.finish(
                 self.run_id,
@@ -300,7 +333,7 @@ class Job:
 def job_dir_prefix() -> str:
     """Names a job's directories after the agent's process, so a later agent can tell
     which ones a dead agent left behind (sweep_job_dirs)."""
-    return f"cryo-{os.getpid()}-"
+    return job_prefix()
 
 
 def _new_dir(parent: str) -> str:
@@ -395,6 +428,24 @@ async def _cancel(task: asyncio.Task[Any]) -> None:
         await task
     except (asyncio.CancelledError, Exception):
         pass
+
+
+class _Renewing:
+    """The agent API as the log streamer sees it: a log post that succeeds renewed the
+    claim, counted from when it was sent."""
+
+    def __init__(self, api: AgentAPI, renewed: Any) -> None:
+        self._api = api
+        self._renewed = renewed
+
+    async def logs(self, run_id: str, claim_token: str, data: bytes, **kw: Any) -> bool:
+        sent_at = time.monotonic()
+        cancel = await self._api.logs(run_id, claim_token, data, **kw)
+        self._renewed(sent_at)
+        return cancel
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
 
 
 async def release(api: AgentAPI, run_id: str, claim_token: str) -> None:

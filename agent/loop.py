@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, claim_body
 from agent.job import Job, release, sweep_job_dirs
+from agent.jobtree import host_setup, sweep_cgroups
 from agent.sandbox import Sandbox, probe
 
 T = TypeVar("T")
@@ -17,6 +18,7 @@ T = TypeVar("T")
 CLAIM_WAIT = 25
 BACKOFF_START = 0.5
 BACKOFF_MAX = 10.0
+GOODBYE_SECONDS = 0.5
 
 
 class _Stopped(Exception):
@@ -49,54 +51,91 @@ async def run_agent(
         capabilities = [*capabilities, "isolated"]
     mode = (replay_mode or os.environ.get("CRYO_REPLAY_MODE") or "strict").strip().lower()
     strict = mode != "lenient"
-    backoff = BACKOFF_START
-    outage = False
     # A job's finish asks for the next run in the same request, without waiting (so a
     # stopping agent is never held in a finish); the loop long-polls on its own only
     # when that brought none, or the job ended without a finish.
     claim_next = claim_body(agent_id, capabilities, 0)
-    grant: dict[str, Any] | None = None
     async with AgentAPI(url, token) as api:
-        while True:
-            if stop.is_set() or drain.is_set():  # a grant not yet started goes back
-                if grant is not None:
-                    await release(api, grant["run_id"], grant["claim_token"])
-                break
+        # A SIGTERM drain is told to the server at once: every replica refuses this
+        # agent's claims from then on, and `cryopg agents` lists it as draining.
+        telling = asyncio.create_task(_tell_draining(api, agent_id, drain, stop))
+        try:
+            await _claim_loop(api, agent_id, capabilities, claim_next, token, strict, local,
+                              sandbox, isolate_all, stop, drain)
+        finally:
+            telling.cancel()
+            # So `cryopg agents` lists it gone at once; one short try, never what holds
+            # a stopping agent up (its closed long-poll, or its silence, says it too).
+            await _say(api, agent_id, "gone", GOODBYE_SECONDS)
+
+
+async def _claim_loop(api: AgentAPI, agent_id: str, capabilities: list[str],
+                      claim_next: dict[str, Any], token: str, strict: bool, local: bool,
+                      sandbox: Sandbox | None, isolate_all: bool, stop: asyncio.Event,
+                      drain: asyncio.Event) -> None:
+    backoff = BACKOFF_START
+    outage = False
+    grant: dict[str, Any] | None = None
+    while True:
+        if stop.is_set() or drain.is_set():  # a grant not yet started goes back
             if grant is not None:
-                job = Job(api, grant, strict=strict, stop=stop, agent_token=token,
-                          local=local, claim_next=claim_next, sandbox=sandbox,
-                          isolate_all=isolate_all)
-                await job.run()
-                grant = job.next_grant
-                del job  # with it the grant's secrets and its log streamer's copies
-                continue
-            try:
-                grant = await _unless_stopped(
-                    api.claim(agent_id, capabilities, wait=CLAIM_WAIT), stop, drain
-                )
-            except _Stopped:
+                await release(api, grant["run_id"], grant["claim_token"])
+            break
+        if grant is not None:
+            job = Job(api, grant, strict=strict, stop=stop, agent_token=token,
+                      local=local, claim_next=claim_next, sandbox=sandbox,
+                      isolate_all=isolate_all, drain=drain)
+            await job.run()
+            grant = job.next_grant
+            del job  # with it the grant's secrets and its log streamer's copies
+            continue
+        try:
+            grant = await _unless_stopped(
+                api.claim(agent_id, capabilities, wait=CLAIM_WAIT), stop, drain
+            )
+        except _Stopped:
+            break
+        except Exception as e:
+            if isinstance(e, AgentAPIError) and e.code == "draining":
+                _log(f"{agent_id}: asked to drain; exiting")
                 break
-            except Exception as e:
-                if isinstance(e, AgentAPIError) and e.code == "draining":
-                    _log(f"{agent_id}: asked to drain; exiting")
-                    break
-                # Unreachable or refusing: say so once per outage, back off, keep trying.
-                if not outage:
-                    _log(f"{agent_id}: {_describe(e)}; retrying with backoff")
-                    outage = True
-                await _sleep_unless_stopped(backoff, stop)
-                backoff = min(backoff * 2, BACKOFF_MAX)
-                continue
-            if outage:
-                _log(f"{agent_id}: server reachable again")
-                outage = False
-            backoff = BACKOFF_START
+            # Unreachable or refusing: say so once per outage, back off, keep trying.
+            if not outage:
+                _log(f"{agent_id}: {_describe(e)}; retrying with backoff")
+                outage = True
+            await _sleep_unless_stopped(backoff, stop)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            continue
+        if outage:
+            _log(f"{agent_id}: server reachable again")
+            outage = False
+        backoff = BACKOFF_START
+
+
+async def _tell_draining(api: AgentAPI, agent_id: str, drain: asyncio.Event,
+                         stop: asyncio.Event) -> None:
+    await drain.wait()
+    if not stop.is_set():
+        await _say(api, agent_id, "draining")
+
+
+async def _say(api: AgentAPI, agent_id: str, state: str, timeout: float = 3.0) -> None:
+    try:
+        await api.note_state(agent_id, state, timeout)
+    except AgentAPIError as e:
+        _log(f"{agent_id}: could not tell the server it is {state} ({e.message})")
+    except Exception as e:  # noqa: BLE001 - a courtesy; never what stops an agent
+        _log(f"{agent_id}: could not tell the server it is {state} ({type(e).__name__})")
 
 
 def prepare_isolation(isolate_all: bool) -> Sandbox | None:
     """Once per agent process: sweep what dead agents left, and find out whether this
     agent can confine jobs. One that cannot says so, and takes no untrusted runs (they
     wait for an agent that can); asked to isolate every run, it refuses to start."""
+    cgroups, _ = host_setup()
+    killed = sweep_cgroups(cgroups)
+    if killed:
+        _log(f"killed what {killed} jobs of agents that are gone left running")
     swept = sweep_job_dirs()
     if swept:
         _log(f"removed {swept} job directories left by agents that are gone")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import os
@@ -15,6 +16,7 @@ import termios
 from collections.abc import Callable
 
 from agent import toolchains
+from agent.jobtree import JobTree
 
 
 def script_command(
@@ -48,8 +50,10 @@ class PtyProcess:
         proc: _Child,
         master_fd: int,
         on_output: Callable[[bytes], None],
+        tree: JobTree | None = None,
     ) -> None:
         self._proc = proc
+        self._tree = tree
         self._master = master_fd
         self._on_output = on_output
         self._loop = asyncio.get_running_loop()
@@ -65,20 +69,28 @@ class PtyProcess:
         cwd: str,
         env: dict[str, str],
         on_output: Callable[[bytes], None],
+        tree: JobTree | None = None,
     ) -> PtyProcess:
+        """With `tree`, the child is born in the job's cgroup and its process group is
+        told to the guard (agent/jobtree.py)."""
         master, slave = os.openpty()
         try:
             _configure_tty(slave)
-            proc = _Child(subprocess.Popen(
-                argv,
-                executable=_resolved(argv[0], env.get("PATH")),
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-            ))
+            executable = _resolved(argv[0], env.get("PATH"))
+            with tree.spawning() if tree is not None else contextlib.nullcontext():
+                popen = subprocess.Popen(
+                    argv,
+                    executable=executable,
+                    stdin=slave,
+                    stdout=slave,
+                    stderr=slave,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                )
+            if tree is not None:
+                tree.started(popen.pid)
+            proc = _Child(popen)
         except BaseException:
             os.close(master)
             raise
@@ -86,7 +98,7 @@ class PtyProcess:
             # Only the child may hold the slave, so its exit shows up as EIO on the master.
             os.close(slave)
         os.set_blocking(master, False)
-        return cls(proc, master, on_output)
+        return cls(proc, master, on_output, tree)
 
     @property
     def pid(self) -> int:
@@ -133,7 +145,10 @@ class PtyProcess:
             self._on_output(data)
 
     def kill(self) -> None:
-        """SIGKILL the whole process group (the script and anything it left behind)."""
+        """SIGKILL the script and everything it started: its cgroup when it has one
+        (descendants that left with setsid too), and its process group."""
+        if self._tree is not None:
+            self._tree.kill()
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -2210,6 +2210,24 @@ CREATE FUNCTION cryo._truthy(p_value jsonb) RETURNS boolean
                         ELSE true END END
 $$;
 
+CREATE FUNCTION cryo._unclaim(p_run_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.queue q
+       SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
+           agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
+     WHERE q.run_id = p_run_id AND q.state = 'claimed';
+    IF FOUND THEN
+        UPDATE cryo.runs r SET status = 'pending', attempt = greatest(r.attempt - 1, 0),
+                               updated_at = cryo.now()
+         WHERE r.id = p_run_id;
+        PERFORM cryo._notify_requeued(1, ARRAY(SELECT r.id FROM cryo.runs r
+                                                WHERE r.id = p_run_id AND r.watched));
+    END IF;
+END
+$$;
+
 CREATE TABLE cryo.runs (
     id text NOT NULL,
     org text NOT NULL,
@@ -4227,19 +4245,21 @@ CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:0
     AS $$
     SELECT a.id, a.build, a.capabilities, a.registered_at, a.last_seen_at,
            greatest(a.last_claim_at, c.claimed_at), c.run_id, a.drain_requested_at,
-           CASE WHEN a.last_seen_at < cryo.now() - p_gone_after AND c.run_id IS NULL THEN 'gone'
+           CASE WHEN a.gone_at IS NOT NULL
+                  OR (c.run_id IS NULL AND a.last_seen_at < cryo.now() - p_gone_after)
+                  OR c.claim_expires_at < cryo.now() THEN 'gone'
                 WHEN a.drain_requested_at IS NOT NULL THEN 'draining'
                 WHEN c.run_id IS NOT NULL THEN 'busy'
                 ELSE 'idle' END
       FROM cryo.agents a
-      LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at FROM cryo.queue q
+      LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at, q.claim_expires_at FROM cryo.queue q
                           WHERE q.org = a.org AND q.state = 'claimed' AND q.agent_id = a.id
                           ORDER BY q.claimed_at DESC LIMIT 1) c ON true
      WHERE a.org = p_org
      ORDER BY a.id
 $$;
 
-COMMENT ON FUNCTION cryo.list_agents(p_org text, p_gone_after interval) IS 'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state (draining, busy, idle, or gone when not seen for p_gone_after). Raises nothing.';
+COMMENT ON FUNCTION cryo.list_agents(p_org text, p_gone_after interval) IS 'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state: gone (said goodbye or closed its long-poll since its last refresh, its claim lapsed unrenewed, or not seen for p_gone_after), draining, busy or idle. Raises nothing.';
 
 CREATE FUNCTION cryo.list_app_roles() RETURNS TABLE(role text, org text, project text, can_login boolean, in_cryo_app boolean, created_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -4537,6 +4557,36 @@ CREATE FUNCTION cryo.mark_test_database() RETURNS void
 $$;
 
 COMMENT ON FUNCTION cryo.mark_test_database() IS 'Marks this database as a test database: cryo.now() honours cryo.fake_now from then on. Never call it on a production database. Returns nothing; raises nothing.';
+
+CREATE FUNCTION cryo.note_agent(p_org text, p_agent_id text, p_instance text, p_state text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    IF p_state = 'draining' THEN
+        UPDATE cryo.agents a SET drain_requested_at = coalesce(a.drain_requested_at, cryo.now())
+         WHERE a.org = p_org AND a.id = p_agent_id
+           AND (p_instance IS NULL OR a.instance IS NOT DISTINCT FROM p_instance);
+        v_found := FOUND;
+        IF v_found THEN
+            PERFORM pg_notify('cryo_drain', json_build_object('org', p_org,
+                                                              'ids', ARRAY[p_agent_id])::text);
+        END IF;
+    ELSIF p_state = 'gone' THEN
+        UPDATE cryo.agents a SET gone_at = cryo.now()
+         WHERE a.org = p_org AND a.id = p_agent_id
+           AND (p_instance IS NULL OR a.instance IS NOT DISTINCT FROM p_instance);
+        v_found := FOUND;
+    ELSE
+        RAISE EXCEPTION 'an agent''s state is draining or gone, not %', coalesce(p_state, 'NULL')
+            USING ERRCODE = 'CR004';
+    END IF;
+    RETURN v_found;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.note_agent(p_org text, p_agent_id text, p_instance text, p_state text) IS 'Marks the org''s agent p_agent_id (only its process instance p_instance, when given) draining (and notifies cryo_drain, as cryo.drain_agents does) or gone until its next refresh. Returns false when no such agent (instance) is known. Raises CR004 for another state.';
 
 CREATE FUNCTION cryo.now() RETURNS timestamp with time zone
     LANGUAGE sql STABLE
@@ -5097,11 +5147,12 @@ CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities 
            drain_requested_at = CASE WHEN excluded.instance IS DISTINCT FROM cryo.agents.instance
                                      THEN NULL ELSE cryo.agents.drain_requested_at END,
            build = excluded.build, instance = excluded.instance,
-           last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at)
+           last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at),
+           gone_at = NULL  -- it claims: it is here
     RETURNING drain_requested_at IS NOT NULL
 $$;
 
-COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old) and when it last received a run (a known one is kept when NULL). Returns true when the agent was asked to drain. Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
 
 CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) RETURNS boolean
     LANGUAGE plpgsql
@@ -5336,6 +5387,17 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.rerun_run(p_run_id text) IS 'Starts a new run with the same source (or graph), input, workflow name, working directory and trust as run p_run_id, and records rerun_of in its history; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
+
+CREATE FUNCTION cryo.return_claim(p_run_id text, p_token uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    PERFORM cryo._unclaim(p_run_id);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.return_claim(p_run_id text, p_token uuid) IS 'Gives back a claim its agent never received: the run is pending again, its attempt as before the claim. Returns nothing. Raises CR002 for a stale claim token.';
 
 CREATE FUNCTION cryo.revoke_session(p_org text, p_session_id text) RETURNS boolean
     LANGUAGE plpgsql
@@ -6342,7 +6404,8 @@ CREATE TABLE cryo.agents (
     build text,
     instance text,
     drain_requested_at timestamp with time zone,
-    last_claim_at timestamp with time zone
+    last_claim_at timestamp with time zone,
+    gone_at timestamp with time zone
 );
 
 CREATE TABLE cryo.app_roles (

@@ -8,7 +8,13 @@ finish ends it; state, sweeps and reads serve it throughout. Import from here
 
 from __future__ import annotations
 
-from cryopg.engine.agents import AgentRow, drain_agents, draining_agents, list_agents
+from cryopg.engine.agents import (
+    AgentRow,
+    drain_agents,
+    draining_agents,
+    list_agents,
+    note_agent,
+)
 from cryopg.engine.claim import (
     append_log,
     check_claim,
@@ -17,6 +23,7 @@ from cryopg.engine.claim import (
     claim_jobs,
     finish_and_claim_grants,
     release_claim,
+    return_claim,
 )
 from cryopg.engine.finish import (
     cancel_run,
@@ -395,6 +402,8 @@ __all__ = [
     "record_steps",
     "register_agent",
     "release_claim",
+    "return_claim",
+    "note_agent",
     "release_lease",
     "remove_member",
     "rename_project",

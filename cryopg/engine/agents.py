@@ -38,3 +38,10 @@ async def drain_agents(conn: AsyncConnection, org: str, *, build: str | None = N
 async def draining_agents(conn: AsyncConnection) -> set[tuple[str, str]]:
     cur = await conn.execute("SELECT org, id FROM cryo.draining_agents()")
     return {(org, id_) for org, id_ in await cur.fetchall()}
+
+
+async def note_agent(conn: AsyncConnection, org: str, agent_id: str, instance: str | None,
+                     state: str) -> bool:
+    """Marks the agent (process instance) draining or gone; False when unknown."""
+    return bool(await _one(conn, "SELECT cryo.note_agent(%s, %s, %s, %s)",
+                           (org, agent_id, instance, state)))

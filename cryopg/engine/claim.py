@@ -99,3 +99,8 @@ async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data:
 
 async def release_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
     await conn.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token))
+
+
+async def return_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
+    """Gives back a claim its agent never received (its attempt uncounted)."""
+    await conn.execute("SELECT cryo.return_claim(%s, %s)", (run_id, token))

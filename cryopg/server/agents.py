@@ -1,6 +1,8 @@
 """Agents as operators see and steer them: `GET /api/v1/orgs/{org}/agents`,
-`POST /api/v1/orgs/{org}/agents/drain` (by build or id), and an agent's own
-`POST /api/v1/agent/drain` (what `cryopg agent --drain` sends).
+`POST /api/v1/orgs/{org}/agents/drain` (by build or id), an agent's own
+`POST /api/v1/agent/drain` (what `cryopg agent --drain` sends), and
+`POST /api/v1/agent/state`, where an agent process says it is draining (SIGTERM) or gone
+(exiting). A claim long-poll closed from the agent's end marks it gone too (claims.py).
 
 A drain is a mark in the database (cryo.drain_agents), which notifies `cryo_drain` at
 commit: every replica adds the agents named to its set at once (and re-reads all marks
@@ -26,7 +28,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo
-from cryopg.errors import Draining
+from cryopg.errors import Draining, InvalidArgument
 from cryopg.server.auth import ADMIN, VIEWER, agent_id_of, require_agent, require_user
 from cryopg.server.bodies import json_body, optional_str_field
 from cryopg.server.render import iso
@@ -156,6 +158,43 @@ async def drain_agents(request: web.Request) -> web.Response:
                         None if agent_id is None else agent_id_of(agent_id))
 
 
+async def note_state(request: web.Request) -> web.Response:
+    """An agent process's own word: "draining" (it got SIGTERM: every replica refuses its
+    claims from now on, and `cryopg agents` says so) or "gone" (it is exiting)."""
+    info = await require_agent(request)
+    body = await json_body(request)
+    agent_id = agent_id_of(body.get("agent_id"))
+    instance = optional_str_field(body, "instance", 64)
+    state = body.get("state")
+    if state not in ("draining", "gone"):
+        raise InvalidArgument("state must be draining or gone")
+    if state == "draining":
+        request.app[DRAINING].add((info.org, agent_id))  # this replica at once
+    async with connection(request.app[POOL]) as conn:
+        noted = await engine.note_agent(conn, info.org, agent_id, instance, state)
+    if state == "gone":
+        forget_seen(request.app, info.org, agent_id)
+    return web.json_response({"noted": noted})
+
+
+async def gone(app: web.Application, org: str, agent_id: str, instance: str | None) -> None:
+    """The agent's long-poll was closed from its end: it was killed or went away. A live
+    agent's next claim refreshes its row (forget_seen makes sure of it here)."""
+    forget_seen(app, org, agent_id)
+    try:
+        async with connection(app[POOL]) as conn:
+            await engine.note_agent(conn, org, agent_id, instance, "gone")
+    except Exception as exc:  # noqa: BLE001 - a listing detail; the claim path goes on
+        print(f"cryopg: noting agent {agent_id} gone failed ({exc})", file=sys.stderr)
+
+
+def forget_seen(app: web.Application, org: str, agent_id: str) -> None:
+    """The agent's next claim refreshes its row (and so clears a `gone`)."""
+    refreshed = app[SEEN]
+    for key in [k for k in refreshed if k[0] == org and k[1] == agent_id]:
+        del refreshed[key]
+
+
 async def drain_self(request: web.Request) -> web.Response:
     """An agent token asks for the drain of its org's agent(s) of one id."""
     info = await require_agent(request)
@@ -168,3 +207,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/orgs/{org}/agents", list_agents)
     app.router.add_post("/api/v1/orgs/{org}/agents/drain", drain_agents)
     app.router.add_post("/api/v1/agent/drain", drain_self)
+    app.router.add_post("/api/v1/agent/state", note_state)

@@ -64,6 +64,9 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
      "next claim (Admin)", _obj((), build=_S, agent_id=_S), {}),
     ("POST", "/api/v1/agent/drain", "agent", "Ask this org's agent(s) of one id to drain",
      _obj(("agent_id",), agent_id=_S), {}),
+    ("POST", "/api/v1/agent/state", "agent", "An agent process says it is draining (SIGTERM) "
+     "or gone (on its way out)", _obj(("agent_id", "state"), agent_id=_S, instance=_S,
+                                      state=_S), {}),
     ("GET", f"{P}/runs", "user", "A project's runs, newest first", None,
      {"limit": _I, "status": _S, "workflow": _S, "parent": _S, "before": _S, "top": _S,
       "q": _S, "match": _S, "trigger": _S, "since": _S, "until": _S}),

@@ -342,6 +342,27 @@ BEGIN
 END
 $$;
 
+-- Takes back a claim its agent never received (the server saw the agent's long-poll
+-- closed before or while it answered): the run is pending again, and since it never ran
+-- under that claim, the attempt the claim counted is uncounted.
+CREATE OR REPLACE FUNCTION cryo._unclaim(p_run_id text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.queue q
+       SET state = 'pending', claim_token = NULL, claim_agent_token = NULL,
+           agent_id = NULL, claimed_at = NULL, claim_expires_at = NULL
+     WHERE q.run_id = p_run_id AND q.state = 'claimed';
+    IF FOUND THEN
+        UPDATE cryo.runs r SET status = 'pending', attempt = greatest(r.attempt - 1, 0),
+                               updated_at = cryo.now()
+         WHERE r.id = p_run_id;
+        PERFORM cryo._notify_requeued(1, ARRAY(SELECT r.id FROM cryo.runs r
+                                                WHERE r.id = p_run_id AND r.watched));
+    END IF;
+END
+$$;
+
 -- Suspends a claimed run and ends its claim. p_path is the journal marker it waits on
 -- (NULL for a retry backoff); p_wake the time tick() wakes it, if any.
 CREATE OR REPLACE FUNCTION cryo._park(

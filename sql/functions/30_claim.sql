@@ -206,6 +206,21 @@ $$;
 COMMENT ON FUNCTION cryo.release_claim(text, uuid) IS
     'Gives a claimed run back to the queue now (or ends it cancelled if a cancel was asked). Returns nothing. Raises CR002 for a stale claim token.';
 
+-- Hands back a grant that never reached its agent: the server found the agent's
+-- long-poll closed before it could answer (the agent was killed, drained or went away
+-- behind a balancer). The run is pending again at the attempt it had, as if never
+-- claimed, and any agent may take it at once.
+CREATE OR REPLACE FUNCTION cryo.return_claim(p_run_id text, p_token uuid)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    PERFORM cryo._unclaim(p_run_id);
+END
+$$;
+COMMENT ON FUNCTION cryo.return_claim(text, uuid) IS
+    'Gives back a claim its agent never received: the run is pending again, its attempt as before the claim. Returns nothing. Raises CR002 for a stale claim token.';
+
 -- The server seals a clear input it found at claim time, then drops the clear copy.
 CREATE OR REPLACE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea)
 RETURNS void

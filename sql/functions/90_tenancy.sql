@@ -189,15 +189,54 @@ LANGUAGE sql AS $$
            drain_requested_at = CASE WHEN excluded.instance IS DISTINCT FROM cryo.agents.instance
                                      THEN NULL ELSE cryo.agents.drain_requested_at END,
            build = excluded.build, instance = excluded.instance,
-           last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at)
+           last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at),
+           gone_at = NULL  -- it claims: it is here
     RETURNING drain_requested_at IS NOT NULL
 $$;
 COMMENT ON FUNCTION cryo.register_agent(text, text, text[], text, text, timestamptz) IS
-    'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old) and when it last received a run (a known one is kept when NULL). Returns true when the agent was asked to drain. Raises nothing of its own.';
+    'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
+
+-- What an agent process says of itself, or the server learns of it: 'draining' (it got
+-- SIGTERM: it finishes the run it holds and takes no new one, so every replica refuses
+-- its claims from now on, as for cryo.drain_agents) or 'gone' (it said goodbye on its way
+-- out, or its claim long-poll was closed from its end). Only the process instance named
+-- (when given) is marked: a restarted agent under the same id is not the one that left.
+CREATE OR REPLACE FUNCTION cryo.note_agent(p_org text, p_agent_id text, p_instance text,
+                                           p_state text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    IF p_state = 'draining' THEN
+        UPDATE cryo.agents a SET drain_requested_at = coalesce(a.drain_requested_at, cryo.now())
+         WHERE a.org = p_org AND a.id = p_agent_id
+           AND (p_instance IS NULL OR a.instance IS NOT DISTINCT FROM p_instance);
+        v_found := FOUND;
+        IF v_found THEN
+            PERFORM pg_notify('cryo_drain', json_build_object('org', p_org,
+                                                              'ids', ARRAY[p_agent_id])::text);
+        END IF;
+    ELSIF p_state = 'gone' THEN
+        UPDATE cryo.agents a SET gone_at = cryo.now()
+         WHERE a.org = p_org AND a.id = p_agent_id
+           AND (p_instance IS NULL OR a.instance IS NOT DISTINCT FROM p_instance);
+        v_found := FOUND;
+    ELSE
+        RAISE EXCEPTION 'an agent''s state is draining or gone, not %', coalesce(p_state, 'NULL')
+            USING ERRCODE = 'CR004';
+    END IF;
+    RETURN v_found;
+END
+$$;
+COMMENT ON FUNCTION cryo.note_agent(text, text, text, text) IS
+    'Marks the org''s agent p_agent_id (only its process instance p_instance, when given) draining (and notifies cryo_drain, as cryo.drain_agents does) or gone until its next refresh. Returns false when no such agent (instance) is known. Raises CR004 for another state.';
 
 -- The agents of an org as operators see them: build, capabilities, when last seen and
--- last given a run, and a state: draining (asked to, still seen), busy (holds a claim),
--- idle, or gone (not seen for p_gone_after).
+-- last given a run, and a state: gone (it said goodbye or its long-poll was closed from
+-- its end since it last claimed; or the claim it holds has lapsed unrenewed, as when it
+-- was killed or stopped mid-run; or not seen for p_gone_after), draining (asked to, or
+-- told the server it got SIGTERM), busy (holds a claim), idle.
 CREATE OR REPLACE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '2 minutes')
 RETURNS TABLE (id text, build text, capabilities text[], registered_at timestamptz,
                last_seen_at timestamptz, last_claim_at timestamptz, claimed_run text,
@@ -205,19 +244,21 @@ RETURNS TABLE (id text, build text, capabilities text[], registered_at timestamp
 LANGUAGE sql STABLE AS $$
     SELECT a.id, a.build, a.capabilities, a.registered_at, a.last_seen_at,
            greatest(a.last_claim_at, c.claimed_at), c.run_id, a.drain_requested_at,
-           CASE WHEN a.last_seen_at < cryo.now() - p_gone_after AND c.run_id IS NULL THEN 'gone'
+           CASE WHEN a.gone_at IS NOT NULL
+                  OR (c.run_id IS NULL AND a.last_seen_at < cryo.now() - p_gone_after)
+                  OR c.claim_expires_at < cryo.now() THEN 'gone'
                 WHEN a.drain_requested_at IS NOT NULL THEN 'draining'
                 WHEN c.run_id IS NOT NULL THEN 'busy'
                 ELSE 'idle' END
       FROM cryo.agents a
-      LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at FROM cryo.queue q
+      LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at, q.claim_expires_at FROM cryo.queue q
                           WHERE q.org = a.org AND q.state = 'claimed' AND q.agent_id = a.id
                           ORDER BY q.claimed_at DESC LIMIT 1) c ON true
      WHERE a.org = p_org
      ORDER BY a.id
 $$;
 COMMENT ON FUNCTION cryo.list_agents(text, interval) IS
-    'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state (draining, busy, idle, or gone when not seen for p_gone_after). Raises nothing.';
+    'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state: gone (said goodbye or closed its long-poll since its last refresh, its claim lapsed unrenewed, or not seen for p_gone_after), draining, busy or idle. Raises nothing.';
 
 -- Asks agents to drain: they finish the run they hold, take no new one and exit. By build
 -- (every agent of the org reporting it), by id (an id or the ids `cryopg agent --id ID

@@ -150,9 +150,10 @@ def _alive(pid: int) -> bool:
 
 
 def test_an_agent_past_its_claim_kills_its_step_at_once(split: Any) -> None:
-    """Item 12: an agent paused past its claim (2 s here) finds on waking that the claim
-    has lapsed and kills the job's process group, so the step body it started does not
-    keep running beside the replay on another agent."""
+    """Item 12 (and issue 36 item 4): an agent paused past its claim (2 s here) cannot kill
+    its job, so its guard does as the claim lapses: the step body it started is dead
+    before the replay's body starts on another agent. The agent, woken, finds its claim
+    gone and leaves the live claim's body alone."""
     pids = split.dir / "pids"
     first = split.agent("a1")
     wf = script(split.dir, "long.sh",
@@ -162,15 +163,15 @@ def test_an_agent_past_its_claim_kills_its_step_at_once(split: Any) -> None:
     run_id = done.stdout.strip()
     wait_for("the step body to start", lambda: pids.exists() and pids.read_text().strip())
     body = int(pids.read_text().split()[0])
-    os.kill(first.pid, signal.SIGSTOP)  # the agent freezes; its script's body runs on
+    os.kill(first.pid, signal.SIGSTOP)  # the agent freezes; its guard does not
     try:
+        wait_for("the guard to kill the body as the claim lapses", lambda: not _alive(body),
+                 timeout=30)
         split.agent("a2")
         wait_for("the replay's step body on a2",
                  lambda: len(pids.read_text().split()) >= 2, timeout=60)
-        assert _alive(body)
     finally:
         os.kill(first.pid, signal.SIGCONT)
-    wait_for("a1 to kill the body it started", lambda: not _alive(body), timeout=5)
     replay = int(pids.read_text().split()[1])
     assert _alive(replay)  # the live claim's body is untouched
     assert split.cli("cancel", run_id).returncode == 0

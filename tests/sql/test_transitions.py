@@ -10,7 +10,7 @@ import psycopg
 from cryopg.paths import REPO_ROOT, SQL_DIR
 
 TRANSITIONS = {"_create_run", "_enqueue", "_hold_queued", "_claim", "_extend_claim",
-               "_release",
+               "_release", "_unclaim",
                "_park", "_park_on", "_wake", "_finalize", "_record", "_mark", "_drive", "_forget",
                "_take_lease", "_queue_for_lease", "_leave_lease_queues", "_hand_on_lease",
                "_release_lease", "_release_leases", "_drive_run"}

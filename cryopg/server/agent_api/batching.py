@@ -36,6 +36,9 @@ from cryopg.server.state import CONFIG, NOTIFIER, POOL
 
 # Without a notify, waiting agents are re-checked this often (the poll backstop).
 POLL_SECONDS = 5.0
+# How often waiting long-polls are checked for agents that hung up (no database work):
+# such an agent is answered, and noted gone, within about this long.
+REAP_SECONDS = 1.0
 # The most claims or finishes one transaction takes.
 BATCH_MAX = 500
 # How many finish batches may be committing at once (steps: one, so two steps of one
@@ -179,6 +182,7 @@ class ClaimDispatcher:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         everyone = True  # the first pass tries every key
+        polled = loop.time()  # when every key was last tried
         while True:
             woken = self._notifier.work_event()  # taken before the database is read
             self._heard.clear()  # likewise: a notify heard during the pass's claim counts
@@ -186,20 +190,37 @@ class ClaimDispatcher:
             if self._notifier.closing:
                 self._resolve_all(None)
             else:
+                if everyone:
+                    polled = loop.time()
                 keys = [k for k, ws in self._waiting.items()
                         if everyone or any(not w.tried for w in ws)]
                 for key in keys:
                     await self._serve(key, everyone)
+                self._reap()
                 self._expire(loop.time())
             now = loop.time()
             deadlines = [w.deadline for ws in self._waiting.values() for w in ws]
-            timeout = min([POLL_SECONDS, *(d - now for d in deadlines)])
+            timeout = min([polled + POLL_SECONDS - now, *(d - now for d in deadlines)])
+            if self._waiting:
+                timeout = min(timeout, REAP_SECONDS)
             self._arm()
             try:
                 first = await _first_of([self._heard, woken, self._kick], max(timeout, 0.0))
             finally:
                 self._disarm()
-            everyone = first is not self._kick
+            # A timeout short of the poll backstop only reaps (and expires) waiters.
+            everyone = first is not self._kick and (
+                first is not None or loop.time() >= polled + POLL_SECONDS
+                or any(w.deadline <= loop.time() for ws in self._waiting.values()
+                       for w in ws))
+
+    def _reap(self) -> None:
+        """Answers None to every waiter whose agent hung up (or is draining) now, rather
+        than at the next claim pass: the handler notes a hung-up agent gone."""
+        for waiters in self._waiting.values():
+            for w in waiters:
+                if not w.future.done() and not w.alive():
+                    w.future.set_result(None)
 
     def _expire(self, now: float) -> None:
         """Answers None to every waiter past its deadline that has had its try, and

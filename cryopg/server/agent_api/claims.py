@@ -11,30 +11,76 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import sys
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.engine import TokenInfo
+from cryopg.engine import ClaimGrant, TokenInfo
 from cryopg.errors import Draining, InvalidArgument
 from cryopg.server import agents
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES, ClaimAsk
-from cryopg.server.agent_api.grant import grant
+from cryopg.server.agent_api.grant import grant, held_token
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_claim, agent_id_of, agent_run, require_agent
 from cryopg.server.bodies import json_body
 from cryopg.server.state import CONFIG, KEYS, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
+# Notes of agents gone, made after their cancelled handler returned.
+_NOTING: set[asyncio.Future[None]] = set()
 
 
 async def claim(request: web.Request) -> web.StreamResponse:
     info = await require_agent(request)
     ask = _claim_ask(request, info, await json_body(request))
-    granted = await _long_poll(request, info, *ask)
-    return web.Response(status=204) if granted is None else web.json_response(granted)
+    got = await _long_poll(request, info, *ask)
+    if got is None:
+        return web.Response(status=204)
+    return await _deliver(request, got, got[0])
+
+
+def connected(request: web.Request) -> bool:
+    """The agent's end of the request is still open (behind a balancer: the balancer's,
+    which with `option abortonclose` closes it when the agent's closes)."""
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
+async def _deliver(request: web.Request, got: tuple[dict[str, Any], ClaimGrant],
+                   body: dict[str, Any]) -> web.StreamResponse:
+    """Answers with a grant, or hands the claim back (attempt uncounted) when the agent's
+    connection closed before the answer could be written: a grant nobody reads would
+    hold the run until its claim expired, and then run it at the next attempt."""
+    granted, claim = got
+    resp = web.json_response(body)
+    if connected(request):
+        try:
+            await resp.prepare(request)
+            await resp.write_eof()
+            return resp
+        except (ConnectionError, RuntimeError):
+            pass
+    await _hand_back(request.app, claim)
+    _log_returned(granted["run_id"])
+    return resp
+
+
+async def _hand_back(app: web.Application, claim: ClaimGrant) -> None:
+    try:
+        async with connection(app[POOL]) as conn:
+            await engine.return_claim(conn, claim.claim.run_id, held_token(claim))
+    except Exception as exc:  # noqa: BLE001 - it expires as any unanswered claim does
+        print(f"cryopg: handing back run {claim.claim.run_id} failed ({exc}); it resumes "
+              "when its claim expires", file=sys.stderr)
+
+
+def _log_returned(run_id: str) -> None:
+    print(f"cryopg: the agent's connection closed before run {run_id} reached it; handed "
+          "it back", file=sys.stderr)
 
 
 def _claim_ask(request: web.Request, info: TokenInfo,
@@ -59,28 +105,43 @@ def _claim_ask(request: web.Request, info: TokenInfo,
 
 
 async def _long_poll(request: web.Request, info: TokenInfo, agent_id: str, caps: list[str],
-                     wait: float) -> dict[str, Any] | None:
-    """The grant of a run claimed for this agent, or None when nothing came within
-    `wait` seconds."""
+                     wait: float) -> tuple[dict[str, Any], ClaimGrant] | None:
+    """The grant of a run claimed for this agent (and the claim), or None when nothing
+    came within `wait` seconds or the agent hung up (then it is noted gone)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     await _seen(request, info, agent_id, caps)
 
     def alive() -> bool:  # an agent that hung up (or is draining) gets nothing claimed
-        transport = request.transport
-        return (transport is not None and not transport.is_closing()
-                and not agents.draining(request.app, info.org, agent_id))
+        return connected(request) and not agents.draining(request.app, info.org, agent_id)
+
+    def hung_up() -> Awaitable[None]:
+        _, instance = request.get(agents.REPORT) or (None, None)
+        return agents.gone(request.app, info.org, agent_id, instance)
 
     while True:
-        got = await request.app[CLAIMS].claim(info.org, agent_id, caps,
-                                              max(0.0, deadline - loop.time()), alive,
-                                              agent_token=info.token_id)
+        try:
+            got = await request.app[CLAIMS].claim(info.org, agent_id, caps,
+                                                  max(0.0, deadline - loop.time()), alive,
+                                                  agent_token=info.token_id)
+        except asyncio.CancelledError:  # a server that cancels handlers of closed requests
+            if not connected(request):
+                task = asyncio.ensure_future(hung_up())
+                _NOTING.add(task)
+                task.add_done_callback(_NOTING.discard)
+            raise
         if got is None:
+            if not connected(request):
+                await hung_up()
             return None
+        if not connected(request):  # closed while the claim was made: never opened
+            await _hand_back(request.app, got)
+            _log_returned(got.claim.run_id)
+            continue  # and the loop notes it gone
         granted = await grant(request, info.org, got)
         if granted is not None:
             agents.note_grant(request.app, info.org, agent_id)
-            return granted
+            return granted, got
 
 
 async def _seen(request: web.Request, info: TokenInfo, agent_id: str, caps: list[str]) -> None:
@@ -142,14 +203,17 @@ async def finish(request: web.Request) -> web.Response:
     if claim_ask is None:
         return web.json_response({"next": None, "drain": True} if drain else {})
     granted = None if got is None else await grant(request, info.org, got)
-    if granted is not None:
+    if granted is not None and got is not None:
         agents.note_grant(request.app, info.org, claim_ask[0])
-    if granted is None and claim_ask[2] > 0:
+        return await _deliver(request, (granted, got), {"next": granted})
+    if claim_ask[2] > 0:
         try:
-            granted = await _long_poll(request, info, *claim_ask)
+            polled = await _long_poll(request, info, *claim_ask)
         except Draining:  # asked while it finished: the run is ended all the same
             return web.json_response({"next": None, "drain": True})
-    return web.json_response({"next": granted})
+        if polled is not None:
+            return await _deliver(request, polled, {"next": polled[0]})
+    return web.json_response({"next": None})
 
 
 async def release(request: web.Request) -> web.Response:

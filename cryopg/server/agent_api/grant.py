@@ -6,6 +6,7 @@ claim) and for a collected child's output."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from aiohttp import web
@@ -42,16 +43,21 @@ async def grant_entry(conn: AsyncConnection | None, sealer: Sealer, m: Memo) -> 
     return entry
 
 
+def held_token(got: ClaimGrant) -> uuid.UUID:
+    """The claim token as the queue row holds it: bound to the agent token that took it;
+    the server's own calls for this claim present it so."""
+    claim = got.claim
+    return claim.claim_token if got.agent_token is None else bind_claim(got.agent_token,
+                                                                        claim.claim_token)
+
+
 async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, Any] | None:
     """Opens what the claim carries. A payload that will not open (altered bytes, or an
     org key this server's master key cannot unwrap) ends the run as unreadable rather
     than letting it run without its recorded answers."""
     app = request.app
     claim = got.claim
-    # The queue row holds the claim bound to the agent token that took it; the server's
-    # own calls for this claim present it so.
-    held = claim.claim_token if got.agent_token is None else bind_claim(got.agent_token,
-                                                                        claim.claim_token)
+    held = held_token(got)
     try:
         sealer = await app[KEYS].sealer(org)
         source = sealer.open_text(claim.source)
