@@ -270,7 +270,8 @@ class StreamMasker:
     secret. The last bytes stay as context after a cut, so a pass that goes on and
     prints the rest of that secret has the rest masked too; `context()` hands that
     context over to the run's next pass (`StreamMasker(secrets, context=...)`), so a
-    secret begun before a park and finished after it is masked on both sides.
+    secret begun before a park and finished after it is masked on both sides (the rest
+    anywhere in that pass).
     """
 
     def __init__(self, secrets: Iterable[str], *, context: bytes = b"") -> None:
@@ -286,6 +287,18 @@ class StreamMasker:
             self._ctx = context[-MAX_HOLD_BYTES:]
             self._sent = len(self._ctx)
             self._prefix_at = self._scan(self._ctx)[1]
+            self._rest_of(self._ctx[self._prefix_at:])
+
+    def _rest_of(self, held: bytes) -> None:
+        """The previous pass ended on the first characters of a secret: what would
+        complete it is secret too, so this pass masks it wherever it appears, not only
+        right after those characters (the script may print something else first)."""
+        flat = shown(held)
+        rest = {p[len(held):] for p in self.patterns if held and p.startswith(held)}
+        rest |= {p[len(flat):] for p in self.flat if flat and p.startswith(flat)}
+        rest = {r for r in rest if len(shown(r)) >= MIN_PREFIX_BYTES}
+        if rest:
+            self.flat = sorted(set(self.flat) | {shown(r) for r in rest}, key=len, reverse=True)
 
     def __bool__(self) -> bool:
         return bool(self.patterns)

@@ -29,6 +29,10 @@ from cryopg.db import connection
 from cryopg.server.state import KEYS, POOL
 
 
+# How stale the agent routes' second-line masker may be.
+RECENT_SECONDS = 5.0
+
+
 class SecretMasks:
     def __init__(self) -> None:
         self._built: dict[tuple[str, str], tuple[tuple[bytes, ...], Masker[str]]] = {}
@@ -61,8 +65,6 @@ class SecretMasks:
         return built
 
 
-# How stale the agent routes' second-line masker may be.
-RECENT_SECONDS = 5.0
 MASKS = web.AppKey("secret_masks", SecretMasks)
 
 
