@@ -24,10 +24,9 @@ from aiohttp import web
 from psycopg import AsyncConnection
 
 from cryopg import engine
-from cryopg.redaction import MASK, Masker, mask_json
 from cryopg.db import connection
+from cryopg.redaction import MASK, Masker, mask_json
 from cryopg.server.state import KEYS, POOL
-
 
 # How stale the agent routes' second-line masker may be.
 RECENT_SECONDS = 5.0

@@ -170,7 +170,7 @@ echo done
                                        if not (isinstance(v, str) and v.startswith("\\x"))}
                                       for r in rows])
     assert f"deploy-{MASK}" in seen["journal"], seen["journal"]
-    for where, text in seen.items():
+    for text in seen.values():
         _assert_clean(text, SECRET)
 
 
