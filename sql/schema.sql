@@ -3424,6 +3424,7 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
         ('CR040', 'not_a_member', 'the person who signed in is not a member of that org, and no claim of theirs maps to a role'),
         ('CR041', 'sign_in_expired', 'no sign-in of this browser matches: unknown, expired, already used, or a forged state'),
+        ('CR150', 'sign_in_refused', 'an ID token traded before, a nonce this server did not hand a CLI sign-in (or used), or no CLI session to renew'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES')
 $$;
@@ -5682,7 +5683,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_path text) IS 'Submits a child run of the claimed run and records it; a repeat at the same path returns the same child id. Raises CR002 for a stale claim, CR004 for a missing source or bad identity, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.spend_id_token(p_token_hash bytea, p_expires_at timestamp with time zone, p_nonce_hash bytea DEFAULT NULL::bytea, p_org text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION cryo.spend_id_token(p_token_hash bytea, p_expires_at timestamp with time zone, p_nonce_hash bytea DEFAULT NULL::bytea, p_org text DEFAULT NULL::text, p_renewing bytea DEFAULT NULL::bytea, p_issuer text DEFAULT NULL::text, p_subject text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -5691,12 +5692,24 @@ BEGIN
     IF p_token_hash IS NULL OR p_expires_at IS NULL THEN
         RAISE EXCEPTION 'spending an ID token needs its hash and expiry' USING ERRCODE = 'CR004';
     END IF;
-    IF p_nonce_hash IS NOT NULL THEN
+    IF p_renewing IS NOT NULL THEN
+        -- A refreshed ID token carries no fresh nonce: the CLI session it renews (the
+        -- same person at the same issuer, in the org, not revoked, ended at most 30
+        -- days ago) stands in for it, and ends.
+        DELETE FROM cryo.sessions s
+         WHERE s.secret_hash = p_renewing AND s.kind = 'cli' AND s.org = p_org
+           AND s.issuer = p_issuer AND s.subject = p_subject AND s.revoked_at IS NULL
+           AND s.expires_at > v_now - interval '30 days';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no CLI session of this person in org % to renew (revoked, long over, or another person''s)', coalesce(p_org, '')
+                USING ERRCODE = 'CR150';
+        END IF;
+    ELSIF p_nonce_hash IS NOT NULL THEN
         DELETE FROM cryo.oidc_cli_nonces n
          WHERE n.nonce_hash = p_nonce_hash AND n.expires_at > v_now AND n.org = p_org;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'the ID token''s nonce is not one this server gave a CLI sign-in to org % (unknown, expired, used, or a browser sign-in''s)', coalesce(p_org, '')
-                USING ERRCODE = 'CR041';
+                USING ERRCODE = 'CR150';
         END IF;
     END IF;
     DELETE FROM cryo.oidc_spent_tokens WHERE expires_at <= v_now;
@@ -5704,12 +5717,12 @@ BEGIN
     VALUES (p_token_hash, greatest(p_expires_at, v_now + interval '1 minute'))
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'this ID token was traded for a session already' USING ERRCODE = 'CR041';
+        RAISE EXCEPTION 'this ID token was traded for a session already' USING ERRCODE = 'CR150';
     END IF;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.spend_id_token(p_token_hash bytea, p_expires_at timestamp with time zone, p_nonce_hash bytea, p_org text) IS 'Marks the ID token hashing to p_token_hash traded (kept until p_expires_at, its exp plus leeway) and, with p_nonce_hash, uses up the CLI sign-in nonce of org p_org it carries; deletes expired rows. Raises CR041 for a token traded before or a nonce this server did not hand a CLI sign-in of that org (or already used, or expired), CR004 for a missing hash or expiry.';
+COMMENT ON FUNCTION cryo.spend_id_token(p_token_hash bytea, p_expires_at timestamp with time zone, p_nonce_hash bytea, p_org text, p_renewing bytea, p_issuer text, p_subject text) IS 'Marks the ID token hashing to p_token_hash traded (kept until p_expires_at, its exp plus leeway); with p_renewing, ends the CLI session of org p_org with that secret hash, which must be p_issuer''s p_subject''s, not revoked and ended at most 30 days ago; else with p_nonce_hash, uses up the CLI sign-in nonce of org p_org it carries; deletes expired rows. Raises CR150 for a token traded before, a nonce this server did not hand a CLI sign-in of that org (or already used, or expired), or no such session to renew; CR004 for a missing hash or expiry.';
 
 CREATE FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(claimed boolean, version bigint, replayed boolean)
     LANGUAGE plpgsql

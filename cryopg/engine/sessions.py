@@ -122,6 +122,8 @@ async def begin_cli_sign_in(conn: AsyncConnection, nonce_hash: bytes, org: str,
 
 
 async def spend_id_token(conn: AsyncConnection, token_hash: bytes, expires_at: dt.datetime,
-                         nonce_hash: bytes | None = None, org: str | None = None) -> None:
-    await conn.execute("SELECT cryo.spend_id_token(%s, %s, %s, %s)",
-                       (token_hash, expires_at, nonce_hash, org))
+                         nonce_hash: bytes | None = None, org: str | None = None,
+                         renewing: bytes | None = None, issuer: str | None = None,
+                         subject: str | None = None) -> None:
+    await conn.execute("SELECT cryo.spend_id_token(%s, %s, %s, %s, %s, %s, %s)",
+                       (token_hash, expires_at, nonce_hash, org, renewing, issuer, subject))

@@ -75,7 +75,8 @@ COMMENT ON FUNCTION cryo.begin_cli_sign_in(bytea, text, double precision) IS
 -- the org it was handed out for).
 CREATE OR REPLACE FUNCTION cryo.spend_id_token(
     p_token_hash bytea, p_expires_at timestamptz, p_nonce_hash bytea DEFAULT NULL,
-    p_org text DEFAULT NULL)
+    p_org text DEFAULT NULL, p_renewing bytea DEFAULT NULL, p_issuer text DEFAULT NULL,
+    p_subject text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -84,12 +85,24 @@ BEGIN
     IF p_token_hash IS NULL OR p_expires_at IS NULL THEN
         RAISE EXCEPTION 'spending an ID token needs its hash and expiry' USING ERRCODE = 'CR004';
     END IF;
-    IF p_nonce_hash IS NOT NULL THEN
+    IF p_renewing IS NOT NULL THEN
+        -- A refreshed ID token carries no fresh nonce: the CLI session it renews (the
+        -- same person at the same issuer, in the org, not revoked, ended at most 30
+        -- days ago) stands in for it, and ends.
+        DELETE FROM cryo.sessions s
+         WHERE s.secret_hash = p_renewing AND s.kind = 'cli' AND s.org = p_org
+           AND s.issuer = p_issuer AND s.subject = p_subject AND s.revoked_at IS NULL
+           AND s.expires_at > v_now - interval '30 days';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no CLI session of this person in org % to renew (revoked, long over, or another person''s)', coalesce(p_org, '')
+                USING ERRCODE = 'CR150';
+        END IF;
+    ELSIF p_nonce_hash IS NOT NULL THEN
         DELETE FROM cryo.oidc_cli_nonces n
          WHERE n.nonce_hash = p_nonce_hash AND n.expires_at > v_now AND n.org = p_org;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'the ID token''s nonce is not one this server gave a CLI sign-in to org % (unknown, expired, used, or a browser sign-in''s)', coalesce(p_org, '')
-                USING ERRCODE = 'CR041';
+                USING ERRCODE = 'CR150';
         END IF;
     END IF;
     DELETE FROM cryo.oidc_spent_tokens WHERE expires_at <= v_now;
@@ -97,12 +110,12 @@ BEGIN
     VALUES (p_token_hash, greatest(p_expires_at, v_now + interval '1 minute'))
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'this ID token was traded for a session already' USING ERRCODE = 'CR041';
+        RAISE EXCEPTION 'this ID token was traded for a session already' USING ERRCODE = 'CR150';
     END IF;
 END
 $$;
-COMMENT ON FUNCTION cryo.spend_id_token(bytea, timestamptz, bytea, text) IS
-    'Marks the ID token hashing to p_token_hash traded (kept until p_expires_at, its exp plus leeway) and, with p_nonce_hash, uses up the CLI sign-in nonce of org p_org it carries; deletes expired rows. Raises CR041 for a token traded before or a nonce this server did not hand a CLI sign-in of that org (or already used, or expired), CR004 for a missing hash or expiry.';
+COMMENT ON FUNCTION cryo.spend_id_token(bytea, timestamptz, bytea, text, bytea, text, text) IS
+    'Marks the ID token hashing to p_token_hash traded (kept until p_expires_at, its exp plus leeway); with p_renewing, ends the CLI session of org p_org with that secret hash, which must be p_issuer''s p_subject''s, not revoked and ended at most 30 days ago; else with p_nonce_hash, uses up the CLI sign-in nonce of org p_org it carries; deletes expired rows. Raises CR150 for a token traded before, a nonce this server did not hand a CLI sign-in of that org (or already used, or expired), or no such session to renew; CR004 for a missing hash or expiry.';
 
 -- The callback's half: the sign-in of this browser whose state the issuer echoed, used
 -- up at once so a code cannot be redeemed through it twice. A wrong state finds nothing
