@@ -135,13 +135,14 @@ class AgentAPI:
         return payload if status != 204 and payload else None
 
     async def logs(self, run_id: str, claim_token: str, data: bytes,
-                   timeout: float = CALL_TIMEOUT_SECONDS) -> bool:
-        """Append log bytes (empty = heartbeat); renews the claim. Returns the cancel flag."""
-        _, payload = await self._post(
-            self._run_path(run_id, "logs"),
-            {"claim_token": claim_token, "data": base64.b64encode(data).decode("ascii")},
-            timeout=timeout,
-        )
+                   timeout: float = CALL_TIMEOUT_SECONDS, context: bytes | None = None) -> bool:
+        """Append log bytes (empty = heartbeat); renews the claim. Returns the cancel flag.
+        `context` (the log masker's last bytes, for the run's next pass) replaces the
+        run's stored one when given."""
+        body = {"claim_token": claim_token, "data": base64.b64encode(data).decode("ascii")}
+        if context is not None:
+            body["context"] = base64.b64encode(context).decode("ascii")
+        _, payload = await self._post(self._run_path(run_id, "logs"), body, timeout=timeout)
         return bool(payload and payload.get("cancel"))
 
     async def mark_step(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 import json
 import os
@@ -97,6 +98,7 @@ class Job:
             on_pressure=self._pressure,
             secrets=list((grant.get("secrets") or {}).values()),
             claim_seconds=claim_seconds,
+            context=base64.b64decode(grant.get("log_context") or ""),
         )
         self.secret_names: frozenset[str] = frozenset(grant.get("secrets") or {})
         self.withheld: frozenset[str] = frozenset(grant.get("withheld") or [])
@@ -108,6 +110,10 @@ class Job:
         if self._proc is not None:
             self._proc.read_pending()
         await self._logs.flush(final=True)
+
+    def mask(self, text: str) -> str:
+        """`text` with the run's secret values masked (a step name, label or note)."""
+        return self._logs.names.text(text)
 
     def parked(self) -> None:
         self._finish_early(End.PARKED)

@@ -6,7 +6,10 @@ multi-line secret with "\r\n" line ends, and its long lines one by one). A value
 arrive split across PTY reads and flushes: bytes that may still begin a secret stay
 back in the masker, never in the send buffer, until more output shows whether they do.
 Where the pass may end (a park, an exit, a kill) they are released, masked when they
-are a meaningful prefix of a secret, since the next pass cannot complete them.
+are a meaningful prefix of a secret; the stream's last bytes then go to the server
+(sealed there) as the run's log context, and the next pass starts its masker from them,
+so the rest of that secret printed after the park is masked too. The masker also finds
+a secret printed across lines, with escape sequences inside it, or in hex or base64.
 
 Output goes out on the leading edge: the first bytes after a quiet spell are posted at
 once, and what follows within FLUSH_INTERVAL of a post's start waits for the next one.
@@ -24,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from agent.api import CALL_TIMEOUT_SECONDS, AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
-from cryopg.redaction import MASK, StreamMasker
+from cryopg.redaction import MASK, Masker, StreamMasker
 
 FLUSH_INTERVAL = 0.15  # the least time between the starts of two posts
 HEARTBEAT_INTERVAL = 2.0
@@ -49,6 +52,7 @@ class LogStreamer:
         on_pressure: Callable[[bool], None] = lambda _high: None,
         secrets: list[str] | None = None,
         claim_seconds: float | None = None,
+        context: bytes = b"",
     ) -> None:
         self._api = api
         self._run_id = run_id
@@ -68,8 +72,13 @@ class LogStreamer:
         # The `run` loop's doze while the buffer is empty: new output cuts it short.
         self._doze: asyncio.Future[None] | None = None
         # None without secrets: the hot path then only appends.
-        masker = StreamMasker(v for v in secrets or [] if v)
+        masker = StreamMasker((v for v in secrets or [] if v), context=context)
         self._masker: StreamMasker | None = masker if masker else None
+        # Step names, labels and notes are masked with the same secrets before they go.
+        self.names: Masker[str] = Masker([v for v in secrets or [] if v], MASK)
+        # The log context the server holds for the next pass: what this one was given
+        # (it replaces it only when it changes, so most passes never send one).
+        self._context_sent = context
 
     def feed(self, data: bytes) -> None:
         # The buffer only ever grows at its end (a post may be in flight on its start).
@@ -92,10 +101,12 @@ class LogStreamer:
         Raises StaleClaim and AgentAPIError; bytes stay buffered if a post fails.
         """
         async with self._lock:
+            context: bytes | None = None
             if final:
                 self._cut()
+                context = self._new_context()
             pending = len(self._buf)
-            if pending == 0 and not heartbeat:
+            if pending == 0 and not heartbeat and context is None:
                 return
             if pending:  # an empty heartbeat does not hold back the output after it
                 self._flushed_at = time.monotonic()
@@ -103,8 +114,12 @@ class LogStreamer:
                 data = bytes(self._buf[: min(pending, CHUNK_BYTES)])
                 # A server that hangs must not keep us past the claim's lapse unawares.
                 left = self.claim_deadline() - time.monotonic()
+                extra = {} if context is None else {"context": context}
                 cancel = await self._api.logs(self._run_id, self._claim_token, data,
-                                              timeout=min(CALL_TIMEOUT_SECONDS, max(left, 1.0)))
+                                              timeout=min(CALL_TIMEOUT_SECONDS, max(left, 1.0)),
+                                              **extra)
+                if context is not None:
+                    self._context_sent, context = context, None
                 del self._buf[: len(data)]
                 pending -= len(data)
                 self._last_post = time.monotonic()
@@ -115,6 +130,11 @@ class LogStreamer:
             if self._high and len(self._buf) < HIGH_WATER // 2:
                 self._high = False
                 self._on_pressure(False)
+
+    def _new_context(self) -> bytes | None:
+        """The log context to hand the next pass, when it differs from the server's."""
+        now = self._masker.context() if self._masker is not None else b""
+        return None if now == self._context_sent else now
 
     async def take_final(self) -> bytes:
         """The run's last output, for the finish request to carry: posts all but the last

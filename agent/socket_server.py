@@ -176,6 +176,9 @@ class DurableVerbs(JournalCursor):
             raise VerbError("bad_request", "step.begin needs a non-empty string 'name'")
         if label is not None and not isinstance(label, str):
             raise VerbError("bad_request", "step.begin 'label' must be a string or null")
+        # A secret in a step's name or label is masked before the journal (and every
+        # replay, which masks the same way) sees it.
+        name, label = self._job.mask(name), None if label is None else self._job.mask(label)
         self._check_secrets(name, req.get("secrets"))
         path, ordinal, position = await self._reach("step", name)
         entry = self._by_path.get(path)
@@ -304,7 +307,8 @@ class DurableVerbs(JournalCursor):
         text = req.get("text")
         if not isinstance(text, str):
             raise VerbError("bad_request", "annotate needs a string 'text'")
-        await self._engine(self._job.api.annotate(self._job.run_id, self._job.claim_token, text))
+        await self._engine(self._job.api.annotate(self._job.run_id, self._job.claim_token,
+                                                  self._job.mask(text)))
         return {"ok": True}
 
     async def _state(self, op: str, req: dict[str, Any]) -> dict[str, Any]:

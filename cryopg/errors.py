@@ -114,8 +114,9 @@ class SignInExpired(CryoError):
 
 class SignInRefused(CryoError):
     """The issuer's answer did not hold up: a bad ID token (signature, issuer, audience,
-    expiry, nonce) or a refused code. Raised by the server, which verifies tokens; no
-    SQLSTATE."""
+    expiry, nonce) or a refused code, raised by the server, which verifies tokens; or
+    (CR150) an ID token traded before, a nonce this server did not hand a CLI sign-in,
+    or no CLI session to renew."""
 
     code, http_status = "sign_in_refused", 401
 
@@ -169,6 +170,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR031": LeaseHeld,
     "CR040": NotAMember,
     "CR041": SignInExpired,
+    "CR150": SignInRefused,
     "CR055": InUse,
     "CR075": ArtifactQuota,
 }

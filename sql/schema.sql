@@ -2267,6 +2267,7 @@ CREATE TABLE cryo.runs (
     trigger_name text,
     trigger_depth integer,
     drive_failures integer DEFAULT 0 NOT NULL,
+    log_context bytea,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -2279,6 +2280,8 @@ COMMENT ON COLUMN cryo.runs.graph IS 'A graph run''s clear structure: node ids, 
 COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from (absolute; NULL when not given). Agents for local work run the script there; others run it in a scratch directory.';
 
 COMMENT ON COLUMN cryo.runs.drive_failures IS 'For a graph run: how many driver turns in a row failed (each backs off longer).';
+
+COMMENT ON COLUMN cryo.runs.log_context IS 'Sealed: the last bytes of the run''s log when they may begin a secret, for the next pass''s log masker. NULL when there are none.';
 
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
@@ -2605,6 +2608,33 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.authorize_user(p_secret_hash bytea, p_org text, p_project text, p_need text) IS 'Authorizes a user request on org/project (project NULL for org-level routes) needing role p_need (viewer, member, admin, owner), made with a user token or a signed-in session (cryo.sessions); returns the token or session id, member login and role. Raises CR008 for a secret that is neither a live user token nor a live session, CR005 when the org is not the token''s or the project does not exist, CR020 when the role is too low.';
+
+CREATE FUNCTION cryo.begin_cli_sign_in(p_nonce_hash bytea, p_org text, p_ttl_seconds double precision DEFAULT 600) RETURNS timestamp with time zone
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_expires timestamptz;
+BEGIN
+    IF p_nonce_hash IS NULL OR length(p_nonce_hash) <> 32 THEN
+        RAISE EXCEPTION 'a CLI sign-in needs the SHA-256 of its nonce' USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT cryo._slug_ok(p_org) THEN
+        RAISE EXCEPTION 'org slug % must be lower-case letters, digits and - (up to 63)', p_org
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_ttl_seconds IS NULL OR NOT p_ttl_seconds BETWEEN 1 AND 3600 THEN
+        RAISE EXCEPTION 'a sign-in lasts 1 to 3600 seconds, not %', p_ttl_seconds USING ERRCODE = 'CR004';
+    END IF;
+    DELETE FROM cryo.oidc_cli_nonces WHERE expires_at <= v_now;
+    v_expires := v_now + make_interval(secs => p_ttl_seconds);
+    INSERT INTO cryo.oidc_cli_nonces (nonce_hash, org, created_at, expires_at)
+    VALUES (p_nonce_hash, p_org, v_now, v_expires);
+    RETURN v_expires;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.begin_cli_sign_in(p_nonce_hash bytea, p_org text, p_ttl_seconds double precision) IS 'Records a nonce (by its SHA-256) handed to a CLI sign-in of org p_org, for p_ttl_seconds; deletes expired ones; returns when it expires. Raises CR004 for a hash that is not 32 bytes, a malformed org or a bad lifetime.';
 
 CREATE FUNCTION cryo.begin_oidc_login(p_id_hash bytea, p_state text, p_nonce text, p_code_verifier text, p_org text, p_ttl_seconds double precision DEFAULT 600) RETURNS timestamp with time zone
     LANGUAGE plpgsql
@@ -3412,6 +3442,7 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR031', 'lease_held', 'the run already holds the lease on that concurrency group'),
         ('CR040', 'not_a_member', 'the person who signed in is not a member of that org, and no claim of theirs maps to a role'),
         ('CR041', 'sign_in_expired', 'no sign-in of this browser matches: unknown, expired, already used, or a forged state'),
+        ('CR150', 'sign_in_refused', 'an ID token traded before, a nonce this server did not hand a CLI sign-in (or used), or no CLI session to renew'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES')
 $$;
@@ -4240,6 +4271,17 @@ $$;
 
 COMMENT ON FUNCTION cryo.is_terminal(p_status text) IS 'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
 
+CREATE FUNCTION cryo.keep_log_context(p_run_id text, p_token uuid, p_context bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    UPDATE cryo.runs SET log_context = nullif(p_context, ''::bytea) WHERE id = p_run_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.keep_log_context(p_run_id text, p_token uuid, p_context bytea) IS 'Stores the sealed log context (the log''s last bytes, which may begin a secret) for the run''s next pass; NULL or empty clears it. Raises CR002 for a stale claim token.';
+
 CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(id text, build text, capabilities text[], registered_at timestamp with time zone, last_seen_at timestamp with time zone, last_claim_at timestamp with time zone, claimed_run text, drain_requested_at timestamp with time zone, state text)
     LANGUAGE sql STABLE
     AS $$
@@ -4480,6 +4522,14 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.list_workflows(p_org text, p_project text) IS 'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
+
+CREATE FUNCTION cryo.log_context(p_run_id text) RETURNS bytea
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT log_context FROM cryo.runs WHERE id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.log_context(p_run_id text) IS 'The run''s sealed log context (see keep_log_context), NULL when it has none or there is no such run.';
 
 CREATE FUNCTION cryo.log_objects_to_delete(p_limit integer) RETURNS TABLE(id bigint, object_key text)
     LANGUAGE sql STABLE
@@ -5695,6 +5745,47 @@ $$;
 
 COMMENT ON FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_required_caps text[], p_path text) IS 'Submits a child run of the claimed run and records it; a repeat at the same path returns the same child id. Raises CR002 for a stale claim, CR004 for a missing source or bad identity, CR009 for a disagreeing path.';
 
+CREATE FUNCTION cryo.spend_id_token(p_token_hash bytea, p_expires_at timestamp with time zone, p_nonce_hash bytea DEFAULT NULL::bytea, p_org text DEFAULT NULL::text, p_renewing bytea DEFAULT NULL::bytea, p_issuer text DEFAULT NULL::text, p_subject text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    IF p_token_hash IS NULL OR p_expires_at IS NULL THEN
+        RAISE EXCEPTION 'spending an ID token needs its hash and expiry' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_renewing IS NOT NULL THEN
+        -- A refreshed ID token carries no fresh nonce: the CLI session it renews (the
+        -- same person at the same issuer, in the org, not revoked, ended at most 30
+        -- days ago) stands in for it, and ends.
+        DELETE FROM cryo.sessions s
+         WHERE s.secret_hash = p_renewing AND s.kind = 'cli' AND s.org = p_org
+           AND s.issuer = p_issuer AND s.subject = p_subject AND s.revoked_at IS NULL
+           AND s.expires_at > v_now - interval '30 days';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no CLI session of this person in org % to renew (revoked, long over, or another person''s)', coalesce(p_org, '')
+                USING ERRCODE = 'CR150';
+        END IF;
+    ELSIF p_nonce_hash IS NOT NULL THEN
+        DELETE FROM cryo.oidc_cli_nonces n
+         WHERE n.nonce_hash = p_nonce_hash AND n.expires_at > v_now AND n.org = p_org;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'the ID token''s nonce is not one this server gave a CLI sign-in to org % (unknown, expired, used, or a browser sign-in''s)', coalesce(p_org, '')
+                USING ERRCODE = 'CR150';
+        END IF;
+    END IF;
+    DELETE FROM cryo.oidc_spent_tokens WHERE expires_at <= v_now;
+    INSERT INTO cryo.oidc_spent_tokens (token_hash, expires_at)
+    VALUES (p_token_hash, greatest(p_expires_at, v_now + interval '1 minute'))
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'this ID token was traded for a session already' USING ERRCODE = 'CR150';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.spend_id_token(p_token_hash bytea, p_expires_at timestamp with time zone, p_nonce_hash bytea, p_org text, p_renewing bytea, p_issuer text, p_subject text) IS 'Marks the ID token hashing to p_token_hash traded (kept until p_expires_at, its exp plus leeway); with p_renewing, ends the CLI session of org p_org with that secret hash, which must be p_issuer''s p_subject''s, not revoked and ended at most 30 days ago; else with p_nonce_hash, uses up the CLI sign-in nonce of org p_org it carries; deletes expired rows. Raises CR150 for a token traded before, a nonce this server did not hand a CLI sign-in of that org (or already used, or expired), or no such session to renew; CR004 for a missing hash or expiry.';
+
 CREATE FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(claimed boolean, version bigint, replayed boolean)
     LANGUAGE plpgsql
     AS $$
@@ -6696,6 +6787,15 @@ CREATE TABLE cryo.members (
 
 COMMENT ON TABLE cryo.members IS 'People of an org and their role (owner, admin, member, viewer); a user token acts for one member.';
 
+CREATE TABLE cryo.oidc_cli_nonces (
+    nonce_hash bytea NOT NULL,
+    org text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.oidc_cli_nonces IS 'Nonces handed to a CLI sign-in (cryopg login) and not used yet, by SHA-256: the ID token a CLI trades must carry one, and the trade uses it up. Gone after a few minutes.';
+
 CREATE TABLE cryo.oidc_logins (
     id_hash bytea NOT NULL,
     state text NOT NULL,
@@ -6720,6 +6820,13 @@ CREATE TABLE cryo.oidc_role_maps (
 );
 
 COMMENT ON TABLE cryo.oidc_role_maps IS 'An org''s map from an ID token claim value (e.g. claim groups, value ops) to a member role: a person whose token carries it signs in with that role (the highest, when several match), made a member when new.';
+
+CREATE TABLE cryo.oidc_spent_tokens (
+    token_hash bytea NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.oidc_spent_tokens IS 'ID tokens already traded for a session, by SHA-256, kept until the token itself expires: a second trade of one is refused.';
 
 CREATE TABLE cryo.orgs (
     slug text NOT NULL,
@@ -7064,11 +7171,17 @@ ALTER TABLE ONLY cryo.node_instances
 ALTER TABLE ONLY cryo.node_states
     ADD CONSTRAINT node_states_pkey PRIMARY KEY (run_id, node_id);
 
+ALTER TABLE ONLY cryo.oidc_cli_nonces
+    ADD CONSTRAINT oidc_cli_nonces_pkey PRIMARY KEY (nonce_hash);
+
 ALTER TABLE ONLY cryo.oidc_logins
     ADD CONSTRAINT oidc_logins_pkey PRIMARY KEY (id_hash);
 
 ALTER TABLE ONLY cryo.oidc_role_maps
     ADD CONSTRAINT oidc_role_maps_pkey PRIMARY KEY (org, claim, value);
+
+ALTER TABLE ONLY cryo.oidc_spent_tokens
+    ADD CONSTRAINT oidc_spent_tokens_pkey PRIMARY KEY (token_hash);
 
 ALTER TABLE ONLY cryo.orgs
     ADD CONSTRAINT orgs_pkey PRIMARY KEY (slug);
@@ -7166,7 +7279,11 @@ CREATE INDEX node_states_live ON cryo.node_states USING btree (run_id, ord) WHER
 
 CREATE INDEX node_states_ready ON cryo.node_states USING btree (run_id, ord) WHERE ((status = 'pending'::text) AND (open_deps = 0));
 
+CREATE INDEX oidc_cli_nonces_expiry ON cryo.oidc_cli_nonces USING btree (expires_at);
+
 CREATE INDEX oidc_logins_expiry ON cryo.oidc_logins USING btree (expires_at);
+
+CREATE INDEX oidc_spent_tokens_expiry ON cryo.oidc_spent_tokens USING btree (expires_at);
 
 CREATE INDEX queue_claimed_expiry ON cryo.queue USING btree (claim_expires_at) WHERE (state = 'claimed'::text);
 

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import flask
@@ -23,6 +23,8 @@ SECRET = "mock-secret"
 @dataclass(frozen=True)
 class Provider:
     issuer: str
+    # The query of each authorization request the provider saw, oldest first.
+    authorized: list[dict[str, str]] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         """What a cryopg server is started with to sign people in here."""
@@ -65,15 +67,44 @@ def _rotate() -> tuple[str, int]:
 
 
 @contextmanager
-def running_provider(users: list[User] | None = None) -> Iterator[Provider]:
+def running_provider(users: list[User] | None = None, *,
+                     consent_for_refresh: bool = False) -> Iterator[Provider]:
+    """With `consent_for_refresh`, the provider behaves as many real ones do: it lists
+    `offline_access`, and its token answer holds a refresh token only when the sign-in
+    asked that scope with prompt=consent."""
     app = provider_app(require_nonce=True, user_claims=users or [])
     app.add_url_rule("/test/rotate", "rotate", _rotate, methods=["POST"])
+    authorized: list[dict[str, str]] = []
+
+    @app.before_request
+    def _seen() -> None:
+        if flask.request.path == "/oauth2/authorize" and flask.request.args:
+            authorized.append(dict(flask.request.args))
+
+    @app.after_request
+    def _offline(resp: flask.Response) -> flask.Response:
+        if not consent_for_refresh:
+            return resp
+        if flask.request.path == "/.well-known/openid-configuration":
+            meta = resp.get_json()
+            meta["scopes_supported"] = [*meta.get("scopes_supported", []), "offline_access"]
+            resp.set_data(flask.json.dumps(meta))
+        elif flask.request.path == "/oauth2/token" and resp.status_code == 200:
+            asked = authorized[-1] if authorized else {}
+            body = resp.get_json()
+            if flask.request.form.get("grant_type") == "authorization_code" and not (
+                    asked.get("prompt") == "consent"
+                    and "offline_access" in asked.get("scope", "").split()):
+                body.pop("refresh_token", None)
+            resp.set_data(flask.json.dumps(body))
+        return resp
+
     server = werkzeug.serving.make_server("localhost", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               daemon=True)
     thread.start()
     try:
-        yield Provider(f"http://localhost:{server.server_port}")
+        yield Provider(f"http://localhost:{server.server_port}", authorized)
     finally:
         server.shutdown()
         thread.join(5)

@@ -149,12 +149,28 @@ def _json_answer(req: urllib.request.Request, what: str) -> tuple[int, Any]:
         return status, {}
 
 
-def trade_id_token(url: str, id_token: str, org: str, nonce: str | None) -> dict[str, Any]:
-    """The cryopg session the server gives for an ID token of the issuer."""
-    body: dict[str, Any] = {"id_token": id_token, "org": org}
+def cli_nonce(url: str, org: str) -> str:
+    """The single-use nonce the server wants the CLI sign-in's ID token to carry."""
+    status, got = post_json(f"{url}/api/v1/auth/oidc/cli/nonce", {"org": org},
+                            f"the cryopg server at {url}")
+    if status != 200 or not isinstance(got, dict) or not isinstance(got.get("nonce"), str):
+        err = got.get("error", {}) if isinstance(got, dict) else {}
+        raise click.ClickException(err.get("message") or f"the server answered HTTP {status}")
+    return got["nonce"]
+
+
+def trade_id_token(url: str, tokens: dict[str, Any], org: str, nonce: str | None,
+                   renewing: str | None = None) -> dict[str, Any]:
+    """The cryopg session the server gives for the issuer's tokens: the ID token with
+    the nonce the server gave, or (renewing) with the session it replaces; the access
+    token lets the server read claims the ID token lacks from the userinfo endpoint."""
+    body: dict[str, Any] = {"id_token": tokens["id_token"], "org": org}
     if nonce:
         body["nonce"] = nonce
-    status, got = post_json(f"{url}/api/v1/auth/oidc/cli", body, f"the cryopg server at {url}")
+    if isinstance(tokens.get("access_token"), str):
+        body["access_token"] = tokens["access_token"]
+    status, got = post_json(f"{url}/api/v1/auth/oidc/cli", body, f"the cryopg server at {url}",
+                            token=renewing)
     if status != 200 or not isinstance(got, dict) or "session" not in got:
         err = got.get("error", {}) if isinstance(got, dict) else {}
         raise click.ClickException(err.get("message") or f"the server answered HTTP {status}")
@@ -177,7 +193,7 @@ def renew(entry: dict[str, Any]) -> dict[str, Any]:
             why = "the issuer gives no ID token on refresh"
         raise click.ClickException(f"your sign-in to {url} has expired and could not be "
                                    f"renewed ({why}); {again}")
-    got = trade_id_token(url, tokens["id_token"], entry["org"], None)
+    got = trade_id_token(url, tokens, entry["org"], None, renewing=entry["session"])
     return {**entry, "session": got["session"], "expires_at": got["expires_at"],
             "login": got["login"], "role": got["role"],
             "refresh_token": tokens.get("refresh_token") or entry["refresh_token"]}

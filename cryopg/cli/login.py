@@ -4,8 +4,11 @@ server's OIDC issuer.
 The server says which issuer and client id (GET /api/v1/auth/config). Where the issuer
 offers the device authorization grant, the CLI shows a code to enter in any browser;
 otherwise (or with --loopback) it listens on 127.0.0.1 for the issuer's redirect, with
-PKCE, a state and a nonce. The ID token it gets is traded at the server for a cryopg
-session, stored with the refresh token by credentials.py.
+PKCE, a state and a nonce. The nonce is the server's (single use, for this org), so the
+ID token is good for this sign-in alone. Where the issuer lists `offline_access`, the
+loopback sign-in asks it with `prompt=consent` (most issuers grant a refresh token only
+so). The ID token it gets is traded at the server for a cryopg session, stored with the
+refresh token by credentials.py.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def _issuer_config(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise Refused(f"the server at {url} has no OIDC issuer configured (its admin sets "
                       "CRYOPG_OIDC_ISSUER); use an API token (CRYOPG_TOKEN) instead")
     issuer = str(oidc["issuer"]).rstrip("/")
+    host = urllib.parse.urlsplit(issuer).hostname or ""
+    if not issuer.startswith("https://") and not (
+            issuer.startswith("http://") and (host in ("localhost", "::1")
+                                              or host.startswith("127."))):
+        raise Refused(f"the server's issuer {issuer!r} is not https:// (http:// is only for "
+                      "an issuer on this machine)")
     meta = credentials.get_json(f"{issuer}/.well-known/openid-configuration",
                                 f"the issuer {issuer}")
     if str(meta.get("issuer", "")).rstrip("/") != issuer:
@@ -67,9 +76,21 @@ def _tokens(status: int, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _device_flow(oidc: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+def _scopes(oidc: dict[str, Any], meta: dict[str, Any]) -> tuple[str, bool]:
+    """The scopes to ask, and whether `offline_access` (a refresh token) is among them:
+    asked when the issuer lists it (most grant it only with prompt=consent)."""
+    scopes = str(oidc["scopes"]).split()
+    offline = "offline_access" in (meta.get("scopes_supported") or [])
+    if offline and "offline_access" not in scopes:
+        scopes.append("offline_access")
+    return " ".join(scopes), offline
+
+
+def _device_flow(oidc: dict[str, Any], meta: dict[str, Any], nonce: str) -> dict[str, Any]:
+    # The nonce rides along; an issuer that does not echo it in the ID token gets the
+    # trade refused, and `--loopback` (where the nonce is standard) is the way.
     status, start = credentials.post_form(meta["device_authorization_endpoint"], _client(oidc, {
-        "scope": oidc["scopes"]}), "the issuer's device endpoint")
+        "scope": _scopes(oidc, meta)[0], "nonce": nonce}), "the issuer's device endpoint")
     if status != 200 or "device_code" not in start:
         raise Refused(f"the issuer refused the device sign-in ({start.get('error', status)})")
     where = start.get("verification_uri_complete") or start.get("verification_uri")
@@ -114,18 +135,21 @@ class _Callback(BaseHTTPRequestHandler):
         pass
 
 
-def _loopback_flow(oidc: dict[str, Any], meta: dict[str, Any],
-                   open_browser: bool) -> tuple[dict[str, Any], str]:
+def _loopback_flow(oidc: dict[str, Any], meta: dict[str, Any], nonce: str,
+                   open_browser: bool) -> dict[str, Any]:
     handler = type("Callback", (_Callback,), {"got": None})
     server = HTTPServer(("127.0.0.1", 0), handler)
     redirect = f"http://127.0.0.1:{server.server_port}/callback"
-    state, nonce, verifier = (secrets.token_urlsafe(32), secrets.token_urlsafe(32),
-                              secrets.token_urlsafe(48))
+    state, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(48)
     challenge = urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
-    query = urllib.parse.urlencode({
+    scope, offline = _scopes(oidc, meta)
+    params = {
         "response_type": "code", "client_id": oidc["client_id"], "redirect_uri": redirect,
-        "scope": oidc["scopes"], "state": state, "nonce": nonce,
-        "code_challenge": challenge, "code_challenge_method": "S256"})
+        "scope": scope, "state": state, "nonce": nonce,
+        "code_challenge": challenge, "code_challenge_method": "S256"}
+    if offline:  # without consent asked, most issuers leave offline_access out
+        params["prompt"] = "consent"
+    query = urllib.parse.urlencode(params)
     endpoint = meta["authorization_endpoint"]
     address = f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
     click.echo(f"To sign in, open this address in a browser:\n{address}", err=True)
@@ -148,7 +172,7 @@ def _loopback_flow(oidc: dict[str, Any], meta: dict[str, Any],
     status, tokens = credentials.post_form(meta["token_endpoint"], _client(oidc, {
         "grant_type": "authorization_code", "code": got.get("code", ""),
         "redirect_uri": redirect, "code_verifier": verifier}), "the issuer's token endpoint")
-    return _tokens(status, tokens), nonce
+    return _tokens(status, tokens)
 
 
 @click.command("login")
@@ -168,13 +192,16 @@ def login(url: str, org: str, project: str, loopback: bool, no_browser: bool) ->
     if not url.startswith(("http://", "https://")):
         raise Refused(f"--url must be an http:// or https:// address, not {url!r}")
     oidc, meta = _issuer_config(url)
-    nonce = None
-    if meta.get("device_authorization_endpoint") and not loopback:
-        tokens = _device_flow(oidc, meta)
-    else:
-        tokens, nonce = _loopback_flow(oidc, meta, not no_browser)
     try:
-        got = credentials.trade_id_token(url, tokens["id_token"], org, nonce)
+        nonce = credentials.cli_nonce(url, org)
+    except click.ClickException as exc:
+        raise Refused(exc.message) from None
+    if meta.get("device_authorization_endpoint") and not loopback:
+        tokens = _device_flow(oidc, meta, nonce)
+    else:
+        tokens = _loopback_flow(oidc, meta, nonce, not no_browser)
+    try:
+        got = credentials.trade_id_token(url, tokens, org, nonce)
     except click.ClickException as exc:
         raise Refused(exc.message) from None
     credentials.remember({

@@ -22,6 +22,8 @@ from cryopg.engine.claim import (
     claim_job,
     claim_jobs,
     finish_and_claim_grants,
+    keep_log_context,
+    log_context,
     release_claim,
     return_claim,
 )
@@ -101,6 +103,7 @@ from cryopg.engine.sessions import (
     SessionInfo,
     SessionRow,
     SignedIn,
+    begin_cli_sign_in,
     begin_oidc_login,
     delete_role_map,
     end_session,
@@ -110,6 +113,7 @@ from cryopg.engine.sessions import (
     put_role_map,
     revoke_session,
     session_info,
+    spend_id_token,
     take_oidc_login,
 )
 from cryopg.engine.state import (
@@ -256,7 +260,11 @@ __all__ = [
     "SessionInfo",
     "SessionRow",
     "SignedIn",
+    "begin_cli_sign_in",
     "begin_oidc_login",
+    "spend_id_token",
+    "keep_log_context",
+    "log_context",
     "delete_role_map",
     "end_session",
     "list_role_maps",

@@ -97,6 +97,15 @@ async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data:
                       (run_id, token, data, claim_seconds))
 
 
+async def keep_log_context(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                           context: bytes | None) -> None:
+    await conn.execute("SELECT cryo.keep_log_context(%s, %s, %s)", (run_id, token, context))
+
+
+async def log_context(conn: AsyncConnection, run_id: str) -> bytes | None:
+    return await _one(conn, "SELECT cryo.log_context(%s)", (run_id,))
+
+
 async def release_claim(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
     await conn.execute("SELECT cryo.release_claim(%s, %s)", (run_id, token))
 

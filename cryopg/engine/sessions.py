@@ -113,3 +113,17 @@ async def list_role_maps(conn: AsyncConnection, org: str) -> list[RoleMap]:
     cur = conn.cursor(row_factory=class_row(RoleMap))
     await cur.execute("SELECT * FROM cryo.list_role_maps(%s)", (org,))
     return await cur.fetchall()
+
+
+async def begin_cli_sign_in(conn: AsyncConnection, nonce_hash: bytes, org: str,
+                            ttl_seconds: float) -> dt.datetime:
+    return await _one(conn, "SELECT cryo.begin_cli_sign_in(%s, %s, %s)",
+                      (nonce_hash, org, ttl_seconds))
+
+
+async def spend_id_token(conn: AsyncConnection, token_hash: bytes, expires_at: dt.datetime,
+                         nonce_hash: bytes | None = None, org: str | None = None,
+                         renewing: bytes | None = None, issuer: str | None = None,
+                         subject: str | None = None) -> None:
+    await conn.execute("SELECT cryo.spend_id_token(%s, %s, %s, %s, %s, %s, %s)",
+                       (token_hash, expires_at, nonce_hash, org, renewing, issuer, subject))

@@ -6,19 +6,24 @@ fetch of the JWKS before it is refused, at most once per `refresh_floor` seconds
 flood of forged tokens cannot make the server hammer the issuer. ID tokens are checked
 with joserfc: an asymmetric algorithm the issuer announces, the signature, `iss`,
 `aud` (one of our client ids), `azp` when there are several audiences, `exp`, `iat`,
-`sub`, and `nonce` when the sign-in sent one.
+`sub`, and `nonce` when the sign-in sent one. The issuer and every endpoint it names are
+https, or http on loopback only. Claims a member match reads (email, groups) that the ID
+token lacks are read from the userinfo endpoint with the access token, for the same
+`sub`.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import hmac
+import ipaddress
 import json
 import os
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote_plus
+from urllib.parse import quote_plus, urlsplit
 
 import aiohttp
 from joserfc import jwt
@@ -35,6 +40,11 @@ ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 CACHE_SECONDS = 3600.0
 LEEWAY = 60  # seconds of clock skew allowed on exp/iat/nbf
 MAX_TOKEN_AGE = 600  # an ID token older than this (by iat) is not a fresh sign-in
+# What a member match reads; an ID token without them sends us to the userinfo endpoint.
+USERINFO_CLAIMS = ("email", "groups")
+# Claims only an ID token may set (a userinfo answer naming them is not believed).
+ID_TOKEN_ONLY = {"iss", "aud", "exp", "iat", "nbf", "nonce", "azp", "auth_time", "at_hash",
+                 "c_hash", "sid", "jti"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +80,7 @@ class OidcSettings:
             raise ValueError(f"CRYOPG_SESSION_HOURS must be a number, not {hours!r}") from None
         if not 0.02 <= session_hours <= 24 * 90:
             raise ValueError("CRYOPG_SESSION_HOURS must be between 0.02 and 2160")
+        secure_url(issuer, "CRYOPG_OIDC_ISSUER", ValueError)
         return cls(issuer=issuer.rstrip("/"), client_id=client,
                    client_secret=env.get("CRYOPG_OIDC_CLIENT_SECRET") or None,
                    cli_client_id=env.get("CRYOPG_OIDC_CLI_CLIENT_ID") or None,
@@ -77,6 +88,40 @@ class OidcSettings:
                    scopes=env.get("CRYOPG_OIDC_SCOPES") or cls.scopes,
                    public_url=(env.get("CRYOPG_PUBLIC_URL") or "").rstrip("/") or None,
                    session_hours=session_hours)
+
+
+LOOPBACK_NAMES = {"localhost"}
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: the only hosts an issuer may be reached over http."""
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def secure_url(url: str, what: str, error: type[Exception] = SignInRefused) -> str:
+    """`url` when it is https, or http to a loopback host; else `error`. An issuer reached
+    over plain http off this machine could be impersonated on the path, keys and all."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and parts.hostname and is_loopback(parts.hostname):
+        return url
+    raise error(f"{what} must be an https:// address (http:// only for 127.0.0.1, ::1 or "
+                f"localhost), not {url!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class IssuerTokens:
+    """What the issuer's token endpoint answers a code with."""
+
+    id_token: str
+    access_token: str | None
 
 
 class Issuer:
@@ -101,6 +146,7 @@ class Issuer:
         return body
 
     async def metadata(self) -> dict[str, Any]:
+        secure_url(self.settings.issuer, "the OIDC issuer")
         now = time.monotonic()
         if self._meta is None or now - self._meta[0] > CACHE_SECONDS:
             url = self.settings.issuer + "/.well-known/openid-configuration"
@@ -111,6 +157,11 @@ class Issuer:
             for field in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
                 if not isinstance(meta.get(field), str):
                     raise SignInRefused(f"the discovery document has no {field}")
+                secure_url(meta[field], f"the issuer's {field}")
+            if meta.get("userinfo_endpoint") is not None:
+                if not isinstance(meta["userinfo_endpoint"], str):
+                    raise SignInRefused("the discovery document's userinfo_endpoint is not a URL")
+                secure_url(meta["userinfo_endpoint"], "the issuer's userinfo_endpoint")
             self._meta = (now, meta)
         return self._meta[1]
 
@@ -129,7 +180,8 @@ class Issuer:
 
     async def verify_id_token(self, id_token: str, *, nonce: str | None,
                               max_age: float | None = MAX_TOKEN_AGE) -> dict[str, Any]:
-        """The claims of a valid ID token for one of our clients, else SignInRefused."""
+        """The claims of a valid ID token for one of our clients, else SignInRefused.
+        With a nonce, the token must carry exactly that one."""
         meta = await self.metadata()
         try:
             header = extract_compact(id_token.encode()).headers()
@@ -154,8 +206,11 @@ class Issuer:
         aud = claims["aud"]
         if isinstance(aud, list) and len(aud) > 1 and claims.get("azp") not in s.audiences:
             raise SignInRefused("the ID token has several audiences and no azp of ours")
-        if nonce is not None and claims.get("nonce") != nonce:
+        if nonce is not None and (not isinstance(claims.get("nonce"), str)
+                                  or not hmac.compare_digest(claims["nonce"], nonce)):
             raise SignInRefused("the ID token's nonce is not the one this sign-in sent")
+        if not isinstance(claims["exp"], (int, float)):
+            raise SignInRefused("the ID token's exp is not a time")
         if max_age is not None and not isinstance(claims["iat"], (int, float)):
             raise SignInRefused("the ID token's iat is not a time")
         if max_age is not None and claims["iat"] < time.time() - max_age - LEEWAY:
@@ -191,8 +246,9 @@ class Issuer:
                 continue
         raise BadSignatureError()
 
-    async def redeem_code(self, code: str, code_verifier: str, redirect_uri: str) -> str:
-        """The ID token the token endpoint gives for an authorization code."""
+    async def redeem_code(self, code: str, code_verifier: str, redirect_uri: str
+                          ) -> IssuerTokens:
+        """The ID token (and access token) the token endpoint gives for a code."""
         meta = await self.metadata()
         s = self.settings
         form = {"grant_type": "authorization_code", "code": code,
@@ -221,4 +277,37 @@ class Issuer:
         id_token = body.get("id_token")
         if not isinstance(id_token, str):
             raise SignInRefused("the issuer's answer has no ID token (is 'openid' in the scopes?)")
-        return id_token
+        access = body.get("access_token")
+        return IssuerTokens(id_token, access if isinstance(access, str) and access else None)
+
+    async def with_userinfo(self, claims: dict[str, Any], access_token: str | None
+                            ) -> dict[str, Any]:
+        """The ID token's claims, completed from the userinfo endpoint when they lack
+        what a member match reads (email, groups): a provider in its default settings
+        puts those there alone. The ID token's own claims win; the userinfo answer must
+        name the same `sub` (OIDC Core 5.3.2), or it is refused."""
+        if all(name in claims for name in USERINFO_CLAIMS) or not access_token:
+            return claims
+        endpoint = (await self.metadata()).get("userinfo_endpoint")
+        if not endpoint:
+            return claims
+        headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
+        try:
+            async with self.http.get(endpoint, headers=headers,
+                                     timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                status, raw = resp.status, await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SignInRefused(f"cannot reach the issuer's userinfo endpoint: {exc}") from None
+        if status != 200:
+            raise SignInRefused(f"the issuer's userinfo endpoint answered HTTP {status}")
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            # A signed or encrypted userinfo answer (a JWT) is not read: the ID token's
+            # claims stand alone.
+            return claims
+        if not isinstance(info, dict):
+            raise SignInRefused("the issuer's userinfo answer is not a JSON object")
+        if info.get("sub") != claims["sub"]:
+            raise SignInRefused("the issuer's userinfo answer is about another subject")
+        return {**{k: v for k, v in info.items() if k not in ID_TOKEN_ONLY}, **claims}

@@ -5,6 +5,8 @@ payload. Those stay true where the engine reads them (a run's replay, the graph
 interpreter, a handler's input: the agent routes and the driver never come here), and
 are masked where a person reads them: every user route that opens such a payload
 passes its response through `masked` (the web UI and the CLI read through those routes).
+What is stored in clear (a step's name, path and label: the agent masks them first) is
+masked once more by the agent routes before it is stored (`recent`).
 
 Each masked read asks the database for the project's sealed secret values (one indexed
 read on the connection the route already holds), so a secret set on another replica a
@@ -14,6 +16,7 @@ and building the patterns, redone only when the sealed values change.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,13 +24,18 @@ from aiohttp import web
 from psycopg import AsyncConnection
 
 from cryopg import engine
+from cryopg.db import connection
 from cryopg.redaction import MASK, Masker, mask_json
-from cryopg.server.state import KEYS
+from cryopg.server.state import KEYS, POOL
+
+# How stale the agent routes' second-line masker may be.
+RECENT_SECONDS = 5.0
 
 
 class SecretMasks:
     def __init__(self) -> None:
         self._built: dict[tuple[str, str], tuple[tuple[bytes, ...], Masker[str]]] = {}
+        self._recent: dict[tuple[str, str], tuple[float, Masker[str]]] = {}
 
     async def masker(self, app: web.Application, conn: AsyncConnection, org: str,
                      project: str) -> Masker[str]:
@@ -38,6 +46,21 @@ class SecretMasks:
         sealer = await app[KEYS].sealer(org)
         built = Masker([sealer.open_text(v) for v in sealed], MASK)
         self._built[(org, project)] = (sealed, built)
+        return built
+
+
+    async def recent(self, app: web.Application, org: str, project: str,
+                     max_age: float = RECENT_SECONDS) -> Masker[str]:
+        """The project's masker as built at most `max_age` seconds ago (read afresh
+        when older): for the agent routes that store names, where the agent has masked
+        them already and this is a second line, so a step costs no extra read."""
+        now = time.monotonic()
+        got = self._recent.get((org, project))
+        if got is not None and now - got[0] <= max_age:
+            return got[1]
+        async with connection(app[POOL]) as conn:
+            built = await self.masker(app, conn, org, project)
+        self._recent[(org, project)] = (now, built)
         return built
 
 

@@ -7,13 +7,16 @@ state must match), redeems the code, verifies the ID token (nonce included) and 
 cryo.oidc_sign_in for a session, set as an HttpOnly, SameSite=Lax cookie (Secure off
 loopback). Anything that does not hold up ends on a page saying why, with no cookie.
 `session` tells the page who is signed in (and its anti-forgery value); `logout` ends
-the session. The CLI (`cryopg login`) gets its ID token from the issuer itself and
-trades it at `oidc/cli` for a session it presents as a bearer token.
+the session. The CLI (`cryopg login`) asks `oidc/cli/nonce` for a nonce, gets its ID
+token (carrying it) from the issuer itself and trades it at `oidc/cli` for a session it
+presents as a bearer token. Each ID token is traded once (cryo.spend_id_token); claims
+the ID token lacks (email, groups) are read from the issuer's userinfo endpoint.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import html
 import secrets
 from collections.abc import AsyncIterator
@@ -26,7 +29,7 @@ from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import CryoError, InvalidArgument, NotFound, Unauthorized
+from cryopg.errors import CryoError, InvalidArgument, NotFound, SignInRefused, Unauthorized
 from cryopg.server.auth import (
     SESSION_COOKIES,
     _bearer,
@@ -36,7 +39,7 @@ from cryopg.server.auth import (
     user_secret_hash,
 )
 from cryopg.server.bodies import json_body, optional_str_field, str_field
-from cryopg.server.oidc import Issuer, OidcSettings
+from cryopg.server.oidc import LEEWAY, MAX_TOKEN_AGE, Issuer, OidcSettings
 from cryopg.server.render import iso
 from cryopg.server.state import CONFIG, POOL
 
@@ -161,10 +164,13 @@ async def oidc_callback(request: web.Request) -> web.Response:
     try:
         async with connection(request.app[POOL]) as conn:
             pending = await engine.take_oidc_login(conn, secret_hash(login_id), state)
-        id_token = await issuer.redeem_code(code, pending.code_verifier,
-                                            _base_url(request, settings) + CALLBACK)
-        claims = await issuer.verify_id_token(id_token, nonce=pending.nonce)
-        async with connection(request.app[POOL]) as conn:
+        tokens = await issuer.redeem_code(code, pending.code_verifier,
+                                          _base_url(request, settings) + CALLBACK)
+        claims = await issuer.verify_id_token(tokens.id_token, nonce=pending.nonce)
+        claims = await issuer.with_userinfo(claims, tokens.access_token)
+        async with connection(request.app[POOL]) as conn, conn.transaction():
+            await engine.spend_id_token(conn, _token_hash(tokens.id_token),
+                                        _spent_until(claims))
             signed = await _sign_in(conn, settings, pending.org, claims, session, "web")
     except CryoError as exc:
         return _refusal_page(exc)
@@ -205,16 +211,53 @@ def _claims_for_roles(claims: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _token_hash(id_token: str) -> bytes:
+    return hashlib.sha256(id_token.encode()).digest()
+
+
+def _spent_until(claims: dict[str, Any]) -> dt.datetime:
+    """How long a traded ID token's hash is kept: until the token itself has expired."""
+    return dt.datetime.fromtimestamp(float(claims["exp"]) + LEEWAY, dt.UTC)
+
+
+async def cli_nonce(request: web.Request) -> web.Response:
+    """`cryopg login`, before it goes to the issuer: the nonce its ID token must carry.
+    Single use, for this org, for LOGIN_SECONDS; a browser sign-in's nonce never is one."""
+    _settings(request)
+    body = await json_body(request)
+    org = _org_param(str_field(body, "org"))
+    nonce = secrets.token_urlsafe(32)
+    async with connection(request.app[POOL]) as conn:
+        expires = await engine.begin_cli_sign_in(conn, _token_hash(nonce), org, LOGIN_SECONDS)
+    return web.json_response({"nonce": nonce, "expires_at": iso(expires)},
+                             headers={"Cache-Control": "no-store"})
+
+
 async def cli_session(request: web.Request) -> web.Response:
-    """`cryopg login`: an ID token the CLI got from the issuer, for a session."""
+    """`cryopg login`: an ID token the CLI got from the issuer, for a session. It must
+    carry a nonce `oidc/cli/nonce` handed out (used up here), or, renewing, come with
+    the CLI's session as the bearer (the same person at the same issuer; that session
+    ends). Each ID token is traded once."""
     settings = _settings(request)
     body = await json_body(request)
     id_token = str_field(body, "id_token", MAX_ID_TOKEN)
     org = _org_param(str_field(body, "org"))
     nonce = optional_str_field(body, "nonce")
-    claims = await request.app[ISSUER].verify_id_token(id_token, nonce=nonce)
+    access_token = optional_str_field(body, "access_token", MAX_ID_TOKEN)
+    renewing = _bearer(request) if request.headers.get("Authorization") else None
+    if nonce is None and renewing is None:
+        raise SignInRefused("a CLI sign-in needs the nonce this server gave it "
+                            "(POST /api/v1/auth/oidc/cli/nonce); update cryopg and sign in again")
+    issuer = request.app[ISSUER]
+    claims = await issuer.verify_id_token(id_token, nonce=nonce,
+                                          max_age=MAX_TOKEN_AGE if nonce else None)
+    claims = await issuer.with_userinfo(claims, access_token)
     session = "cryo_s_" + secrets.token_urlsafe(32)
-    async with connection(request.app[POOL]) as conn:
+    async with connection(request.app[POOL]) as conn, conn.transaction():
+        await engine.spend_id_token(conn, _token_hash(id_token), _spent_until(claims),
+                                    _token_hash(nonce) if nonce else None, org,
+                                    None if nonce else renewing, settings.issuer,
+                                    claims["sub"])
         signed = await _sign_in(conn, settings, org, claims, session, "cli")
     return web.json_response({"session": session, "expires_at": iso(signed.expires_at),
                               "org": org, "login": signed.member, "role": signed.role},
@@ -252,6 +295,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(f"{AUTH}/config", auth_config)
     app.router.add_get(f"{AUTH}/oidc/login", oidc_login)
     app.router.add_get(CALLBACK, oidc_callback)
+    app.router.add_post(f"{AUTH}/oidc/cli/nonce", cli_nonce)
     app.router.add_post(f"{AUTH}/oidc/cli", cli_session)
     app.router.add_get(f"{AUTH}/session", session_info)
     app.router.add_post(f"{AUTH}/logout", logout)

@@ -188,6 +188,27 @@ $$;
 COMMENT ON FUNCTION cryo.append_log(text, uuid, bytea, double precision) IS
     'Appends a sealed log chunk (none when empty) and renews the claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
 
+-- The log masker's context for the run's next pass (cryopg/redaction.py): set by the
+-- pass that parks with a tail that may begin a secret, read by the next grant.
+CREATE OR REPLACE FUNCTION cryo.keep_log_context(p_run_id text, p_token uuid, p_context bytea)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    UPDATE cryo.runs SET log_context = nullif(p_context, ''::bytea) WHERE id = p_run_id;
+END
+$$;
+COMMENT ON FUNCTION cryo.keep_log_context(text, uuid, bytea) IS
+    'Stores the sealed log context (the log''s last bytes, which may begin a secret) for the run''s next pass; NULL or empty clears it. Raises CR002 for a stale claim token.';
+
+CREATE OR REPLACE FUNCTION cryo.log_context(p_run_id text)
+RETURNS bytea
+LANGUAGE sql STABLE AS $$
+    SELECT log_context FROM cryo.runs WHERE id = p_run_id
+$$;
+COMMENT ON FUNCTION cryo.log_context(text) IS
+    'The run''s sealed log context (see keep_log_context), NULL when it has none or there is no such run.';
+
 -- Hands a claimed run back at once (its agent is shutting down): the run goes back to
 -- pending as after an expired claim, without waiting out the expiry. A run asked to
 -- cancel ends instead.

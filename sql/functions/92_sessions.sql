@@ -39,6 +39,84 @@ $$;
 COMMENT ON FUNCTION cryo.begin_oidc_login(bytea, text, text, text, text, double precision) IS
     'Records a browser sign-in sent to the issuer (state, nonce, PKCE verifier, org) under the hash of the browser''s id for it, for p_ttl_seconds; deletes expired ones; returns when it expires. Raises CR004 for a short state, nonce or verifier, a malformed org or a bad lifetime.';
 
+-- `cryopg login` asks the server for its nonce before it goes to the issuer: the ID
+-- token it trades must carry one of these (single use, minutes old), which binds the
+-- trade to a CLI sign-in this server began; a browser sign-in's nonce is never here.
+CREATE OR REPLACE FUNCTION cryo.begin_cli_sign_in(
+    p_nonce_hash bytea, p_org text, p_ttl_seconds double precision DEFAULT 600)
+RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_expires timestamptz;
+BEGIN
+    IF p_nonce_hash IS NULL OR length(p_nonce_hash) <> 32 THEN
+        RAISE EXCEPTION 'a CLI sign-in needs the SHA-256 of its nonce' USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT cryo._slug_ok(p_org) THEN
+        RAISE EXCEPTION 'org slug % must be lower-case letters, digits and - (up to 63)', p_org
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_ttl_seconds IS NULL OR NOT p_ttl_seconds BETWEEN 1 AND 3600 THEN
+        RAISE EXCEPTION 'a sign-in lasts 1 to 3600 seconds, not %', p_ttl_seconds USING ERRCODE = 'CR004';
+    END IF;
+    DELETE FROM cryo.oidc_cli_nonces WHERE expires_at <= v_now;
+    v_expires := v_now + make_interval(secs => p_ttl_seconds);
+    INSERT INTO cryo.oidc_cli_nonces (nonce_hash, org, created_at, expires_at)
+    VALUES (p_nonce_hash, p_org, v_now, v_expires);
+    RETURN v_expires;
+END
+$$;
+COMMENT ON FUNCTION cryo.begin_cli_sign_in(bytea, text, double precision) IS
+    'Records a nonce (by its SHA-256) handed to a CLI sign-in of org p_org, for p_ttl_seconds; deletes expired ones; returns when it expires. Raises CR004 for a hash that is not 32 bytes, a malformed org or a bad lifetime.';
+
+-- An ID token is traded for a session once: its hash is kept until the token expires,
+-- and a CLI trade also uses up the nonce this server handed out for it (and only for
+-- the org it was handed out for).
+CREATE OR REPLACE FUNCTION cryo.spend_id_token(
+    p_token_hash bytea, p_expires_at timestamptz, p_nonce_hash bytea DEFAULT NULL,
+    p_org text DEFAULT NULL, p_renewing bytea DEFAULT NULL, p_issuer text DEFAULT NULL,
+    p_subject text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    IF p_token_hash IS NULL OR p_expires_at IS NULL THEN
+        RAISE EXCEPTION 'spending an ID token needs its hash and expiry' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_renewing IS NOT NULL THEN
+        -- A refreshed ID token carries no fresh nonce: the CLI session it renews (the
+        -- same person at the same issuer, in the org, not revoked, ended at most 30
+        -- days ago) stands in for it, and ends.
+        DELETE FROM cryo.sessions s
+         WHERE s.secret_hash = p_renewing AND s.kind = 'cli' AND s.org = p_org
+           AND s.issuer = p_issuer AND s.subject = p_subject AND s.revoked_at IS NULL
+           AND s.expires_at > v_now - interval '30 days';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no CLI session of this person in org % to renew (revoked, long over, or another person''s)', coalesce(p_org, '')
+                USING ERRCODE = 'CR150';
+        END IF;
+    ELSIF p_nonce_hash IS NOT NULL THEN
+        DELETE FROM cryo.oidc_cli_nonces n
+         WHERE n.nonce_hash = p_nonce_hash AND n.expires_at > v_now AND n.org = p_org;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'the ID token''s nonce is not one this server gave a CLI sign-in to org % (unknown, expired, used, or a browser sign-in''s)', coalesce(p_org, '')
+                USING ERRCODE = 'CR150';
+        END IF;
+    END IF;
+    DELETE FROM cryo.oidc_spent_tokens WHERE expires_at <= v_now;
+    INSERT INTO cryo.oidc_spent_tokens (token_hash, expires_at)
+    VALUES (p_token_hash, greatest(p_expires_at, v_now + interval '1 minute'))
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'this ID token was traded for a session already' USING ERRCODE = 'CR150';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.spend_id_token(bytea, timestamptz, bytea, text, bytea, text, text) IS
+    'Marks the ID token hashing to p_token_hash traded (kept until p_expires_at, its exp plus leeway); with p_renewing, ends the CLI session of org p_org with that secret hash, which must be p_issuer''s p_subject''s, not revoked and ended at most 30 days ago; else with p_nonce_hash, uses up the CLI sign-in nonce of org p_org it carries; deletes expired rows. Raises CR150 for a token traded before, a nonce this server did not hand a CLI sign-in of that org (or already used, or expired), or no such session to renew; CR004 for a missing hash or expiry.';
+
 -- The callback's half: the sign-in of this browser whose state the issuer echoed, used
 -- up at once so a code cannot be redeemed through it twice. A wrong state finds nothing
 -- and leaves the real sign-in in place (the attacker has no cookie to use it with).

@@ -27,6 +27,9 @@ class FakeJob:
     def ending(self) -> bool:
         return False
 
+    def mask(self, text: str) -> str:
+        return text
+
     def script_exited(self) -> bool:
         return self.exited
 

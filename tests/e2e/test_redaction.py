@@ -5,9 +5,12 @@ secret in it, while the run itself still reads its true values."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.e2e.helpers import http, script, show, submit
@@ -20,6 +23,7 @@ SECRET = "tok-9f3b1c77a2e4-Zq"
 PIN = "48151623"
 MULTI = "line-one-AAAA1111\nline-two-BBBB2222\nline-3-CCCC3333"
 MASK = "[secret]"
+LONG = "tok-9f3b1c77a2e4-Zq-7d1e55c0b9a8f"  # 33 characters, as in the report
 
 
 def _set_secret(stack: Any, name: str, value: str) -> None:
@@ -84,6 +88,90 @@ printf '%s :tail\\n' "${{API_KEY:9}}"
     assert SECRET not in log and SECRET[:9] not in log, log
     assert SECRET[:4] not in log, log  # nothing meaningful of the first pass's half
     assert f"head: {MASK}" in log, log
+    _assert_clean(log, SECRET, 5)  # nor of the rest, printed by the next pass
+    assert ":tail" in log, log
+
+
+def test_the_rest_of_a_secret_after_a_park_is_masked_even_after_other_output(
+        stack: Any) -> None:
+    # The report's figures: 12 of a 33-character secret before the park; the next pass
+    # prints something else first, then the other 21.
+    _set_secret(stack, "LONG_KEY", LONG)
+    mark = stack.dir / "long-first-pass-done"
+    wf = script(stack.dir, "park-long.sh", f"""\
+if [ ! -e {mark} ]; then
+  touch {mark}
+  printf 'head: %s' "${{LONG_KEY:0:12}}"
+fi
+cryopg sleep 1s
+echo 'second pass'
+printf '%s :tail\\n' "${{LONG_KEY:12}}"
+""")
+    run_id = submit(stack, wf)
+    log = _log(stack, run_id)
+    assert show(stack, run_id)["status"] == "succeeded"
+    _assert_clean(log, LONG, 5)
+    assert "second pass" in log and ":tail" in log, log
+
+
+def test_a_secret_split_coloured_or_encoded_is_masked(stack: Any) -> None:
+    _set_secret(stack, "API_KEY", LONG)
+    wf = script(stack.dir, "forms.sh", """\
+printf 'split: %s\\n%s :1\\n' "${API_KEY:0:10}" "${API_KEY:10}"
+printf 'crlf: %s\\r\\n%s :2\\n' "${API_KEY:0:20}" "${API_KEY:20}"
+printf 'ansi: \\033[31m%s\\033[0m%s\\033]0;t\\007%s :3\\n' \\
+  "${API_KEY:0:5}" "${API_KEY:5:9}" "${API_KEY:14}"
+printf 'b64: '; printf '%s' "$API_KEY" | base64; echo ' :4'
+printf 'b64+1: '; printf 'x%s' "$API_KEY" | base64 | tr '+/' '-_'; echo ' :5'
+printf 'b64+2: '; printf 'xy%s' "$API_KEY" | base64 -w 16; echo ' :6'
+printf 'hex: '; printf '%s' "$API_KEY" | od -An -v -tx1 | tr -d ' \\n'; echo ' :7'
+echo done
+""")
+    run_id = submit(stack, wf)
+    log = _log(stack, run_id)
+    assert show(stack, run_id)["status"] == "succeeded"
+    status, raw = http(f"{stack.url}/api/v1/orgs/dev/projects/default/runs/{run_id}/logs",
+                       stack.info["user_token"])
+    assert status == 200
+    shown = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\r\n]", "",
+                   raw.decode().replace(MASK, "|"))
+    _assert_clean(shown, LONG, 6)
+    encoded = [LONG.encode().hex()]
+    for lead in ("", "x", "xy"):
+        b64 = base64.b64encode((lead + LONG).encode()).decode()
+        encoded += [b64[3:-3], b64[3:-3].replace("+", "-").replace("/", "_")]
+    for e in encoded:
+        _assert_clean(shown, e, 8)
+    for n in range(1, 8):
+        assert f":{n}" in log, log
+    assert log.count(MASK) >= 7 and "done" in log, log
+
+
+def test_a_secret_in_a_step_name_is_never_stored(stack: Any, dsn: str) -> None:
+    _set_secret(stack, "API_KEY", SECRET)
+    wf = script(stack.dir, "named.sh", """\
+cryopg step "deploy-$API_KEY" --label "with $API_KEY" -- echo stepped
+cryopg sleep 1s
+cryopg step "deploy-$API_KEY" --label "with $API_KEY" -- echo stepped-again
+echo done
+""")
+    run_id = submit(stack, wf)
+    log = _log(stack, run_id)
+    run = show(stack, run_id)
+    assert run["status"] == "succeeded", run
+    assert "done" in log and log.count("stepped-again") == 1, log
+    seen = {"show": json.dumps(run)}
+    with psycopg.connect(dsn, autocommit=True) as db:
+        for table in ("history", "journal"):
+            rows = db.execute(f"SELECT to_jsonb(t) FROM cryo.{table} t WHERE run_id = %s",
+                              (run_id,)).fetchall()
+            assert rows, table
+            seen[table] = json.dumps([{k: v for k, v in r[0].items()
+                                       if not (isinstance(v, str) and v.startswith("\\x"))}
+                                      for r in rows])
+    assert f"deploy-{MASK}" in seen["journal"], seen["journal"]
+    for text in seen.values():
+        _assert_clean(text, SECRET)
 
 
 def test_a_value_printed_in_two_halves_around_flushes_and_a_verb(stack: Any) -> None:

@@ -33,6 +33,10 @@ class TestIssuer:
         self.next_claims: dict[str, Any] = {}
         self.next_token: str | None = None  # overrides the minted one
         self.jwks_reads = 0
+        # What /userinfo answers the access token "at" with (None: no such endpoint).
+        self.userinfo: dict[str, Any] | None = None
+        self.userinfo_reads = 0
+        self.extra_meta: dict[str, Any] = {}  # added to (or replacing) the discovery's
 
     @staticmethod
     def _new_key() -> RSAKey:
@@ -57,7 +61,15 @@ class TestIssuer:
         return web.json_response({
             "issuer": self.url, "authorization_endpoint": f"{self.url}/authorize",
             "token_endpoint": f"{self.url}/token", "jwks_uri": f"{self.url}/jwks",
-            "id_token_signing_alg_values_supported": ["RS256"]})
+            "id_token_signing_alg_values_supported": ["RS256"],
+            **({"userinfo_endpoint": f"{self.url}/userinfo"} if self.userinfo is not None
+               else {}), **self.extra_meta})
+
+    async def userinfo_answer(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer at" or self.userinfo is None:
+            return web.json_response({"error": "invalid_token"}, status=401)
+        self.userinfo_reads += 1
+        return web.json_response(self.userinfo)
 
     async def jwks(self, request: web.Request) -> web.Response:
         self.jwks_reads += 1
@@ -90,6 +102,7 @@ async def running_issuer() -> AsyncIterator[TestIssuer]:
     app.router.add_get("/.well-known/openid-configuration", issuer.discovery)
     app.router.add_get("/jwks", issuer.jwks)
     app.router.add_post("/token", issuer.token)
+    app.router.add_get("/userinfo", issuer.userinfo_answer)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     issuer.url = str(server.make_url("")).rstrip("/")

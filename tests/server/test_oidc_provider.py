@@ -6,6 +6,7 @@ claim map, and `cryopg login` with a loopback redirect, its stored credential an
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import sys
@@ -32,8 +33,11 @@ USERS = [User(sub="alice", claims={"email": "alice@example.com", "email_verified
 
 
 @pytest.fixture
-def provider() -> Iterator[Provider]:
-    with running_provider(USERS) as p:
+def provider(request: pytest.FixtureRequest) -> Iterator[Provider]:
+    # `@pytest.mark.consent_for_refresh`: a provider that grants a refresh token only to
+    # a sign-in asking offline_access with prompt=consent (as many real ones do).
+    consent = request.node.get_closest_marker("consent_for_refresh") is not None
+    with running_provider(USERS, consent_for_refresh=consent) as p:
         yield p
 
 
@@ -139,6 +143,28 @@ async def test_cryopg_login_signs_the_cli_in_and_logout_ends_it(
     assert code == 0 and "signed out" in out, err
     code, out, err = await _done(await _cli(client, tmp_path, "member", "list"))
     assert code != 0 and "cryopg login" in err
+
+
+@pytest.mark.consent_for_refresh
+async def test_cryopg_login_loopback_asks_offline_access_and_keeps_the_refresh_token(
+        client: TestClient, provider: Provider, tmp_path: Path) -> None:
+    url = str(client.make_url("")).rstrip("/")
+    proc = await _cli(client, tmp_path, "login", "--url", url, "--loopback", "--no-browser")
+    assert proc.stderr is not None
+    address = ""
+    while not address.startswith(provider.issuer):
+        line = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert line, "the CLI ended without printing the provider's address"
+        address = line.decode().strip()
+    back = await asyncio.to_thread(provider.authorize, address, "alice")
+    await asyncio.to_thread(lambda: urllib.request.urlopen(back, timeout=10).read())
+    code, out, err = await _done(proc)
+    assert code == 0, err
+    asked = provider.authorized[-1]
+    assert asked.get("prompt") == "consent" and "offline_access" in asked["scope"].split()
+    stored = json.loads((tmp_path / "cryopg" / "credentials.json").read_text())
+    entry = stored["servers"][url]
+    assert entry.get("refresh_token"), entry
 
 
 async def test_cryopg_login_refuses_a_server_without_an_issuer(srv: object,

@@ -199,28 +199,153 @@ async def test_the_claim_map_gives_roles(site: Site) -> None:
     assert status == 401
 
 
+async def _cli_nonce(site: Site, org: str = "dev") -> str:
+    status, got = await site.json("POST", "/api/v1/auth/oidc/cli/nonce", json={"org": org})
+    assert status == 200 and len(got["nonce"]) >= 32, got
+    return str(got["nonce"])
+
+
+async def _trade(site: Site, token: str, **extra: Any) -> tuple[int, Any]:
+    return await site.json("POST", "/api/v1/auth/oidc/cli",
+                           json={"id_token": token, "org": "dev", **extra})
+
+
 async def test_the_cli_trades_an_id_token_for_a_bearer_session(site: Site) -> None:
-    token = site.issuer.mint()
-    status, got = await site.json("POST", "/api/v1/auth/oidc/cli",
-                                  json={"id_token": token, "org": "dev"})
+    nonce = await _cli_nonce(site)
+    token = site.issuer.mint(nonce=nonce)
+    status, got = await _trade(site, token, nonce=nonce)
     assert status == 200 and got["login"] == "alice@example.com", got
     bearer = {"Authorization": f"Bearer {got['session']}"}
     status, me = await site.json("GET", ME, headers=bearer)
     assert status == 200 and me["role"] == "member"
-    status, err = await site.json("POST", "/api/v1/auth/oidc/cli",
-                                  json={"id_token": site.issuer.mint(aud="other"), "org": "dev"})
+    nonce = await _cli_nonce(site)
+    status, err = await _trade(site, site.issuer.mint(aud="other", nonce=nonce), nonce=nonce)
     assert status == 401 and err["error"]["code"] == "sign_in_refused"
-    status, err = await site.json("POST", "/api/v1/auth/oidc/cli",
-                                  json={"id_token": token, "org": "dev", "nonce": "n" * 20})
-    assert status == 401
-    status, err = await site.json("POST", "/api/v1/auth/oidc/cli",
-                                  json={"id_token": site.issuer.mint(sub="s", email="z@x.io"),
-                                        "org": "dev"})
+    nonce = await _cli_nonce(site)
+    status, err = await _trade(site, site.issuer.mint(sub="s", email="z@x.io", nonce=nonce),
+                               nonce=nonce)
     assert status == 403 and err["error"]["code"] == "not_a_member"
     status, _ = await site.json("POST", "/api/v1/auth/logout", headers=bearer)
     assert status == 200
     status, _ = await site.json("GET", ME, headers=bearer)
     assert status == 401
+
+
+async def test_the_cli_trade_needs_its_own_nonce_and_each_token_goes_once(site: Site) -> None:
+    # No nonce at all: neither in the token nor in the request.
+    status, err = await _trade(site, site.issuer.mint())
+    assert status == 401 and err["error"]["code"] == "sign_in_refused", err
+    # A nonce in the request that the token does not carry.
+    nonce = await _cli_nonce(site)
+    status, err = await _trade(site, site.issuer.mint(), nonce=nonce)
+    assert status == 401 and err["error"]["code"] == "sign_in_refused", err
+    # A nonce the server never handed out (made up by whoever holds the token).
+    status, err = await _trade(site, site.issuer.mint(nonce="n" * 32), nonce="n" * 32)
+    assert status == 401 and "nonce" in err["error"]["message"], err
+    # A browser sign-in's nonce: its ID token is not a CLI's.
+    web = await site.start()
+    status, err = await _trade(site, site.issuer.mint(nonce=web["nonce"]), nonce=web["nonce"])
+    assert status == 401 and "nonce" in err["error"]["message"], err
+    # A nonce handed out for another org.
+    other = await _cli_nonce(site, "acme")
+    status, err = await _trade(site, site.issuer.mint(nonce=other), nonce=other)
+    assert status == 401 and "nonce" in err["error"]["message"], err
+    # The same token twice: the first gets a session, the second nothing; and a second
+    # token with the used nonce is refused too.
+    nonce = await _cli_nonce(site)
+    token = site.issuer.mint(nonce=nonce)
+    assert (await _trade(site, token, nonce=nonce))[0] == 200
+    status, err = await _trade(site, token, nonce=nonce)
+    assert status == 401 and err["error"]["code"] == "sign_in_refused", err
+    status, err = await _trade(site, site.issuer.mint(nonce=nonce, sub="sub-alice", jti="2"),
+                               nonce=nonce)
+    assert status == 401, err
+    async with await psycopg.AsyncConnection.connect(site.dsn, autocommit=True) as conn:
+        spent = await (await conn.execute("SELECT count(*) FROM cryo.oidc_spent_tokens")
+                       ).fetchone()
+    assert spent is not None and spent[0] >= 1
+
+
+async def test_a_browser_sign_ins_id_token_is_not_traded_again(site: Site) -> None:
+    query = await site.start()
+    site.issuer.next_claims = {"nonce": query["nonce"]}
+    token = site.issuer.mint(nonce=query["nonce"])
+    site.issuer.next_token = token
+    status, where, cookie = await site.back(query["state"])
+    assert (status, where) == (302, "/#/runs") and cookie
+    # The same token at the CLI route, with the browser's nonce: refused.
+    status, err = await _trade(site, token, nonce=query["nonce"])
+    assert status == 401, err
+    # ... and through a second browser sign-in whose nonce it cannot match anyway
+    query = await site.start()
+    status, page, cookie = await site.back(query["state"])
+    assert status in (400, 401) and not cookie, page
+
+
+async def test_a_renewal_trades_a_refreshed_token_with_the_old_session(site: Site) -> None:
+    nonce = await _cli_nonce(site)
+    status, got = await _trade(site, site.issuer.mint(nonce=nonce), nonce=nonce)
+    assert status == 200
+    old = {"Authorization": f"Bearer {got['session']}"}
+    # A refreshed ID token has no fresh nonce: the old session stands in for it.
+    status, renewed = await site.json("POST", "/api/v1/auth/oidc/cli", headers=old,
+                                      json={"id_token": site.issuer.mint(jti="r1"),
+                                            "org": "dev"})
+    assert status == 200 and renewed["session"] != got["session"], renewed
+    assert (await site.json("GET", ME, headers=old))[0] == 401  # the old one ended
+    # Someone else's session does not renew for alice.
+    again = {"Authorization": f"Bearer {renewed['session']}"}
+    status, err = await site.json("POST", "/api/v1/auth/oidc/cli", headers=again,
+                                  json={"id_token": site.issuer.mint(sub="mallory", jti="r2"),
+                                        "org": "dev"})
+    assert status == 401, err
+
+
+@pytest.mark.parametrize("url", ["http://example.com", "http://10.0.0.5:8080",
+                                 "http://127.example.com", "ftp://127.0.0.1"])
+def test_an_issuer_off_loopback_must_be_https(url: str) -> None:
+    with pytest.raises(ValueError, match="https"):
+        OidcSettings.from_env({"CRYOPG_OIDC_ISSUER": url, "CRYOPG_OIDC_CLIENT_ID": "c"})
+
+
+@pytest.mark.parametrize("url", ["https://id.example.com", "http://127.0.0.1:9000",
+                                 "http://127.3.4.5", "http://[::1]:8080", "http://localhost:1"])
+def test_https_or_loopback_issuers_are_accepted(url: str) -> None:
+    settings = OidcSettings.from_env({"CRYOPG_OIDC_ISSUER": url, "CRYOPG_OIDC_CLIENT_ID": "c"})
+    assert settings is not None and settings.issuer == url
+
+
+async def test_endpoints_the_discovery_names_over_http_off_loopback_are_refused(
+        site: Site) -> None:
+    site.issuer.extra_meta = {"userinfo_endpoint": "http://userinfo.example.com/u"}
+    site.client.app[ISSUER]._meta = None
+    async with site.client.get(LOGIN, allow_redirects=False) as resp:
+        assert resp.status == 401, await resp.text()
+        assert "https" in (await resp.json())["error"]["message"]
+
+
+async def test_claims_only_the_userinfo_endpoint_holds_sign_people_in(site: Site) -> None:
+    # A provider in its default settings: the ID token names the subject alone.
+    site.issuer.userinfo = {"sub": "sub-olga", "email": "olga@example.com",
+                            "email_verified": True, "groups": ["ops"]}
+    site.client.app[ISSUER]._meta = None  # the discovery now lists userinfo_endpoint
+    async with await psycopg.AsyncConnection.connect(site.dsn, autocommit=True) as conn:
+        await conn.execute("SELECT cryo.put_role_map('dev', 'groups', 'ops', 'admin')")
+    await site.sign_in(sub="sub-olga", email=None, email_verified=None)
+    status, me = await site.json("GET", ME)
+    assert status == 200 and me["login"] == "olga@example.com" and me["role"] == "admin", me
+    assert site.issuer.userinfo_reads == 1
+    # The CLI hands its access token over for the same read.
+    nonce = await _cli_nonce(site)
+    status, got = await _trade(site, site.issuer.mint(sub="sub-olga", email=None,
+                                                      email_verified=None, nonce=nonce),
+                               nonce=nonce, access_token="at")
+    assert status == 200 and got["login"] == "olga@example.com", got
+    # A userinfo answer about another subject is not believed.
+    site.issuer.userinfo = {"sub": "sub-someone", "email": "alice@example.com"}
+    site.client.session.cookie_jar.clear()
+    page = await site.refused(sub="sub-olga", email=None, email_verified=None)
+    assert "another subject" in page, page
 
 
 async def test_without_an_issuer_the_routes_say_so(srv: Any) -> None:

@@ -159,10 +159,32 @@ async def logs(request: web.Request) -> web.Response:
     except (binascii.Error, ValueError, TypeError) as exc:
         raise InvalidArgument("data must be base64") from exc
     sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
+    context = _log_context(body)
     async with connection(request.app[POOL]) as conn:
         cancel = await engine.append_log(conn, run_id, token, sealed,
                                          request.app[CONFIG].claim_seconds)
+        if context is not None:  # a pass that may park hands its log masker's context on
+            sealer = await request.app[KEYS].sealer(org)
+            await engine.keep_log_context(conn, run_id, token,
+                                          sealer.seal(context) if context else None)
     return web.json_response({"cancel": bool(cancel)})
+
+
+MAX_LOG_CONTEXT = 64 << 10
+
+
+def _log_context(body: dict[str, Any]) -> bytes | None:
+    """`context`: the agent's log masker's last bytes (base64), for the next pass."""
+    got = body.get("context")
+    if got is None:
+        return None
+    try:
+        context = base64.b64decode(got, validate=True)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise InvalidArgument("context must be base64") from exc
+    if len(context) > MAX_LOG_CONTEXT:
+        raise InvalidArgument(f"context must be at most {MAX_LOG_CONTEXT} bytes")
+    return context
 
 
 async def finish(request: web.Request) -> web.Response:

@@ -6,6 +6,7 @@ claim) and for a collected child's output."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from typing import Any
 
@@ -68,11 +69,15 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
                                             sealer.seal_json(input_value))
         else:
             input_value = sealer.open_json(claim.input) if claim.input is not None else None
-        if any(m.family == "activity.collect" for m in got.journal):
+        log_context = b""
+        if got.journal:  # a later pass: its log masker goes on from the last one's tail
             async with connection(app[POOL]) as conn:
                 journal = [await grant_entry(conn, sealer, m) for m in got.journal]
+                sealed_context = await engine.log_context(conn, claim.run_id)
+            if sealed_context is not None:
+                log_context = sealer.open(sealed_context)
         else:
-            journal = [await grant_entry(None, sealer, m) for m in got.journal]
+            journal = []
         # Plaintext secrets exist only here, in the grant of a trusted run's live claim.
         secrets = {s.name: sealer.open_text(s.value) for s in got.secrets
                    if not s.withheld and s.value is not None}
@@ -85,4 +90,5 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
             "interpreter": claim.interpreter, "source": source, "input": input_value,
             "claim_seconds": app[CONFIG].claim_seconds, "journal": journal,
             "secrets": secrets, "withheld": withheld, "workdir": claim.workdir,
-            "untrusted": claim.untrusted}
+            "untrusted": claim.untrusted,
+            "log_context": base64.b64encode(log_context).decode() if secrets else ""}

@@ -21,11 +21,19 @@ from cryopg.server.bodies import (
     recorded_at,
     to_int,
 )
+from cryopg.server.redact import MASKS
 from cryopg.server.state import KEYS, POOL
 
 
+async def _names(request: web.Request, org: str, project: str, *texts: str) -> list[str]:
+    """Names about to be stored in clear, with the project's secrets masked (the agent
+    masked them already; this is the second line)."""
+    masker = await request.app[MASKS].recent(request.app, org, project)
+    return [masker.text(t) for t in texts]
+
+
 async def steps(request: web.Request) -> web.Response:
-    run_id, org, _ = await agent_run(request)
+    run_id, org, project = await agent_run(request)
     body = await json_body(request)
     token = await agent_claim(request, body)
     try:
@@ -40,11 +48,13 @@ async def steps(request: web.Request) -> web.Response:
     sealer = await request.app[KEYS].sealer(org)
     result = sealer.seal_json({"stdout": str(body.get("stdout") or "")})
     label = optional_text(body, "label")
+    name, path, label_text = await _names(request, org, project, str(body.get("name") or ""),
+                                          at["path"] or "", label or "")
     # Steps several agents report at once commit together (see batching.py).
     seq = await request.app[STEPS].record(
         (run_id, token, at["position"], str(body.get("family") or ""),
-         str(body.get("name") or ""), ordinal, label, result,
-         exit_code, at["path"], _started_at(body)))
+         name, ordinal, None if label is None else label_text, result,
+         exit_code, at["path"] and path, _started_at(body)))
     return web.json_response({"seq": seq})
 
 
@@ -60,14 +70,18 @@ def _started_at(body: dict[str, Any]) -> datetime | None:
 
 async def marks(request: web.Request) -> web.Response:
     """A step about to run pins its pending marker (see cryo.mark_step)."""
-    run_id, _, _ = await agent_run(request)
+    run_id, org, project = await agent_run(request)
     body = await json_body(request)
     token = await agent_claim(request, body)
     ordinal = to_int(body, "ordinal")
+    at = recorded_at(body)
+    name, path = await _names(request, org, project, str(body.get("name") or ""),
+                              at["path"] or "")
+    at["path"] = at["path"] and path
     async with connection(request.app[POOL]) as conn:
-        await engine.mark_step(conn, run_id, token, **recorded_at(body),
+        await engine.mark_step(conn, run_id, token, **at,
                                family=str(body.get("family") or ""),
-                               name=str(body.get("name") or ""), ordinal=ordinal)
+                               name=name, ordinal=ordinal)
     return web.json_response({})
 
 
