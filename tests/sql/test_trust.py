@@ -30,8 +30,9 @@ def _run(db: psycopg.Connection, untrusted: bool = False) -> tuple[str, object]:
 
 def _set(db: psycopg.Connection, run: tuple[str, object], value: bytes, key: str = "creds",
          public: bool = False) -> int:
-    return db.execute("SELECT cryo.state_set(%s, %s, 'shared', %s, %s, %s)",
-                      (*run, key, value, public)).fetchone()[0]
+    opt = ", p_public => true" if public else ""
+    return db.execute(f"SELECT cryo.state_set(%s, %s, 'shared', %s, %s{opt})",
+                      (*run, key, value)).fetchone()[0]
 
 
 def _read(db: psycopg.Connection, run: tuple[str, object], key: str = "creds",
@@ -112,8 +113,9 @@ def test_an_untrusted_graph_runs_its_state_nodes_in_the_tainted_namespace(
 
 def _put(db: psycopg.Connection, run: tuple[str, object], sha: str, key: str | None = "K",
          public: bool = False) -> None:
-    db.execute("SELECT * FROM cryo.put_run_artifact(%s, %s, %s, 'tool', %s, 3, NULL, %s)",
-               (*run, key, sha, public))
+    opt = ", p_public => true" if public else ""
+    db.execute(f"SELECT * FROM cryo.put_run_artifact(%s, %s, %s, 'tool', %s, 3, NULL{opt})",
+               (*run, key, sha))
 
 
 def _find(db: psycopg.Connection, run: tuple[str, object], key: str | None = "K",
@@ -129,19 +131,20 @@ def test_untrusted_artifacts_read_only_published_and_write_beside_trusted(
     _put(db, trusted, SHA_A)
     _put(db, trusted, SHA_A, key=None)  # its own artifact
     untrusted = _run(db, untrusted=True)
+    # Writes: its put of the same (key, name) lands beside the trusted one.
+    _put(db, untrusted, SHA_B)
+    assert db.execute("SELECT sha256 FROM cryo.find_artifact('dev', 'default', "
+                      "'dev:default:key:K', 'tool')").fetchone() == (SHA_A,)
+    assert _find(db, trusted) == SHA_A
     # Reads: neither the cached artifact nor the trusted run's own, nor its blob by digest.
-    assert _find(db, untrusted) is None
+    assert _find(db, untrusted) == SHA_B  # its own write, back
+    _put(db, trusted, SHA_A, key="K3")
+    assert _find(db, untrusted, key="K3") is None
     assert _find(db, untrusted, key=None, other=trusted[0]) is None
     assert db.execute("SELECT cryo.find_run_artifact_blob(%s, %s, %s)",
                       (*untrusted, SHA_A)).fetchone() == (None,)
-    assert db.execute("SELECT count(*) FROM cryo.list_run_artifacts(%s, %s, NULL, true)",
-                      untrusted).fetchone() == (0,)
-    # Writes: its put of the same (key, name) lands beside the trusted one.
-    _put(db, untrusted, SHA_B)
-    assert _find(db, trusted) == SHA_A
-    assert db.execute("SELECT sha256 FROM cryo.find_artifact('dev', 'default', "
-                      "'dev:default:key:K', 'tool')").fetchone() == (SHA_A,)
-    assert _find(db, untrusted) == SHA_B  # its own write, back
+    assert db.execute("SELECT scope, tainted FROM cryo.list_run_artifacts(%s, %s, NULL, true)",
+                      untrusted).fetchall() == [("dev:default:key:K", True)]  # not K3
     assert _find(db, trusted, tainted=True) == SHA_B  # a trusted run asks by name
     assert db.execute("SELECT sha256 FROM cryo.find_artifact('dev', 'default', "
                       "'dev:default:key:K', 'tool', true)").fetchone() == (SHA_B,)
@@ -160,30 +163,28 @@ def test_untrusted_artifacts_read_only_published_and_write_beside_trusted(
 
 def _wait(db: psycopg.Connection, run: tuple[str, object], name: str,
           tainted: bool = False) -> bool:
-    return db.execute("SELECT parked FROM cryo.wait_event(%s, %s, NULL, %s, 0, NULL, NULL, %s)",
-                      (*run, name, tainted)).fetchone()[0]
+    opt = ", p_tainted => true" if tainted else ""
+    return db.execute(f"SELECT parked FROM cryo.wait_event(%s, %s, NULL, %s, 0{opt})",
+                      (*run, name)).fetchone()[0]
 
 
 def _emit(db: psycopg.Connection, run: tuple[str, object], name: str,
           public: bool = False) -> None:
-    db.execute("SELECT cryo.emit_from_run(%s, %s, NULL, 0, %s, %s, NULL, %s)",
-               (*run, name, b"payload", public))
+    opt = ", p_public => true" if public else ""
+    db.execute(f"SELECT cryo.emit_from_run(%s, %s, NULL, 0, %s, %s{opt})",
+               (*run, name, b"payload"))
 
 
 def test_events_wake_only_the_namespaces_that_may_hear_them(db: psycopg.Connection) -> None:
     trusted = _run(db)
     assert _wait(db, trusted, "deploy.approved")
-    opted_in = _run(db)
-    assert _wait(db, opted_in, "deploy.approved", tainted=True)
     untrusted_waiter = _run(db, untrusted=True)
     assert _wait(db, untrusted_waiter, "deploy.done")
     attacker, emitter, approver = _run(db, untrusted=True), _run(db), _run(db)
-    # An untrusted emit wakes no trusted waiter, only one that opted in by name.
+    opted_in, attacker2 = _run(db), _run(db, untrusted=True)
+    # An untrusted emit wakes no trusted waiter.
     _emit(db, attacker, "deploy.approved")
     assert status(db, trusted[0]) == ("parked", "awaiting-event")
-    assert status(db, opted_in[0]) == ("pending", None)
-    assert db.execute("SELECT key_family FROM cryo.journal WHERE run_id = %s",
-                      (opted_in[0],)).fetchone() == ("event.tainted",)
     # A trusted emit reaches no untrusted waiter unless it is published.
     _emit(db, emitter, "deploy.done")
     assert status(db, untrusted_waiter[0]) == ("parked", "awaiting-event")
@@ -194,13 +195,20 @@ def test_events_wake_only_the_namespaces_that_may_hear_them(db: psycopg.Connecti
     assert status(db, untrusted_waiter[0]) == ("pending", None)
     assert db.execute("SELECT answer_clear FROM cryo.journal WHERE run_id = %s",
                       (untrusted_waiter[0],)).fetchone() == ({"pub": 1},)
+    # A trusted run hears tainted events when it opted in by name (a call of its own).
+    assert _wait(db, opted_in, "deploy.approved", tainted=True)
+    _emit(db, attacker2, "deploy.approved")
+    assert status(db, opted_in[0]) == ("pending", None)
+    assert db.execute("SELECT key_family FROM cryo.journal WHERE run_id = %s",
+                      (opted_in[0],)).fetchone() == ("event.tainted",)
+    assert status(db, trusted[0]) == ("parked", "awaiting-event")
     # The trusted waiter still waits for a trusted event, and gets one.
     _emit(db, approver, "deploy.approved")
     assert status(db, trusted[0]) == ("pending", None)
     rows = db.execute("SELECT name, untrusted, published FROM cryo.events ORDER BY id").fetchall()
     assert rows == [("deploy.approved", True, False), ("deploy.done", False, False),
                     ("deploy.done", False, False), ("deploy.done", False, True),
-                    ("deploy.approved", False, False)]
+                    ("deploy.approved", True, False), ("deploy.approved", False, False)]
 
 
 def _graph(db: psycopg.Connection, untrusted: bool, tainted: bool = False) -> str:
@@ -216,10 +224,13 @@ def _graph(db: psycopg.Connection, untrusted: bool, tainted: bool = False) -> st
 
 def test_a_tainted_event_cancels_only_untrusted_graphs_and_those_that_opted_in(
         db: psycopg.Connection) -> None:
-    trusted, opted, untrusted = _graph(db, False), _graph(db, False, True), _graph(db, True)
+    trusted, untrusted = _graph(db, False), _graph(db, True)
     _emit(db, _run(db, untrusted=True), "pr.closed")
     assert status(db, trusted)[0] == "pending"
-    assert status(db, opted)[0] == "cancelled" and status(db, untrusted)[0] == "cancelled"
+    assert status(db, untrusted)[0] == "cancelled"
+    opted = _graph(db, False, True)
+    _emit(db, _run(db, untrusted=True), "pr.closed")
+    assert status(db, opted)[0] == "cancelled" and status(db, trusted)[0] == "pending"
     # A trusted event cancels every graph that names it.
     db.execute("SELECT cryo.publish_event('dev', 'default', 'pr.closed')")
     assert status(db, trusted)[0] == "cancelled"
