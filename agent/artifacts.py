@@ -39,6 +39,9 @@ def _name_fields(req: dict[str, Any]) -> dict[str, Any]:
             raise VerbError("bad_request", f"'{field}' must be a non-empty string or null")
         if value is not None:
             fields[field] = value
+    for opt in ("public", "tainted"):  # trust opt-ins (docs/security/trust.md)
+        if req.get(opt) is True:
+            fields[opt] = True
     return fields
 
 
@@ -152,6 +155,8 @@ class ArtifactCalls:
             body["run"] = run
         if req.get("cached"):
             body["cached"] = True
+        if req.get("tainted") is True:
+            body["tainted"] = True
         return {"ok": True, **await self._post("list", body)}
 
 

@@ -319,7 +319,7 @@ class DurableVerbs(JournalCursor):
         entity = req.get("entity")
         if entity is not None and (not isinstance(entity, str) or not entity):
             raise VerbError("bad_request", "'entity' must be a non-empty string or null")
-        fields: dict[str, Any] = {"entity": entity}
+        fields: dict[str, Any] = {"entity": entity, **_trust_opt_ins(req)}
         if op == "list":
             return {"ok": True, **await self._state_call(op, fields)}
         key = req.get("key")
@@ -404,6 +404,20 @@ class DurableVerbs(JournalCursor):
             if e.code in STATE_REFUSALS:
                 raise VerbError(e.code, e.message) from None
             raise VerbError("engine", f"server refused or unreachable: {e.message}") from None
+
+
+def _trust_opt_ins(req: dict[str, Any]) -> dict[str, bool]:
+    """`public` (a trusted set publishing its cell) and `tainted` (a trusted read of what
+    untrusted runs wrote), passed on when true; the server decides what they mean for
+    this run (docs/security/trust.md)."""
+    out: dict[str, bool] = {}
+    for opt in ("public", "tainted"):
+        value = req.get(opt)
+        if value is not None and not isinstance(value, bool):
+            raise VerbError("bad_request", f"'{opt}' must be true, false or null")
+        if value:
+            out[opt] = True
+    return out
 
 
 def _memo(

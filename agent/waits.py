@@ -55,6 +55,14 @@ def _timeout(req: dict[str, Any]) -> float | None:
     return float(timeout)
 
 
+def _opt_in(req: dict[str, Any], what: str) -> bool:
+    """A trust opt-in (docs/security/trust.md): `tainted` on wait.event, `public` on emit."""
+    value = req.get(what)
+    if value is not None and not isinstance(value, bool):
+        raise _error("bad_request", f"'{what}' must be true, false or null")
+    return bool(value)
+
+
 def _done(verbs: JournalCursor, path: str) -> dict[str, Any] | None:
     entry = verbs._by_path.get(path)
     return entry if entry is not None and entry.get("status") == "done" else None
@@ -109,16 +117,20 @@ async def dispatch(verbs: JournalCursor, op: str, req: dict[str, Any]) -> dict[s
 async def _wait(verbs: JournalCursor, kind: str, req: dict[str, Any]) -> dict[str, Any] | None:
     name = _name(req, f"wait.{kind}")
     timeout = _timeout(req)
-    path, ordinal, position = await verbs._reach(kind, name)
+    # A trusted run's wait that also hears untrusted runs' events is a call of its own.
+    tainted = kind == "event" and _opt_in(req, "tainted")
+    family = "event.tainted" if tainted else kind
+    path, ordinal, position = await verbs._reach(family, name)
     entry = _done(verbs, path)
     if entry is None:
         await flush_before_park(verbs)
+        extra = {"tainted": True} if tainted else {}
         got = await _ask(verbs, f"waits/{kind}", position=position, path=path, name=name,
-                         ordinal=ordinal, timeout=timeout)
+                         ordinal=ordinal, timeout=timeout, **extra)
         if got.get("parked"):
             verbs._job.parked()  # the script dies here; the answer comes on a later pass
             return None
-        entry = _memo(verbs, path, kind, name, ordinal, got.get("payload"),
+        entry = _memo(verbs, path, family, name, ordinal, got.get("payload"),
                       TIMED_OUT if got.get("timed_out") else 0)
     timed_out = entry.get("exit_code") == TIMED_OUT
     payload = None if timed_out else entry.get("answer")
@@ -129,8 +141,9 @@ async def _emit(verbs: JournalCursor, req: dict[str, Any]) -> dict[str, Any]:
     name = _name(req, "emit")
     path, ordinal, position = await verbs._reach("emit", "")
     if _done(verbs, path) is None:
+        extra = {"public": True} if _opt_in(req, "public") else {}
         got = await _ask(verbs, "emit", position=position, path=path, ordinal=ordinal, name=name,
-                         payload=req.get("payload"))
+                         payload=req.get("payload"), **extra)
         _memo(verbs, path, "emit", "", ordinal, {"event_id": got.get("event_id")})
     return {"ok": True}
 

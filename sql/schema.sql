@@ -1562,6 +1562,7 @@ BEGIN
          WHERE r.org = p_org AND r.project = p_project AND r.finished_at IS NULL
            AND r.graph ? 'cancel_on' AND (r.graph #>> '{cancel_on,event}') = p_name
            AND r.created_at <= cryo.now() AND NOT cryo.is_terminal(r.status)
+           AND (NOT p_untrusted OR r.untrusted OR (r.graph #> '{cancel_on,tainted}') = 'true')
          ORDER BY r.id
     LOOP
         BEGIN
@@ -1645,7 +1646,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._publish_event(p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text, p_untrusted boolean DEFAULT false) RETURNS bigint
+CREATE FUNCTION cryo._publish_event(p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text, p_untrusted boolean DEFAULT false, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1653,6 +1654,7 @@ DECLARE
     v_waiters text[];
     v_depth integer := 0;
     v_untrusted boolean := coalesce(p_untrusted, false);
+    v_published boolean;
 BEGIN
     IF p_run_id IS NOT NULL THEN
         -- A node job of a graph handler run emits on behalf of its graph run.
@@ -1661,20 +1663,26 @@ BEGIN
           FROM cryo.runs r LEFT JOIN cryo.runs g ON g.id = r.parent_run_id
          WHERE r.id = p_run_id;
     END IF;
+    v_untrusted := coalesce(v_untrusted, false);
+    v_published := coalesce(p_public, false) AND NOT v_untrusted;
     PERFORM cryo._check_name('event', p_name);
     PERFORM cryo._require_project(p_org, p_project);
     -- Serialises with wait_event on this name: a waiter parks either before this event
     -- (and is woken by it) or after it (and waits for the next).
     PERFORM pg_advisory_xact_lock(hashtextextended(p_org || '/' || p_project || '/' || p_name, 7));
     INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, depth,
-                             untrusted, created_at)
+                             untrusted, published, created_at)
     VALUES (p_org, p_project, p_name, p_sealed, p_clear, p_run_id, coalesce(v_depth, 0),
-            coalesce(v_untrusted, false), cryo.now())
+            v_untrusted, v_published, cryo.now())
     RETURNING id INTO v_id;
     SELECT array_agg(j.run_id) INTO v_waiters
       FROM cryo.journal j JOIN cryo.queue q ON q.run_id = j.run_id AND q.park_path = j.path
-     WHERE j.org = p_org AND j.project = p_project AND j.key_family = 'event'
-       AND j.key_name = p_name AND j.status = 'pending' AND q.state = 'parked';
+      JOIN cryo.runs r ON r.id = j.run_id
+     WHERE j.org = p_org AND j.project = p_project AND j.key_family IN ('event', 'event.tainted')
+       AND j.key_name = p_name AND j.status = 'pending' AND q.state = 'parked'
+       AND CASE WHEN r.untrusted THEN v_untrusted OR v_published
+                WHEN j.key_family = 'event.tainted' THEN true
+                ELSE NOT v_untrusted END;
     IF v_waiters IS NOT NULL THEN
         PERFORM cryo._wake(v_waiters, 'event_received', p_sealed, p_clear, 0);
     END IF;
@@ -1684,7 +1692,7 @@ BEGIN
               WHERE i.org = p_org AND i.project = p_project AND i.wait_name = p_name
                 AND i.status = 'waiting' AND i.wait_kind = 'event' ORDER BY 1) w;
     PERFORM cryo._on_event(p_org, p_project, p_name, v_id, p_sealed, p_clear, coalesce(v_depth, 0),
-                           coalesce(v_untrusted, false), p_run_id);
+                           v_untrusted, p_run_id);
     RETURN v_id;
 END
 $$;
@@ -1704,12 +1712,13 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._put_artifact(p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_by_run text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+CREATE FUNCTION cryo._put_artifact(p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_by_run text, p_public boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
 DECLARE
     v_scope text := cryo.artifact_scope(p_org, p_project, p_run_id, p_key);
+    v_tainted boolean := cryo._run_untrusted(p_by_run);
     v_now timestamptz := cryo.now();
 BEGIN
     PERFORM cryo._check_name('artifact', p_name);
@@ -1720,12 +1729,14 @@ BEGIN
     VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now)
     ON CONFLICT (org, project, sha256) DO UPDATE SET touched_at = excluded.touched_at;
     INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
-                                     created_by_run, created_at)
+                                     created_by_run, created_at, tainted, published)
     VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
-            p_sha256, p_size, p_by_run, v_now)
+            p_sha256, p_size, p_by_run, v_now, v_tainted,
+            coalesce(p_public, false) AND NOT v_tainted)
     ON CONFLICT ON CONSTRAINT artifacts_pkey DO UPDATE
        SET sha256 = excluded.sha256, size = excluded.size,
-           created_by_run = excluded.created_by_run, created_at = excluded.created_at;
+           created_by_run = excluded.created_by_run, created_at = excluded.created_at,
+           published = excluded.published;
     RETURN QUERY SELECT v_scope, p_name, p_sha256, p_size, v_now;
 END
 $$;
@@ -2006,6 +2017,42 @@ CREATE FUNCTION cryo._role_rank(p_role text) RETURNS integer
                        WHEN 'viewer' THEN 1 ELSE 0 END
 $$;
 
+CREATE TABLE cryo.artifacts (
+    org text NOT NULL,
+    project text NOT NULL,
+    scope text NOT NULL,
+    run_id text,
+    cache_key text,
+    name text NOT NULL,
+    sha256 text NOT NULL,
+    size bigint NOT NULL,
+    created_by_run text,
+    created_at timestamp with time zone NOT NULL,
+    tainted boolean DEFAULT false NOT NULL,
+    published boolean DEFAULT false NOT NULL,
+    CONSTRAINT artifacts_check CHECK (((run_id IS NULL) <> (cache_key IS NULL))),
+    CONSTRAINT artifacts_size_check CHECK ((size >= 0))
+);
+
+COMMENT ON TABLE cryo.artifacts IS 'Artifact names: (scope, name) -> blob. scope is the run id for a run''s artifact (collected with the run), or {org}:{project}:key:{cache key} for a cached artifact (kept for CRYOPG_RETENTION_ARTIFACTS after it was put).';
+
+COMMENT ON COLUMN cryo.artifacts.tainted IS 'Put by an untrusted run: the tainted namespace, which trusted runs read only when they ask for it (--tainted).';
+
+COMMENT ON COLUMN cryo.artifacts.published IS 'A trusted artifact its put published (--public): untrusted runs may read it.';
+
+CREATE FUNCTION cryo._run_artifacts(p_run_id text, p_scope text, p_name text, p_tainted boolean) RETURNS SETOF cryo.artifacts
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT DISTINCT ON (a.scope, a.name) a.* FROM cryo.artifacts a
+     WHERE a.org = cryo._run_org(p_run_id) AND a.project = cryo._run_project(p_run_id)
+       AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
+       AND (p_name IS NULL OR a.name = p_name)
+       AND (a.scope = p_run_id
+            OR a.tainted = (cryo._run_untrusted(p_run_id) OR coalesce(p_tainted, false))
+            OR (cryo._run_untrusted(p_run_id) AND a.published))
+     ORDER BY a.scope, a.name, a.tainted DESC
+$$;
+
 CREATE FUNCTION cryo._run_in_project(p_run_id text, p_org text, p_project text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -2023,6 +2070,12 @@ CREATE FUNCTION cryo._run_project(p_run_id text) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT split_part(p_run_id, ':', 2)
+$$;
+
+CREATE FUNCTION cryo._run_untrusted(p_run_id text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce((SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id), false)
 $$;
 
 CREATE FUNCTION cryo._secret_name_ok(p_name text) RETURNS boolean
@@ -2083,7 +2136,8 @@ BEGIN
     PERFORM cryo._state_key(p_key, true);
     UPDATE cryo.state_cells c
        SET value = NULL, version = c.version + 1, updated_by_run = p_q.run_id, updated_at = cryo.now()
-     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL;
+     WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL
+       AND c.tainted = cryo._run_untrusted(p_q.run_id);
     RETURN FOUND;
 END
 $$;
@@ -2120,6 +2174,48 @@ BEGIN
 END
 $$;
 
+CREATE TABLE cryo.state_cells (
+    org text NOT NULL,
+    project text NOT NULL,
+    scope text NOT NULL,
+    entity text,
+    run_id text,
+    key text NOT NULL,
+    value bytea,
+    version bigint NOT NULL,
+    created_by_run text NOT NULL,
+    updated_by_run text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    tainted boolean DEFAULT false NOT NULL,
+    published boolean DEFAULT false NOT NULL,
+    CONSTRAINT state_cells_check CHECK (((entity IS NULL) <> (run_id IS NULL))),
+    CONSTRAINT state_cells_version_check CHECK ((version > 0))
+);
+
+COMMENT ON TABLE cryo.state_cells IS 'Durable state cells: (scope, key) -> sealed JSON value and a version counted in the clear. scope is the run id for run scope, or {org}:{project}:entity:{name} for entity scope. A NULL value marks a deleted cell; its row keeps the version so a cell re-created later never repeats a version a cas could have read.';
+
+COMMENT ON COLUMN cryo.state_cells.value IS 'Sealed JSON (AES-GCM under the org data key); NULL once deleted.';
+
+COMMENT ON COLUMN cryo.state_cells.version IS 'Counts every write and delete of the cell, starting at 1; never reused.';
+
+COMMENT ON COLUMN cryo.state_cells.created_by_run IS 'The run that created (or re-created after a delete) the cell; an add by that run still holds it.';
+
+COMMENT ON COLUMN cryo.state_cells.tainted IS 'Written by an untrusted run: the tainted namespace, which trusted runs read only when they ask for it (--tainted).';
+
+COMMENT ON COLUMN cryo.state_cells.published IS 'A trusted cell its last set published (--public): untrusted runs may read it.';
+
+CREATE FUNCTION cryo._state_read(p_scope text, p_key text, p_untrusted boolean, p_tainted boolean) RETURNS SETOF cryo.state_cells
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT DISTINCT ON (c.key) c.* FROM cryo.state_cells c
+     WHERE c.scope = p_scope AND (p_key IS NULL OR c.key = p_key) AND c.value IS NOT NULL
+       AND (c.run_id IS NOT NULL
+            OR c.tainted = (coalesce(p_untrusted, false) OR coalesce(p_tainted, false))
+            OR (p_untrusted AND c.published))
+     ORDER BY c.key, c.tainted DESC
+$$;
+
 CREATE FUNCTION cryo._state_record(p_q cryo.queue, p_position integer, p_path text, p_family text, p_name text, p_ordinal integer, p_exit_code integer, p_result bytea) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -2132,19 +2228,20 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._state_set(p_q cryo.queue, p_entity text, p_key text, p_value bytea) RETURNS bigint
+CREATE FUNCTION cryo._state_set(p_q cryo.queue, p_entity text, p_key text, p_value bytea, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    RETURN (cryo._state_set_cells(p_q, ARRAY[p_entity], ARRAY[p_key], ARRAY[p_value]))[1];
+    RETURN (cryo._state_set_cells(p_q, ARRAY[p_entity], ARRAY[p_key], ARRAY[p_value], p_public))[1];
 END
 $$;
 
-CREATE FUNCTION cryo._state_set_cells(p_q cryo.queue, p_entities text[], p_keys text[], p_values bytea[]) RETURNS bigint[]
+CREATE FUNCTION cryo._state_set_cells(p_q cryo.queue, p_entities text[], p_keys text[], p_values bytea[], p_public boolean DEFAULT false) RETURNS bigint[]
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_now timestamptz := cryo.now();
+    v_tainted boolean := cryo._run_untrusted(p_q.run_id);
     v_scopes text[] := '{}';
     v_versions bigint[];
 BEGIN
@@ -2161,13 +2258,14 @@ BEGIN
     ), written AS (
         INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value,
                                            version, created_by_run, updated_by_run,
-                                           created_at, updated_at)
+                                           created_at, updated_at, tainted, published)
         SELECT p_q.org, p_q.project, w.scope, w.entity,
                CASE WHEN w.entity IS NULL THEN p_q.run_id END, w.key, w.value, 1,
-               p_q.run_id, p_q.run_id, v_now, v_now
+               p_q.run_id, p_q.run_id, v_now, v_now, v_tainted,
+               coalesce(p_public, false) AND NOT v_tainted
           FROM cells w ORDER BY w.i
-        ON CONFLICT (scope, key) DO UPDATE
-           SET value = excluded.value, version = c.version + 1,
+        ON CONFLICT (scope, key, tainted) DO UPDATE
+           SET value = excluded.value, version = c.version + 1, published = excluded.published,
                updated_by_run = excluded.updated_by_run, updated_at = excluded.updated_at,
                created_by_run = CASE WHEN c.value IS NULL THEN excluded.created_by_run
                                      ELSE c.created_by_run END,
@@ -2961,8 +3059,8 @@ BEGIN
     IF p_cached <= interval '0' OR p_grace < interval '0' THEN
         RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
     END IF;
-    DELETE FROM cryo.artifacts a WHERE (a.scope, a.name) IN (
-        SELECT c.scope, c.name FROM cryo.artifacts c
+    DELETE FROM cryo.artifacts a WHERE (a.scope, a.name, a.tainted) IN (
+        SELECT c.scope, c.name, c.tainted FROM cryo.artifacts c
          WHERE c.cache_key IS NOT NULL AND c.created_at < cryo.now() - p_cached
          ORDER BY c.created_at LIMIT p_batch
            FOR UPDATE SKIP LOCKED);
@@ -3338,7 +3436,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.drive_graphs(p_driver text, p_limit integer, p_documents boolean) IS 'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
 
-CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text DEFAULT NULL::text, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -3350,7 +3448,8 @@ BEGIN
     IF v_memo.path IS NOT NULL THEN
         RETURN (v_memo.answer_clear ->> 'event_id')::bigint;
     END IF;
-    v_id := cryo._publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id);
+    v_id := cryo._publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id,
+                                p_public => p_public);
     PERFORM cryo._record(v_q, p_position, v_path, 'emit', '', p_ordinal, NULL,
                          jsonb_build_object('event_id', v_id, 'name', p_name), 0);
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'event_emitted', 'emit', '', p_ordinal);
@@ -3358,7 +3457,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text) IS 'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. Raises CR002 for a stale claim, CR004 for a bad name or identity, CR009 for a disagreeing path.';
+COMMENT ON FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text, p_public boolean) IS 'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. An untrusted run''s event is tainted (trusted runs hear it only when they opt in); a trusted run''s p_public lets untrusted runs hear it too. Raises CR002 for a stale claim, CR004 for a bad name or identity, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.end_session(p_secret_hash bytea) RETURNS boolean
     LANGUAGE sql
@@ -3457,7 +3556,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb) IS 'Returns the value of a compiled graph expression over a scope (a missing path is null). Raises nothing.';
 
-CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text)
+CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -3465,14 +3564,15 @@ CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_n
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run
+                        a.created_by_run, a.tainted, a.published
                    FROM cryo.artifacts a
                   WHERE a.scope = p_scope AND a.name = p_name
-                    AND a.org = p_org AND a.project = p_project;
+                    AND a.org = p_org AND a.project = p_project
+                    AND (a.run_id IS NOT NULL OR a.tainted = coalesce(p_tainted, false));
 END
 $$;
 
-COMMENT ON FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text) IS 'Returns the artifact p_name of scope p_scope in the project (no row when there is none). Raises CR021 for an application role of another tenant.';
+COMMENT ON FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text, p_tainted boolean) IS 'Returns the artifact p_name of scope p_scope in the project (of a cache key, the trusted one, or with p_tainted the one untrusted runs put), with its trust flags; no row when there is none. Raises CR021 for an application role of another tenant.';
 
 CREATE FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text) RETURNS bigint
     LANGUAGE sql STABLE
@@ -3484,6 +3584,41 @@ CREATE FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 tex
 $$;
 
 COMMENT ON FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text) IS 'Returns the size of the project''s blob with that SHA-256 when a name points at it, else NULL. Raises nothing.';
+
+CREATE FUNCTION cryo.find_run_artifact(p_run_id text, p_token uuid, p_run text, p_key text, p_name text, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run, a.tainted, a.published
+                   FROM cryo._run_artifacts(
+                        p_run_id, cryo.artifact_scope(cryo._run_org(p_run_id),
+                                                      cryo._run_project(p_run_id),
+                                                      coalesce(p_run, p_run_id), p_key),
+                        p_name, p_tainted) a;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.find_run_artifact(p_run_id text, p_token uuid, p_run text, p_key text, p_name text, p_tainted boolean) IS 'Returns the artifact p_name the claimed run may read -- its own, run p_run''s, or with p_key the cached one: a trusted run reads trusted ones (with p_tainted those untrusted runs put), an untrusted run tainted ones and, where it has none, published trusted ones; no row when there is none it may read. Raises CR002 for a stale claim token, CR004 for a bad key or a run of another project.';
+
+CREATE FUNCTION cryo.find_run_artifact_blob(p_run_id text, p_token uuid, p_sha256 text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN (SELECT b.size FROM cryo.artifact_blobs b
+             WHERE b.org = cryo._run_org(p_run_id) AND b.project = cryo._run_project(p_run_id)
+               AND b.sha256 = p_sha256
+               AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256
+                              AND (NOT cryo._run_untrusted(p_run_id) OR a.tainted
+                                   OR a.published)));
+END
+$$;
+
+COMMENT ON FUNCTION cryo.find_run_artifact_blob(p_run_id text, p_token uuid, p_sha256 text) IS 'Returns the size of the project''s blob with that SHA-256 when an artifact the claimed run may read names it (for a trusted run, a tainted one too: it fetches those only by a name it asked for with --tainted), else NULL. Raises CR002 for a stale claim token.';
 
 CREATE FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(finished_run_id text, finished boolean, agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
     LANGUAGE plpgsql
@@ -4158,6 +4293,8 @@ CREATE FUNCTION cryo.graph_state(p_run_id text, p_token uuid, p_nodes text[] DEF
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
+DECLARE
+    v_untrusted boolean := cryo._run_untrusted(p_run_id);
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     -- Two keyed parts, whatever the planner's statistics say about a brand-new run: the
@@ -4193,7 +4330,10 @@ BEGIN
                (SELECT e.id FROM cryo.events e
                  WHERE i.wait_kind = 'event' AND i.status = 'waiting' AND e.org = n.org
                    AND e.project = n.project AND e.name = i.wait_name
-                   AND e.created_at >= i.started_at ORDER BY e.id LIMIT 1),
+                   AND e.created_at >= i.started_at
+                   -- the namespaces the run hears (cryo._publish_event)
+                   AND CASE WHEN v_untrusted THEN e.untrusted OR e.published ELSE NOT e.untrusted END
+                 ORDER BY e.id LIMIT 1),
                i.started_at,
                coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
           FROM picked n
@@ -4316,7 +4456,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_app_roles() IS 'Returns every bound application role with its org and project (NULL: all of the org''s), whether it can log in (NULL: the role no longer exists) and whether it is a member of cryo_app. Raises nothing.';
 
-CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text)
+CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text, p_tainted boolean DEFAULT NULL::boolean) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -4324,15 +4464,16 @@ CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text) RE
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run
+                        a.created_by_run, a.tainted, a.published
                    FROM cryo.artifacts a
                   WHERE a.org = p_org AND a.project = p_project
                     AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
-                  ORDER BY a.scope, a.name;
+                    AND (p_tainted IS NULL OR a.run_id IS NOT NULL OR a.tainted = p_tainted)
+                  ORDER BY a.scope, a.name, a.tainted;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text) IS 'Returns the artifacts of scope p_scope (a run id or a cache key''s scope), or every cached artifact of the project when p_scope is NULL, by scope and name. Raises CR021 for an application role of another tenant.';
+COMMENT ON FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text, p_tainted boolean) IS 'Returns the artifacts of scope p_scope (a run id or a cache key''s scope), or every cached artifact of the project when p_scope is NULL, by scope and name, with their trust flags; p_tainted (NULL: both) keeps one namespace of cached ones. Raises CR021 for an application role of another tenant.';
 
 CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone, depth integer, untrusted boolean, refused text)
     LANGUAGE sql STABLE
@@ -4389,6 +4530,26 @@ CREATE FUNCTION cryo.list_role_maps(p_org text) RETURNS TABLE(claim text, value 
 $$;
 
 COMMENT ON FUNCTION cryo.list_role_maps(p_org text) IS 'Returns the org''s claim map by claim and value. Raises nothing.';
+
+CREATE FUNCTION cryo.list_run_artifacts(p_run_id text, p_token uuid, p_run text, p_cached boolean, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run, a.tainted, a.published
+                   FROM cryo._run_artifacts(
+                        p_run_id,
+                        CASE WHEN NOT coalesce(p_cached, false) THEN cryo.artifact_scope(
+                            cryo._run_org(p_run_id), cryo._run_project(p_run_id),
+                            coalesce(p_run, p_run_id), NULL) END,
+                        NULL, p_tainted) a
+                  ORDER BY a.scope, a.name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.list_run_artifacts(p_run_id text, p_token uuid, p_run text, p_cached boolean, p_tainted boolean) IS 'Returns the artifacts the claimed run may read (as find_run_artifact) of its own scope, of run p_run, or with p_cached every cached one, by scope and name. Raises CR002 for a stale claim token, CR004 for a run of another project.';
 
 CREATE FUNCTION cryo.list_runs(p_org text, p_project text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, activity_name text, kind text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -4779,19 +4940,19 @@ $$;
 
 COMMENT ON FUNCTION cryo.prepare_artifact(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Returns true when the project already holds a blob with that SHA-256 and size (no upload needed). Raises CR004 for a malformed digest or size, CR075 when a new blob of that size would take the project past p_max_bytes.';
 
-CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
+CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
     SELECT cryo._app_tenant_check(p_org, p_project);
     SELECT cryo._publish_event(p_org, p_project, p_name, p_sealed,
                                CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END,
-                               NULL)
+                               NULL, false, p_public)
 $$;
 
-COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea) IS 'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
+COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea, p_public boolean) IS 'Publishes a trusted event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every trusted run parked on its name (with p_public, untrusted runs waiting on it too); returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
-CREATE FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+CREATE FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -4805,11 +4966,11 @@ BEGIN
         RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
     END IF;
     RETURN QUERY SELECT * FROM cryo._put_artifact(
-        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL);
+        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL, p_public);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Points the project''s cached artifact (p_key, p_name) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the project''s trusted cached artifact (p_key, p_name) at a blob already stored (with p_public, published to untrusted runs); returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
 
 CREATE FUNCTION cryo.put_compiled_workflow(p_org text, p_project text, p_name text, p_compiled jsonb) RETURNS void
     LANGUAGE plpgsql
@@ -4910,7 +5071,7 @@ $_$;
 
 COMMENT ON FUNCTION cryo.put_role_map(p_org text, p_claim text, p_value text, p_role text) IS 'Maps ID token claim p_claim holding p_value to member role p_role in the org (replacing an earlier role for it); returns true when new. Raises CR004 for a bad role, claim name (or one naming the person or token) or value, CR005 for an unknown org.';
 
-CREATE FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+CREATE FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -4918,11 +5079,11 @@ BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT * FROM cryo._put_artifact(
         cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id, p_key, p_name,
-        p_sha256, p_size, p_max_bytes, p_run_id);
+        p_sha256, p_size, p_max_bytes, p_run_id, p_public);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
 
 CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -5522,6 +5683,36 @@ $$;
 
 COMMENT ON FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer) IS 'Returns up to p_limit entity cells of the run''s project that the run created or wrote last, with versions (values sealed). Raises nothing.';
 
+CREATE FUNCTION cryo.run_state_get(p_run_id text, p_token uuid, p_entity text, p_key text, p_tainted boolean DEFAULT false) RETURNS TABLE(value bytea, version bigint, created_by_run text, updated_at timestamp with time zone, tainted boolean, published boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    RETURN QUERY SELECT c.value, c.version, c.created_by_run, c.updated_at, c.tainted, c.published
+      FROM cryo._state_read(cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity), p_key,
+                            cryo._run_untrusted(p_run_id), p_tainted) c;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.run_state_get(p_run_id text, p_token uuid, p_entity text, p_key text, p_tainted boolean) IS 'Returns the cell of the claimed run''s scope (run scope when p_entity is NULL) that the run may read: a trusted run its trusted cell, or with p_tainted the tainted one; an untrusted run its tainted cell, else a published trusted one; no row when none. Raises CR002 for a stale claim token, CR004 for a malformed entity.';
+
+CREATE FUNCTION cryo.run_state_list(p_run_id text, p_token uuid, p_entity text, p_tainted boolean DEFAULT false) RETURNS TABLE(key text, value bytea, version bigint, created_by_run text, updated_at timestamp with time zone, tainted boolean, published boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    RETURN QUERY SELECT c.key, c.value, c.version, c.created_by_run, c.updated_at, c.tainted,
+                        c.published
+      FROM cryo._state_read(cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity), NULL,
+                            cryo._run_untrusted(p_run_id), p_tainted) c
+     ORDER BY c.key;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.run_state_list(p_run_id text, p_token uuid, p_entity text, p_tainted boolean) IS 'Returns, in key order, every cell of the claimed run''s scope that the run may read (as run_state_get). Raises CR002 for a stale claim token, CR004 for a malformed entity.';
+
 CREATE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -5793,6 +5984,7 @@ DECLARE
     v_family text := 'state.add';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+    v_tainted boolean := cryo._run_untrusted(p_run_id);
     v_now timestamptz := cryo.now();
     v_path text;
     v_memo cryo.journal;
@@ -5810,11 +6002,12 @@ BEGIN
         RAISE EXCEPTION 'a state value cannot be NULL' USING ERRCODE = 'CR004';
     END IF;
     INSERT INTO cryo.state_cells AS c (org, project, scope, entity, run_id, key, value, version,
-                                       created_by_run, updated_by_run, created_at, updated_at)
+                                       created_by_run, updated_by_run, created_at, updated_at,
+                                       tainted)
     VALUES (v_q.org, v_q.project, v_scope, p_entity,
             CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
-            p_run_id, p_run_id, v_now, v_now)
-    ON CONFLICT (scope, key) DO UPDATE
+            p_run_id, p_run_id, v_now, v_now, v_tainted)
+    ON CONFLICT (scope, key, tainted) DO UPDATE
        SET value = excluded.value, version = c.version + 1, created_by_run = excluded.created_by_run,
            updated_by_run = excluded.updated_by_run, created_at = excluded.created_at,
            updated_at = excluded.updated_at
@@ -5823,7 +6016,7 @@ BEGIN
     IF v_version IS NULL THEN
         -- Held already. It is still ours if this run created it.
         SELECT c.created_by_run, c.version INTO v_creator, v_version FROM cryo.state_cells c
-         WHERE c.scope = v_scope AND c.key = p_key;
+         WHERE c.scope = v_scope AND c.key = p_key AND c.tainted = v_tainted;
     ELSE
         v_creator := p_run_id;
     END IF;
@@ -5833,7 +6026,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'Claims a cell for the claimed run: writes it only when no live cell holds the key, and records the answer as the run''s memo at its position in the same transaction. Returns (claimed, version, replayed); claimed is true when this run created the cell, now or earlier; replayed is true when the answer came from an existing memo (version NULL then). Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
+COMMENT ON FUNCTION cryo.state_add(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'Claims a cell for the claimed run: writes it only when no live cell holds the key, and records the answer as the run''s memo at its position in the same transaction. Returns (claimed, version, replayed); claimed is true when this run created the cell, now or earlier; replayed is true when the answer came from an existing memo (version NULL then). An untrusted run works on its tainted cell only, never a trusted one. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
 
 CREATE FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(swapped boolean, version bigint, replayed boolean)
     LANGUAGE plpgsql
@@ -5859,6 +6052,7 @@ BEGIN
     UPDATE cryo.state_cells c
        SET value = p_value, version = c.version + 1, updated_by_run = p_run_id, updated_at = cryo.now()
      WHERE c.scope = v_scope AND c.key = p_key AND c.value IS NOT NULL AND c.version = p_expect
+       AND c.tainted = cryo._run_untrusted(p_run_id)
     RETURNING c.version INTO v_version;
     PERFORM cryo._state_record(v_q, p_position, v_path, 'state.cas', p_name, p_ordinal,
                                CASE WHEN v_version IS NULL THEN 3 ELSE 0 END, NULL);
@@ -5866,7 +6060,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'Replaces a live cell''s value when its version equals p_expect, and records the answer (swapped or not) as the claimed run''s memo at its position in the same transaction. Returns (swapped, version, replayed): version is the new one after a swap; replayed is true when the answer came from an existing memo. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity, expected version or call identity, CR009 for a path that disagrees with the identity.';
+COMMENT ON FUNCTION cryo.state_cas(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_expect bigint, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'Replaces a live cell''s value when its version equals p_expect, and records the answer (swapped or not) as the claimed run''s memo at its position in the same transaction. Returns (swapped, version, replayed): version is the new one after a swap; replayed is true when the answer came from an existing memo. An untrusted run works on its tainted cell only, never a trusted one. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity, expected version or call identity, CR009 for a path that disagrees with the identity.';
 
 CREATE FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) RETURNS boolean
     LANGUAGE plpgsql
@@ -5876,16 +6070,16 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) IS 'Deletes a cell of the claimed run''s scopes (its version is kept and raised, so it is never reused); returns true when a live cell was deleted. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key or entity.';
+COMMENT ON FUNCTION cryo.state_delete(p_run_id text, p_token uuid, p_entity text, p_key text) IS 'Deletes a cell of the claimed run''s scopes (its version is kept and raised, so it is never reused); returns true when a live cell was deleted. An untrusted run works on its tainted cell only, never a trusted one. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key or entity.';
 
-CREATE FUNCTION cryo.state_get(p_scope text, p_key text) RETURNS TABLE(value bytea, version bigint, created_by_run text, updated_at timestamp with time zone)
+CREATE FUNCTION cryo.state_get(p_scope text, p_key text, p_tainted boolean DEFAULT false) RETURNS TABLE(value bytea, version bigint, created_by_run text, updated_at timestamp with time zone, tainted boolean, published boolean)
     LANGUAGE sql STABLE
     AS $$
-    SELECT c.value, c.version, c.created_by_run, c.updated_at FROM cryo.state_cells c
-     WHERE c.scope = p_scope AND c.key = p_key AND c.value IS NOT NULL
+    SELECT c.value, c.version, c.created_by_run, c.updated_at, c.tainted, c.published
+      FROM cryo._state_read(p_scope, p_key, false, p_tainted) c
 $$;
 
-COMMENT ON FUNCTION cryo.state_get(p_scope text, p_key text) IS 'Returns the sealed value, version, creating run and last write time of a live cell, or no row when the cell is unset or deleted. Raises nothing.';
+COMMENT ON FUNCTION cryo.state_get(p_scope text, p_key text, p_tainted boolean) IS 'Returns the sealed value, version, creating run, last write time and trust flags of a live trusted cell (with p_tainted, the tainted cell untrusted runs wrote), or no row when the cell is unset or deleted. A run''s own scope has one namespace and ignores p_tainted. Raises nothing.';
 
 CREATE FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_position integer, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(outcome text, version bigint, sealed bytea)
     LANGUAGE plpgsql
@@ -5894,6 +6088,7 @@ DECLARE
     v_family text := 'state.incr';
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_scope text := cryo.state_scope(v_q.org, v_q.project, p_run_id, p_entity);
+    v_tainted boolean := cryo._run_untrusted(p_run_id);
     v_now timestamptz := cryo.now();
     v_path text;
     v_memo cryo.journal;
@@ -5907,21 +6102,23 @@ BEGIN
         RETURN QUERY SELECT 'recorded'::text, NULL::bigint, v_memo.result;
         RETURN;
     END IF;
-    SELECT * INTO v_cell FROM cryo.state_cells c WHERE c.scope = v_scope AND c.key = p_key FOR UPDATE;
+    SELECT * INTO v_cell FROM cryo.state_cells c
+     WHERE c.scope = v_scope AND c.key = p_key AND c.tainted = v_tainted FOR UPDATE;
     IF p_expect IS NULL OR p_value IS NULL OR p_expect <> coalesce(v_cell.version, 0) THEN
         RETURN QUERY SELECT 'moved'::text, coalesce(v_cell.version, 0), v_cell.value;
         RETURN;
     END IF;
     IF v_cell.version IS NULL THEN
         INSERT INTO cryo.state_cells (org, project, scope, entity, run_id, key, value, version,
-                                      created_by_run, updated_by_run, created_at, updated_at)
+                                      created_by_run, updated_by_run, created_at, updated_at,
+                                      tainted)
         VALUES (v_q.org, v_q.project, v_scope, p_entity,
                 CASE WHEN p_entity IS NULL THEN p_run_id END, p_key, p_value, 1,
-                p_run_id, p_run_id, v_now, v_now)
-        ON CONFLICT (scope, key) DO NOTHING;
+                p_run_id, p_run_id, v_now, v_now, v_tainted)
+        ON CONFLICT (scope, key, tainted) DO NOTHING;
         IF NOT FOUND THEN  -- another run created it between our read and now
             RETURN QUERY SELECT 'moved'::text, c.version, c.value FROM cryo.state_cells c
-                          WHERE c.scope = v_scope AND c.key = p_key;
+                          WHERE c.scope = v_scope AND c.key = p_key AND c.tainted = v_tainted;
             RETURN;
         END IF;
         v_version := 1;
@@ -5930,7 +6127,7 @@ BEGIN
            SET value = p_value, version = c.version + 1, updated_by_run = p_run_id, updated_at = v_now,
                created_by_run = CASE WHEN c.value IS NULL THEN p_run_id ELSE c.created_by_run END,
                created_at = CASE WHEN c.value IS NULL THEN v_now ELSE c.created_at END
-         WHERE c.scope = v_scope AND c.key = p_key
+         WHERE c.scope = v_scope AND c.key = p_key AND c.tainted = v_tainted
         RETURNING c.version INTO v_version;
     END IF;
     PERFORM cryo._state_record(v_q, p_position, v_path, 'state.incr', p_name, p_ordinal, 0, p_result);
@@ -5938,17 +6135,16 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at its path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
+COMMENT ON FUNCTION cryo.state_incr(p_run_id text, p_token uuid, p_entity text, p_key text, p_expect bigint, p_value bytea, p_result bytea, p_position integer, p_name text, p_ordinal integer, p_path text) IS 'One compare-and-set step of an increment by the claimed run. Returns (outcome, version, sealed): ''recorded'' with the sealed memo when the run already has an answer at its path; ''moved'' with the cell''s current version (0 when no row) and sealed value (NULL when unset) when p_expect is NULL or stale; ''done'' with the new version once the new sealed total is written and p_result recorded as the memo in the same transaction. An untrusted run works on its tainted cell only, never a trusted one. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or call identity, CR009 for a path that disagrees with the identity.';
 
-CREATE FUNCTION cryo.state_list(p_scope text) RETURNS TABLE(key text, value bytea, version bigint, created_by_run text, updated_at timestamp with time zone)
+CREATE FUNCTION cryo.state_list(p_scope text, p_tainted boolean DEFAULT false) RETURNS TABLE(key text, value bytea, version bigint, created_by_run text, updated_at timestamp with time zone, tainted boolean, published boolean)
     LANGUAGE sql STABLE
     AS $$
-    SELECT c.key, c.value, c.version, c.created_by_run, c.updated_at FROM cryo.state_cells c
-     WHERE c.scope = p_scope AND c.value IS NOT NULL
-     ORDER BY c.key
+    SELECT c.key, c.value, c.version, c.created_by_run, c.updated_at, c.tainted, c.published
+      FROM cryo._state_read(p_scope, NULL, false, p_tainted) c ORDER BY c.key
 $$;
 
-COMMENT ON FUNCTION cryo.state_list(p_scope text) IS 'Returns every live cell of a scope in key order (values sealed). Raises nothing.';
+COMMENT ON FUNCTION cryo.state_list(p_scope text, p_tainted boolean) IS 'Returns every live trusted cell of a scope (with p_tainted, the tainted ones) in key order, values sealed. Raises nothing.';
 
 CREATE FUNCTION cryo.state_scope(p_org text, p_project text, p_run_id text, p_entity text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
@@ -5971,15 +6167,16 @@ $_$;
 
 COMMENT ON FUNCTION cryo.state_scope(p_org text, p_project text, p_run_id text, p_entity text) IS 'Returns the scope of a cell: the run id when p_entity is NULL, else {org}:{project}:entity:{name}. Raises CR004 for a run of another project or a malformed entity name.';
 
-CREATE FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) RETURNS bigint
+CREATE FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    RETURN cryo._state_set(cryo._claimed_row(p_run_id, p_token), p_entity, p_key, p_value);
+    RETURN cryo._state_set(cryo._claimed_row(p_run_id, p_token), p_entity, p_key, p_value,
+                           p_public);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea) IS 'Writes a sealed value into a cell of the claimed run (run scope when p_entity is NULL); returns the cell''s new version. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or a NULL value.';
+COMMENT ON FUNCTION cryo.state_set(p_run_id text, p_token uuid, p_entity text, p_key text, p_value bytea, p_public boolean) IS 'Writes a sealed value into a cell of the claimed run (run scope when p_entity is NULL); returns the cell''s new version. An untrusted run writes its tainted cell, never a trusted one; a trusted run''s p_public publishes the cell to untrusted runs until a set without it. Raises CR002 for a stale claim token, CR001 for a key under _cryo/, CR004 for a malformed key, entity or a NULL value.';
 
 CREATE FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position integer, p_name text, p_source bytea, p_required_caps text[], p_retries integer DEFAULT 0, p_retry_backoff double precision DEFAULT 0, p_retry_on integer[] DEFAULT NULL::integer[], p_path text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
@@ -6382,16 +6579,17 @@ $$;
 
 COMMENT ON FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_path text) IS 'Returns (parked false, failed count) when every uncollected activity of the claimed run has finished, else parks the run until they have. Raises CR002 for a stale claim, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
+CREATE FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision, p_path text DEFAULT NULL::text, p_tainted boolean DEFAULT false) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_family text := CASE WHEN p_tainted THEN 'event.tainted' ELSE 'event' END;
     v_path text;
     v_memo cryo.journal;
 BEGIN
     PERFORM cryo._check_name('event', p_name);
-    v_path := cryo.call_path('event', p_name, p_ordinal, p_path);
+    v_path := cryo.call_path(v_family, p_name, p_ordinal, p_path);
     v_memo := cryo._done_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
@@ -6402,12 +6600,12 @@ BEGIN
         -- Serialises with _publish_event on this name (see there).
         PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
     END IF;
-    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, 'event', p_name,
+    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, v_family, p_name,
                                                      p_ordinal, p_timeout, 'awaiting-event');
 END
 $$;
 
-COMMENT ON FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision, p_path text) IS 'Parks the claimed run until an event of the name is published (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
+COMMENT ON FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision, p_path text, p_tainted boolean) IS 'Parks the claimed run until an event of the name that it may hear is published (or p_timeout seconds pass; a timeout records exit code 124): a trusted run hears trusted events, with p_tainted tainted ones as well (journalled under family event.tainted); an untrusted run hears tainted events and published trusted ones. Returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
 
 CREATE FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer, p_timeout double precision DEFAULT NULL::double precision, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
     LANGUAGE plpgsql
@@ -6523,23 +6721,6 @@ COMMENT ON TABLE cryo.artifact_blobs IS 'One row per distinct artifact content o
 
 COMMENT ON COLUMN cryo.artifact_blobs.touched_at IS 'The last time a put pointed a name at this blob; the collector removes only blobs no name points at and nobody touched within its grace period.';
 
-CREATE TABLE cryo.artifacts (
-    org text NOT NULL,
-    project text NOT NULL,
-    scope text NOT NULL,
-    run_id text,
-    cache_key text,
-    name text NOT NULL,
-    sha256 text NOT NULL,
-    size bigint NOT NULL,
-    created_by_run text,
-    created_at timestamp with time zone NOT NULL,
-    CONSTRAINT artifacts_check CHECK (((run_id IS NULL) <> (cache_key IS NULL))),
-    CONSTRAINT artifacts_size_check CHECK ((size >= 0))
-);
-
-COMMENT ON TABLE cryo.artifacts IS 'Artifact names: (scope, name) -> blob. scope is the run id for a run''s artifact (collected with the run), or {org}:{project}:key:{cache key} for a cached artifact (kept for CRYOPG_RETENTION_ARTIFACTS after it was put).';
-
 CREATE TABLE cryo.event_handlers (
     org text NOT NULL,
     project text NOT NULL,
@@ -6563,8 +6744,11 @@ CREATE TABLE cryo.events (
     created_at timestamp with time zone NOT NULL,
     depth integer DEFAULT 0 NOT NULL,
     untrusted boolean DEFAULT false NOT NULL,
-    refused text
+    refused text,
+    published boolean DEFAULT false NOT NULL
 );
+
+COMMENT ON COLUMN cryo.events.published IS 'A trusted event its emitter published (--public): untrusted runs waiting on the name hear it too.';
 
 CREATE SEQUENCE cryo.events_id_seq
     START WITH 1
@@ -6990,31 +7174,6 @@ CREATE SEQUENCE cryo.signals_id_seq
 
 ALTER SEQUENCE cryo.signals_id_seq OWNED BY cryo.signals.id;
 
-CREATE TABLE cryo.state_cells (
-    org text NOT NULL,
-    project text NOT NULL,
-    scope text NOT NULL,
-    entity text,
-    run_id text,
-    key text NOT NULL,
-    value bytea,
-    version bigint NOT NULL,
-    created_by_run text NOT NULL,
-    updated_by_run text NOT NULL,
-    created_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL,
-    CONSTRAINT state_cells_check CHECK (((entity IS NULL) <> (run_id IS NULL))),
-    CONSTRAINT state_cells_version_check CHECK ((version > 0))
-);
-
-COMMENT ON TABLE cryo.state_cells IS 'Durable state cells: (scope, key) -> sealed JSON value and a version counted in the clear. scope is the run id for run scope, or {org}:{project}:entity:{name} for entity scope. A NULL value marks a deleted cell; its row keeps the version so a cell re-created later never repeats a version a cas could have read.';
-
-COMMENT ON COLUMN cryo.state_cells.value IS 'Sealed JSON (AES-GCM under the org data key); NULL once deleted.';
-
-COMMENT ON COLUMN cryo.state_cells.version IS 'Counts every write and delete of the cell, starting at 1; never reused.';
-
-COMMENT ON COLUMN cryo.state_cells.created_by_run IS 'The run that created (or re-created after a delete) the cell; an add by that run still holds it.';
-
 CREATE VIEW cryo.state_overview WITH (security_barrier='true') AS
  SELECT c.org,
     c.project,
@@ -7030,11 +7189,13 @@ CREATE VIEW cryo.state_overview WITH (security_barrier='true') AS
     c.created_by_run,
     c.updated_by_run,
     c.created_at,
-    c.updated_at
+    c.updated_at,
+    c.tainted,
+    c.published
    FROM cryo.state_cells c
   WHERE ((((c.org || ':'::text) || c.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant));
 
-COMMENT ON VIEW cryo.state_overview IS 'One row per state cell: scope, key, version, who created and last wrote it, and the sealed size. Values stay sealed and are not shown.';
+COMMENT ON VIEW cryo.state_overview IS 'One row per state cell: scope, key, version, who created and last wrote it, the sealed size, whether an untrusted run wrote it (tainted) and whether a trusted writer published it. Values stay sealed and are not shown.';
 
 CREATE TABLE cryo.status_posts (
     run_id text NOT NULL,
@@ -7127,7 +7288,7 @@ ALTER TABLE ONLY cryo.artifact_blobs
     ADD CONSTRAINT artifact_blobs_pkey PRIMARY KEY (org, project, sha256);
 
 ALTER TABLE ONLY cryo.artifacts
-    ADD CONSTRAINT artifacts_pkey PRIMARY KEY (scope, name);
+    ADD CONSTRAINT artifacts_pkey PRIMARY KEY (scope, name, tainted);
 
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_pkey PRIMARY KEY (org, project, name);
@@ -7214,7 +7375,7 @@ ALTER TABLE ONLY cryo.signals
     ADD CONSTRAINT signals_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY cryo.state_cells
-    ADD CONSTRAINT state_cells_pkey PRIMARY KEY (scope, key);
+    ADD CONSTRAINT state_cells_pkey PRIMARY KEY (scope, key, tainted);
 
 ALTER TABLE ONLY cryo.status_posts
     ADD CONSTRAINT status_posts_pkey PRIMARY KEY (run_id);
@@ -7255,7 +7416,7 @@ CREATE INDEX events_project_name ON cryo.events USING btree (org, project, name,
 
 CREATE INDEX history_run ON cryo.history USING btree (run_id, id);
 
-CREATE INDEX journal_event_waiters ON cryo.journal USING btree (org, project, key_name) WHERE ((status = 'pending'::text) AND (key_family = 'event'::text));
+CREATE INDEX journal_event_waiters ON cryo.journal USING btree (org, project, key_name) WHERE ((status = 'pending'::text) AND (key_family = ANY (ARRAY['event'::text, 'event.tainted'::text])));
 
 CREATE INDEX lease_waiters_group ON cryo.lease_waiters USING btree (org, project, grp, id);
 

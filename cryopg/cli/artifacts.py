@@ -68,12 +68,14 @@ def _read_line(stream: BinaryIO) -> dict[str, Any]:
     return reply
 
 
-def socket_put(path: str, name: str, source: Path, key: str | None) -> dict[str, Any]:
+def socket_put(path: str, name: str, source: Path, key: str | None,
+               public: bool = False) -> dict[str, Any]:
     size = source.stat().st_size
     sock = _connect(path)
     try:
         with sock, sock.makefile("rb") as replies, open(source, "rb") as fh:
-            request = {"op": "artifact.put", "name": name, "key": key, "size": size}
+            request = {"op": "artifact.put", "name": name, "key": key, "size": size,
+                       **({"public": True} if public else {})}
             sock.sendall(json.dumps(request).encode() + b"\n")
             sent = 0
             while chunk := fh.read(CHUNK):
@@ -89,11 +91,12 @@ def socket_put(path: str, name: str, source: Path, key: str | None) -> dict[str,
 
 
 def socket_get(path: str, name: str, dest: Path, key: str | None,
-               run: str | None) -> dict[str, Any]:
+               run: str | None, tainted: bool = False) -> dict[str, Any]:
     sock = _connect(path)
     try:
         with sock, sock.makefile("rb") as stream:
-            request = {"op": "artifact.get", "name": name, "key": key, "run": run}
+            request = {"op": "artifact.get", "name": name, "key": key, "run": run,
+                       **({"tainted": True} if tainted else {})}
             sock.sendall(json.dumps(request).encode() + b"\n")
             head = _read_line(stream)
             _land(dest, _exactly(stream, int(head["size"])), str(head["sha256"]))
@@ -169,20 +172,24 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def http_put(name: str, source: Path, key: str) -> dict[str, Any]:
+def http_put(name: str, source: Path, key: str, public: bool = False) -> dict[str, Any]:
     size = source.stat().st_size
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
                "X-Cryo-SHA256": _file_sha256(source)}
+    query = {"key": key, **({"public": "1"} if public else {})}
     with open(source, "rb") as fh, _http("PUT", f"/artifacts/{quote(name, safe='')}",
-                                         query={"key": key}, data=fh, headers=headers) as resp:
+                                         query=query, data=fh, headers=headers) as resp:
         return json.loads(resp.read())
 
 
-def http_get(name: str, dest: Path, key: str | None, run: str | None) -> None:
+def http_get(name: str, dest: Path, key: str | None, run: str | None,
+             tainted: bool = False) -> None:
     if run is not None:
         path, query = f"/runs/{quote(run, safe=':')}/artifacts/{quote(name, safe='')}", {}
     else:
         path, query = f"/artifacts/{quote(name, safe='')}", {"key": key or ""}
+        if tainted:
+            query["tainted"] = "1"
     # Through the server (a redirect would carry the bearer token to the store).
     with _http("GET", path, query={**query, "redirect": "0"}) as resp:
         _land(dest, iter(lambda: resp.read(CHUNK), b""), resp.headers["X-Cryo-SHA256"])
@@ -213,17 +220,19 @@ def artifact() -> None:
 @click.argument("name")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--key", help="A cache key: the project's artifact (NAME, KEY), not the run's.")
-def put_cmd(name: str, path: Path, key: str | None) -> None:
+@click.option("--public", is_flag=True,
+              help="Untrusted runs may read it (a trusted writer's put; docs/security/trust.md).")
+def put_cmd(name: str, path: Path, key: str | None, public: bool) -> None:
     """Store the file PATH as artifact NAME; prints its SHA-256 and size."""
     sock = _socket_path()
     if sock:
-        row = socket_put(sock, name, path, key)
+        row = socket_put(sock, name, path, key, public)
     else:
         _not_in_step()
         if key is None:
             raise Refused("outside a run an artifact needs --key KEY (a run's artifacts are "
                           "its own to write)", "bad_request")
-        row = http_put(name, path, key)
+        row = http_put(name, path, key, public)
     click.echo(f"{row['sha256']}\t{row['size']}\t{name}")
 
 
@@ -232,19 +241,22 @@ def put_cmd(name: str, path: Path, key: str | None) -> None:
 @click.argument("path", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--key", help="Get the cached artifact (NAME, KEY).")
 @click.option("--run", "run", help="Get run RUN's artifact (default inside a run: this run's).")
-def get_cmd(name: str, path: Path | None, key: str | None, run: str | None) -> None:
+@click.option("--tainted", is_flag=True,
+              help="The one untrusted runs put, not the trusted one (docs/security/trust.md).")
+def get_cmd(name: str, path: Path | None, key: str | None, run: str | None,
+            tainted: bool) -> None:
     """Fetch artifact NAME into PATH (default: ./NAME's last part)."""
     if key and run:
         raise Refused("give --key or --run, not both", "bad_request")
     dest = path or Path(name.rsplit("/", 1)[-1])
     sock = _socket_path()
     if sock:
-        socket_get(sock, name, dest, key, run)
+        socket_get(sock, name, dest, key, run, tainted)
         return
     _not_in_step()
     if key is None and run is None:
         raise Refused("outside a run name the artifact's --run RUN or --key KEY", "bad_request")
-    http_get(name, dest, key, _qualify(run))
+    http_get(name, dest, key, _qualify(run), tainted)
 
 
 @artifact.command("list")

@@ -13,7 +13,9 @@ from cryopg.cli.target import resolve
 @click.command("emit")
 @click.argument("name")
 @click.argument("payload", required=False)
-def emit(name: str, payload: str | None) -> None:
+@click.option("--public", is_flag=True,
+              help="Untrusted runs waiting on NAME hear it too (docs/security/trust.md).")
+def emit(name: str, payload: str | None, public: bool) -> None:
     """Publish event NAME on the active project's bus (PAYLOAD is JSON, or else a string).
 
     Handlers of NAME start their runs and runs waiting on it wake, as for an event a run
@@ -25,7 +27,10 @@ def emit(name: str, payload: str | None) -> None:
     except UsageError as e:
         raise click.BadParameter(str(e), param_hint="PAYLOAD") from None
     target = resolve()
-    got = Client(target).call("POST", f"/events/{part(name, 'event name')}", {"payload": value})
+    body: dict[str, object] = {"payload": value}
+    if public:
+        body["public"] = True
+    got = Client(target).call("POST", f"/events/{part(name, 'event name')}", body)
     click.echo(f"published {name} in {target.org}/{target.project} (event {got['event_id']})")
 
 

@@ -38,19 +38,23 @@ USAGE = {
 # shows it for the operation; outside a run only get, version and list are served).
 _SCOPE = ("  --entity NAME   the project's entity scope NAME (default: this run's own cells)\n"
           "  --run RUN       outside a run: read RUN's cells (get, version, list only)\n")
+_TAINTED = ("  --tainted       an entity's cells untrusted runs wrote, not the trusted ones\n"
+            "                  (a trusted run's opt-in; docs/security/trust.md)\n")
 _AS = ("  --as NAME       the call's name in the journal (default: KEY); a run uses a name\n"
        "                  once, so give each attempt in a loop its own (--op is an alias)\n")
 STATE_HELP = {
-    "get": "usage: cryopg state get KEY [--version] [--entity NAME | --run RUN]\n"
+    "get": "usage: cryopg state get KEY [--version] [--entity NAME | --run RUN] [--tainted]\n"
            "Print a cell's value (strings bare, else compact JSON); nothing when unset.\n"
-           "  --version       print the cell's version instead\n" + _SCOPE,
-    "version": "usage: cryopg state version KEY [--entity NAME | --run RUN]\n"
-               "Print a cell's version (as `state get KEY --version`).\n" + _SCOPE,
-    "list": "usage: cryopg state list [--entity NAME | --run RUN]\n"
-            "Print key<TAB>value<TAB>version for every cell of the scope.\n" + _SCOPE,
-    "set": "usage: cryopg state set KEY VALUE [--entity NAME]\n"
+           "  --version       print the cell's version instead\n" + _SCOPE + _TAINTED,
+    "version": "usage: cryopg state version KEY [--entity NAME | --run RUN] [--tainted]\n"
+               "Print a cell's version (as `state get KEY --version`).\n" + _SCOPE + _TAINTED,
+    "list": "usage: cryopg state list [--entity NAME | --run RUN] [--tainted]\n"
+            "Print key<TAB>value<TAB>version for every cell of the scope.\n" + _SCOPE + _TAINTED,
+    "set": "usage: cryopg state set KEY VALUE [--entity NAME] [--public]\n"
            "Write a cell (inside a run). VALUE is JSON when it parses as JSON, else the\n"
            "string itself; text starting with { [ or \" that is not valid JSON is refused.\n"
+           "  --public        untrusted runs may read the cell (a trusted run's write; a\n"
+           "                  set without it withdraws that)\n"
            + _SCOPE,
     "delete": "usage: cryopg state delete KEY [--entity NAME]\n"
               "Delete a cell (inside a run).\n" + _SCOPE,
@@ -74,11 +78,11 @@ LOST = 3
 _STATE_OPS = ("get", "version", "set", "delete", "list", "add", "cas", "incr")
 # Options each state operation takes, and whether they take a value.
 _STATE_OPTIONS: dict[str, dict[str, bool]] = {
-    "get": {"--entity": True, "--version": False},
-    "version": {"--entity": True},
-    "set": {"--entity": True},
+    "get": {"--entity": True, "--version": False, "--tainted": False},
+    "version": {"--entity": True, "--tainted": False},
+    "set": {"--entity": True, "--public": False},
     "delete": {"--entity": True},
-    "list": {"--entity": True},
+    "list": {"--entity": True, "--tainted": False},
     "add": {"--entity": True},
     "cas": {"--entity": True, "--expect": True, "--as": True, "--op": True},
     "incr": {"--entity": True, "--by": True, "--as": True, "--op": True},
@@ -247,6 +251,9 @@ def _state(args: list[str]) -> int:
         request["key"] = positional[0]
     if "--as" in options:
         request["as"] = options["--as"]
+    for opt in ("--public", "--tainted"):  # trust opt-ins: docs/security/trust.md
+        if options.get(opt):
+            request[opt[2:]] = True
     if op in ("set", "cas") or (op == "add" and len(positional) == 2):
         request["value"] = parse_value(positional[1])
     if op == "cas":

@@ -25,8 +25,11 @@ TIMED_OUT = 124
 
 USAGE = {
     "wait-signal": "usage: cryopg wait-signal NAME [--timeout DURATION]   (exit 124: timed out)",
-    "wait-event": "usage: cryopg wait-event NAME [--timeout DURATION]   (exit 124: timed out)",
-    "emit": "usage: cryopg emit NAME [PAYLOAD]",
+    "wait-event": ("usage: cryopg wait-event NAME [--timeout DURATION] [--tainted]   "
+                   "(exit 124: timed out)\n"
+                   "  --tainted  a trusted run hears untrusted runs' NAME events too"),
+    "emit": ("usage: cryopg emit NAME [PAYLOAD] [--public]\n"
+             "  --public  untrusted runs waiting on NAME hear it too (a trusted run's emit)"),
     "spawn": "usage: cryopg spawn FILE [--input JSON] [--interpreter I]",
     "activity-submit": (
         "usage: cryopg activity-submit NAME [--retries N] [--retry-backoff DURATION]\n"
@@ -43,6 +46,13 @@ USAGE = {
     "call-node": ("usage: cryopg call-node TYPE --config JSON [--input JSON]   "
                   "(prints the node's output as JSON)"),
 }
+
+
+def _flag(args: list[str], name: str) -> tuple[list[str], bool]:
+    """Takes a valueless option (a trust opt-in, docs/security/trust.md) out of args."""
+    cut = args.index("--") if "--" in args else len(args)
+    found = name in args[:cut]
+    return [a for i, a in enumerate(args) if i >= cut or a != name], found
 
 
 def _options(verb: str, args: list[str],
@@ -70,6 +80,9 @@ def _options(verb: str, args: list[str],
 
 
 def _wait(verb: str, args: list[str]) -> int:
+    tainted = False
+    if verb == "wait-event":
+        args, tainted = _flag(args, "--tainted")
     positional, options = _options(verb, args, {"--timeout": True})
     if len(positional) != 1:
         raise UsageError(USAGE[verb])
@@ -80,7 +93,10 @@ def _wait(verb: str, args: list[str]) -> int:
         except ValueError as e:
             raise UsageError(str(e)) from None
     op = "wait.signal" if verb == "wait-signal" else "wait.event"
-    reply = call(agent_socket(verb), {"op": op, "name": positional[0], "timeout": timeout})
+    request: dict[str, object] = {"op": op, "name": positional[0], "timeout": timeout}
+    if tainted:
+        request["tainted"] = True
+    reply = call(agent_socket(verb), request)
     if reply.get("timed_out"):
         return TIMED_OUT
     payload = reply.get("payload")
@@ -130,10 +146,14 @@ def main(verb: str, args: list[str]) -> int:
     if verb in ("wait-signal", "wait-event"):
         return _wait(verb, args)
     if verb == "emit":
+        args, public = _flag(args, "--public")
         if len(args) not in (1, 2):
             raise UsageError(USAGE[verb])
         payload = parse_value(args[1]) if len(args) == 2 else None
-        call(agent_socket(verb), {"op": "emit", "name": args[0], "payload": payload})
+        request: dict[str, object] = {"op": "emit", "name": args[0], "payload": payload}
+        if public:
+            request["public"] = True
+        call(agent_socket(verb), request)
         return 0
     if verb == "spawn":
         positional, options = _options(verb, args, {"--input": True, "--interpreter": True})

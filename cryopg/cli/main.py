@@ -392,13 +392,14 @@ def _state_path(run: str | None, entity: str | None) -> tuple[Client, str]:
     return Client(target), f"/entities/{part(str(entity), 'entity')}/state"
 
 
-def _state_get(key: str, run: str | None, entity: str | None, version: bool) -> None:
+def _state_get(key: str, run: str | None, entity: str | None, version: bool,
+               tainted: bool = False) -> None:
     from cryopg.cli.client import ApiError
     from cryopg.cli.inscript_client import format_value
 
     client, path = _state_path(run, entity)
     try:
-        got = client.call("GET", f"{path}/{part(key, 'key')}")
+        got = client.call("GET", f"{path}/{part(key, 'key')}" + ("?tainted=1" if tainted else ""))
     except ApiError as exc:
         if exc.status == 404 and exc.code == "not_found":
             return  # an unset cell prints nothing, as inside a run
@@ -409,6 +410,8 @@ def _state_get(key: str, run: str | None, entity: str | None, version: bool) -> 
 _RUN = click.option("--run", metavar="RUN",
                     help="A run's own cells (a bare run-… is of the active project).")
 _ENTITY = click.option("--entity", metavar="NAME", help="The project's entity scope NAME.")
+_TAINTED = click.option("--tainted", is_flag=True,
+                        help="The entity's cells untrusted runs wrote, not the trusted ones.")
 
 
 @state.command("get")
@@ -416,29 +419,33 @@ _ENTITY = click.option("--entity", metavar="NAME", help="The project's entity sc
 @_RUN
 @_ENTITY
 @click.option("--version", "version", is_flag=True, help="Print the cell's version, not its value.")
-def state_get(key: str, run: str | None, entity: str | None, version: bool) -> None:
+@_TAINTED
+def state_get(key: str, run: str | None, entity: str | None, version: bool,
+              tainted: bool) -> None:
     """Print a cell's value (strings bare, else JSON); nothing when it is unset."""
-    _state_get(key, run, entity, version)
+    _state_get(key, run, entity, version, tainted)
 
 
 @state.command("version")
 @click.argument("key")
 @_RUN
 @_ENTITY
-def state_version(key: str, run: str | None, entity: str | None) -> None:
+@_TAINTED
+def state_version(key: str, run: str | None, entity: str | None, tainted: bool) -> None:
     """Print a cell's version (same as `state get KEY --version`)."""
-    _state_get(key, run, entity, True)
+    _state_get(key, run, entity, True, tainted)
 
 
 @state.command("list")
 @_RUN
 @_ENTITY
-def state_list(run: str | None, entity: str | None) -> None:
+@_TAINTED
+def state_list(run: str | None, entity: str | None, tainted: bool) -> None:
     """Print key<TAB>value<TAB>version for every cell of the scope."""
     from cryopg.cli.inscript_client import format_value
 
     client, path = _state_path(run, entity)
-    for cell in client.call("GET", path)["cells"]:
+    for cell in client.call("GET", path + ("?tainted=1" if tainted else ""))["cells"]:
         click.echo(f"{cell['key']}\t{format_value(cell['value'])}\t{cell['version']}")
 
 

@@ -117,6 +117,8 @@ from cryopg.engine.sessions import (
     take_oidc_login,
 )
 from cryopg.engine.state import (
+    run_state_get,
+    run_state_list,
     state_add,
     state_cas,
     state_delete,
@@ -426,6 +428,8 @@ __all__ = [
     "set_retention",
     "set_secret",
     "spawn_run",
+    "run_state_get",
+    "run_state_list",
     "state_add",
     "state_cas",
     "state_delete",

@@ -22,6 +22,8 @@ class Artifact:
     created_at: dt.datetime
     cache_key: str | None = None
     created_by_run: str | None = None
+    tainted: bool = False  # put by an untrusted run (docs/security/trust.md)
+    published: bool = False  # a trusted artifact untrusted runs may read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,31 +51,57 @@ async def prepare_artifact(conn: AsyncConnection, org: str, project: str, sha256
 
 async def put_run_artifact(conn: AsyncConnection, run_id: str, token: uuid.UUID,
                            key: str | None, name: str, sha256: str, size: int,
-                           max_bytes: int | None) -> Artifact:
+                           max_bytes: int | None, public: bool = False) -> Artifact:
     cur = conn.cursor(row_factory=class_row(Artifact))
-    await cur.execute("SELECT * FROM cryo.put_run_artifact(%s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, key, name, sha256, size, max_bytes))
+    await cur.execute("SELECT * FROM cryo.put_run_artifact(%s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, key, name, sha256, size, max_bytes, public))
     row = await cur.fetchone()
     assert row is not None
     return dataclasses.replace(row, cache_key=key, created_by_run=run_id)
 
 
 async def put_artifact(conn: AsyncConnection, org: str, project: str, key: str | None,
-                       name: str, sha256: str, size: int, max_bytes: int | None) -> Artifact:
+                       name: str, sha256: str, size: int, max_bytes: int | None,
+                       public: bool = False) -> Artifact:
     cur = conn.cursor(row_factory=class_row(Artifact))
-    await cur.execute("SELECT * FROM cryo.put_artifact(%s, %s, %s, %s, %s, %s, %s)",
-                      (org, project, key, name, sha256, size, max_bytes))
+    await cur.execute("SELECT * FROM cryo.put_artifact(%s, %s, %s, %s, %s, %s, %s, %s)",
+                      (org, project, key, name, sha256, size, max_bytes, public))
     row = await cur.fetchone()
     assert row is not None
-    return dataclasses.replace(row, cache_key=key)
+    return dataclasses.replace(row, cache_key=key, published=public)
 
 
 async def find_artifact(conn: AsyncConnection, org: str, project: str, scope: str,
-                        name: str) -> Artifact | None:
+                        name: str, tainted: bool = False) -> Artifact | None:
     cur = conn.cursor(row_factory=class_row(Artifact))
-    await cur.execute("SELECT * FROM cryo.find_artifact(%s, %s, %s, %s)",
-                      (org, project, scope, name))
+    await cur.execute("SELECT * FROM cryo.find_artifact(%s, %s, %s, %s, %s)",
+                      (org, project, scope, name, tainted))
     return await cur.fetchone()
+
+
+async def find_run_artifact(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                            other: str | None, key: str | None, name: str,
+                            tainted: bool = False) -> Artifact | None:
+    """A running script's get: what SQL lets the run read (its trust, from the run)."""
+    cur = conn.cursor(row_factory=class_row(Artifact))
+    await cur.execute("SELECT * FROM cryo.find_run_artifact(%s, %s, %s, %s, %s, %s)",
+                      (run_id, token, other, key, name, tainted))
+    return await cur.fetchone()
+
+
+async def list_run_artifacts(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                             other: str | None, cached: bool,
+                             tainted: bool = False) -> list[Artifact]:
+    cur = conn.cursor(row_factory=class_row(Artifact))
+    await cur.execute("SELECT * FROM cryo.list_run_artifacts(%s, %s, %s, %s, %s)",
+                      (run_id, token, other, cached, tainted))
+    return await cur.fetchall()
+
+
+async def find_run_artifact_blob(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                                 sha256: str) -> int | None:
+    return await _one(conn, "SELECT cryo.find_run_artifact_blob(%s, %s, %s)",
+                      (run_id, token, sha256))
 
 
 async def list_artifacts(conn: AsyncConnection, org: str, project: str,

@@ -14,25 +14,44 @@ _SCOPE = "cryo.state_scope(%s, %s, %s, %s)"
 
 
 async def state_get(conn: AsyncConnection, org: str, project: str, run_id: str | None,
-                    entity: str | None, key: str) -> Cell | None:
+                    entity: str | None, key: str, tainted: bool = False) -> Cell | None:
+    """A person's read (a trusted reader; `tainted` reads what untrusted runs wrote)."""
     cur = await conn.execute(
-        f"SELECT value, version, created_by_run, updated_at FROM cryo.state_get({_SCOPE}, %s)",
-        (org, project, run_id, entity, key))
+        f"SELECT * FROM cryo.state_get({_SCOPE}, %s, %s)",
+        (org, project, run_id, entity, key, tainted))
     row = await cur.fetchone()
     return Cell(key, *row) if row else None
 
 
 async def state_list(conn: AsyncConnection, org: str, project: str, run_id: str | None,
-                     entity: str | None) -> list[Cell]:
+                     entity: str | None, tainted: bool = False) -> list[Cell]:
     cur = conn.cursor(row_factory=class_row(Cell))
-    await cur.execute(f"SELECT * FROM cryo.state_list({_SCOPE})", (org, project, run_id, entity))
+    await cur.execute(f"SELECT * FROM cryo.state_list({_SCOPE}, %s)",
+                      (org, project, run_id, entity, tainted))
+    return await cur.fetchall()
+
+
+async def run_state_get(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                        entity: str | None, key: str, tainted: bool = False) -> Cell | None:
+    """A running script's read, under its claim: what SQL lets the run see."""
+    cur = await conn.execute("SELECT * FROM cryo.run_state_get(%s, %s, %s, %s, %s)",
+                             (run_id, token, entity, key, tainted))
+    row = await cur.fetchone()
+    return Cell(key, *row) if row else None
+
+
+async def run_state_list(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                         entity: str | None, tainted: bool = False) -> list[Cell]:
+    cur = conn.cursor(row_factory=class_row(Cell))
+    await cur.execute("SELECT * FROM cryo.run_state_list(%s, %s, %s, %s)",
+                      (run_id, token, entity, tainted))
     return await cur.fetchall()
 
 
 async def state_set(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,
-                    key: str, value: bytes) -> int:
-    return await _one(conn, "SELECT cryo.state_set(%s, %s, %s, %s, %s)",
-                      (run_id, token, entity, key, value))
+                    key: str, value: bytes, public: bool = False) -> int:
+    return await _one(conn, "SELECT cryo.state_set(%s, %s, %s, %s, %s, %s)",
+                      (run_id, token, entity, key, value, public))
 
 
 async def state_delete(conn: AsyncConnection, run_id: str, token: uuid.UUID, entity: str | None,

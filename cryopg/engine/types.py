@@ -196,6 +196,8 @@ class Cell:
     version: int
     created_by_run: str
     updated_at: dt.datetime
+    tainted: bool = False  # written by an untrusted run (docs/security/trust.md)
+    published: bool = False  # a trusted cell untrusted runs may read
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,24 +39,25 @@ async def wait_signal(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
 
 async def wait_event(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
                      position: int | None = None, name: str, ordinal: int,
-                     timeout: float | None, path: str | None = None) -> WaitAnswer:
+                     timeout: float | None, path: str | None = None,
+                     tainted: bool = False) -> WaitAnswer:
     cur = conn.cursor(row_factory=class_row(WaitAnswer))
-    await cur.execute("SELECT * FROM cryo.wait_event(%s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, position, name, ordinal, timeout, path))
+    await cur.execute("SELECT * FROM cryo.wait_event(%s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, name, ordinal, timeout, path, tainted))
     return await cur.fetchone()
 
 
 async def publish_event(conn: AsyncConnection, org: str, project: str, name: str,
-                        payload: bytes) -> int:
-    return await _one(conn, "SELECT cryo.publish_event(%s, %s, %s, p_sealed => %s)",
-                      (org, project, name, payload))
+                        payload: bytes, public: bool = False) -> int:
+    return await _one(conn, "SELECT cryo.publish_event(%s, %s, %s, p_sealed => %s, "
+                      "p_public => %s)", (org, project, name, payload, public))
 
 
 async def emit_from_run(conn: AsyncConnection, run_id: str, token: uuid.UUID, *,
                         position: int | None = None, ordinal: int, name: str, payload: bytes,
-                        path: str | None = None) -> int:
-    return await _one(conn, "SELECT cryo.emit_from_run(%s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, position, ordinal, name, payload, path))
+                        path: str | None = None, public: bool = False) -> int:
+    return await _one(conn, "SELECT cryo.emit_from_run(%s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, position, ordinal, name, payload, path, public))
 
 
 async def list_events(conn: AsyncConnection, org: str, project: str, name: str | None,

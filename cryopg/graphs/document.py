@@ -192,9 +192,13 @@ def _trigger_keys(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "cancel_on" in doc:
         c = doc["cancel_on"]
-        if not isinstance(c, dict) or set(c) != {"event"}:
-            raise GraphError('cancel_on: must be {"event": NAME}')
+        if (not isinstance(c, dict) or "event" not in c or set(c) - {"event", "tainted"}
+                or not isinstance(c.get("tainted", False), bool)):
+            raise GraphError('cancel_on: must be {"event": NAME} (and "tainted": true to be '
+                             "cancelled by untrusted runs' events too)")
         out["cancel_on"] = {"event": _names(c["event"], "cancel_on.event", _EVENT_NAME)[0]}
+        if c.get("tainted"):  # opted in by name: docs/security/trust.md
+            out["cancel_on"]["tainted"] = True
     if "on" in doc:
         on = doc["on"]
         if not isinstance(on, dict) or not on or set(on) - {"schedule", "webhook", "event"}:

@@ -157,6 +157,16 @@ LANGUAGE sql IMMUTABLE AS $$
        AND split_part(p_run_id, ':', 2) = p_project AND split_part(p_run_id, ':', 3) LIKE 'run-%'
 $$;
 
+-- Whether a run is untrusted: what it writes to a shared scope is tainted, and it reads
+-- only tainted data and what trusted writers published (docs/security/trust.md). The one
+-- place a function learns a run's trust: from runs.untrusted, never from its caller.
+-- No run (an application's or a person's call) is a trusted writer.
+CREATE OR REPLACE FUNCTION cryo._run_untrusted(p_run_id text)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT r.untrusted FROM cryo.runs r WHERE r.id = p_run_id), false)
+$$;
+
 -- The same check for a run id; no lookup, so an unknown run of another tenant is
 -- refused the same as a known one.
 CREATE OR REPLACE FUNCTION cryo._app_run_check(p_run_id text)

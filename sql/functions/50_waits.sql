@@ -145,10 +145,15 @@ COMMENT ON FUNCTION cryo.wait_signal(text, uuid, integer, text, integer, double 
 -- Appends an event to a project's bus, wakes every run parked waiting on its name, and
 -- sets off what it triggers (cancel_on, handlers: cryo._on_event). An event emitted by a
 -- handler run is one deeper in its chain than the event that started that run, and an
--- event from an untrusted run (or delivery, p_untrusted) is untrusted.
+-- event from an untrusted run (or delivery, p_untrusted) is untrusted: tainted.
+--
+-- Who hears it (docs/security/trust.md): a trusted waiter hears trusted events, and
+-- tainted ones too only when it opted in by name (wait-event --tainted, journalled as
+-- family event.tainted); an untrusted waiter hears tainted events and the trusted ones
+-- their emitter published (p_public, which an untrusted emitter cannot set).
 CREATE OR REPLACE FUNCTION cryo._publish_event(
     p_org text, p_project text, p_name text, p_sealed bytea, p_clear jsonb, p_run_id text,
-    p_untrusted boolean DEFAULT false)
+    p_untrusted boolean DEFAULT false, p_public boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -156,6 +161,7 @@ DECLARE
     v_waiters text[];
     v_depth integer := 0;
     v_untrusted boolean := coalesce(p_untrusted, false);
+    v_published boolean;
 BEGIN
     IF p_run_id IS NOT NULL THEN
         -- A node job of a graph handler run emits on behalf of its graph run.
@@ -164,20 +170,26 @@ BEGIN
           FROM cryo.runs r LEFT JOIN cryo.runs g ON g.id = r.parent_run_id
          WHERE r.id = p_run_id;
     END IF;
+    v_untrusted := coalesce(v_untrusted, false);
+    v_published := coalesce(p_public, false) AND NOT v_untrusted;
     PERFORM cryo._check_name('event', p_name);
     PERFORM cryo._require_project(p_org, p_project);
     -- Serialises with wait_event on this name: a waiter parks either before this event
     -- (and is woken by it) or after it (and waits for the next).
     PERFORM pg_advisory_xact_lock(hashtextextended(p_org || '/' || p_project || '/' || p_name, 7));
     INSERT INTO cryo.events (org, project, name, payload, payload_clear, emitted_by_run, depth,
-                             untrusted, created_at)
+                             untrusted, published, created_at)
     VALUES (p_org, p_project, p_name, p_sealed, p_clear, p_run_id, coalesce(v_depth, 0),
-            coalesce(v_untrusted, false), cryo.now())
+            v_untrusted, v_published, cryo.now())
     RETURNING id INTO v_id;
     SELECT array_agg(j.run_id) INTO v_waiters
       FROM cryo.journal j JOIN cryo.queue q ON q.run_id = j.run_id AND q.park_path = j.path
-     WHERE j.org = p_org AND j.project = p_project AND j.key_family = 'event'
-       AND j.key_name = p_name AND j.status = 'pending' AND q.state = 'parked';
+      JOIN cryo.runs r ON r.id = j.run_id
+     WHERE j.org = p_org AND j.project = p_project AND j.key_family IN ('event', 'event.tainted')
+       AND j.key_name = p_name AND j.status = 'pending' AND q.state = 'parked'
+       AND CASE WHEN r.untrusted THEN v_untrusted OR v_published
+                WHEN j.key_family = 'event.tainted' THEN true
+                ELSE NOT v_untrusted END;
     IF v_waiters IS NOT NULL THEN
         PERFORM cryo._wake(v_waiters, 'event_received', p_sealed, p_clear, 0);
     END IF;
@@ -187,28 +199,28 @@ BEGIN
               WHERE i.org = p_org AND i.project = p_project AND i.wait_name = p_name
                 AND i.status = 'waiting' AND i.wait_kind = 'event' ORDER BY 1) w;
     PERFORM cryo._on_event(p_org, p_project, p_name, v_id, p_sealed, p_clear, coalesce(v_depth, 0),
-                           coalesce(v_untrusted, false), p_run_id);
+                           v_untrusted, p_run_id);
     RETURN v_id;
 END
 $$;
 
 CREATE OR REPLACE FUNCTION cryo.publish_event(
     p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL,
-    p_sealed bytea DEFAULT NULL)
+    p_sealed bytea DEFAULT NULL, p_public boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE sql AS $$
     SELECT cryo._app_tenant_check(p_org, p_project);
     SELECT cryo._publish_event(p_org, p_project, p_name, p_sealed,
                                CASE WHEN p_sealed IS NULL THEN coalesce(p_payload, 'null'::jsonb) END,
-                               NULL)
+                               NULL, false, p_public)
 $$;
-COMMENT ON FUNCTION cryo.publish_event(text, text, text, jsonb, bytea) IS
-    'Publishes an event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every run parked on its name; returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
+COMMENT ON FUNCTION cryo.publish_event(text, text, text, jsonb, bytea, boolean) IS
+    'Publishes a trusted event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every trusted run parked on its name (with p_public, untrusted runs waiting on it too); returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
 -- A run's emit: a durable call, so a replay never publishes twice.
 CREATE OR REPLACE FUNCTION cryo.emit_from_run(
     p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text,
-    p_payload bytea, p_path text DEFAULT NULL)
+    p_payload bytea, p_path text DEFAULT NULL, p_public boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -220,29 +232,34 @@ BEGIN
     IF v_memo.path IS NOT NULL THEN
         RETURN (v_memo.answer_clear ->> 'event_id')::bigint;
     END IF;
-    v_id := cryo._publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id);
+    v_id := cryo._publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id,
+                                p_public => p_public);
     PERFORM cryo._record(v_q, p_position, v_path, 'emit', '', p_ordinal, NULL,
                          jsonb_build_object('event_id', v_id, 'name', p_name), 0);
     PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'event_emitted', 'emit', '', p_ordinal);
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION cryo.emit_from_run(text, uuid, integer, integer, text, bytea, text) IS
-    'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. Raises CR002 for a stale claim, CR004 for a bad name or identity, CR009 for a disagreeing path.';
+COMMENT ON FUNCTION cryo.emit_from_run(text, uuid, integer, integer, text, bytea, text, boolean) IS
+    'Publishes an event from the claimed run and records that it did; a repeat at the same path returns the first event id. An untrusted run''s event is tainted (trusted runs hear it only when they opt in); a trusted run''s p_public lets untrusted runs hear it too. Raises CR002 for a stale claim, CR004 for a bad name or identity, CR009 for a disagreeing path.';
 
--- A run waits for the next event of a name published after the wait began.
+-- A run waits for the next event of a name published after the wait began, of the
+-- namespaces it hears (see _publish_event); p_tainted is a trusted run's opt-in to
+-- tainted events of the name, a call of its own (family event.tainted).
 CREATE OR REPLACE FUNCTION cryo.wait_event(
     p_run_id text, p_token uuid, p_position integer, p_name text, p_ordinal integer,
-    p_timeout double precision DEFAULT NULL, p_path text DEFAULT NULL)
+    p_timeout double precision DEFAULT NULL, p_path text DEFAULT NULL,
+    p_tainted boolean DEFAULT false)
 RETURNS TABLE (parked boolean, payload bytea, payload_clear jsonb, timed_out boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_family text := CASE WHEN p_tainted THEN 'event.tainted' ELSE 'event' END;
     v_path text;
     v_memo cryo.journal;
 BEGIN
     PERFORM cryo._check_name('event', p_name);
-    v_path := cryo.call_path('event', p_name, p_ordinal, p_path);
+    v_path := cryo.call_path(v_family, p_name, p_ordinal, p_path);
     v_memo := cryo._done_memo(p_run_id, v_path);
     IF v_memo.path IS NOT NULL THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
@@ -253,12 +270,12 @@ BEGIN
         -- Serialises with _publish_event on this name (see there).
         PERFORM pg_advisory_xact_lock(hashtextextended(v_q.org || '/' || v_q.project || '/' || p_name, 7));
     END IF;
-    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, 'event', p_name,
+    RETURN QUERY SELECT * FROM cryo._wait_or_time_out(v_q, p_position, v_path, v_family, p_name,
                                                      p_ordinal, p_timeout, 'awaiting-event');
 END
 $$;
-COMMENT ON FUNCTION cryo.wait_event(text, uuid, integer, text, integer, double precision, text) IS
-    'Parks the claimed run until an event of the name is published (or p_timeout seconds pass; a timeout records exit code 124); returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
+COMMENT ON FUNCTION cryo.wait_event(text, uuid, integer, text, integer, double precision, text, boolean) IS
+    'Parks the claimed run until an event of the name that it may hear is published (or p_timeout seconds pass; a timeout records exit code 124): a trusted run hears trusted events, with p_tainted tainted ones as well (journalled under family event.tainted); an untrusted run hears tainted events and published trusted ones. Returns (parked, payload, payload_clear, timed_out), answering from the memo when already recorded. Raises CR002 for a stale claim, CR004 for a bad name, timeout or identity, CR009 for a disagreeing path.';
 
 -- -- leases on concurrency groups -----------------------------------------------------------
 

@@ -262,6 +262,8 @@ RETURNS TABLE (node_id text, type text, node_status text, items integer, item in
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
 SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_untrusted boolean := cryo._run_untrusted(p_run_id);
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     -- Two keyed parts, whatever the planner's statistics say about a brand-new run: the
@@ -297,7 +299,10 @@ BEGIN
                (SELECT e.id FROM cryo.events e
                  WHERE i.wait_kind = 'event' AND i.status = 'waiting' AND e.org = n.org
                    AND e.project = n.project AND e.name = i.wait_name
-                   AND e.created_at >= i.started_at ORDER BY e.id LIMIT 1),
+                   AND e.created_at >= i.started_at
+                   -- the namespaces the run hears (cryo._publish_event)
+                   AND CASE WHEN v_untrusted THEN e.untrusted OR e.published ELSE NOT e.untrusted END
+                 ORDER BY e.id LIMIT 1),
                i.started_at,
                coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
           FROM picked n

@@ -4,6 +4,13 @@
 -- ({org}:{project}:key:{key}, kept for the artifact retention the server passes in).
 -- Both scopes start with {org}:{project}:, the prefix every run id has.
 -- Python moves the bytes and calls these; SQL never sees them.
+--
+-- Trust (docs/security/trust.md): an artifact an untrusted run put is tainted, and
+-- `tainted` is part of the key, so its put of a cache key lands beside the trusted
+-- artifact of that (key, name) and never replaces it. A run reads its own artifacts;
+-- besides, a trusted run reads trusted ones (tainted ones when it asks, p_tainted), an
+-- untrusted run tainted ones and, where it has none of a name, trusted ones published
+-- by their put. The reader's trust comes from runs.untrusted (cryo._run_untrusted).
 
 -- The scope a name lives in: a run's own, or a cache key's.
 CREATE OR REPLACE FUNCTION cryo.artifact_scope(
@@ -97,14 +104,17 @@ COMMENT ON FUNCTION cryo.prepare_artifact(text, text, text, bigint, bigint) IS
 -- made or touched, the bound checked under a per-project lock so two puts cannot both
 -- squeeze under it, and the name (re)pointed. A name's earlier blob is left to the
 -- collector.
+-- The putting run's trust taints the name (no run: a trusted writer); a trusted put
+-- publishes it with p_public (a put without it withdraws that).
 CREATE OR REPLACE FUNCTION cryo._put_artifact(
     p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text,
-    p_size bigint, p_max_bytes bigint, p_by_run text)
+    p_size bigint, p_max_bytes bigint, p_by_run text, p_public boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_scope text := cryo.artifact_scope(p_org, p_project, p_run_id, p_key);
+    v_tainted boolean := cryo._run_untrusted(p_by_run);
     v_now timestamptz := cryo.now();
 BEGIN
     PERFORM cryo._check_name('artifact', p_name);
@@ -115,12 +125,14 @@ BEGIN
     VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now)
     ON CONFLICT (org, project, sha256) DO UPDATE SET touched_at = excluded.touched_at;
     INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
-                                     created_by_run, created_at)
+                                     created_by_run, created_at, tainted, published)
     VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
-            p_sha256, p_size, p_by_run, v_now)
+            p_sha256, p_size, p_by_run, v_now, v_tainted,
+            coalesce(p_public, false) AND NOT v_tainted)
     ON CONFLICT ON CONSTRAINT artifacts_pkey DO UPDATE
        SET sha256 = excluded.sha256, size = excluded.size,
-           created_by_run = excluded.created_by_run, created_at = excluded.created_at;
+           created_by_run = excluded.created_by_run, created_at = excluded.created_at,
+           published = excluded.published;
     RETURN QUERY SELECT v_scope, p_name, p_sha256, p_size, v_now;
 END
 $$;
@@ -128,7 +140,7 @@ $$;
 -- A run's put (its own artifact, or a cached one with p_key), under its live claim.
 CREATE OR REPLACE FUNCTION cryo.put_run_artifact(
     p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint,
-    p_max_bytes bigint)
+    p_max_bytes bigint, p_public boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -136,16 +148,16 @@ BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT * FROM cryo._put_artifact(
         cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id, p_key, p_name,
-        p_sha256, p_size, p_max_bytes, p_run_id);
+        p_sha256, p_size, p_max_bytes, p_run_id, p_public);
 END
 $$;
-COMMENT ON FUNCTION cryo.put_run_artifact(text, uuid, text, text, text, bigint, bigint) IS
-    'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_run_artifact(text, uuid, text, text, text, bigint, bigint, boolean) IS
+    'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
 
 -- A put from outside a run: only a cached artifact (a run's own are the run's to write).
 CREATE OR REPLACE FUNCTION cryo.put_artifact(
     p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint,
-    p_max_bytes bigint)
+    p_max_bytes bigint, p_public boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -158,48 +170,133 @@ BEGIN
         RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
     END IF;
     RETURN QUERY SELECT * FROM cryo._put_artifact(
-        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL);
+        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL, p_public);
 END
 $$;
-COMMENT ON FUNCTION cryo.put_artifact(text, text, text, text, text, bigint, bigint) IS
-    'Points the project''s cached artifact (p_key, p_name) at a blob already stored; returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_artifact(text, text, text, text, text, bigint, bigint, boolean) IS
+    'Points the project''s trusted cached artifact (p_key, p_name) at a blob already stored (with p_public, published to untrusted runs); returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
 
--- One name of a scope (a run id, or a cache key's scope from cryo.artifact_scope).
-CREATE OR REPLACE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text)
+-- One name of a scope (a run id, or a cache key's scope from cryo.artifact_scope), for a
+-- person or an application: the trusted artifact of a cache key, or with p_tainted the
+-- tainted one; a run's scope has one namespace, read as it is.
+CREATE OR REPLACE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text,
+                                              p_tainted boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
-               cache_key text, created_by_run text)
+               cache_key text, created_by_run text, tainted boolean, published boolean)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run
+                        a.created_by_run, a.tainted, a.published
                    FROM cryo.artifacts a
                   WHERE a.scope = p_scope AND a.name = p_name
-                    AND a.org = p_org AND a.project = p_project;
+                    AND a.org = p_org AND a.project = p_project
+                    AND (a.run_id IS NOT NULL OR a.tainted = coalesce(p_tainted, false));
 END
 $$;
-COMMENT ON FUNCTION cryo.find_artifact(text, text, text, text) IS
-    'Returns the artifact p_name of scope p_scope in the project (no row when there is none). Raises CR021 for an application role of another tenant.';
+COMMENT ON FUNCTION cryo.find_artifact(text, text, text, text, boolean) IS
+    'Returns the artifact p_name of scope p_scope in the project (of a cache key, the trusted one, or with p_tainted the one untrusted runs put), with its trust flags; no row when there is none. Raises CR021 for an application role of another tenant.';
 
--- A scope's names, or with p_scope NULL every cached artifact of the project.
-CREATE OR REPLACE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text)
+-- A scope's names, or with p_scope NULL every cached artifact of the project, of both
+-- namespaces (each row says which) unless p_tainted picks one.
+CREATE OR REPLACE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text,
+                                               p_tainted boolean DEFAULT NULL)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
-               cache_key text, created_by_run text)
+               cache_key text, created_by_run text, tainted boolean, published boolean)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run
+                        a.created_by_run, a.tainted, a.published
                    FROM cryo.artifacts a
                   WHERE a.org = p_org AND a.project = p_project
                     AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
+                    AND (p_tainted IS NULL OR a.run_id IS NOT NULL OR a.tainted = p_tainted)
+                  ORDER BY a.scope, a.name, a.tainted;
+END
+$$;
+COMMENT ON FUNCTION cryo.list_artifacts(text, text, text, boolean) IS
+    'Returns the artifacts of scope p_scope (a run id or a cache key''s scope), or every cached artifact of the project when p_scope is NULL, by scope and name, with their trust flags; p_tainted (NULL: both) keeps one namespace of cached ones. Raises CR021 for an application role of another tenant.';
+
+-- The artifacts a run may read (see the header), one per (scope, name): of scope
+-- p_scope and name p_name, each when NULL (p_scope NULL: the cached ones).
+CREATE OR REPLACE FUNCTION cryo._run_artifacts(p_run_id text, p_scope text, p_name text,
+                                               p_tainted boolean)
+RETURNS SETOF cryo.artifacts
+LANGUAGE sql STABLE AS $$
+    SELECT DISTINCT ON (a.scope, a.name) a.* FROM cryo.artifacts a
+     WHERE a.org = cryo._run_org(p_run_id) AND a.project = cryo._run_project(p_run_id)
+       AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
+       AND (p_name IS NULL OR a.name = p_name)
+       AND (a.scope = p_run_id
+            OR a.tainted = (cryo._run_untrusted(p_run_id) OR coalesce(p_tainted, false))
+            OR (cryo._run_untrusted(p_run_id) AND a.published))
+     ORDER BY a.scope, a.name, a.tainted DESC
+$$;
+
+-- A running script's get: its own artifact, run p_run's, or the cached (p_key, p_name).
+CREATE OR REPLACE FUNCTION cryo.find_run_artifact(
+    p_run_id text, p_token uuid, p_run text, p_key text, p_name text,
+    p_tainted boolean DEFAULT false)
+RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
+               cache_key text, created_by_run text, tainted boolean, published boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run, a.tainted, a.published
+                   FROM cryo._run_artifacts(
+                        p_run_id, cryo.artifact_scope(cryo._run_org(p_run_id),
+                                                      cryo._run_project(p_run_id),
+                                                      coalesce(p_run, p_run_id), p_key),
+                        p_name, p_tainted) a;
+END
+$$;
+COMMENT ON FUNCTION cryo.find_run_artifact(text, uuid, text, text, text, boolean) IS
+    'Returns the artifact p_name the claimed run may read -- its own, run p_run''s, or with p_key the cached one: a trusted run reads trusted ones (with p_tainted those untrusted runs put), an untrusted run tainted ones and, where it has none, published trusted ones; no row when there is none it may read. Raises CR002 for a stale claim token, CR004 for a bad key or a run of another project.';
+
+CREATE OR REPLACE FUNCTION cryo.list_run_artifacts(
+    p_run_id text, p_token uuid, p_run text, p_cached boolean, p_tainted boolean DEFAULT false)
+RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
+               cache_key text, created_by_run text, tainted boolean, published boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
+                        a.created_by_run, a.tainted, a.published
+                   FROM cryo._run_artifacts(
+                        p_run_id,
+                        CASE WHEN NOT coalesce(p_cached, false) THEN cryo.artifact_scope(
+                            cryo._run_org(p_run_id), cryo._run_project(p_run_id),
+                            coalesce(p_run, p_run_id), NULL) END,
+                        NULL, p_tainted) a
                   ORDER BY a.scope, a.name;
 END
 $$;
-COMMENT ON FUNCTION cryo.list_artifacts(text, text, text) IS
-    'Returns the artifacts of scope p_scope (a run id or a cache key''s scope), or every cached artifact of the project when p_scope is NULL, by scope and name. Raises CR021 for an application role of another tenant.';
+COMMENT ON FUNCTION cryo.list_run_artifacts(text, uuid, text, boolean, boolean) IS
+    'Returns the artifacts the claimed run may read (as find_run_artifact) of its own scope, of run p_run, or with p_cached every cached one, by scope and name. Raises CR002 for a stale claim token, CR004 for a run of another project.';
+
+-- A running script's download by digest: only of a blob an artifact it may read names.
+CREATE OR REPLACE FUNCTION cryo.find_run_artifact_blob(p_run_id text, p_token uuid, p_sha256 text)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    RETURN (SELECT b.size FROM cryo.artifact_blobs b
+             WHERE b.org = cryo._run_org(p_run_id) AND b.project = cryo._run_project(p_run_id)
+               AND b.sha256 = p_sha256
+               AND EXISTS (SELECT 1 FROM cryo.artifacts a
+                            WHERE a.org = b.org AND a.project = b.project AND a.sha256 = b.sha256
+                              AND (NOT cryo._run_untrusted(p_run_id) OR a.tainted
+                                   OR a.published)));
+END
+$$;
+COMMENT ON FUNCTION cryo.find_run_artifact_blob(text, uuid, text) IS
+    'Returns the size of the project''s blob with that SHA-256 when an artifact the claimed run may read names it (for a trusted run, a tainted one too: it fetches those only by a name it asked for with --tainted), else NULL. Raises CR002 for a stale claim token.';
 
 -- Whether a project holds a blob, and its size (a proxied download asks by digest).
 CREATE OR REPLACE FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text)
@@ -226,8 +323,8 @@ BEGIN
     IF p_cached <= interval '0' OR p_grace < interval '0' THEN
         RAISE EXCEPTION 'retention must be a positive interval' USING ERRCODE = 'CR004';
     END IF;
-    DELETE FROM cryo.artifacts a WHERE (a.scope, a.name) IN (
-        SELECT c.scope, c.name FROM cryo.artifacts c
+    DELETE FROM cryo.artifacts a WHERE (a.scope, a.name, a.tainted) IN (
+        SELECT c.scope, c.name, c.tainted FROM cryo.artifacts c
          WHERE c.cache_key IS NOT NULL AND c.created_at < cryo.now() - p_cached
          ORDER BY c.created_at LIMIT p_batch
            FOR UPDATE SKIP LOCKED);

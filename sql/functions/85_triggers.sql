@@ -514,7 +514,9 @@ $$;
 -- cryo._publish_event): live graph runs of the project whose cancel_on names it and
 -- that started before it are cancelled; then each handler of the name starts one run,
 -- unless the event is at the depth limit, which is written on the event and in the
--- emitting run's history instead.
+-- emitting run's history instead. A tainted event (p_untrusted) cancels only untrusted
+-- graph runs and trusted ones whose cancel_on opted in (`tainted: true`), and the
+-- handler runs it starts are untrusted (docs/security/trust.md).
 CREATE OR REPLACE FUNCTION cryo._on_event(
     p_org text, p_project text, p_name text, p_event_id bigint, p_sealed bytea, p_clear jsonb,
     p_depth integer, p_untrusted boolean, p_run_id text)
@@ -530,6 +532,7 @@ BEGIN
          WHERE r.org = p_org AND r.project = p_project AND r.finished_at IS NULL
            AND r.graph ? 'cancel_on' AND (r.graph #>> '{cancel_on,event}') = p_name
            AND r.created_at <= cryo.now() AND NOT cryo.is_terminal(r.status)
+           AND (NOT p_untrusted OR r.untrusted OR (r.graph #> '{cancel_on,tainted}') = 'true')
          ORDER BY r.id
     LOOP
         BEGIN

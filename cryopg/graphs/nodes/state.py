@@ -98,9 +98,9 @@ async def _call(turn: Turn, p: PlanRow, c: dict[str, Any]) -> Any:
     name = f"node:{p.node_id}#{p.item}#{p.attempt}"
     if op == "get":
         # The store, read in the turn's transaction, already holds every write this graph
-        # made (and no cell it deleted): a node never runs again once recorded.
-        cell = await engine.state_get(conn, turn.org, turn.project, run if entity is None else None,
-                                      entity, key)
+        # made (and no cell it deleted): a node never runs again once recorded. What the
+        # graph may read, SQL decides from its trust (docs/security/trust.md).
+        cell = await engine.run_state_get(conn, run, tok, entity, key)
         return {"value": seal.open_json(cell.value), "version": cell.version} if cell else {
             "value": None, "version": None}
     if key.startswith("_cryo/"):

@@ -4,7 +4,8 @@ A put is prepare (is the blob there already, would it fit), an upload (to a URL 
 store signed, or to this server's blob route when the store cannot sign or
 CRYOPG_ARTIFACTS_PROXY is set), then commit (the index row). A get is find, then a
 download the same two ways. The blob routes carry the claim token in the X-Cryo-Claim
-header (their body is the bytes); every route needs the run's live claim.
+header (their body is the bytes); every route needs the run's live claim. What a run
+may read, SQL decides from the run's trust (docs/security/trust.md).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from cryopg.server.agent_api.in_run import RUN_ROUTE, add_run_route
 from cryopg.server.auth import agent_claim, agent_run, bind_claim, require_agent
 from cryopg.server.bodies import INT8, int_field, json_body, optional_str_field, str_field
 from cryopg.server.state import POOL
+from cryopg.server.trust_flags import PUBLIC, TAINTED, flag
 
 CLAIM_HEADER = "X-Cryo-Claim"
 SIZE = (0, INT8[1])
@@ -89,21 +91,21 @@ async def commit_put(request: web.Request) -> web.Response:
     name, key = str_field(body, "name"), optional_str_field(body, "key")
     sha256, size = check_digest(body.get("sha256")), int_field(body, "size", SIZE)
     max_bytes = request.app[ARTIFACTS].settings.max_bytes
+    public = flag(body, PUBLIC)
     row = await commit(request.app, org, project, sha256, size, lambda conn:
                        index.put_run_artifact(conn, run_id, token, key, name, sha256, size,
-                                              max_bytes))
+                                              max_bytes, public))
     return web.json_response(artifact_json(row))
 
 
-async def _scope(request: web.Request, body: dict[str, Any], run_id: str, org: str,
-                 project: str) -> str:
+def _where(body: dict[str, Any], org: str, project: str) -> tuple[str | None, str | None]:
+    """(cache key, other run) a get or list names; neither: the run's own."""
     key, other = optional_str_field(body, "key"), optional_str_field(body, "run")
     if key is not None and other is not None:
         raise InvalidArgument("give a cache key or a run, not both")
     if other is not None and not in_project(other, org, project):
         raise NotFound(f"no run {other} in {org}/{project}")
-    async with connection(request.app[POOL]) as conn:
-        return await index.artifact_scope(conn, org, project, other or run_id, key)
+    return key, other
 
 
 async def find(request: web.Request) -> web.Response:
@@ -111,13 +113,14 @@ async def find(request: web.Request) -> web.Response:
     body = await json_body(request)
     token = await agent_claim(request, body)
     name = str_field(body, "name")
-    scope = await _scope(request, body, run_id, org, project)
+    key, other = _where(body, org, project)
     arts = request.app[ARTIFACTS]
     async with connection(request.app[POOL]) as conn, conn.transaction():
-        await engine.check_claim(conn, run_id, token)
-        found = await index.find_artifact(conn, org, project, scope, name)
+        found = await index.find_run_artifact(conn, run_id, token, other, key, name,
+                                              flag(body, TAINTED))
     if found is None:
-        raise NotFound(f"no artifact {name!r} in {scope}")
+        where = f"cache key {key}" if key else (other or run_id)
+        raise NotFound(f"no artifact {name!r} in {where} that this run may read")
     signed = (await arts.store.sign("GET", org, project, found.sha256, found.size)
               if arts.signs else None)
     return web.json_response(_download(found, signed))
@@ -125,10 +128,10 @@ async def find(request: web.Request) -> web.Response:
 
 async def get_blob(request: web.Request) -> web.StreamResponse:
     run_id, org, project = await agent_run(request)
-    await _checked(request, await _header_claim(request))
+    token = await _header_claim(request)
     sha256 = check_digest(request.match_info["sha256"])
-    async with connection(request.app[POOL]) as conn:
-        size = await index.find_artifact_blob(conn, org, project, sha256)
+    async with connection(request.app[POOL]) as conn, conn.transaction():
+        size = await index.find_run_artifact_blob(conn, run_id, token, sha256)
     if size is None:
         raise NotFound(f"no artifact blob {sha256} in {org}/{project}")
     return await stream_blob(request, org, project, sha256, size)
@@ -141,11 +144,12 @@ async def list_(request: web.Request) -> web.Response:
     cached = body.get("cached", False)
     if not isinstance(cached, bool):
         raise InvalidArgument("cached must be true or false")
-    scope = None if cached else await _scope(request, body, run_id, org, project)
+    _, other = _where({**body, "key": None}, org, project)
     async with connection(request.app[POOL]) as conn, conn.transaction():
-        await engine.check_claim(conn, run_id, token)
-        rows = await index.list_artifacts(conn, org, project, scope)
-    return web.json_response({"artifacts": [artifact_json(a) for a in rows]})
+        rows = await index.list_run_artifacts(conn, run_id, token, other, cached,
+                                              flag(body, TAINTED))
+    return web.json_response({"artifacts": [
+        {**artifact_json(a), "tainted": a.tainted, "published": a.published} for a in rows]})
 
 
 def add_routes(app: web.Application) -> None:

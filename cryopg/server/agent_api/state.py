@@ -36,6 +36,7 @@ from cryopg.server.bodies import (
 )
 from cryopg.server.render import cell_json
 from cryopg.server.state import KEYS, POOL
+from cryopg.server.trust_flags import PUBLIC, TAINTED, flag
 
 # An incr that keeps losing its compare-and-set gives up after this many tries (each
 # loss means another run's increment landed, so the cell is making progress).
@@ -60,16 +61,16 @@ async def agent_state(request: web.Request) -> web.Response:
     token = await agent_claim(request, body)
     sealer = await request.app[KEYS].sealer(org)
     pool = request.app[POOL]
+    # What a run reads, SQL decides from its trust (docs/security/trust.md).
+    tainted = flag(body, TAINTED)
     if op == "list":
         async with connection(pool) as conn, conn.transaction():
-            await engine.check_claim(conn, run_id, token)
-            cells = await engine.state_list(conn, org, project, run_id, entity)
+            cells = await engine.run_state_list(conn, run_id, token, entity, tainted)
         return web.json_response({"cells": [cell_json(sealer, c) for c in cells]})
     key = str_field(body, "key")
     if op == "get":
         async with connection(pool) as conn, conn.transaction():
-            await engine.check_claim(conn, run_id, token)
-            cell = await engine.state_get(conn, org, project, run_id, entity, key)
+            cell = await engine.run_state_get(conn, run_id, token, entity, key, tainted)
         if cell is None:
             return web.json_response({"found": False, "value": None, "version": None})
         return web.json_response({"found": True, **cell_json(sealer, cell)})
@@ -78,7 +79,8 @@ async def agent_state(request: web.Request) -> web.Response:
             raise InvalidArgument("set needs a value")
         async with connection(pool) as conn:
             version = await engine.state_set(conn, run_id, token, entity, key,
-                                             sealer.seal_json(body["value"]))
+                                             sealer.seal_json(body["value"]),
+                                             flag(body, PUBLIC))
         return web.json_response({"version": version})
     if op == "delete":
         async with connection(pool) as conn:

@@ -25,6 +25,7 @@ from cryopg.server.bodies import (
 )
 from cryopg.server.render import answer, child_output
 from cryopg.server.state import KEYS, POOL
+from cryopg.server.trust_flags import PUBLIC, TAINTED, flag
 
 
 async def wait(request: web.Request) -> web.Response:
@@ -36,10 +37,12 @@ async def wait(request: web.Request) -> web.Response:
     if waiter is None:
         raise InvalidArgument(f"no wait of kind {kind}")
     sealer = await request.app[KEYS].sealer(org)
+    # A trusted run's opt-in to untrusted runs' events of the name (events only).
+    extra = {"tainted": True} if kind == "event" and flag(body, TAINTED) else {}
     async with connection(request.app[POOL]) as conn:
         got = await waiter(conn, run_id, token, **recorded_at(body),
                            name=str_field(body, "name"), ordinal=to_int(body, "ordinal"),
-                           timeout=duration(body, "timeout"))
+                           timeout=duration(body, "timeout"), **extra)
     return web.json_response({"parked": got.parked, "timed_out": got.timed_out,
                               "payload": answer(sealer, got.payload, got.payload_clear)})
 
@@ -53,7 +56,8 @@ async def emit(request: web.Request) -> web.Response:
         event_id = await engine.emit_from_run(
             conn, run_id, token, **recorded_at(body),
             ordinal=to_int(body, "ordinal"), name=str_field(body, "name"),
-            payload=sealer.seal_json({"answer": body.get("payload")}))
+            payload=sealer.seal_json({"answer": body.get("payload")}),
+            public=flag(body, PUBLIC))
     return web.json_response({"event_id": event_id})
 
 

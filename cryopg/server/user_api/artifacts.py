@@ -4,6 +4,10 @@ to), and the project's cached artifacts (`--key`), which a member may also put.
 A download answers with a redirect to a URL the store signed when it can sign and
 CRYOPG_ARTIFACTS_PROXY is not set (`?redirect=0` asks for the bytes through this
 server regardless), else streams the bytes itself.
+
+A cached artifact is the trusted one of its (key, name); `?tainted=1` gets the one
+untrusted runs put, and a member's put with `?public=1` publishes it to untrusted runs
+(docs/security/trust.md). Lists show both, each row saying which.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from cryopg.server import limits
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.limits import check_text
 from cryopg.server.state import POOL
+from cryopg.server.trust_flags import PUBLIC, TAINTED, query_flag
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
 
 HASH_HEADER = "X-Cryo-SHA256"
@@ -43,11 +48,16 @@ def _key(request: web.Request, required: bool) -> str | None:
     return check_text(key, "key", 200)
 
 
+def _json(a: index.Artifact) -> dict[str, object]:
+    return {**artifact_json(a), "tainted": a.tainted, "published": a.published}
+
+
 async def _find(request: web.Request, scope: str) -> index.Artifact:
     org, project = project_of(request)
     name = request.match_info["name"]
     async with connection(request.app[POOL]) as conn:
-        found = await index.find_artifact(conn, org, project, scope, name)
+        found = await index.find_artifact(conn, org, project, scope, name,
+                                          query_flag(request, TAINTED))
     if found is None:
         raise NotFound(f"no artifact {name!r} in {scope}")
     return found
@@ -59,7 +69,7 @@ async def run_artifacts(request: web.Request) -> web.Response:
     run_id = run_in_project(request)
     async with connection(request.app[POOL]) as conn:
         rows = await index.list_artifacts(conn, org, project, run_id)
-    return web.json_response({"artifacts": [artifact_json(a) for a in rows]})
+    return web.json_response({"artifacts": [_json(a) for a in rows]})
 
 
 async def run_artifact(request: web.Request) -> web.StreamResponse:
@@ -76,7 +86,7 @@ async def cached_artifacts(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         scope = None if key is None else await index.artifact_scope(conn, org, project, None, key)
         rows = await index.list_artifacts(conn, org, project, scope)
-    return web.json_response({"artifacts": [artifact_json(a) for a in rows]})
+    return web.json_response({"artifacts": [_json(a) for a in rows]})
 
 
 async def cached_artifact(request: web.Request) -> web.StreamResponse:
@@ -97,6 +107,7 @@ async def put_cached(request: web.Request) -> web.Response:
     org, project = project_of(request)
     key = _key(request, required=True)
     name = check_text(request.match_info["name"], "name", 200)
+    public = query_flag(request, PUBLIC)
     arts = request.app[ARTIFACTS]
     expect = request.headers.get(HASH_HEADER)
     if expect is not None:
@@ -108,8 +119,8 @@ async def put_cached(request: web.Request) -> web.Response:
     sha256, size = await receive_blob(request, org, project, expect=expect)
     row = await commit(request.app, org, project, sha256, size, lambda conn:
                        index.put_artifact(conn, org, project, key, name, sha256, size,
-                                          arts.settings.max_bytes))
-    return web.json_response(artifact_json(row), status=201)
+                                          arts.settings.max_bytes, public))
+    return web.json_response(_json(row), status=201)
 
 
 def add_routes(app: web.Application) -> None:

@@ -14,6 +14,7 @@ from cryopg.server.bodies import optional_json_body, query_int
 from cryopg.server.redact import masked
 from cryopg.server.render import answer
 from cryopg.server.state import KEYS, POOL
+from cryopg.server.trust_flags import PUBLIC, flag
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
 
 
@@ -33,10 +34,12 @@ async def publish_event(request: web.Request) -> web.Response:
     await require_user(request, MEMBER)
     org, project = project_of(request)
     body = await optional_json_body(request)
+    public = flag(body, PUBLIC)  # a member is a trusted writer; public reaches untrusted runs
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
         event_id = await engine.publish_event(conn, org, project, request.match_info["name"],
-                                              sealer.seal_json({"answer": body.get("payload")}))
+                                              sealer.seal_json({"answer": body.get("payload")}),
+                                              public)
     return web.json_response({"event_id": event_id}, status=201)
 
 

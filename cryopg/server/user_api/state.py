@@ -1,5 +1,7 @@
 """Durable state, read only: `GET …/runs/{run}/state[/{key}]` and
-`GET …/entities/{entity}/state[/{key}]`. Nothing outside a run writes a cell."""
+`GET …/entities/{entity}/state[/{key}]`. Nothing outside a run writes a cell. An entity's
+cells are the trusted ones; `?tainted=1` reads those untrusted runs wrote
+(docs/security/trust.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.redact import masked
 from cryopg.server.render import cell_json
 from cryopg.server.state import KEYS, POOL
+from cryopg.server.trust_flags import TAINTED, query_flag
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
 
 
@@ -32,7 +35,8 @@ async def user_state_list(request: web.Request) -> web.Response:
     org, project, run_id, entity = await _scope_of(request)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
-        cells = await engine.state_list(conn, org, project, run_id, entity)
+        cells = await engine.state_list(conn, org, project, run_id, entity,
+                                        query_flag(request, TAINTED))
         return web.json_response(await masked(request, conn, org, project,
                                               {"cells": [cell_json(sealer, c) for c in cells]}))
 
@@ -41,13 +45,15 @@ async def user_state_get(request: web.Request) -> web.Response:
     org, project, run_id, entity = await _scope_of(request)
     key = request.match_info["key"]
     async with connection(request.app[POOL]) as conn:
-        cell = await engine.state_get(conn, org, project, run_id, entity, key)
+        cell = await engine.state_get(conn, org, project, run_id, entity, key,
+                                      query_flag(request, TAINTED))
         if cell is None:
             raise NotFound(f"no cell {key!r} in that scope")
         sealer = await request.app[KEYS].sealer(org)
         return web.json_response(await masked(request, conn, org, project, {
             **cell_json(sealer, cell), "created_by_run": cell.created_by_run,
-            "updated_at": cell.updated_at.isoformat()}))
+            "updated_at": cell.updated_at.isoformat(), "tainted": cell.tainted,
+            "published": cell.published}))
 
 
 async def run_entity_state(request: web.Request) -> web.Response:

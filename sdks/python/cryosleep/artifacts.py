@@ -37,12 +37,13 @@ def _reply(stream: Any, op: str) -> dict[str, Any]:
 
 
 def put(client: Client, name: str, path: str | os.PathLike[str],
-        key: str | None = None) -> dict[str, Any]:
+        key: str | None = None, public: bool = False) -> dict[str, Any]:
     size = os.path.getsize(path)
     sock = _connect(client.path)
     try:
         with sock, sock.makefile("rb") as stream, open(path, "rb") as fh:
-            head = {"op": "artifact.put", "name": name, "key": key, "size": size}
+            head = {"op": "artifact.put", "name": name, "key": key, "size": size,
+                    **({"public": True} if public else {})}
             sock.sendall(json.dumps(head).encode() + b"\n")
             left = size
             while left and (chunk := fh.read(min(CHUNK, left))):
@@ -56,12 +57,13 @@ def put(client: Client, name: str, path: str | os.PathLike[str],
 
 
 def get(client: Client, name: str, path: str | os.PathLike[str] | None = None, *,
-        key: str | None = None, run: str | None = None) -> str:
+        key: str | None = None, run: str | None = None, tainted: bool = False) -> str:
     dest = os.fspath(path) if path is not None else name.rsplit("/", 1)[-1]
     sock = _connect(client.path)
     try:
         with sock, sock.makefile("rb") as stream:
-            request = {"op": "artifact.get", "name": name, "key": key, "run": run}
+            request = {"op": "artifact.get", "name": name, "key": key, "run": run,
+                       **({"tainted": True} if tainted else {})}
             sock.sendall(json.dumps(request).encode() + b"\n")
             head = _reply(stream, "artifact.get")
             folder = os.path.dirname(dest) or "."

@@ -169,19 +169,21 @@ def wait_signal(name: str, *, timeout: Duration | None = None) -> Any:
     return _wait("signal", name, timeout)
 
 
-def wait_event(name: str, *, timeout: Duration | None = None) -> Any:
+def wait_event(name: str, *, timeout: Duration | None = None, tainted: bool = False) -> Any:
     """Wait for the next project bus event `name` published after the wait began and return
     its payload. With a timeout (seconds, or a string like "1s"), WaitEventTimeout when
-    none arrived by then."""
-    return _wait("event", name, timeout)
+    none arrived by then. A trusted run hears untrusted runs' events only with
+    tainted=True (docs/security/trust.md); an untrusted run hears those and published ones."""
+    return _wait("event", name, timeout, {"tainted": True} if tainted else {})
 
 
-def _wait(kind: str, name: str, given: Duration | None) -> Any:
+def _wait(kind: str, name: str, given: Duration | None,
+          extra: dict[str, Any] | None = None) -> Any:
     op = f"wait.{kind}"
     timeout = None if given is None else seconds(given, "timeout")
     if timeout is not None:
         _client.require(op)
-    reply = _client.call({"op": op, "name": name, "timeout": timeout})
+    reply = _client.call({"op": op, "name": name, "timeout": timeout, **(extra or {})})
     if reply.get("timed_out"):
         error = WaitSignalTimeout if kind == "signal" else WaitEventTimeout
         raise error(name, float(timeout or 0))
@@ -252,10 +254,12 @@ def activity(name: str, argv: Sequence[str], *, retries: int | None = None,
 # -- events, children, notes, outputs ---------------------------------------------------
 
 
-def emit(name: str, payload: Any = None) -> None:
-    """Publish event `name` on the project bus (once: replays do not publish again)."""
+def emit(name: str, payload: Any = None, *, public: bool = False) -> None:
+    """Publish event `name` on the project bus (once: replays do not publish again). With
+    public=True a trusted run's event reaches untrusted runs waiting on it too."""
     to_json(payload, f"the payload of event {name!r}")
-    _client.call({"op": "emit", "name": name, "payload": payload})
+    _client.call({"op": "emit", "name": name, "payload": payload,
+                  **({"public": True} if public else {})})
 
 
 def spawn(path: str | os.PathLike[str], *, input: Any = None,
@@ -292,22 +296,25 @@ def call_node(type: str, config: dict[str, Any], input: Any = None) -> Any:
 
 
 def artifact_put(name: str, path: str | os.PathLike[str], *,
-                 key: str | None = None) -> dict[str, Any]:
+                 key: str | None = None, public: bool = False) -> dict[str, Any]:
     """Store the file at `path` as artifact `name` of this run (or, with `key`, the
     project's cached artifact); returns its name, sha256 and size. Not journaled: a
-    replay puts the same bytes again, which the store keeps once."""
+    replay puts the same bytes again, which the store keeps once. public=True lets
+    untrusted runs read a trusted run's artifact."""
     from cryosleep import artifacts
 
-    return artifacts.put(_client, name, path, key)
+    return artifacts.put(_client, name, path, key, public)
 
 
 def artifact_get(name: str, path: str | os.PathLike[str] | None = None, *,
-                 key: str | None = None, run: str | None = None) -> str:
+                 key: str | None = None, run: str | None = None,
+                 tainted: bool = False) -> str:
     """Fetch artifact `name` (this run's, the cached one with `key`, or run `run`'s) into
-    `path` (default: the name's last part); returns the path written."""
+    `path` (default: the name's last part); returns the path written. tainted=True gets,
+    for a trusted run, the one untrusted runs put."""
     from cryosleep import artifacts
 
-    return artifacts.get(_client, name, path, key=key, run=run)
+    return artifacts.get(_client, name, path, key=key, run=run, tainted=tainted)
 
 
 def artifact_list(run: str | None = None, *, cached: bool = False) -> list[dict[str, Any]]:
@@ -345,24 +352,30 @@ def input() -> Any:  # noqa: A001 - the run's input, named as users think of it
 # With no entity a cell is this run's; with one it is the project's, shared across runs.
 
 
-def state_get(key: str, *, entity: str | None = None, default: Any = None) -> Any:
-    """The cell's value, or `default` when it is unset (read afresh on every pass)."""
-    cell = state_cell(key, entity=entity)
+def state_get(key: str, *, entity: str | None = None, default: Any = None,
+              tainted: bool = False) -> Any:
+    """The cell's value, or `default` when it is unset (read afresh on every pass).
+    tainted=True reads, for a trusted run, the cell untrusted runs wrote."""
+    cell = state_cell(key, entity=entity, tainted=tainted)
     return default if cell is None else cell.value
 
 
-def state_cell(key: str, *, entity: str | None = None) -> StateCell | None:
+def state_cell(key: str, *, entity: str | None = None,
+               tainted: bool = False) -> StateCell | None:
     """The cell with its version (for state_cas), or None when unset."""
-    reply = _client.call({"op": "state.get", "key": key, "entity": entity})
+    reply = _client.call({"op": "state.get", "key": key, "entity": entity,
+                          **({"tainted": True} if tainted else {})})
     if not reply.get("found"):
         return None
     return StateCell(key, reply.get("value"), int(reply.get("version") or 0))
 
 
-def state_set(key: str, value: Any, *, entity: str | None = None) -> int:
-    """Write the cell; returns its new version."""
+def state_set(key: str, value: Any, *, entity: str | None = None, public: bool = False) -> int:
+    """Write the cell; returns its new version. public=True lets untrusted runs read a
+    trusted run's cell (until a set without it); docs/security/trust.md."""
     to_json(value, f"the value for state {key!r}")
-    reply = _client.call({"op": "state.set", "key": key, "entity": entity, "value": value})
+    reply = _client.call({"op": "state.set", "key": key, "entity": entity, "value": value,
+                          **({"public": True} if public else {})})
     return int(reply.get("version") or 0)
 
 
@@ -371,9 +384,10 @@ def state_delete(key: str, *, entity: str | None = None) -> bool:
     return bool(_client.call({"op": "state.delete", "key": key, "entity": entity}).get("deleted"))
 
 
-def state_list(*, entity: str | None = None) -> list[StateCell]:
-    """Every cell of the scope, in key order."""
-    cells = _client.call({"op": "state.list", "entity": entity}).get("cells")
+def state_list(*, entity: str | None = None, tainted: bool = False) -> list[StateCell]:
+    """Every cell of the scope, in key order (tainted=True: those untrusted runs wrote)."""
+    cells = _client.call({"op": "state.list", "entity": entity,
+                          **({"tainted": True} if tainted else {})}).get("cells")
     return [StateCell(str(c["key"]), c.get("value"), int(c.get("version") or 0))
             for c in (cells if isinstance(cells, list) else [])]
 
