@@ -39,6 +39,10 @@ def _refuse(uri: str) -> Resource[Any]:
 REGISTRY: Registry[Any] = Registry(retrieve=_refuse).with_resources(  # type: ignore[call-arg]
     (uri, jsonschema_specifications.REGISTRY[uri]) for uri in jsonschema_specifications.REGISTRY)
 
+# Objects in one schema. Checking a schema against the 2020-12 meta-schema costs about a
+# millisecond per object here; a form or an input has tens of fields, not thousands.
+MAX_OBJECTS = 1000
+
 # Keywords whose subschemas apply to the same instance: a loop through only these (and
 # $ref) never ends, whatever the answer.
 _IN_PLACE_ONE = ("not", "if", "then", "else")
@@ -52,6 +56,16 @@ def validator(schema: dict[str, Any]) -> Any:
 
 def check(schema: dict[str, Any], where: str) -> None:
     """A user's JSON Schema, or a GraphError starting with `where` (e.g. "input_schema")."""
+    objects, stack = 0, [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            objects += 1
+            if objects > MAX_OBJECTS:
+                raise GraphError(f"{where}: a schema holds at most {MAX_OBJECTS} objects")
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:

@@ -4,11 +4,16 @@ Reading a YAML pipeline or a graph document, checking JSON Schemas and compiling
 expressions, and parsing a request body of many values are pure Python; in a thread
 they would still hold the GIL the loop needs (a 10 KiB YAML file nested 5,000 deep
 kept `/api/v1/health` waiting for seconds). So they run in a small process pool,
-shared by every app in the process, each call within a time bound: a call that
-overruns is answered 400 and its worker is killed (the pool is replaced), so a
-hostile input costs one worker for at most `timeout` seconds. Cheap checks of size and
-nesting still come first (in the functions run here), so most hostile inputs are
-refused in milliseconds.
+shared by every app in the process. A call waits (on the loop, for free) until a
+worker is idle, then runs within a time bound: one that overruns is answered 400 and
+the workers are killed (the pool is replaced; a call that was running beside it is
+run again once), so a hostile input costs a worker at most `timeout` seconds. Cheap
+checks of size and nesting still come first (in the functions run here), so most
+hostile inputs are refused in milliseconds.
+
+Workers start from a forkserver, which imports the main module as multiprocessing
+does: a program embedding the app needs the usual `if __name__ == "__main__":` guard
+(the `cryopg` console script has it).
 
 Workers are forked from a forkserver that imports the compilers once; each is held
 to WORKER_MEMORY of address space. Beyond MAX_IN_FLIGHT calls at once the server
@@ -21,6 +26,7 @@ import asyncio
 import multiprocessing
 import os
 import resource
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -45,6 +51,10 @@ class Busy(CryoError):
 
 _pool: ProcessPoolExecutor | None = None
 _in_flight = 0
+# One slot per worker, per event loop (tests run several loops in one process), so a
+# call's time bound starts when it runs, not while it queues.
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary())
 
 
 def _init_worker() -> None:
@@ -70,9 +80,11 @@ def _replace(pool: ProcessPoolExecutor) -> None:
     global _pool
     if _pool is pool:
         _pool = None
-    for proc in list(getattr(pool, "_processes", {}).values()):
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
         proc.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
+    # Not cancel_futures: a call queued on it must fail as BrokenProcessPool (run again
+    # below), not as a cancellation, which would read as the request's own.
+    pool.shutdown(wait=False)
 
 
 async def run(fn: Callable[..., T], *args: Any, timeout: float, what: str) -> T:
@@ -83,21 +95,26 @@ async def run(fn: Callable[..., T], *args: Any, timeout: float, what: str) -> T:
     if _in_flight >= MAX_IN_FLIGHT:
         raise Busy(f"the server is busy checking {MAX_IN_FLIGHT} other requests; retry")
     _in_flight += 1
+    slots = _slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(WORKERS))
     try:
-        for attempt in (1, 2):  # once more on a fresh pool when a worker died under it
-            pool = _executor()
-            try:
-                return await asyncio.wait_for(
-                    asyncio.wrap_future(pool.submit(fn, *args)), timeout)
-            except TimeoutError:
-                _replace(pool)
-                raise InvalidArgument(f"{what} took over {timeout:g} s") from None
-            except BrokenProcessPool:
-                _replace(pool)
-                if attempt == 2:
-                    raise InvalidArgument(f"{what} could not finish (its worker died)") from None
-            except MemoryError:
-                raise InvalidArgument(f"{what} needs more memory than a worker may use") from None
-        raise AssertionError("unreachable")
+        async with slots:
+            return await _run(fn, args, timeout, what)
     finally:
         _in_flight -= 1
+
+
+async def _run(fn: Callable[..., T], args: tuple[Any, ...], timeout: float, what: str) -> T:
+    for attempt in (1, 2):  # once more on a fresh pool when a worker died under it
+        pool = _executor()
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(pool.submit(fn, *args)), timeout)
+        except TimeoutError:
+            _replace(pool)
+            raise InvalidArgument(f"{what} took over {timeout:g} s") from None
+        except BrokenProcessPool:
+            _replace(pool)
+            if attempt == 2:
+                raise InvalidArgument(f"{what} could not finish (its worker died)") from None
+        except MemoryError:
+            raise InvalidArgument(f"{what} needs more memory than a worker may use") from None
+    raise AssertionError("unreachable")
