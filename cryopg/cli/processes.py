@@ -461,6 +461,9 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
         dev_file.unlink(missing_ok=True)
 
 
+MAX_TOKEN_DAYS = 3650  # a token's --expires: at most ten years (rotate before then)
+
+
 def _parse_expiry(text: str | None) -> Any:
     import datetime as dt
 
@@ -471,7 +474,11 @@ def _parse_expiry(text: str | None) -> Any:
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="--expires") from None
+    if not 0 < seconds <= MAX_TOKEN_DAYS * 86400:
+        raise click.BadParameter(f"{text!r} must be more than 0 and at most {MAX_TOKEN_DAYS}d "
+                                 "(ten years); leave --expires out for a token that never "
+                                 "expires", param_hint="--expires")
     return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
 
 
@@ -521,7 +528,7 @@ _TOKEN_CREATE_OPTIONS = [
     click.option("--cap", "caps", multiple=True,
                  help="Agent capability ceiling (repeatable; default shell and polyglot)."),
     click.option("--expires", metavar="DURATION",
-                 help="Expire after e.g. 30d, 12h (default never)."),
+                 help="Expire after e.g. 30d, 12h, at most 3650d (default never)."),
 ]
 
 
