@@ -17,6 +17,7 @@ import click
 
 from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file, refuse_inside_run
 from cryopg.errors import CryoError
+from cryopg.secret_env import scrub_secrets
 
 DB_URL = click.option("--database-url", envvar="CRYOPG_DATABASE_URL", metavar="URL",
                       help="PostgreSQL URL or conninfo [env CRYOPG_DATABASE_URL].")
@@ -181,6 +182,7 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
     async def run() -> None:
         stop = _stop_event()
         runner, url = await _start_site(config, host, port)
+        scrub_secrets()  # read by now (the app's startup read its stores' settings)
         click.echo(f"cryopg server listening on {url}", err=True)
         await stop.wait()
         await runner.cleanup()
@@ -286,6 +288,7 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
         from agent.drain import signal_events
 
         stop, draining = signal_events()
+        scrub_secrets()  # the token is read: a job cannot find it in /proc/$PPID/environ
         tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local,
                                   isolate_all=isolate, announce=announce, drain=draining)
         stopping = asyncio.create_task(stop.wait())
@@ -432,6 +435,9 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
     except CryoError as exc:
         raise _fail(exc) from None
     runner, url = await _start_site(config, host, port)
+    # The embedded agents' jobs are this process's children: nothing secret stays in
+    # its environment (or readable through /proc) once the server has read its settings.
+    scrub_secrets()
     tmp = dev_file.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
