@@ -4,10 +4,10 @@ Every outbound request whose URL a user chose (an http node, a commit status) go
 through here, so the engine cannot be used to read its own files or reach its own
 network: only http(s); the host resolved once; refused if ANY address it resolves to
 is not public (loopback, private, link-local, CGNAT, cloud metadata, multicast,
-reserved, and the IPv6 forms that embed such an IPv4: mapped, compatible, NAT64,
-6to4, Teredo); the connection then made to a checked address only (no second lookup,
-so a DNS answer cannot change in between), while the Host header and TLS name stay
-the URL's host.
+reserved, and the IPv6 forms that embed such an IPv4, judged by that IPv4: mapped,
+translated, compatible, NAT64, 6to4, Teredo, ISATAP); the connection then made to a
+checked address only (no second lookup, so a DNS answer cannot change in between),
+while the Host header and TLS name stay the URL's host.
 
 A deployment that needs an internal host names it in CRYOPG_EGRESS_ALLOW: host
 names, IP addresses or CIDRs, comma-separated (CRYOPG_FORGE_ALLOWLIST, its old name
@@ -76,6 +76,8 @@ _V6: tuple[tuple[tuple[Net, ...], str], ...] = (
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _COMPAT = ipaddress.ip_network("::/96")
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT (RFC 2765): ::ffff:0:a.b.c.d
+_ISATAP_IIDS = (0x00005EFE, 0x02005EFE)  # an interface id of ::0:5efe:a.b.c.d (RFC 5214)
 
 
 class Refused(Exception):
@@ -101,14 +103,21 @@ def _shown(url: str) -> str:
 
 
 def embedded_ipv4(ip: IP) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for, where it carries one."""
+    """The IPv4 address an IPv6 address stands for, where it carries one (mapped,
+    translated, compatible, NAT64, 6to4, ISATAP; Teredo's two are read by the caller).
+    Such an address is judged by its IPv4 address: a host may route it there."""
     if not isinstance(ip, ipaddress.IPv6Address):
         return None
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
-    if ip in _NAT64 or (ip in _COMPAT and int(ip) > 1):
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip.sixtofour
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _NAT64 or ip in _TRANSLATED or (ip in _COMPAT and int(ip) > 1):
+        return low
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if (int(ip) >> 32) & 0xFFFFFFFF in _ISATAP_IIDS and ip.teredo is None:
+        return low
+    return None
 
 
 def why_not_public(ip: IP) -> str | None:

@@ -6817,7 +6817,15 @@ CREATE TABLE cryo.history (
     attempt integer,
     payload bytea,
     created_at timestamp with time zone NOT NULL,
-    replica text DEFAULT NULLIF(current_setting('cryo.replica_id'::text, true), ''::text)
+    replica text DEFAULT
+CASE
+    WHEN pg_has_role((
+    CASE
+        WHEN (current_setting('role'::text) = 'none'::text) THEN (SESSION_USER)::text
+        ELSE current_setting('role'::text)
+    END)::name, CURRENT_USER, 'MEMBER'::text) THEN NULLIF(current_setting('cryo.replica_id'::text, true), ''::text)
+    ELSE NULL::text
+END
 );
 
 CREATE SEQUENCE cryo.history_id_seq

@@ -42,9 +42,14 @@ def cryopg(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     ("events", "--name", NOT_UTF8),
     ("state", "get", NOT_UTF8, "--entity", "e"),
     ("workflow", "get", NOT_UTF8),
+    ("token", "create", "--kind", "user", "--expires", "99999999999d",
+     "--database-url", "postgresql://nobody@127.0.0.1:9/none"),
+    ("token", "create", "--kind", "agent", "--expires", "0s",
+     "--database-url", "postgresql://nobody@127.0.0.1:9/none"),
 ], ids=["deep-input", "depth65-input", "digits-input", "nul-input", "surrogate-input",
         "deep-approve", "deep-signal", "utf8-show", "utf8-logs", "utf8-cancel", "utf8-signal",
-        "utf8-approve", "utf8-events", "utf8-state", "utf8-workflow"])
+        "utf8-approve", "utf8-events", "utf8-state", "utf8-workflow", "absurd-expiry",
+        "zero-expiry"])
 def test_bad_input_is_one_line_and_a_failing_exit(tmp_path: Path, args: tuple[str, ...]) -> None:
     (tmp_path / "job.sh").write_text("echo hi\n")
     done = cryopg(tmp_path, *args)

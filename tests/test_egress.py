@@ -85,6 +85,10 @@ REFUSED = [
     ("64:ff9b:1::a00:1", "local-use NAT64"),
     ("2002:7f00:1::1", "127.0.0.1, a loopback"), ("2002:a00:1::", "private"),
     ("2001:0:4136:e378:8000:63bf:80ff:fffe", "Teredo"),  # client 127.0.0.1
+    # IPv4-translated (SIIT, ::ffff:0:0:0/96) and ISATAP interface ids carry an IPv4 too.
+    ("::ffff:0:7f00:1", "127.0.0.1, a loopback"), ("::ffff:0:a9fe:a9fe", "metadata"),
+    ("::ffff:0:a00:1", "private"), ("2001:db9::5efe:7f00:1", "127.0.0.1, a loopback"),
+    ("2001:db9::200:5efe:a9fe:a9fe", "metadata"),
 ]
 
 
@@ -99,6 +103,7 @@ def test_a_name_resolving_to_a_private_address_is_refused(address: str, phrase: 
 
 @pytest.mark.parametrize("address", ["93.184.216.34", "2606:4700:4700::1111",
                                      "64:ff9b::808:808", "::ffff:8.8.8.8", "2002:808:808::1",
+                                     "::ffff:0:808:808", "2001:db9::5efe:808:808",
                                      "1.1.1.1"])
 def test_a_public_address_passes_and_is_the_one_pinned(address: str) -> None:
     target = check_url("https://Example.COM:8443/a/b?c=d#frag", NONE, resolving_to(address))
@@ -115,7 +120,8 @@ def test_one_private_address_among_public_ones_refuses_the_url() -> None:
 @pytest.mark.parametrize("host", ["127.0.0.1", "2130706433", "0x7f000001", "0x7f.1",
                                   "0177.0.0.1", "127.1", "[::1]", "[::ffff:127.0.0.1]",
                                   "[64:ff9b::7f00:1]", "0.0.0.0", "0", "169.254.169.254",
-                                  "[fd00:ec2::254]", "[::ffff:7f00:1]", "localhost"])
+                                  "[fd00:ec2::254]", "[::ffff:7f00:1]", "localhost",
+                                  "[::ffff:0:7f00:1]", "[::ffff:0:a9fe:a9fe]"])
 def test_every_spelling_of_a_local_address_is_refused(host: str) -> None:
     # The system resolver only parses these (numbers, or /etc/hosts): nothing is sent.
     with pytest.raises(Refused) as got:

@@ -17,6 +17,7 @@ import click
 
 from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file, refuse_inside_run
 from cryopg.errors import CryoError
+from cryopg.secret_env import scrub_secrets
 
 DB_URL = click.option("--database-url", envvar="CRYOPG_DATABASE_URL", metavar="URL",
                       help="PostgreSQL URL or conninfo [env CRYOPG_DATABASE_URL].")
@@ -181,6 +182,7 @@ def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: fl
     async def run() -> None:
         stop = _stop_event()
         runner, url = await _start_site(config, host, port)
+        scrub_secrets()  # read by now (the app's startup read its stores' settings)
         click.echo(f"cryopg server listening on {url}", err=True)
         await stop.wait()
         await runner.cleanup()
@@ -286,6 +288,7 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
         from agent.drain import signal_events
 
         stop, draining = signal_events()
+        scrub_secrets()  # the token is read: a job cannot find it in /proc/$PPID/environ
         tasks = await _run_agents(url, token, count, capabilities, prefix, stop, local=local,
                                   isolate_all=isolate, announce=announce, drain=draining)
         stopping = asyncio.create_task(stop.wait())
@@ -432,6 +435,9 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
     except CryoError as exc:
         raise _fail(exc) from None
     runner, url = await _start_site(config, host, port)
+    # The embedded agents' jobs are this process's children: nothing secret stays in
+    # its environment (or readable through /proc) once the server has read its settings.
+    scrub_secrets()
     tmp = dev_file.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -461,6 +467,9 @@ async def _dev_main(config: Any, state: Path, host: str, port: int, agents: int,
         dev_file.unlink(missing_ok=True)
 
 
+MAX_TOKEN_DAYS = 3650  # a token's --expires: at most ten years (rotate before then)
+
+
 def _parse_expiry(text: str | None) -> Any:
     import datetime as dt
 
@@ -471,7 +480,11 @@ def _parse_expiry(text: str | None) -> Any:
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="--expires") from None
+    if not 0 < seconds <= MAX_TOKEN_DAYS * 86400:
+        raise click.BadParameter(f"{text!r} must be more than 0 and at most {MAX_TOKEN_DAYS}d "
+                                 "(ten years); leave --expires out for a token that never "
+                                 "expires", param_hint="--expires")
     return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
 
 
@@ -521,7 +534,7 @@ _TOKEN_CREATE_OPTIONS = [
     click.option("--cap", "caps", multiple=True,
                  help="Agent capability ceiling (repeatable; default shell and polyglot)."),
     click.option("--expires", metavar="DURATION",
-                 help="Expire after e.g. 30d, 12h (default never)."),
+                 help="Expire after e.g. 30d, 12h, at most 3650d (default never)."),
 ]
 
 

@@ -14,8 +14,7 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-
+from cryopg.graphs import schemas
 from cryopg.graphs.artifacts import check_links as check_artifact_links
 from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
     STATE_OPS,
@@ -380,15 +379,7 @@ def _input_schema(schema: Any) -> dict[str, Any]:
     """A graph's declared input: a JSON Schema object, its patterns runnable on RE2."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise GraphError('input_schema: must be a JSON Schema with "type": "object"')
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise GraphError(f"input_schema: not a JSON Schema: {exc.message}") from None
-    try:
-        check_patterns("input_schema", schema)
-    except GraphError as exc:  # said of a node there; here of the input
-        raise GraphError(str(exc).replace("node input_schema: config.fields", "input_schema")
-                         ) from None
+    schemas.check(schema, "input_schema")
     return schema
 
 

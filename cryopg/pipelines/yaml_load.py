@@ -7,9 +7,11 @@
 - Aliases are expanded into plain JSON values under a size budget, so a small file of
   nested aliases cannot grow into a huge document.
 - Nesting is bounded (MAX_NESTING), and so are integers (64 bits) and text (no NUL):
-  what comes out is JSON cryopg can store (cryopg/jsonlimits.py). PyYAML composes
-  recursively, so a file nested near Python's recursion limit is refused from the
-  RecursionError it raises.
+  what comes out is JSON cryopg can store (cryopg/jsonlimits.py).
+- PyYAML composes recursively and slows down steeply with depth (a 10 KiB file of
+  `[[[…` took seconds), so a linear scan first estimates the nesting (flow brackets,
+  block indentation, `- - -` on one line) and refuses a file far deeper than any
+  pipeline before PyYAML sees it; the exact depth is checked after parsing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from cryopg.jsonlimits import MAX_DEPTH, JsonLimitError, check_json
 MAX_SOURCE = 1 << 20  # bytes of YAML
 MAX_VALUES = 100_000  # JSON values after aliases are expanded
 MAX_NESTING = MAX_DEPTH
+# The scan over-counts (brackets in text, a block scalar's own indentation), so it
+# refuses only well beyond MAX_NESTING; PyYAML reads this depth in some 50 ms.
+MAX_SCANNED_DEPTH = 200
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_LEADING_ITEMS = re.compile(r"(?:[-?][ \t]+)+")  # `- - ? x`: items opened on one line
 
 
 class YamlError(ValueError):
@@ -58,10 +65,37 @@ _Loader.add_implicit_resolver(
     list("tTfF"))
 
 
+def scanned_depth(source: str) -> int:
+    """An upper estimate of the file's nesting, in one linear pass: the deepest run of
+    open flow brackets, or of block indentation levels plus the items a line opens
+    (`- - - x`)."""
+    flow = deepest = 0
+    for ch in _NOT_BRACKETS.sub("", source):  # the brackets alone, cut out at C speed
+        flow += 1 if ch in "[{" else -1
+        if flow > deepest:
+            deepest = flow
+            if deepest > MAX_SCANNED_DEPTH:
+                return deepest
+    indents: list[int] = []
+    for line in source.splitlines():
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        while indents and indents[-1] >= indent:
+            indents.pop()
+        indents.append(indent)
+        lead = _LEADING_ITEMS.match(stripped)
+        deepest = max(deepest, len(indents) + (lead.end() // 2 if lead else 0))
+    return deepest
+
+
 def load_yaml(source: str) -> Any:
     """The file's one document as plain JSON values."""
     if len(source.encode("utf-8", errors="replace")) > MAX_SOURCE:
         raise YamlError(f"the file is larger than {MAX_SOURCE // 1024} KiB")
+    if scanned_depth(source) > MAX_SCANNED_DEPTH:
+        raise YamlError(f"the file nests deeper than {MAX_NESTING} levels")
     try:
         docs = list(yaml.load_all(source, Loader=_Loader))  # noqa: S506 - a SafeLoader
     except RecursionError:

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from cryopg.errors import InvalidArgument
-from cryopg.server.limits import BODY, check_text, parse_json, read_body
+from cryopg.server.limits import BODY, check_text, parse_json_off_loop, read_body
 
 # What reaches an int4 column (ordinals, exit codes, limits, retries) must fit it, and a
 # bigint one (log chunk ids) its own: out of range is a 400 here, not a 500 in SQL.
@@ -24,7 +24,7 @@ MAX_SECONDS = 100 * 365 * 86400  # a duration beyond this overflows an interval
 
 async def _parsed(request: web.Request) -> Any:
     # limits_middleware parsed and checked it already; a route marked raw_body reads here.
-    return request[BODY] if BODY in request else parse_json(await read_body(request))
+    return request[BODY] if BODY in request else await parse_json_off_loop(await read_body(request))
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:

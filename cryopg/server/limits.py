@@ -3,7 +3,10 @@
 Path parts and query values must be UTF-8 without NUL and of bounded length; a body is
 read once (at most MAX_BODY bytes) and must be JSON as cryopg/jsonlimits.py defines it
 (depth, 64-bit integers, no NUL or lone surrogate). The parsed body is kept on the
-request for bodies.json_body, so nothing parses twice.
+request for bodies.json_body, so nothing parses twice. A body of few values is read
+on the loop (C json, microseconds); one that may hold many (counted by its commas,
+colons and brackets, at C speed) is read in a worker process (offload.py), since
+checking millions of values in Python would stall every other request.
 
 A route whose body is authenticated by its raw bytes (a webhook's HMAC) is marked
 `raw_body` and checks its body itself with `parse_json` once the signature holds.
@@ -26,6 +29,7 @@ from cryopg.jsonlimits import JsonLimitError
 MAX_BODY = 64 << 20  # bytes; scripts and log flushes ride in bodies
 MAX_PATH_PART = 512  # characters of one decoded path segment
 MAX_QUERY = 4096  # characters of one query value (or name)
+INLINE_VALUES = 20_000  # a body that may hold more JSON values is read in a worker
 # The request key holding the parsed body (RequestKey is aiohttp 3.13+; a str before).
 BODY: Any = (web.RequestKey("cryo_json_body", object) if hasattr(web, "RequestKey")
              else "cryo_json_body")
@@ -96,9 +100,28 @@ async def read_body(request: web.Request, limit: int | None = None) -> bytes:
     return raw
 
 
+def values_bound(raw: bytes) -> int:
+    """At least the number of JSON values in `raw` (a comma, colon or opening bracket
+    precedes each but the first; those inside strings only raise the count)."""
+    return raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{") + 1
+
+
+async def parse_json_off_loop(raw: bytes, what: str = "request body") -> Any:
+    """parse_json, in a worker process when the body may hold many values."""
+    if values_bound(raw) <= INLINE_VALUES or not raw.strip():
+        return parse_json(raw, what)
+    from cryopg.server import offload, work
+
+    try:
+        return await offload.run(work.parse_json, raw, what, timeout=work.BODY_SECONDS,
+                                 what=f"reading the {what}")
+    except JsonLimitError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
 @web.middleware
 async def limits_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     _check_url(request)
     if request.body_exists and not getattr(request.match_info.handler, RAW_BODY, False):
-        request[BODY] = parse_json(await read_body(request))
+        request[BODY] = await parse_json_off_loop(await read_body(request))
     return await handler(request)

@@ -10,6 +10,8 @@ and they start one catch-up run, after which the next tick is the first one afte
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import os
 import zoneinfo
 
 from cronsim import CronSim, CronSimError
@@ -20,6 +22,13 @@ from cryopg.graphs.document import GraphError, seconds
 # are due (a slow or busy server, a restart); beyond it the server was down, and the
 # ticks start one catch-up run instead of a burst. docs/triggers.md says the same.
 MAX_LATE_TICKS = 10
+# A cron schedule fires at most once a minute by default (cronsim reads a sixth, seconds
+# field, so `* * * * * *` would start a run every second); a deployment that means it
+# lowers the floor in CRYOPG_SCHEDULE_MIN_SECONDS. An `every` interval says its period
+# outright and keeps its own minimum of 1 second.
+MIN_SECONDS_ENV = "CRYOPG_SCHEDULE_MIN_SECONDS"
+DEFAULT_MIN_SECONDS = 60.0
+GAP_TICKS = 200  # ticks looked at for the shortest gap: more than a minute's or an hour's
 
 
 class ScheduleError(ValueError):
@@ -34,8 +43,28 @@ def zone(name: str) -> zoneinfo.ZoneInfo:
                             "Europe/Paris or UTC)") from None
 
 
+def min_seconds() -> float:
+    """The shortest gap a cron schedule's ticks may have (CRYOPG_SCHEDULE_MIN_SECONDS)."""
+    try:
+        return max(1.0, float(os.environ.get(MIN_SECONDS_ENV, DEFAULT_MIN_SECONDS)))
+    except ValueError:
+        return DEFAULT_MIN_SECONDS
+
+
 def check_cron(expr: str, timezone: str = "UTC") -> None:
-    next_after(expr, timezone, None, dt.datetime.now(dt.UTC))
+    """A cron expression a schedule may take: it parses, fires, and its ticks are at
+    least min_seconds() apart (the shortest gap shows within the first GAP_TICKS)."""
+    first = next_after(expr, timezone, None, dt.datetime.now(dt.UTC))
+    floor = min_seconds()
+    ticks = CronSim(expr, first.astimezone(zone(timezone)))
+    previous = first
+    for tick in itertools.islice(ticks, GAP_TICKS):
+        gap = (tick - previous).total_seconds()
+        if 0 < gap < floor:
+            raise ScheduleError(
+                f"cron expression {expr!r} fires {gap:g} s apart; a schedule fires at most "
+                f"once every {floor:g} s (set {MIN_SECONDS_ENV} to allow more)")
+        previous = tick
 
 
 def every_seconds(text: str | float) -> float:

@@ -57,6 +57,8 @@ async def schedule(srv: Server, name: str) -> dict[str, Any]:
     ({"cron": "* * * *"}, "bad cron expression"),
     ({"cron": "0 9 * * *", "timezone": "Mars/Base"}, "unknown time zone 'Mars/Base'"),
     ({"every": "0.5s"}, "at least 1 second"),
+    ({"cron": "* * * * * *"}, "fires 1 s apart; a schedule fires at most once every 60 s"),
+    ({"cron": "*/20 * * * * *"}, "fires 20 s apart"),
     ({"every": "soon"}, "is not a duration"),
     ({}, "give either cron or every"),
     ({"cron": "* * * * *", "every": "1m"}, "give either cron or every"),

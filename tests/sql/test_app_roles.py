@@ -350,6 +350,24 @@ def test_fake_now_set_by_an_app_is_ignored_outside_a_test_database(
     assert db.execute("SELECT cryo.now() < '2099-01-01'").fetchone()[0]
 
 
+def test_an_app_role_cannot_forge_the_replica_of_its_history_rows(
+        db: psycopg.Connection, roles: Callable[..., str],
+        login: Callable[[str], psycopg.Connection]) -> None:
+    """history.replica says which server wrote a row: an application that sets
+    cryo.replica_id gets NULL there, as any writer outside a server does."""
+    _tenant(db, "acme", "web")
+    app = login(roles("acme"))
+    app.execute("SELECT set_config('cryo.replica_id', 'forged-replica', false)")
+    run_id = app.execute("SELECT cryo.submit_run('acme', 'web', 'report')").fetchone()[0]
+    app.execute("SELECT cryo.cancel_run(%s)", (run_id,))
+    written = "SELECT DISTINCT replica FROM cryo.history WHERE run_id = %s"
+    assert [r[0] for r in db.execute(written, (run_id,))] == [None]
+    # The control: the engine's own session (a server) names its replica.
+    db.execute("SELECT set_config('cryo.replica_id', 'server-a', false)")
+    own = db.execute("SELECT cryo.submit_run('acme', 'web', 'report')").fetchone()[0]
+    assert [r[0] for r in db.execute(written, (own,))] == ["server-a"]
+
+
 def test_fake_now_moves_the_clock_of_a_marked_test_database(db: psycopg.Connection) -> None:
     """The control: the fixture's mark is what makes the fake clock work in tests."""
     db.execute("SELECT set_config('cryo.fake_now', %s, false)", (FAKE,))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
-from cryopg.graphs.checks import GraphError, check_patterns, need
+from cryopg.graphs import schemas
+from cryopg.graphs.checks import GraphError, need
 from cryopg.graphs.nodes.base import NodeType, config_schema
 
 if TYPE_CHECKING:
@@ -23,12 +22,7 @@ def check(nid: str, c: dict[str, Any]) -> None:
     fields = need(nid, c, "fields")
     if not isinstance(fields, dict):
         raise GraphError(f"node {nid}: config.fields must be a JSON Schema object")
-    try:
-        jsonschema.Draft202012Validator.check_schema(fields)
-    except jsonschema.SchemaError as exc:
-        raise GraphError(
-            f"node {nid}: config.fields is not a JSON Schema: {exc.message}") from None
-    check_patterns(nid, fields)
+    schemas.check(fields, f"node {nid}: config.fields")
 
 
 async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:

@@ -6,7 +6,6 @@ node) or taken as stored (a graph) and its input sealed.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -15,8 +14,9 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import GraphCall
 from cryopg.errors import InvalidArgument
-from cryopg.graphs.document import NODE_VERSION, GraphError, compile_graph, load
+from cryopg.graphs.document import GraphError
 from cryopg.seal import Sealer
+from cryopg.server import offload, work
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import json_body, recorded_at, str_field, to_int
@@ -65,8 +65,9 @@ async def call_node(request: web.Request) -> web.Response:
     config = body.get("config")
     if not isinstance(config, dict):
         raise InvalidArgument("config must be a JSON object")
-    try:
-        compiled = compile_graph(load_node(node_type, config))
+    try:  # a node's config may hold a large schema: checked in a worker, off the loop
+        compiled = await offload.run(work.compile_node, node_type, config,
+                                     timeout=work.COMPILE_SECONDS, what="checking the node")
     except GraphError as exc:
         raise InvalidArgument(str(exc)) from None
     sealer = await request.app[KEYS].sealer(org)
@@ -77,13 +78,6 @@ async def call_node(request: web.Request) -> web.Response:
             filename="node.json", source=sealer.seal_text(compiled.source()),
             input=_sealed_input(sealer, body), graph=compiled.structure)
     return _reply(sealer, got)
-
-
-def load_node(node_type: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The one-node graph a node call runs (its node id is its type), whose output is the
-    node's own output rather than the map of sink nodes a graph gives by default."""
-    doc = load(json.dumps({"version": NODE_VERSION, "type": node_type, "config": config}))
-    return {**doc, "output": {"$expr": f"nodes.{doc['nodes'][0]['id']}.output"}}
 
 
 def add_routes(app: web.Application) -> None:

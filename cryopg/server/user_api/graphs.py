@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import hashlib
 import json
 from collections import OrderedDict
 from typing import Any
 
-import re2
 from aiohttp import web
 from psycopg import AsyncConnection
 
@@ -17,55 +14,53 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import GraphJob
 from cryopg.errors import InvalidArgument, NotFound, RunFinished
-from cryopg.graphs import nodes
+from cryopg.graphs import nodes, schemas
 from cryopg.graphs.document import (
-    ApprovalValidator,
     Compiled,
     GraphError,
-    compile_graph,
     is_graph,
     load,
-    schema_patterns,
 )
-from cryopg.pipelines import PipelineError, compile_pipeline, is_pipeline
+from cryopg.pipelines import PipelineError, is_pipeline
 from cryopg.seal import Sealer
+from cryopg.server import offload, work
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, str_field
 from cryopg.server.render import open_document, run_json
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
+from cryopg.server.work import Prepared
+
+__all__ = ["Prepared", "compiled_graph", "prepared_graph"]
 
 
-def compiled_graph(source: str, filename: str | None = None) -> Compiled | None:
-    """The compiled document when a submitted source is a graph (a .json file, or a JSON
-    object naming a cryosleep version) or a YAML pipeline (by its .yaml/.yml name or its
-    `version:` line), else None (a script). One that does not compile is refused in one
-    line naming the file, never run as a script."""
-    try:
-        if is_pipeline(source, filename):
-            return compile_pipeline(source)
-        if is_graph(source, filename):
-            compiled = compile_graph(load(source))
-            # The document as written rides along (sealed) for the canvas editor and the
-            # node panel, as a pipeline's YAML does: the compiled configs do not read back.
-            compiled.document["graph_source"] = source
-            return compiled
-    except (PipelineError, GraphError) as exc:
-        raise InvalidArgument(f"{filename}: {exc}" if filename else str(exc)) from None
+def graph_kind(source: str, filename: str | None) -> bool | None:
+    """True for a YAML pipeline (by its .yaml/.yml name or its `version:` line), False for
+    a graph document (a .json file, or a JSON object naming a cryosleep version), None
+    for a script. Cheap: the document itself is read in a worker."""
+    if is_pipeline(source, filename):
+        return True
+    if is_graph(source, filename):
+        return False
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """A submitted graph as the submit route needs it, kept for the next submit of the
-    same document: compiled, its text to seal, the nodes its expressions read, and
-    whether every node may be a constant state node (then its calls go with the submit,
-    and cryo.submit_graph decides whether the database runs it whole)."""
+async def compiled_graph(source: str, filename: str | None = None) -> Compiled | None:
+    """The compiled document when a submitted source is a graph or a YAML pipeline, else
+    None (a script). One that does not compile is refused in one line naming the file,
+    never run as a script. Compiled in a worker process (offload.py), off the loop."""
+    pipeline = graph_kind(source, filename)
+    if pipeline is None:
+        return None
+    return (await _prepared(source, filename, pipeline)).compiled
 
-    compiled: Compiled
-    text: str
-    wanted: set[str] | None
-    maybe_constant: bool
+
+async def _prepared(source: str, filename: str | None, pipeline: bool) -> Prepared:
+    try:
+        return await offload.run(work.prepare, source, pipeline, timeout=work.COMPILE_SECONDS,
+                                 what=f"reading {filename or 'the document'}")
+    except (PipelineError, GraphError) as exc:
+        raise InvalidArgument(f"{filename}: {exc}" if filename else str(exc)) from None
 
 
 # The same document submitted again (a client submitting one graph many times) is not
@@ -79,28 +74,20 @@ PREPARED_MAX_CHARS = 256 << 10
 PREPARED_TOTAL_CHARS = 4 << 20
 
 
-def prepared_graph(org: str, project: str, source: str,
-                   filename: str | None = None) -> Prepared | None:
+async def prepared_graph(org: str, project: str, source: str,
+                         filename: str | None = None) -> Prepared | None:
     """compiled_graph's answer for a submit, from the cache when this project submitted
     the same source under the same name before."""
+    pipeline = graph_kind(source, filename)
+    if pipeline is None:
+        return None
     key = (org, project, hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(),
            filename)
     got = _PREPARED.get(key)
     if got is not None:
         _PREPARED.move_to_end(key)
         return got
-    compiled = compiled_graph(source, filename)
-    if compiled is None:
-        return None
-    from cryopg.graphs.driver import referenced
-
-    structure = compiled.structure
-    configs = compiled.document.get("configs", {})
-    got = Prepared(compiled, compiled.source(), referenced(structure, configs),
-                   not any(k in structure for k in ("output", "concurrency")) and all(
-                       n.get("type") == "state"
-                       and not any(k in n for k in ("if", "fan_out", "concurrency"))
-                       for n in structure.get("nodes", [])))
+    got = await _prepared(source, filename, pipeline)
     if len(got.text) <= PREPARED_MAX_CHARS:
         _PREPARED[key] = got
         total = sum(len(p.text) for p in _PREPARED.values())
@@ -249,29 +236,11 @@ async def approve(request: web.Request) -> web.Response:
 VALIDATE_SECONDS = 5.0  # an answer's check; RE2 patterns keep it linear, this bounds it
 
 
-def _first_error(fields: dict[str, Any], answer: dict[str, Any]) -> str | None:
-    if any(k == "patternProperties" for k, _ in schema_patterns(fields)):
-        return "the approval's fields use patternProperties, which cryopg does not check"
-    try:
-        errors = sorted(ApprovalValidator(fields).iter_errors(answer), key=lambda e: list(e.path))
-    except re2.error:  # a graph stored before patterns were checked at submit
-        return "the approval's fields use a pattern RE2 cannot run"
-    if not errors:
-        return None
-    where = ".".join(str(p) for p in errors[0].path)
-    return f"field {where}: {errors[0].message}" if where else errors[0].message
-
-
 async def _check_answer(fields: dict[str, Any], answer: dict[str, Any]) -> None:
-    """The answer against the approval's fields, off the event loop and within a bound,
-    so no answer stalls other requests (health, claims) while it is checked."""
-    loop = asyncio.get_running_loop()
-    try:
-        error = await asyncio.wait_for(
-            loop.run_in_executor(None, _first_error, fields, answer), VALIDATE_SECONDS)
-    except TimeoutError:
-        raise InvalidArgument(f"the answer took over {VALIDATE_SECONDS:g} s to check against "
-                              "the approval's fields") from None
+    """The answer against the approval's fields (local references only, RE2 patterns),
+    off the event loop and within a bound, so no answer stalls other requests."""
+    error = await offload.run(schemas.first_error, fields, answer, timeout=VALIDATE_SECONDS,
+                              what="the answer's check against the approval's fields")
     if error is not None:
         raise InvalidArgument(error)
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, Unauthorized
-from cryopg.server.limits import parse_json, raw_body, read_body
+from cryopg.server.limits import parse_json_off_loop, raw_body, read_body
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.triggers import HOOK_ROUTE
 from cryopg.triggers import webhook
@@ -40,7 +40,7 @@ async def deliver(request: web.Request) -> web.Response:
     event = webhook.event_name(request.headers)
     if event is None:
         raise InvalidArgument("the event header is not a valid event name")
-    payload = parse_json(body, "the delivery's body")
+    payload = await parse_json_off_loop(body, "the delivery's body")
     trigger, untrusted = webhook.trigger_of(name, event, payload)
     async with connection(request.app[POOL]) as conn:
         got = await engine.deliver_webhook(

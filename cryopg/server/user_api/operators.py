@@ -3,7 +3,6 @@ again (any kind), turn down an approval with a comment, start a stored workflow 
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,12 +11,14 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, RunFinished
+from cryopg.graphs import schemas
+from cryopg.server import offload
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int
 from cryopg.server.redact import masked
 from cryopg.server.render import run_json
 from cryopg.server.state import KEYS, POOL
-from cryopg.server.user_api.graphs import VALIDATE_SECONDS, _first_error
+from cryopg.server.user_api.graphs import VALIDATE_SECONDS
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 
 # Any of these selects the search (cryo.search_runs) instead of the plain page.
@@ -113,14 +114,9 @@ async def start(request: web.Request) -> web.Response:
 
 
 async def _check_input(schema: dict[str, Any], value: Any) -> None:
-    """As an approval's answer is checked: off the loop, RE2 patterns, within a bound."""
-    loop = asyncio.get_running_loop()
-    try:
-        error = await asyncio.wait_for(
-            loop.run_in_executor(None, _first_error, schema, value), VALIDATE_SECONDS)
-    except TimeoutError:
-        raise InvalidArgument(f"the input took over {VALIDATE_SECONDS:g} s to check against "
-                              "the workflow's input_schema") from None
+    """As an approval's answer is checked: off the loop, local references, RE2 patterns."""
+    error = await offload.run(schemas.first_error, schema, value, timeout=VALIDATE_SECONDS,
+                              what="the input's check against the workflow's input_schema")
     if error is not None:
         raise InvalidArgument(f"input: {error}")
 

@@ -45,7 +45,7 @@ async def submit(request: web.Request) -> web.Response:
     group, policy = body.get("concurrency"), body.get("policy")
     if any(v is not None and not isinstance(v, str) for v in (group, policy)):
         raise InvalidArgument("concurrency and policy must be strings")
-    graph = prepared_graph(org, project, source, filename)
+    graph = await prepared_graph(org, project, source, filename)
     workdir = body.get("workdir")
     if workdir is not None and not isinstance(workdir, str):
         raise InvalidArgument("workdir must be a string (an absolute path)")
@@ -204,7 +204,7 @@ async def put_workflow(request: web.Request) -> web.Response:
     source, filename, interpreter = script_fields(body)
     # Where the workflow was stored from: runs started by name run there on a local agent.
     workdir = optional_str_field(body, "workdir", limit=4096)
-    graph = compiled_graph(source, filename)
+    graph = await compiled_graph(source, filename)
     for expr in (graph.structure.get("on", {}).get("schedule", []) if graph else []):
         try:  # on.schedule registers schedules (in UTC): each cron text must read
             cron.check_cron(expr)
