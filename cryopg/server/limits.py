@@ -100,6 +100,9 @@ async def read_body(request: web.Request, limit: int | None = None) -> bytes:
     return raw
 
 
+BODY_SECONDS = 10.0  # reading one request body of many values in a worker
+
+
 def values_bound(raw: bytes) -> int:
     """At least the number of JSON values in `raw` (a comma, colon or opening bracket
     precedes each but the first; those inside strings only raise the count)."""
@@ -110,10 +113,10 @@ async def parse_json_off_loop(raw: bytes, what: str = "request body") -> Any:
     """parse_json, in a worker process when the body may hold many values."""
     if values_bound(raw) <= INLINE_VALUES or not raw.strip():
         return parse_json(raw, what)
-    from cryopg.server import offload, work
+    from cryopg.server import offload
 
     try:
-        return await offload.run(work.parse_json, raw, what, timeout=work.BODY_SECONDS,
+        return await offload.run(jsonlimits.loads, raw, what, timeout=BODY_SECONDS,
                                  what=f"reading the {what}")
     except JsonLimitError as exc:
         raise InvalidArgument(str(exc)) from None

@@ -8,12 +8,10 @@ import dataclasses
 import json
 from typing import Any
 
-from cryopg import jsonlimits
 from cryopg.graphs.document import NODE_VERSION, Compiled, compile_graph, load
 from cryopg.pipelines import compile_pipeline
 
 COMPILE_SECONDS = 10.0  # reading and checking one submitted document
-BODY_SECONDS = 10.0  # reading one request body of many values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +57,3 @@ def compile_node(node_type: str, config: dict[str, Any]) -> Compiled:
     node's own output rather than the map of sink nodes a graph gives by default."""
     doc = load(json.dumps({"version": NODE_VERSION, "type": node_type, "config": config}))
     return compile_graph({**doc, "output": {"$expr": f"nodes.{doc['nodes'][0]['id']}.output"}})
-
-
-def parse_json(raw: bytes, what: str) -> Any:
-    """A request body of many values, read as jsonlimits.loads reads it."""
-    return jsonlimits.loads(raw, what)

@@ -287,7 +287,8 @@ echo "deleted=[$(cryopg state get doc)]"
     # Over HTTP: one key carries its version; unset keys, absent and foreign runs are 404.
     assert _http(stack, f"/runs/{run_id}/state/greeting")[1]["version"] == 1
     assert _http(stack, "/entities/things/state/n")[1] | {"updated_at": None} == {
-        "key": "n", "value": 39, "version": 2, "created_by_run": run_id, "updated_at": None}
+        "key": "n", "value": 39, "version": 2, "created_by_run": run_id, "updated_at": None,
+        "tainted": False, "published": False}
     assert _http(stack, "/entities/things/state")[1]["cells"][0]["value"] == 39
     assert _http(stack, f"/runs/{run_id}/state/nope")[0] == 404
     assert _http(stack, "/runs/dev:default:run-0000000000000000/state")[0] == 404
