@@ -388,7 +388,7 @@ BEGIN
     -- moved loses its lease, and the object its attempt may have written is queued.
     WITH moving AS (DELETE FROM cryo.log_moves WHERE run_id = ANY (p_ids) RETURNING object_key)
     INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
-    SELECT object_key, cryo.now() FROM moving;
+    SELECT object_key, cryo.now() FROM moving WHERE object_key IS NOT NULL;
     RETURN v_n;
 END
 $$;
@@ -2388,13 +2388,16 @@ BEGIN
         INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
         VALUES (p_object_key, cryo.now());
     END IF;
-    DELETE FROM cryo.log_moves m WHERE m.run_id = p_run_id AND m.attempt_id = p_attempt_id;
+    UPDATE cryo.log_moves m SET lease_expires_at = least(m.lease_expires_at, cryo.now()),
+                                object_key = NULL
+     WHERE m.run_id = p_run_id AND m.attempt_id = p_attempt_id
+       AND m.lease_expires_at > cryo.now();
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n > 0;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.abandon_log_move(p_run_id text, p_attempt_id text, p_object_key text) IS 'Ends attempt p_attempt_id''s lease on run p_run_id''s log move (when it still holds it) and queues p_object_key, if given, for deletion from the store; returns whether the lease was ended. Raises nothing.';
+COMMENT ON FUNCTION cryo.abandon_log_move(p_run_id text, p_attempt_id text, p_object_key text) IS 'Ends attempt p_attempt_id''s lease on run p_run_id''s log move now (when it still holds it; the row stays, counting the run''s attempts, until the log moves) and queues p_object_key, if given, for deletion from the store; returns whether the lease was ended. Raises nothing.';
 
 CREATE FUNCTION cryo.acquire_lease(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_group text, p_scoped boolean, p_path text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql
@@ -2930,8 +2933,10 @@ BEGIN
         SELECT * INTO v_old FROM cryo.log_moves m WHERE m.run_id = v_run.id FOR UPDATE;
         IF FOUND THEN
             CONTINUE WHEN v_old.lease_expires_at > v_now;  -- claimed since our snapshot
-            INSERT INTO cryo.log_objects_to_delete (object_key, queued_at, not_before)
-            VALUES (v_old.object_key, v_now, v_now + p_lease);
+            IF v_old.object_key IS NOT NULL THEN  -- lapsed, not given back
+                INSERT INTO cryo.log_objects_to_delete (object_key, queued_at, not_before)
+                VALUES (v_old.object_key, v_now, v_now + p_lease);
+            END IF;
             v_attempts := v_old.attempts + 1;
             UPDATE cryo.log_moves m
                SET attempt_id = v_attempt, holder = p_holder, object_key = v_key,
@@ -6771,14 +6776,14 @@ CREATE TABLE cryo.log_moves (
     project text NOT NULL,
     attempt_id text NOT NULL,
     holder text NOT NULL,
-    object_key text NOT NULL,
+    object_key text,
     last_chunk_id bigint NOT NULL,
     attempts integer NOT NULL,
     claimed_at timestamp with time zone NOT NULL,
     lease_expires_at timestamp with time zone NOT NULL
 );
 
-COMMENT ON TABLE cryo.log_moves IS 'Leases on finished runs'' logs being moved to the object store: the attempt holding it, its replica, the key only it writes, the last chunk it covers, how many attempts the run has had, and when the lease lapses.';
+COMMENT ON TABLE cryo.log_moves IS 'Leases on finished runs'' logs being moved to the object store: the attempt holding it, its replica, the key only it writes (NULL once given back and queued for deletion), the last chunk it covers, how many attempts the run has had, and when the lease lapses.';
 
 CREATE TABLE cryo.log_objects_to_delete (
     id bigint NOT NULL,

@@ -56,47 +56,57 @@ class StoreFailed(Exception):
 
 
 class _Upload:
-    """One attempt's bytes on their way out: read, sealed, counted, hashed; the lease
-    renewed a third of the way through it and before the object may complete."""
+    """One attempt's bytes on their way out: read, sealed, counted, hashed. While it lives
+    a heartbeat renews its lease every third of the lease (through the upload, the read
+    back and the record); a lost lease stops the stream at its next page, and the stream
+    renews once more before the object may complete."""
 
     def __init__(self, app: web.Application, mv: engine.LogMove, sealer: Sealer,
                  lease: dt.timedelta) -> None:
         self.app, self.mv, self.lease = app, mv, lease
         self.writer = SegmentWriter(sealer, mv.run_id)
-        self.sealer = sealer
         self.sha = hashlib.sha256()
         self.size = 0
         self.error: BaseException | None = None
-        self.renewed = time.monotonic()
+        self.lost: BaseException | None = None
 
     def _out(self, data: bytes) -> bytes:
         self.sha.update(data)
         self.size += len(data)
         return data
 
-    async def _renew(self) -> None:
+    async def renew(self) -> None:
         async with connection(self.app[POOL]) as conn:
             await engine.renew_log_move(conn, self.mv.run_id, self.mv.attempt_id, self.lease)
-        self.renewed = time.monotonic()
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease.total_seconds() / 3)
+            try:
+                await self.renew()
+            except LogMoveLost as exc:
+                self.lost = exc
+                return
+            except CryoError:
+                pass  # the database away for a moment: the next beat, or the lease lapses
 
     async def stream(self) -> AsyncIterator[bytes]:
         try:
             yield self._out(self.writer.head())
             after, pool = 0, self.app[POOL]
             while after < self.mv.last_chunk_id:
+                if self.lost is not None:
+                    raise self.lost
                 async with connection(pool) as conn:
                     page = await engine.read_log_page(conn, self.mv.run_id, after,
                                                       self.mv.last_chunk_id, PAGE_BYTES)
                 if not page:
                     break
-                for cid, sealed in page:
-                    segment = self.writer.add(cid, self.sealer.open(sealed))
-                    if segment:
-                        yield self._out(segment)
+                segments = await asyncio.to_thread(self.writer.add_sealed, page)
+                if segments:
+                    yield self._out(segments)
                 after = page[-1][0]
-                if time.monotonic() - self.renewed > self.lease.total_seconds() / 3:
-                    await self._renew()
-            await self._renew()  # the object completes within this lease, or not at all
+            await self.renew()  # the object completes within this lease, or not at all
             yield self._out(self.writer.close())
         except BaseException as exc:  # the store's client may not pass our error on intact
             self.error = exc
@@ -211,6 +221,18 @@ class LogStore:
         sealer = await app[KEYS].sealer(mv.org)
         up = _Upload(app, mv, sealer, self.lease)
         try:
+            await up.renew()  # it may have waited in its batch: a full lease from now
+        except LogMoveLost:
+            return  # lapsed while it waited and taken over: nothing was written
+        beat = asyncio.create_task(up.heartbeat())
+        try:
+            await self._move_renewed(app, mv, up)
+        finally:
+            beat.cancel()
+
+    async def _move_renewed(self, app: web.Application, mv: engine.LogMove,
+                            up: _Upload) -> None:
+        try:
             try:
                 await obstore.put_async(self.store, mv.object_key, up.stream(),
                                         chunk_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT)
@@ -218,7 +240,9 @@ class LogStore:
                 raise (up.error or exc) from None
             size, digest = await self._read_back(mv.object_key)
         except LogMoveLost:
-            await self._abandon(app, mv)  # another replica has it now; our object goes
+            print(f"cryopg: the move of {mv.run_id}'s log lapsed under this replica; another "
+                  "takes it over", file=sys.stderr)
+            await self._abandon(app, mv)  # our object goes
             return
         except CryoError:  # the database: the lease lapses, the key is queued at takeover
             await self._abandon(app, mv)
@@ -236,6 +260,8 @@ class LogStore:
                 await engine.archive_run_log(conn, mv.run_id, mv.attempt_id, mv.object_key,
                                              up.writer.plain_bytes, size, digest)
         except LogMoveLost:
+            print(f"cryopg: the move of {mv.run_id}'s log lapsed under this replica before it "
+                  "was recorded; another takes it over", file=sys.stderr)
             await self._abandon(app, mv)
 
     async def _read_back(self, key: str) -> tuple[int, bytes]:

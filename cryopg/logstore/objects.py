@@ -61,6 +61,11 @@ class SegmentWriter:
     def head(self) -> bytes:
         return MAGIC
 
+    def add_sealed(self, page: list[tuple[int, bytes]]) -> bytes:
+        """Opens and frames a page of sealed chunks; the segments it completed. CPU work
+        (AES, zlib) that releases the GIL: run in a thread, it leaves the loop free."""
+        return b"".join(self.add(cid, self.sealer.open(sealed)) for cid, sealed in page)
+
     def add(self, chunk_id: int, data: bytes) -> bytes:
         """Frames one chunk; returns a sealed segment once enough is gathered, else b""."""
         self.framed += _HEAD.pack(chunk_id, len(data))
@@ -74,8 +79,9 @@ class SegmentWriter:
         return rest + self._segment(_LAST)
 
     def _segment(self, flags: int) -> bytes:
+        # Level 1: a log shrinks about as much as at 6, at a quarter of the CPU.
         plain = _SEG.pack(self.seq, flags, len(self.run)) + self.run + zlib.compress(
-            bytes(self.framed), 6)
+            bytes(self.framed), 1)
         self.framed.clear()
         self.seq += 1
         sealed = self.sealer.seal(plain)

@@ -99,8 +99,10 @@ BEGIN
         SELECT * INTO v_old FROM cryo.log_moves m WHERE m.run_id = v_run.id FOR UPDATE;
         IF FOUND THEN
             CONTINUE WHEN v_old.lease_expires_at > v_now;  -- claimed since our snapshot
-            INSERT INTO cryo.log_objects_to_delete (object_key, queued_at, not_before)
-            VALUES (v_old.object_key, v_now, v_now + p_lease);
+            IF v_old.object_key IS NOT NULL THEN  -- lapsed, not given back
+                INSERT INTO cryo.log_objects_to_delete (object_key, queued_at, not_before)
+                VALUES (v_old.object_key, v_now, v_now + p_lease);
+            END IF;
             v_attempts := v_old.attempts + 1;
             UPDATE cryo.log_moves m
                SET attempt_id = v_attempt, holder = p_holder, object_key = v_key,
@@ -237,9 +239,10 @@ $$;
 COMMENT ON FUNCTION cryo.archive_run_log(text, text, text, bigint, bigint, bytea) IS
     'Records a finished run''s log as moved by attempt p_attempt_id to p_object_key (p_bytes of log, an object of p_object_bytes with SHA-256 p_sha256, as verified) up to the chunk its lease covers, deletes those chunks from cryo.logs and ends the lease; returns false when the run is gone or was moved before (the key is queued for deletion). Raises CR100 when that attempt does not hold a live lease, CR004 for a run not finished, a key not the attempt''s or a size or hash missing.';
 
--- A failed attempt gives its lease back, so the next round (of any replica) claims the
--- log afresh, and queues the key it may have written (a put that failed may still have
--- landed), so no object is left behind. A lease lost meanwhile is left to its holder.
+-- A failed attempt gives its lease back (lapsed now, so the next round of any replica
+-- claims the log again, the run's attempts still counted) and queues the key it may have
+-- written (a put that failed may still have landed), so no object is left behind. A lease
+-- lost meanwhile is left to its holder.
 CREATE OR REPLACE FUNCTION cryo.abandon_log_move(p_run_id text, p_attempt_id text,
                                                  p_object_key text)
 RETURNS boolean
@@ -251,13 +254,16 @@ BEGIN
         INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
         VALUES (p_object_key, cryo.now());
     END IF;
-    DELETE FROM cryo.log_moves m WHERE m.run_id = p_run_id AND m.attempt_id = p_attempt_id;
+    UPDATE cryo.log_moves m SET lease_expires_at = least(m.lease_expires_at, cryo.now()),
+                                object_key = NULL
+     WHERE m.run_id = p_run_id AND m.attempt_id = p_attempt_id
+       AND m.lease_expires_at > cryo.now();
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n > 0;
 END
 $$;
 COMMENT ON FUNCTION cryo.abandon_log_move(text, text, text) IS
-    'Ends attempt p_attempt_id''s lease on run p_run_id''s log move (when it still holds it) and queues p_object_key, if given, for deletion from the store; returns whether the lease was ended. Raises nothing.';
+    'Ends attempt p_attempt_id''s lease on run p_run_id''s log move now (when it still holds it; the row stays, counting the run''s attempts, until the log moves) and queues p_object_key, if given, for deletion from the store; returns whether the lease was ended. Raises nothing.';
 
 -- The movers' other half: objects to delete (of collected runs, failed attempts and
 -- taken-over leases), oldest first, once due. Several replicas may list the same rows;

@@ -111,8 +111,10 @@ async def test_a_failed_attempt_gives_its_lease_back_and_queues_its_key(srv: Ser
                           (run_id, attempt, key)).fetchone() == (True,)
         assert [k for _, k in db.execute("SELECT * FROM cryo.log_objects_to_delete(10)")] == [
             "logs/x", key]
-        (again, *_), = db.execute(CLAIM, ("r2", 5)).fetchall()  # claimable at once
-        assert again == run_id
+        (again, *_, attempts), = db.execute(CLAIM, ("r2", 5)).fetchall()  # claimable at once
+        assert (again, attempts) == (run_id, 2)  # the run's attempts still counted
+        assert [k for _, k in db.execute("SELECT * FROM cryo.log_objects_to_delete(10)")] == [
+            "logs/x", key]  # its key was queued once, by the attempt that gave it back
 
 
 async def test_collecting_a_run_mid_move_ends_its_lease_and_queues_its_key(
