@@ -6,7 +6,8 @@ A move, start to end (sql/functions/82_log_store.sql has the SQL half):
    the lease lives; one whose replica died lapses and is taken over).
 2. The chunks are read from the database a page (bounded in bytes) at a time, opened,
    framed and sealed into segments (objects.py) and streamed to the store as a multipart
-   upload of PART_BYTES parts, hashing what goes out. The lease is renewed as it goes and
+   upload of PART_BYTES parts (a log of up to SMALL_BYTES in one PUT), hashing what goes
+   out. The lease is renewed as it goes and
    once more before the last segment, so a mover that lost it never completes an object.
 3. The object is read back: its size and SHA-256 must be what was sent.
 4. `archive_run_log` records it and drops the chunks in one transaction, for the live
@@ -40,7 +41,9 @@ from cryopg.server.state import CONFIG, KEYS, POOL
 
 CLAIM_BATCH = 8  # logs leased per claim while the store answers
 BOUND_BATCH = 64  # while it does not: one is tried, the rest bounded if past the grace
-SMALL_BYTES = 4 << 20  # logs up to this move SMALL_AT_ONCE at a time; larger ones alone
+# Logs up to this (sealed) go in one PUT, SMALL_AT_ONCE at a time; larger ones alone, as
+# a multipart upload (a part or two in memory, however large the log).
+SMALL_BYTES = 4 << 20
 SMALL_AT_ONCE = 4
 PAGE_BYTES = 1 << 20  # sealed chunk bytes read from the database per query
 PART_BYTES = 6 << 20  # multipart part size (S3 wants >= 5 MiB but for the last)
@@ -234,8 +237,14 @@ class LogStore:
                             up: _Upload) -> None:
         try:
             try:
-                await obstore.put_async(self.store, mv.object_key, up.stream(),
-                                        chunk_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT)
+                if mv.bytes <= SMALL_BYTES:  # one PUT: a killed mover leaves no open upload
+                    body = b"".join([piece async for piece in up.stream()])
+                    await obstore.put_async(self.store, mv.object_key, body,
+                                            use_multipart=False)
+                else:
+                    await obstore.put_async(self.store, mv.object_key, up.stream(),
+                                            chunk_size=PART_BYTES,
+                                            max_concurrency=PARTS_IN_FLIGHT)
             except BaseException as exc:
                 raise (up.error or exc) from None
             size, digest = await self._read_back(mv.object_key)

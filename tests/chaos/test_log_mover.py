@@ -139,6 +139,28 @@ def test_replicas_killed_and_a_store_outage_mid_move_lose_no_byte_and_leave_no_o
           f"{len(s3.uploads())} multipart upload(s) left open")
 
 
+def test_two_replicas_moving_the_same_logs_lose_none(chaos: Chaos, s3: S3Store) -> None:
+    """Issue 36's first report, nothing killed: two replicas used to pick the same logs,
+    the later one packing what was left after the first dropped the chunks (before this
+    fix, 3 of these 16 logs read back short or empty)."""
+    env = chaos.log_store_env(s3, move_after=3)
+    for name in ("r1", "r2"):
+        chaos.replica(name, **env)
+    chaos.agents(3, ["r1", "r2"])
+    want = {}
+    for i in range(16):  # about 1.3 MB each: moves long enough to overlap
+        lines = 150_000 + 1000 * i
+        want[chaos.submit("r1", _script(f"log-{i}", lines))] = _expected(f"log-{i}", lines)
+    runs = list(want)
+    wait_for("every log to move", lambda: _moved(chaos, runs) == len(runs), timeout=120,
+             every=0.5)
+    bad = [(r, name) for r in runs for name in ("r1", "r2")
+           if chaos.raw(name, f"/runs/{r}/logs") != (200, want[r])]
+    assert bad == []
+    assert s3.keys().keys() == {k for (k,) in _sql(chaos, "SELECT object_key "
+                                                          "FROM cryo.log_archives")}
+
+
 def test_a_50mb_log_moves_in_bounded_memory(chaos: Chaos, s3: S3Store) -> None:
     """r1 takes the agent's posts; r2 only moves (and has done nothing else), so what its
     resident memory gains while the log moves is the mover's."""
