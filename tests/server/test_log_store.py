@@ -277,3 +277,26 @@ async def test_finding_logs_to_move_does_not_grow_with_finished_runs(srv: Server
         assert got == [(waiting["run_id"],)]
         after = _buffers(db.execute(explain).fetchone()[0][0]["Plan"])  # type: ignore[index]
     assert after <= before + 20, (before, after)
+
+
+async def test_a_graph_runs_log_reads_the_same_once_its_jobs_logs_moved(
+        stored: Server, moto: Moto) -> None:
+    from tests.server.test_graphs import graph, submit_graph, until
+    from tests.server.test_pipelines import until_claim
+
+    doc = graph([{"id": "a", "type": "shell", "config": {"run": "echo a"}},
+                 {"id": "b", "type": "shell", "config": {"run": "echo b"}}])
+    run_id = await submit_graph(stored, doc)
+    jobs = [await until_claim(stored), await until_claim(stored)]
+    for i in range(3):  # the two jobs' lines interleave, one cut across two flushes
+        for job in jobs:
+            await stored.log(job, f"line {i} of {job['run_id'][-6:]}\nhal".encode())
+            await stored.log(job, b"f\n")
+    for job in jobs:
+        await stored.finish(job)
+    await until(stored, run_id, lambda r: r["status"] == "succeeded")
+    before = await _log_text(stored, run_id)
+    assert before.count("half") == 6 and before.count("] succeeded") == 2, before
+    await _move(stored)
+    assert all(_db_chunks(stored, j["run_id"]) == (0, 0) for j in jobs)  # both moved
+    assert await _log_text(stored, run_id) == before  # same lines, same order
