@@ -899,6 +899,10 @@ def main() -> int:
             import replica_bench  # bench/replica_bench.py
 
             r["replicas"] = replica_bench.replicas(bench)
+        if want("log_mover"):
+            import log_mover  # bench/log_mover.py
+
+            r["log_mover"] = log_mover.log_mover(bench, args.quick)
         r["elapsed_s"] = time.monotonic() - started
     finally:
         bench.stop()

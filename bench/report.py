@@ -206,6 +206,11 @@ def render(r: dict[str, Any]) -> str:
 
         out += replica_bench.render(r)
 
+    if r.get("log_mover"):
+        import log_mover  # bench/log_mover.py, beside this file
+
+        out += log_mover.render(r)
+
     out += ui_bench.section()
     out += canvas_bench.section()
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")

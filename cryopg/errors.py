@@ -154,6 +154,13 @@ class Draining(CryoError):
     code, http_status = "draining", 409
 
 
+class LogMoveLost(CryoError):
+    """A log mover's attempt lost its lease on a run's log (it lapsed and another replica
+    took the move over, or the run was collected): it must not record or trim anything."""
+
+    code, http_status = "log_move_lost", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -173,6 +180,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR150": SignInRefused,
     "CR055": InUse,
     "CR075": ArtifactQuota,
+    "CR100": LogMoveLost,
 }
 
 

@@ -384,6 +384,11 @@ BEGIN
     DELETE FROM cryo.queue WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.runs WHERE id = ANY (p_ids);
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    -- After the runs (a mover's claim locks a run's row, then its lease): a log being
+    -- moved loses its lease, and the object its attempt may have written is queued.
+    WITH moving AS (DELETE FROM cryo.log_moves WHERE run_id = ANY (p_ids) RETURNING object_key)
+    INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
+    SELECT object_key, cryo.now() FROM moving WHERE object_key IS NOT NULL;
     RETURN v_n;
 END
 $$;
@@ -2492,6 +2497,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo.abandon_log_move(p_run_id text, p_attempt_id text, p_object_key text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    IF p_object_key IS NOT NULL THEN
+        INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
+        VALUES (p_object_key, cryo.now());
+    END IF;
+    UPDATE cryo.log_moves m SET lease_expires_at = least(m.lease_expires_at, cryo.now()),
+                                object_key = NULL
+     WHERE m.run_id = p_run_id AND m.attempt_id = p_attempt_id
+       AND m.lease_expires_at > cryo.now();
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n > 0;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.abandon_log_move(p_run_id text, p_attempt_id text, p_object_key text) IS 'Ends attempt p_attempt_id''s lease on run p_run_id''s log move now (when it still holds it; the row stays, counting the run''s attempts, until the log moves) and queues p_object_key, if given, for deletion from the store; returns whether the lease was ended. Raises nothing.';
+
 CREATE FUNCTION cryo.acquire_lease(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_group text, p_scoped boolean, p_path text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -2591,11 +2617,12 @@ $$;
 
 COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) IS 'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
 
-CREATE FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) RETURNS boolean
+CREATE FUNCTION cryo.archive_run_log(p_run_id text, p_attempt_id text, p_object_key text, p_bytes bigint, p_object_bytes bigint, p_sha256 bytea) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_run cryo.runs%ROWTYPE;
+    v_move cryo.log_moves%ROWTYPE;
 BEGIN
     SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR KEY SHARE;
     IF NOT FOUND THEN
@@ -2607,20 +2634,38 @@ BEGIN
         RAISE EXCEPTION 'run % has not finished; its log stays in the database', p_run_id
             USING ERRCODE = 'CR004';
     END IF;
-    INSERT INTO cryo.log_archives (run_id, org, project, object_key, last_chunk_id, bytes,
-                                   archived_at)
-    VALUES (p_run_id, v_run.org, v_run.project, p_object_key, p_last_chunk_id, p_bytes,
-            cryo.now())
-    ON CONFLICT (run_id) DO NOTHING;
-    IF NOT FOUND THEN
-        RETURN false;  -- another replica moved it first
+    IF p_object_bytes IS NULL OR p_object_bytes < 1 OR p_bytes IS NULL OR p_bytes < 0
+       OR length(p_sha256) IS DISTINCT FROM 32 THEN
+        RAISE EXCEPTION 'a moved log is recorded with its size and SHA-256 as verified'
+            USING ERRCODE = 'CR004';
     END IF;
-    DELETE FROM cryo.logs WHERE run_id = p_run_id AND id <= p_last_chunk_id;
+    SELECT * INTO v_move FROM cryo.log_moves m WHERE m.run_id = p_run_id FOR UPDATE;
+    IF NOT FOUND OR v_move.attempt_id <> p_attempt_id
+       OR v_move.lease_expires_at <= cryo.now() THEN
+        RAISE EXCEPTION 'attempt % no longer holds the move of run %''s log', p_attempt_id,
+            p_run_id USING ERRCODE = 'CR100';
+    END IF;
+    IF v_move.object_key <> p_object_key THEN
+        RAISE EXCEPTION 'attempt % writes %, not %', p_attempt_id, v_move.object_key,
+            p_object_key USING ERRCODE = 'CR004';
+    END IF;
+    DELETE FROM cryo.log_moves m WHERE m.run_id = p_run_id;
+    INSERT INTO cryo.log_archives (run_id, org, project, object_key, last_chunk_id, bytes,
+                                   archived_at, attempt_id, object_bytes, sha256, attempts)
+    VALUES (p_run_id, v_run.org, v_run.project, p_object_key, v_move.last_chunk_id, p_bytes,
+            cryo.now(), p_attempt_id, p_object_bytes, p_sha256, v_move.attempts)
+    ON CONFLICT (run_id) DO NOTHING;
+    IF NOT FOUND THEN  -- moved before (claims skip moved logs; an archive from psql)
+        INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
+        VALUES (p_object_key, cryo.now());
+        RETURN false;
+    END IF;
+    DELETE FROM cryo.logs WHERE run_id = p_run_id AND id <= v_move.last_chunk_id;
     RETURN true;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.archive_run_log(p_run_id text, p_object_key text, p_last_chunk_id bigint, p_bytes bigint) IS 'Records a finished run''s log as moved to the object store (key, last chunk id, bytes) and deletes those chunks from cryo.logs; returns false when it was recorded already (nothing changes) or the run is gone (the key is queued for deletion). Raises CR004 for a run not finished.';
+COMMENT ON FUNCTION cryo.archive_run_log(p_run_id text, p_attempt_id text, p_object_key text, p_bytes bigint, p_object_bytes bigint, p_sha256 bytea) IS 'Records a finished run''s log as moved by attempt p_attempt_id to p_object_key (p_bytes of log, an object of p_object_bytes with SHA-256 p_sha256, as verified) up to the chunk its lease covers, deletes those chunks from cryo.logs and ends the lease; returns false when the run is gone or was moved before (the key is queued for deletion). Raises CR100 when that attempt does not hold a live lease, CR004 for a run not finished, a key not the attempt''s or a size or hash missing.';
 
 CREATE FUNCTION cryo.artifact_scope(p_org text, p_project text, p_run_id text, p_key text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
@@ -2989,6 +3034,85 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.claim_jobs(p_org text, p_agent_id text, p_capabilities text[], p_claim_seconds double precision, p_limit integer) IS 'Claims up to p_limit of the org''s oldest pending runs whose required capabilities the agent has; returns one row per claimed run with its own new claim token and pinned source (no rows when nothing is pending). Raises CR004 for a limit outside 1..1000.';
+
+CREATE FUNCTION cryo.claim_log_moves(p_holder text, p_prefix text, p_older_than interval, p_lease interval, p_limit integer) RETURNS TABLE(run_id text, org text, project text, attempt_id text, object_key text, last_chunk_id bigint, bytes bigint, attempts integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_run record;
+    v_old cryo.log_moves%ROWTYPE;
+    v_last bigint;
+    v_bytes bigint;
+    v_attempt text;
+    v_key text;
+    v_attempts integer;
+BEGIN
+    IF p_lease IS NULL OR p_lease <= interval '0' OR p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'a log move needs a positive lease and limit' USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_run IN
+        WITH RECURSIVE hot(run_id) AS (
+            (SELECT l.run_id FROM cryo.logs l ORDER BY l.run_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT l.run_id FROM cryo.logs l WHERE l.run_id > h.run_id
+                     ORDER BY l.run_id LIMIT 1)
+              FROM hot h WHERE h.run_id IS NOT NULL
+        )
+        SELECT r.id, r.org, r.project
+          FROM hot h JOIN cryo.runs r ON r.id = h.run_id
+         WHERE r.finished_at <= v_now - p_older_than
+           AND NOT EXISTS (SELECT 1 FROM cryo.log_moves m
+                            WHERE m.run_id = r.id AND m.lease_expires_at > v_now)
+           AND NOT EXISTS (SELECT 1 FROM cryo.log_archives a WHERE a.run_id = r.id)
+         ORDER BY r.finished_at, r.id
+         LIMIT p_limit
+           FOR NO KEY UPDATE OF r SKIP LOCKED
+    LOOP
+        SELECT max(l.id), sum(length(l.data))::bigint INTO v_last, v_bytes
+          FROM cryo.logs l WHERE l.run_id = v_run.id;
+        CONTINUE WHEN v_last IS NULL;
+        v_attempt := replace(gen_random_uuid()::text, '-', '');
+        v_key := p_prefix || v_run.org || '/' || v_run.project || '/'
+                 || substr(v_run.id, length(v_run.org) + length(v_run.project) + 3)
+                 || '/' || v_attempt;
+        SELECT * INTO v_old FROM cryo.log_moves m WHERE m.run_id = v_run.id FOR UPDATE;
+        IF FOUND THEN
+            CONTINUE WHEN v_old.lease_expires_at > v_now;  -- claimed since our snapshot
+            IF v_old.object_key IS NOT NULL THEN  -- lapsed, not given back
+                INSERT INTO cryo.log_objects_to_delete (object_key, queued_at, not_before)
+                VALUES (v_old.object_key, v_now, v_now + p_lease);
+            END IF;
+            v_attempts := v_old.attempts + 1;
+            UPDATE cryo.log_moves m
+               SET attempt_id = v_attempt, holder = p_holder, object_key = v_key,
+                   last_chunk_id = v_last, attempts = v_attempts, claimed_at = v_now,
+                   lease_expires_at = v_now + p_lease
+             WHERE m.run_id = v_run.id;
+        ELSE
+            v_attempts := 1;
+            INSERT INTO cryo.log_moves AS m (run_id, org, project, attempt_id, holder,
+                                             object_key, last_chunk_id, attempts,
+                                             claimed_at, lease_expires_at)
+            VALUES (v_run.id, v_run.org, v_run.project, v_attempt, p_holder, v_key, v_last,
+                    1, v_now, v_now + p_lease)
+            ON CONFLICT ON CONSTRAINT log_moves_pkey DO NOTHING;
+            CONTINUE WHEN NOT FOUND;  -- another replica's claim committed meanwhile
+        END IF;
+        run_id := v_run.id;
+        org := v_run.org;
+        project := v_run.project;
+        attempt_id := v_attempt;
+        object_key := v_key;
+        last_chunk_id := v_last;
+        bytes := v_bytes;
+        attempts := v_attempts;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.claim_log_moves(p_holder text, p_prefix text, p_older_than interval, p_lease interval, p_limit integer) IS 'Leases up to p_limit finished runs'' logs (ended at least p_older_than ago, chunks in cryo.logs, not moved, no live lease) to holder p_holder for p_lease: run, org, project, attempt id, the object key only this attempt writes (under p_prefix), the last chunk id and sealed bytes it covers, and the run''s attempt count. A lapsed lease taken over queues its attempt''s key for deletion. Raises CR004 for a lease or limit not positive.';
 
 CREATE FUNCTION cryo.claim_schedules(p_limit integer DEFAULT 100) RETURNS TABLE(org text, project text, name text, workflow text, cron text, timezone text, every_seconds double precision, input bytea, next_fire_at timestamp with time zone, now timestamp with time zone)
     LANGUAGE sql
@@ -3543,7 +3667,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR041', 'sign_in_expired', 'no sign-in of this browser matches: unknown, expired, already used, or a forged state'),
         ('CR150', 'sign_in_refused', 'an ID token traded before, a nonce this server did not hand a CLI sign-in (or used), or no CLI session to renew'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
-        ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES')
+        ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
+        ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -4695,10 +4820,12 @@ COMMENT ON FUNCTION cryo.log_context(p_run_id text) IS 'The run''s sealed log co
 CREATE FUNCTION cryo.log_objects_to_delete(p_limit integer) RETURNS TABLE(id bigint, object_key text)
     LANGUAGE sql STABLE
     AS $$
-    SELECT d.id, d.object_key FROM cryo.log_objects_to_delete d ORDER BY d.id LIMIT p_limit
+    SELECT d.id, d.object_key FROM cryo.log_objects_to_delete d
+     WHERE d.not_before IS NULL OR d.not_before <= cryo.now()
+     ORDER BY d.id LIMIT p_limit
 $$;
 
-COMMENT ON FUNCTION cryo.log_objects_to_delete(p_limit integer) IS 'Returns up to p_limit queued (id, object key) of moved logs whose runs were collected, oldest first. Raises nothing.';
+COMMENT ON FUNCTION cryo.log_objects_to_delete(p_limit integer) IS 'Returns up to p_limit queued (id, object key) of objects to delete from the log store (collected runs, failed or taken-over move attempts) whose deletion is due, oldest first. Raises nothing.';
 
 CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE(after_id bigint, skipped_bytes bigint, total_bytes bigint)
     LANGUAGE sql STABLE
@@ -4716,6 +4843,17 @@ CREATE FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) RETURNS TABLE
 $$;
 
 COMMENT ON FUNCTION cryo.log_tail_start(p_run_id text, p_bytes bigint) IS 'Returns where a tail window of about p_bytes of a run''s log starts: the chunk id to read after, how many (sealed) bytes come before it, and the log''s total. Raises nothing.';
+
+CREATE FUNCTION cryo.log_trim_point(p_run_id text, p_keep_bytes bigint) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT max(s.id) FROM (
+        SELECT l.id, sum(length(l.data)) OVER (ORDER BY l.id DESC) AS from_end
+          FROM cryo.logs l WHERE l.run_id = p_run_id) s
+     WHERE s.from_end > greatest(p_keep_bytes, 0)
+$$;
+
+COMMENT ON FUNCTION cryo.log_trim_point(p_run_id text, p_keep_bytes bigint) IS 'Returns the id of the newest log chunk of a run that must be dropped for the rest to hold at most p_keep_bytes (sealed sizes); NULL when it fits already. Raises nothing.';
 
 CREATE FUNCTION cryo.logs_to_archive(p_older_than interval, p_limit integer) RETURNS TABLE(run_id text, org text, project text, bytes bigint, last_chunk_id bigint)
     LANGUAGE sql STABLE
@@ -5232,6 +5370,26 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_log_archive(p_run_id text) IS 'Returns the object key, last chunk id and size of a run''s log moved to the object store; no row when it has not moved. Raises nothing.';
 
+CREATE FUNCTION cryo.read_log_page(p_run_id text, p_after bigint, p_upto bigint, p_max_bytes integer) RETURNS TABLE(id bigint, data bytea)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_total bigint := 0;
+BEGIN
+    FOR id, data IN
+        SELECT l.id, l.data FROM cryo.logs l
+         WHERE l.run_id = p_run_id AND l.id > p_after AND l.id <= p_upto
+         ORDER BY l.id
+    LOOP
+        RETURN NEXT;
+        v_total := v_total + length(data);
+        EXIT WHEN v_total >= p_max_bytes;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.read_log_page(p_run_id text, p_after bigint, p_upto bigint, p_max_bytes integer) IS 'Returns a run''s sealed log chunks after chunk id p_after up to p_upto, in order, stopping after the chunk that brings the page to p_max_bytes. Raises nothing.';
+
 CREATE FUNCTION cryo.read_logs(p_run_id text, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500) RETURNS TABLE(id bigint, data bytea, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
@@ -5515,6 +5673,26 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.renew_claim(p_run_id text, p_token uuid, p_claim_seconds double precision) IS 'Pushes back the expiry of a live claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.renew_log_move(p_run_id text, p_attempt_id text, p_lease interval) RETURNS timestamp with time zone
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_until timestamptz;
+BEGIN
+    UPDATE cryo.log_moves m SET lease_expires_at = cryo.now() + p_lease
+     WHERE m.run_id = p_run_id AND m.attempt_id = p_attempt_id
+       AND m.lease_expires_at > cryo.now()
+    RETURNING m.lease_expires_at INTO v_until;
+    IF v_until IS NULL THEN
+        RAISE EXCEPTION 'attempt % no longer holds the move of run %''s log', p_attempt_id,
+            p_run_id USING ERRCODE = 'CR100';
+    END IF;
+    RETURN v_until;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.renew_log_move(p_run_id text, p_attempt_id text, p_lease interval) IS 'Extends attempt p_attempt_id''s lease on run p_run_id''s log move to p_lease from now; returns when it lapses. Raises CR100 when that attempt does not hold a live lease.';
 
 CREATE FUNCTION cryo.rerun_graph(p_run_id text, p_from text) RETURNS text
     LANGUAGE plpgsql
@@ -6486,21 +6664,24 @@ $$;
 
 COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
-CREATE FUNCTION cryo.trim_run_log(p_run_id text, p_keep_bytes bigint, p_marker bytea) RETURNS bigint
+CREATE FUNCTION cryo.trim_run_log(p_run_id text, p_attempt_id text, p_upto bigint, p_marker bytea) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_dropped bigint;
     v_last bigint;
 BEGIN
-    WITH sized AS (
-        SELECT l.id, length(l.data) AS n,
-               sum(length(l.data)) OVER (ORDER BY l.id DESC) AS from_end
-          FROM cryo.logs l WHERE l.run_id = p_run_id
-    ), gone AS (
-        DELETE FROM cryo.logs l USING sized s
-         WHERE l.id = s.id AND s.from_end > p_keep_bytes
-        RETURNING l.id, s.n
+    PERFORM 1 FROM cryo.log_moves m
+     WHERE m.run_id = p_run_id AND m.attempt_id = p_attempt_id
+       AND m.lease_expires_at > cryo.now()
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'attempt % no longer holds the move of run %''s log', p_attempt_id,
+            p_run_id USING ERRCODE = 'CR100';
+    END IF;
+    WITH gone AS (
+        DELETE FROM cryo.logs l WHERE l.run_id = p_run_id AND l.id <= p_upto
+        RETURNING l.id, length(l.data) AS n
     )
     SELECT coalesce(sum(n), 0), max(id) INTO v_dropped, v_last FROM gone;
     IF v_last IS NOT NULL THEN
@@ -6512,7 +6693,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.trim_run_log(p_run_id text, p_keep_bytes bigint, p_marker bytea) IS 'Drops the oldest log chunks of a run beyond its newest p_keep_bytes (sealed sizes) and puts the sealed marker p_marker where the last dropped chunk was; returns the sealed bytes dropped (0: nothing changed). Raises nothing.';
+COMMENT ON FUNCTION cryo.trim_run_log(p_run_id text, p_attempt_id text, p_upto bigint, p_marker bytea) IS 'Drops a run''s log chunks up to id p_upto and puts the sealed marker p_marker in the last one''s place, under attempt p_attempt_id''s live lease; returns the sealed bytes dropped (0: nothing changed). Raises CR100 when that attempt does not hold a live lease.';
 
 CREATE FUNCTION cryo.unbind_app_role(p_role text) RETURNS boolean
     LANGUAGE plpgsql
@@ -6926,15 +7107,35 @@ CREATE TABLE cryo.log_archives (
     object_key text NOT NULL,
     last_chunk_id bigint NOT NULL,
     bytes bigint NOT NULL,
-    archived_at timestamp with time zone NOT NULL
+    archived_at timestamp with time zone NOT NULL,
+    attempt_id text,
+    object_bytes bigint,
+    sha256 bytea,
+    attempts integer
 );
 
 COMMENT ON TABLE cryo.log_archives IS 'Runs whose log moved to the object store: the object key (sealed, compressed chunks), the last chunk id it holds and its size in bytes.';
 
+CREATE TABLE cryo.log_moves (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    attempt_id text NOT NULL,
+    holder text NOT NULL,
+    object_key text,
+    last_chunk_id bigint NOT NULL,
+    attempts integer NOT NULL,
+    claimed_at timestamp with time zone NOT NULL,
+    lease_expires_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.log_moves IS 'Leases on finished runs'' logs being moved to the object store: the attempt holding it, its replica, the key only it writes (NULL once given back and queued for deletion), the last chunk it covers, how many attempts the run has had, and when the lease lapses.';
+
 CREATE TABLE cryo.log_objects_to_delete (
     id bigint NOT NULL,
     object_key text NOT NULL,
-    queued_at timestamp with time zone NOT NULL
+    queued_at timestamp with time zone NOT NULL,
+    not_before timestamp with time zone
 );
 
 COMMENT ON TABLE cryo.log_objects_to_delete IS 'Keys of moved-log objects whose runs are gone, waiting for a mover to delete them from the store.';
@@ -7321,6 +7522,9 @@ ALTER TABLE ONLY cryo.leases
 
 ALTER TABLE ONLY cryo.log_archives
     ADD CONSTRAINT log_archives_pkey PRIMARY KEY (run_id);
+
+ALTER TABLE ONLY cryo.log_moves
+    ADD CONSTRAINT log_moves_pkey PRIMARY KEY (run_id);
 
 ALTER TABLE ONLY cryo.log_objects_to_delete
     ADD CONSTRAINT log_objects_to_delete_pkey PRIMARY KEY (id);

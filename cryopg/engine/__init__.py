@@ -77,12 +77,18 @@ from cryopg.engine.journal import (
 )
 from cryopg.engine.log_store import (
     LogArchive,
+    LogMove,
     LogToMove,
+    abandon_log_move,
     archive_run_log,
+    claim_log_moves,
     forget_log_objects,
     log_objects_to_delete,
+    log_trim_point,
     logs_to_archive,
     read_log_archive,
+    read_log_page,
+    renew_log_move,
     trim_run_log,
 )
 from cryopg.engine.operators import reject_node, rerun_run, search_runs
@@ -244,6 +250,12 @@ from cryopg.engine.waits import (
 __all__ = [
     "LogArchive",
     "LogToMove",
+    "LogMove",
+    "abandon_log_move",
+    "claim_log_moves",
+    "log_trim_point",
+    "read_log_page",
+    "renew_log_move",
     "archive_run_log",
     "logs_to_archive",
     "read_log_archive",

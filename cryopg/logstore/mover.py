@@ -1,32 +1,119 @@
-"""Each replica's mover (a tick round) and the readers' side of a moved log."""
+"""Each replica's mover: claims finished runs' logs, streams each to the store as one
+object under a key only that attempt writes, verifies it, and records it.
+
+A move, start to end (sql/functions/82_log_store.sql has the SQL half):
+1. `claim_log_moves` leases a few logs to this replica (no other replica moves them while
+   the lease lives; one whose replica died lapses and is taken over).
+2. The chunks are read from the database a page (bounded in bytes) at a time, opened,
+   framed and sealed into segments (objects.py) and streamed to the store as a multipart
+   upload of PART_BYTES parts (a log of up to SMALL_BYTES in one PUT), hashing what goes
+   out. The lease is renewed as it goes and
+   once more before the last segment, so a mover that lost it never completes an object.
+3. The object is read back: its size and SHA-256 must be what was sent.
+4. `archive_run_log` records it and drops the chunks in one transaction, for the live
+   lease's attempt only. A refused or failed attempt gives its lease back and queues its
+   key (`abandon_log_move`); queued keys are deleted at the end of every round.
+
+A store that fails delays moves; only once it has failed for outage_grace_seconds are
+waiting logs cut to their bounds (bound.py), each cut marked in the log.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import hashlib
 import sys
 import time
+from collections.abc import AsyncIterator
 
 import obstore
 from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import CryoError
-from cryopg.logstore.objects import object_key, open_store, pack, unpack
+from cryopg.errors import CryoError, LogMoveLost
+from cryopg.logstore.bound import bound_waiting_logs
+from cryopg.logstore.objects import SegmentWriter, open_store
 from cryopg.logstore.settings import LogStoreSettings
 from cryopg.seal import Sealer
 from cryopg.server.state import CONFIG, KEYS, POOL
 
-BATCH = 50  # runs moved per round
-PAGE = 500  # chunks read per query
+CLAIM_BATCH = 8  # logs leased per claim while the store answers
+BOUND_BATCH = 64  # while it does not: one is tried, the rest bounded if past the grace
+# Logs up to this (sealed) go in one PUT, SMALL_AT_ONCE at a time; larger ones alone, as
+# a multipart upload (a part or two in memory, however large the log).
+SMALL_BYTES = 4 << 20
+SMALL_AT_ONCE = 4
+PAGE_BYTES = 1 << 20  # sealed chunk bytes read from the database per query
+PART_BYTES = 6 << 20  # multipart part size (S3 wants >= 5 MiB but for the last)
+PARTS_IN_FLIGHT = 2
+ROUND_SECONDS = 30.0  # a round claims again until this has passed, then deletes
+DELETE_BATCH = 100
 MOVE_EVERY = 2.0  # seconds between rounds while the store answers
 BACKOFF_MAX = 30.0  # between rounds while it does not
 
 
-class LogStoreUnavailable(CryoError):
-    """A moved log was asked for while the store does not answer (no SQLSTATE)."""
+class StoreFailed(Exception):
+    """The store failed a move (raised after the attempt gave its lease back)."""
 
-    code, http_status = "unavailable", 503
+
+class _Upload:
+    """One attempt's bytes on their way out: read, sealed, counted, hashed. While it lives
+    a heartbeat renews its lease every third of the lease (through the upload, the read
+    back and the record); a lost lease stops the stream at its next page, and the stream
+    renews once more before the object may complete."""
+
+    def __init__(self, app: web.Application, mv: engine.LogMove, sealer: Sealer,
+                 lease: dt.timedelta) -> None:
+        self.app, self.mv, self.lease = app, mv, lease
+        self.writer = SegmentWriter(sealer, mv.run_id)
+        self.sha = hashlib.sha256()
+        self.size = 0
+        self.error: BaseException | None = None
+        self.lost: BaseException | None = None
+
+    def _out(self, data: bytes) -> bytes:
+        self.sha.update(data)
+        self.size += len(data)
+        return data
+
+    async def renew(self) -> None:
+        async with connection(self.app[POOL]) as conn:
+            await engine.renew_log_move(conn, self.mv.run_id, self.mv.attempt_id, self.lease)
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease.total_seconds() / 3)
+            try:
+                await self.renew()
+            except LogMoveLost as exc:
+                self.lost = exc
+                return
+            except CryoError:
+                pass  # the database away for a moment: the next beat, or the lease lapses
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        try:
+            yield self._out(self.writer.head())
+            after, pool = 0, self.app[POOL]
+            while after < self.mv.last_chunk_id:
+                if self.lost is not None:
+                    raise self.lost
+                async with connection(pool) as conn:
+                    page = await engine.read_log_page(conn, self.mv.run_id, after,
+                                                      self.mv.last_chunk_id, PAGE_BYTES)
+                if not page:
+                    break
+                segments = await asyncio.to_thread(self.writer.add_sealed, page)
+                if segments:
+                    yield self._out(segments)
+                after = page[-1][0]
+            await self.renew()  # the object completes within this lease, or not at all
+            yield self._out(self.writer.close())
+        except BaseException as exc:  # the store's client may not pass our error on intact
+            self.error = exc
+            raise
 
 
 class LogStore:
@@ -36,111 +123,194 @@ class LogStore:
         self.down_since: float | None = None
         self.next_round = 0.0
         self.backoff = MOVE_EVERY
+        self.task: asyncio.Task[None] | None = None
 
-    # -- the mover ---------------------------------------------------------------------------
+    @property
+    def lease(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.settings.lease_seconds)
+
+    # -- rounds ------------------------------------------------------------------------------
+
+    def kick(self, app: web.Application) -> None:
+        """From the ticker: a round in the background when one is due, so a long move
+        never holds up the engine's tick."""
+        if (self.task is None or self.task.done()) and time.monotonic() >= self.next_round:
+            self.task = asyncio.create_task(self._round_reported(app))
+
+    async def _round_reported(self, app: web.Application) -> None:
+        try:
+            await self.round(app)
+        except Exception as exc:  # noqa: BLE001 - e.g. the database away: the next round retries
+            print(f"cryopg: moving logs failed: {exc}", file=sys.stderr)
+            self.next_round = time.monotonic() + MOVE_EVERY
 
     async def round(self, app: web.Application) -> None:
-        now = time.monotonic()
-        if now < self.next_round:
-            return
-        async with connection(app[POOL]) as conn:
-            todo = await engine.logs_to_archive(
-                conn, dt.timedelta(seconds=self.settings.move_after_seconds), BATCH)
+        """Claims and moves logs until none is due (or the store fails, or ROUND_SECONDS
+        pass), then deletes the objects queued for deletion."""
+        started = time.monotonic()
+        more = False
         try:
-            for item in todo:
-                await self._move(app, item)
-            deleted = await self._delete_collected(app)
-        except Exception as exc:  # noqa: BLE001 - the store's failures are many; all wait
+            while True:
+                batch = BOUND_BATCH if self.down_since is not None else CLAIM_BATCH
+                async with connection(app[POOL]) as conn:
+                    moves = await engine.claim_log_moves(
+                        conn, app[CONFIG].replica_id, self.settings.prefix,
+                        dt.timedelta(seconds=self.settings.move_after_seconds), self.lease,
+                        batch)
+                if not moves:
+                    break
+                await self._move_batch(app, moves)
+                more = len(moves) == batch
+                if not more or time.monotonic() - started > ROUND_SECONDS:
+                    break
+            more = await self._delete_queued(app) or more
+        except StoreFailed as exc:
+            now = time.monotonic()
             if self.down_since is None:
-                print(f"cryopg: log store unavailable ({type(exc).__name__}: "
-                      f"{str(exc).splitlines()[0] if str(exc) else ''}); logs wait in the "
-                      "database, bounded", file=sys.stderr)
+                cause = exc.__cause__ or exc
+                print(f"cryopg: log store unavailable ({type(cause).__name__}: "
+                      f"{_first_line(cause)}); logs wait in the database", file=sys.stderr)
                 self.down_since = now
             self.backoff = min(self.backoff * 2, BACKOFF_MAX)
-            self.next_round = time.monotonic() + self.backoff
-            await self._bound(app, todo)
+            self.next_round = now + self.backoff
             return
+        self._up()
+        self.backoff = MOVE_EVERY
+        self.next_round = time.monotonic() + (0 if more else MOVE_EVERY)
+
+    async def _move_batch(self, app: web.Application, moves: list[engine.LogMove]) -> None:
+        """Small logs a few at a time, large ones alone (a large one's memory is its
+        parts in flight). While the store is known down, one is tried first: if it fails
+        too, the rest wait; past the outage's grace, all are bounded first."""
+        if (self.down_since is not None
+                and time.monotonic() - self.down_since >= self.settings.outage_grace_seconds):
+            await bound_waiting_logs(app, self.settings, moves)
+        todo = list(moves)
+        try:
+            while todo:
+                if self.down_since is not None or todo[0].bytes > SMALL_BYTES:
+                    group = [todo.pop(0)]
+                else:
+                    group = []
+                    while todo and todo[0].bytes <= SMALL_BYTES and len(group) < SMALL_AT_ONCE:
+                        group.append(todo.pop(0))
+                got = await asyncio.gather(*(self._move(app, m) for m in group),
+                                           return_exceptions=True)
+                failed = [e for e in got if isinstance(e, BaseException)]
+                if failed:
+                    raise failed[0]
+                self._up()
+        except BaseException:
+            await self._give_back(app, todo)
+            raise
+
+    def _up(self) -> None:
         if self.down_since is not None:
             print("cryopg: log store reachable again", file=sys.stderr)
             self.down_since = None
-        self.backoff = MOVE_EVERY
-        # A full batch means more are waiting: go again on the next tick.
-        full = len(todo) == BATCH or deleted == BATCH
-        self.next_round = time.monotonic() + (0 if full else MOVE_EVERY)
 
-    async def _move(self, app: web.Application, item: engine.LogToMove) -> None:
-        sealer = await app[KEYS].sealer(item.org)
-        chunks: list[tuple[int, bytes]] = []
-        after = 0
-        async with connection(app[POOL]) as conn:
-            while after < item.last_chunk_id:
-                page = await engine.read_logs(conn, item.run_id, after, PAGE)
-                if not page:
-                    break
-                chunks += [(c.id, sealer.open(c.data)) for c in page
-                           if c.id <= item.last_chunk_id]
-                after = page[-1].id
-        key = object_key(self.settings, item.run_id)
-        await obstore.put_async(self.store, key, pack(sealer, chunks))
-        async with connection(app[POOL]) as conn:
-            await engine.archive_run_log(conn, item.run_id, key, item.last_chunk_id,
-                                         sum(len(d) for _, d in chunks))
-
-    async def _delete_collected(self, app: web.Application) -> int:
-        """Deletes the objects of collected runs' logs (queued by their collection), then
-        their rows; another replica doing the same at once deletes nothing twice of note."""
-        async with connection(app[POOL]) as conn:
-            queued = await engine.log_objects_to_delete(conn, BATCH)
-        if not queued:
-            return 0
-        await obstore.delete_async(self.store, sorted({k for _, k in queued}))
-        async with connection(app[POOL]) as conn:
-            await engine.forget_log_objects(conn, [i for i, _ in queued])
-        return len(queued)
-
-    async def _bound(self, app: web.Application, todo: list[engine.LogToMove]) -> None:
-        """The store is down: a waiting log keeps its newest run_buffer_bytes, and all of
-        this round's together the newest replica_buffer_bytes (oldest runs give first)."""
-        per_run, total = self.settings.run_buffer_bytes, self.settings.replica_buffer_bytes
-        keep = {i.run_id: min(i.bytes, per_run) for i in todo}
-        over = sum(keep.values()) - total
-        for item in todo:  # oldest end first
-            if over <= 0:
-                break
-            cut = min(keep[item.run_id], over)
-            keep[item.run_id] -= cut
-            over -= cut
-        for item in todo:
-            if keep[item.run_id] >= item.bytes:
-                continue
-            sealer = await app[KEYS].sealer(item.org)
-            lost = item.bytes - keep[item.run_id]
-            marker = sealer.seal(f"\n[cryopg: about {lost} bytes of this log were dropped "
-                                 "while the log store was unavailable]\n".encode())
+    async def _give_back(self, app: web.Application, moves: list[engine.LogMove]) -> None:
+        """Leases of logs this round will not try: nothing was written under their keys."""
+        for mv in moves:
             try:
                 async with connection(app[POOL]) as conn:
-                    await engine.trim_run_log(conn, item.run_id, keep[item.run_id], marker)
-            except Exception as exc:  # noqa: BLE001 - the next round tries again
-                print(f"cryopg: trimming a waiting log failed: {exc}", file=sys.stderr)
+                    await engine.abandon_log_move(conn, mv.run_id, mv.attempt_id, None)
+            except CryoError:
+                pass  # the lease lapses by itself
 
-    # -- readers -----------------------------------------------------------------------------
+    # -- one move ----------------------------------------------------------------------------
 
-    async def chunks_after(self, app: web.Application, run_id: str, sealer: Sealer,
-                           after: int) -> tuple[list[tuple[int, bytes]], int]:
-        """A moved log's plain chunks after chunk id `after`, and the position to go on
-        from in the database (`after` itself when the log has not moved)."""
-        async with connection(app[POOL]) as conn:
-            moved = await engine.read_log_archive(conn, run_id)
-        if moved is None or after >= moved.last_chunk_id:
-            return [], after
+    async def _move(self, app: web.Application, mv: engine.LogMove) -> None:
+        sealer = await app[KEYS].sealer(mv.org)
+        up = _Upload(app, mv, sealer, self.lease)
         try:
-            got = await obstore.get_async(self.store, moved.object_key)
-            blob = bytes(await got.bytes_async())
-        except Exception as exc:  # noqa: BLE001 - any store failure is the same to a reader
-            raise LogStoreUnavailable(
-                "this run's log is in the log store, which does not answer; retry shortly"
-            ) from exc
-        return [c for c in unpack(sealer, blob) if c[0] > after], moved.last_chunk_id
+            await up.renew()  # it may have waited in its batch: a full lease from now
+        except LogMoveLost:
+            return  # lapsed while it waited and taken over: nothing was written
+        beat = asyncio.create_task(up.heartbeat())
+        try:
+            await self._move_renewed(app, mv, up)
+        finally:
+            beat.cancel()
+
+    async def _move_renewed(self, app: web.Application, mv: engine.LogMove,
+                            up: _Upload) -> None:
+        try:
+            try:
+                if mv.bytes <= SMALL_BYTES:  # one PUT: a killed mover leaves no open upload
+                    body = b"".join([piece async for piece in up.stream()])
+                    await obstore.put_async(self.store, mv.object_key, body,
+                                            use_multipart=False)
+                else:
+                    await obstore.put_async(self.store, mv.object_key, up.stream(),
+                                            chunk_size=PART_BYTES,
+                                            max_concurrency=PARTS_IN_FLIGHT)
+            except BaseException as exc:
+                raise (up.error or exc) from None
+            size, digest = await self._read_back(mv.object_key)
+        except LogMoveLost:
+            print(f"cryopg: the move of {mv.run_id}'s log lapsed under this replica; another "
+                  "takes it over", file=sys.stderr)
+            await self._abandon(app, mv)  # our object goes
+            return
+        except CryoError:  # the database: the lease lapses, the key is queued at takeover
+            await self._abandon(app, mv)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the store's failures are many; all wait
+            await self._abandon(app, mv)
+            raise StoreFailed(str(exc)) from exc
+        if (size, digest) != (up.size, up.sha.digest()):
+            print(f"cryopg: the log store holds {size} bytes for {mv.object_key} where "
+                  f"{up.size} were sent, or other bytes; it moves again", file=sys.stderr)
+            await self._abandon(app, mv)
+            return
+        try:
+            async with connection(app[POOL]) as conn:
+                await engine.archive_run_log(conn, mv.run_id, mv.attempt_id, mv.object_key,
+                                             up.writer.plain_bytes, size, digest)
+        except LogMoveLost:
+            print(f"cryopg: the move of {mv.run_id}'s log lapsed under this replica before it "
+                  "was recorded; another takes it over", file=sys.stderr)
+            await self._abandon(app, mv)
+
+    async def _read_back(self, key: str) -> tuple[int, bytes]:
+        """The object's size and SHA-256 as the store serves it, a piece at a time."""
+        got = await obstore.get_async(self.store, key)
+        sha, size = hashlib.sha256(), 0
+        async for piece in got.stream(min_chunk_size=1 << 20):
+            sha.update(piece)
+            size += len(piece)
+        return size, sha.digest()
+
+    async def _abandon(self, app: web.Application, mv: engine.LogMove) -> None:
+        """Gives the lease back (if still ours) and queues the attempt's key: its put may
+        have landed even when it failed."""
+        try:
+            async with connection(app[POOL]) as conn:
+                await engine.abandon_log_move(conn, mv.run_id, mv.attempt_id, mv.object_key)
+        except CryoError as exc:  # the lease lapses; its takeover queues the key
+            print(f"cryopg: giving back the move of {mv.run_id}'s log failed: {exc}",
+                  file=sys.stderr)
+
+    async def _delete_queued(self, app: web.Application) -> bool:
+        """Deletes the objects queued for deletion (collected runs, failed and taken-over
+        attempts), then their rows; True when a full batch went (more may wait)."""
+        async with connection(app[POOL]) as conn:
+            queued = await engine.log_objects_to_delete(conn, DELETE_BATCH)
+        if not queued:
+            return False
+        try:
+            await obstore.delete_async(self.store, sorted({k for _, k in queued}))
+        except Exception as exc:  # noqa: BLE001 - the store's failures are many; all wait
+            raise StoreFailed(str(exc)) from exc
+        async with connection(app[POOL]) as conn:
+            await engine.forget_log_objects(conn, [i for i, _ in queued])
+        return len(queued) == DELETE_BATCH
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
 
 
 LOG_STORE = web.AppKey("log_store", object)  # a LogStore, or None when logs stay in PG
@@ -152,22 +322,22 @@ def log_store(app: web.Application) -> LogStore | None:
 
 
 async def move_logs(app: web.Application) -> None:
-    """A tick round: move finished runs' logs to the store (nothing when it is off)."""
+    """A tick round: starts a move round in the background when due (nothing when the
+    store is off)."""
     store = log_store(app)
     if store is not None:
-        await store.round(app)
+        store.kick(app)
+
+
+async def _stop_moving(app: web.Application) -> None:
+    store = log_store(app)
+    if store is not None and store.task is not None and not store.task.done():
+        store.task.cancel()
+        await asyncio.wait([store.task], timeout=5)
 
 
 def setup(app: web.Application) -> None:
     settings = app[CONFIG].log_store
     app[LOG_STORE] = LogStore(settings) if settings is not None else None
-
-
-async def moved_chunks(app: web.Application, run_id: str, sealer: Sealer,
-                       after: int) -> tuple[list[tuple[int, bytes]], int]:
-    """What readers call: ([], after) when the store is off or the log did not move."""
-    store = log_store(app)
-    if store is None:
-        return [], after
-    return await store.chunks_after(app, run_id, sealer, after)
-
+    if settings is not None:
+        app.on_shutdown.append(_stop_moving)  # before the pool closes

@@ -7,6 +7,21 @@ import os
 
 RUN_BUFFER_BYTES = 4 << 20  # a finished run's log kept while the store is down
 REPLICA_BUFFER_BYTES = 64 << 20  # the same, for all one replica is moving
+LEASE_SECONDS = 60.0  # a mover's hold on a log; another replica takes over once it lapses
+OUTAGE_GRACE_SECONDS = 300.0  # the store down this long before waiting logs are bounded
+
+
+def _seconds(env: dict[str, str], name: str, default: float, low: float, high: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low:g} and {high:g} seconds")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +36,12 @@ class LogStoreSettings:
     move_after_seconds: float = 30.0
     run_buffer_bytes: int = RUN_BUFFER_BYTES
     replica_buffer_bytes: int = REPLICA_BUFFER_BYTES
+    # How long a mover's lease lasts unrenewed (it renews a third of the way through); it
+    # must outlast the upload of one part and the final call that completes the object.
+    lease_seconds: float = LEASE_SECONDS
+    # A store failing for less than this only delays moves; past it, waiting logs are cut
+    # to the bounds above, each cut marked in the log.
+    outage_grace_seconds: float = OUTAGE_GRACE_SECONDS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> LogStoreSettings | None:
@@ -29,13 +50,9 @@ class LogStoreSettings:
         bucket = env.get("CRYOPG_LOGS_S3_BUCKET", "").strip()
         if not bucket:
             return None
-        after = env.get("CRYOPG_LOGS_S3_MOVE_AFTER", "30")
-        try:
-            move_after = float(after)
-        except ValueError:
-            raise ValueError("CRYOPG_LOGS_S3_MOVE_AFTER must be a number of seconds") from None
-        if not 0 <= move_after <= 86400:
-            raise ValueError("CRYOPG_LOGS_S3_MOVE_AFTER must be between 0 and 86400 seconds")
+        move_after = _seconds(env, "CRYOPG_LOGS_S3_MOVE_AFTER", 30.0, 0, 86400)
+        lease = _seconds(env, "CRYOPG_LOGS_S3_LEASE", LEASE_SECONDS, 1, 3600)
+        grace = _seconds(env, "CRYOPG_LOGS_S3_OUTAGE_GRACE", OUTAGE_GRACE_SECONDS, 0, 86400)
         return cls(
             bucket=bucket,
             endpoint=env.get("CRYOPG_LOGS_S3_ENDPOINT") or None,
@@ -46,4 +63,6 @@ class LogStoreSettings:
                                or env.get("AWS_SECRET_ACCESS_KEY")),
             prefix=env.get("CRYOPG_LOGS_S3_PREFIX", "logs/"),
             move_after_seconds=move_after,
+            lease_seconds=lease,
+            outage_grace_seconds=grace,
         )

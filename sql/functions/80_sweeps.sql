@@ -145,6 +145,11 @@ BEGIN
     DELETE FROM cryo.queue WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.runs WHERE id = ANY (p_ids);
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    -- After the runs (a mover's claim locks a run's row, then its lease): a log being
+    -- moved loses its lease, and the object its attempt may have written is queued.
+    WITH moving AS (DELETE FROM cryo.log_moves WHERE run_id = ANY (p_ids) RETURNING object_key)
+    INSERT INTO cryo.log_objects_to_delete (object_key, queued_at)
+    SELECT object_key, cryo.now() FROM moving WHERE object_key IS NOT NULL;
     RETURN v_n;
 END
 $$;

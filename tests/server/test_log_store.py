@@ -5,6 +5,8 @@ bounded with a marked gap, and it moves once the endpoint is back."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import socket
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import psycopg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from cryopg.logstore.mover import log_store, move_logs
+from cryopg.logstore.mover import log_store
 from cryopg.logstore.settings import LogStoreSettings
 from cryopg.seal import MasterKey, generate_master_key, parse_master_key
 from cryopg.server.app import build_app
@@ -89,11 +91,23 @@ async def stored(dsn: str, tmp_path: Path, moto: Moto) -> AsyncIterator[Server]:
 
 
 async def _move(srv: Server) -> None:
-    """One round of the mover, now (the tick would run it every few seconds)."""
+    """One round of the mover, now (the tick starts one every few seconds)."""
     store = log_store(srv.app)
     assert store is not None
-    store.next_round = 0.0
-    await move_logs(srv.app)
+    await store.round(srv.app)
+
+
+def _archived_key(srv: Server, run_id: str) -> str:
+    with psycopg.connect(srv.dsn) as db:
+        row = db.execute("SELECT object_key FROM cryo.log_archives WHERE run_id = %s",
+                         (run_id,)).fetchone()
+    assert row is not None, f"{run_id} has not moved"
+    return str(row[0])
+
+
+def _key_of(run_id: str) -> str:
+    """The key prefix of a run's log objects (each attempt adds its own id)."""
+    return f"logs/{run_id.replace(':', '/')}/"
 
 
 def _db_chunks(srv: Server, run_id: str) -> tuple[int, int]:
@@ -125,7 +139,8 @@ async def test_a_finished_log_moves_sealed_and_is_served_from_the_store(
     assert "PLAINTEXT-LINE-019" in streamed and "PLAINTEXT-LINE-000" not in streamed
     assert "event: end" in streamed
     listed = moto.s3().list_objects_v2(Bucket=BUCKET)["Contents"]
-    assert [o["Key"] for o in listed] == [f"logs/{run_id.replace(':', '/')}"]
+    assert [o["Key"] for o in listed] == [_archived_key(stored, run_id)]
+    assert listed[0]["Key"].startswith(_key_of(run_id))
     blob = moto.s3().get_object(Bucket=BUCKET, Key=listed[0]["Key"])["Body"].read()
     assert b"PLAINTEXT" not in blob  # sealed (and compressed) under the org key
     # A live run is left alone; a second round moves nothing twice.
@@ -136,7 +151,15 @@ async def test_a_finished_log_moves_sealed_and_is_served_from_the_store(
     assert len(moto.s3().list_objects_v2(Bucket=BUCKET)["Contents"]) == 1
 
 
-async def test_an_outage_mid_run_bounds_the_waiting_log_and_marks_the_gap(
+def _dropped(text: str) -> tuple[int, str]:
+    """The byte count the gap marker gives, and the log without the marker line."""
+    found = re.search(r"\n\[cryopg: (\d+) bytes of this log were dropped while the log store "
+                      r"was unavailable\]\n", text)
+    assert found is not None, text[:200]
+    return int(found[1]), text[:found.start()] + text[found.end():]
+
+
+async def test_an_outage_bounds_a_waiting_log_only_past_its_grace_and_counts_every_byte(
         stored: Server, moto: Moto) -> None:
     earlier = await stored.submit()
     before = await stored.claim_run(earlier)
@@ -155,19 +178,35 @@ async def test_an_outage_mid_run_bounds_the_waiting_log_and_marks_the_gap(
     # Nothing of the control plane waits on the store.
     other = await stored.run_to_end()
     assert await stored.status(other) == "succeeded"
-    await _move(stored)  # fails: the log waits in the database, trimmed to the bound
-    count, size = _db_chunks(stored, run_id)
-    assert 0 < size <= (4 << 20) + 4096, size
+    whole = _db_chunks(stored, run_id)
+    await _move(stored)  # fails: within the grace the log waits whole (issue 36)
+    assert _db_chunks(stored, run_id) == whole
+    with psycopg.connect(stored.dsn) as db:  # its lease was given back
+        assert db.execute("SELECT count(*) FROM cryo.log_moves WHERE lease_expires_at > now()"
+                          ).fetchone() == (0,)
     # A log already in the store is unavailable for now: a clear 503, no traceback.
     (await stored.user("GET", f"/runs/{earlier}/logs")).refused(503, "unavailable")
+    store = log_store(stored.app)
+    assert store is not None and store.down_since is not None
+    store.down_since -= store.settings.outage_grace_seconds  # the grace has passed
+    await _move(stored)  # fails again: now the waiting log is cut to its bound
+    count, size = _db_chunks(stored, run_id)
+    assert 0 < size <= (4 << 20) + 4096, size
+    text = await _log_text(stored, run_id)  # from the database, marker and all
+    dropped, rest = _dropped(text)
+    assert dropped + len(rest) == 24 * piece  # every byte dropped is counted
+    assert rest.endswith("23" * (piece // 2)) and not rest.startswith("00")
+    # A second cut (a smaller bound) counts the first one's bytes too.
+    store.settings = dataclasses.replace(store.settings, run_buffer_bytes=1 << 20)
+    await _move(stored)
+    dropped, rest = _dropped(await _log_text(stored, run_id))
+    assert dropped + len(rest) == 24 * piece and len(rest) <= 1 << 20
     moto.start()  # back (empty: moto keeps buckets in memory)
     await _move(stored)
     assert _db_chunks(stored, run_id) == (0, 0)
-    text = await _log_text(stored, run_id)
-    assert "dropped while the log store was unavailable" in text
-    assert text.endswith("23" * (piece // 2))  # the newest bytes are kept
-    assert not text.startswith("00")  # the oldest went
-    assert 3 << 20 < len(text) <= (4 << 20) + 200, len(text)
+    moved = await _log_text(stored, run_id)
+    assert _dropped(moved) == (dropped, rest)
+    assert rest.endswith("23" * (piece // 2))
 
 
 def _queued(srv: Server) -> list[str]:
@@ -192,21 +231,22 @@ async def _moved_run(srv: Server, text: bytes) -> str:
 async def test_collected_runs_take_their_log_objects_with_them(
         stored: Server, moto: Moto) -> None:
     old = [await _moved_run(stored, f"old {i}\n".encode()) for i in range(2)]
-    assert _keys(moto) == sorted(f"logs/{r.replace(':', '/')}" for r in old)
+    assert _keys(moto) == sorted(_archived_key(stored, r) for r in old)
     (await stored.user("PUT", "/retention", {"runs_seconds": 60}, role="admin")).ok()
     await stored.tick(later=3600)  # retention collects both runs...
     assert sorted(_queued(stored)) == _keys(moto)  # ...queuing their objects, same transaction
     kept = await _moved_run(stored, b"young\n")  # a later round deletes them; a young run stays
-    assert _queued(stored) == [] and _keys(moto) == [f"logs/{kept.replace(':', '/')}"]
+    kept_key = _archived_key(stored, kept)
+    assert _queued(stored) == [] and _keys(moto) == [kept_key]
     await _move(stored)  # idempotent: nothing queued, nothing more goes
-    assert _keys(moto) == [f"logs/{kept.replace(':', '/')}"]
+    assert _keys(moto) == [kept_key]
     # A mover that wrote a run's object after the run was collected queues it itself.
     moto.s3().put_object(Bucket=BUCKET, Key="logs/late/object", Body=b"x")
     with psycopg.connect(stored.dsn, autocommit=True) as db:
-        assert db.execute("SELECT cryo.archive_run_log('dev:gone', 'logs/late/object', 9, 1)"
-                          ).fetchone() == (False,)
+        assert db.execute("SELECT cryo.archive_run_log('dev:gone', 'a1', 'logs/late/object', "
+                          "1, 1, sha256(''))").fetchone() == (False,)
     await _move(stored)
-    assert _keys(moto) == [f"logs/{kept.replace(':', '/')}"]
+    assert _keys(moto) == [kept_key]
     # Deleting the project takes the rest.
     (await stored.user("DELETE", "", role="owner")).ok()
     await _move(stored)
@@ -237,3 +277,26 @@ async def test_finding_logs_to_move_does_not_grow_with_finished_runs(srv: Server
         assert got == [(waiting["run_id"],)]
         after = _buffers(db.execute(explain).fetchone()[0][0]["Plan"])  # type: ignore[index]
     assert after <= before + 20, (before, after)
+
+
+async def test_a_graph_runs_log_reads_the_same_once_its_jobs_logs_moved(
+        stored: Server, moto: Moto) -> None:
+    from tests.server.test_graphs import graph, submit_graph, until
+    from tests.server.test_pipelines import until_claim
+
+    doc = graph([{"id": "a", "type": "shell", "config": {"run": "echo a"}},
+                 {"id": "b", "type": "shell", "config": {"run": "echo b"}}])
+    run_id = await submit_graph(stored, doc)
+    jobs = [await until_claim(stored), await until_claim(stored)]
+    for i in range(3):  # the two jobs' lines interleave, one cut across two flushes
+        for job in jobs:
+            await stored.log(job, f"line {i} of {job['run_id'][-6:]}\nhal".encode())
+            await stored.log(job, b"f\n")
+    for job in jobs:
+        await stored.finish(job)
+    await until(stored, run_id, lambda r: r["status"] == "succeeded")
+    before = await _log_text(stored, run_id)
+    assert before.count("half") == 6 and before.count("] succeeded") == 2, before
+    await _move(stored)
+    assert all(_db_chunks(stored, j["run_id"]) == (0, 0) for j in jobs)  # both moved
+    assert await _log_text(stored, run_id) == before  # same lines, same order

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import deque
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +23,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
-from cryopg.logstore.mover import moved_chunks
+from cryopg.logstore.reader import open_moved
 from cryopg.seal import Sealer
 from cryopg.server.auth import require_user
 from cryopg.server.bodies import query_int
@@ -170,17 +171,21 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
         if not run.finished:
             await engine.watch_run(conn, run.id)
         start = await engine.log_tail_start(conn, run.id, tail)
-    # A log moved to the object store comes from there (a 503 if it is down).
-    moved, _ = await moved_chunks(request.app, run.id, sealer, 0)
-    if moved:  # the same tail window over it: whole chunks, newest last
-        total, size, kept = sum(len(d) for _, d in moved), 0, []
-        for cid, data in reversed(moved):
-            if size + len(data) > tail:
-                break
-            kept.append((cid, data))
+    # A log moved to the object store comes from there (a 503 if it is down), streamed
+    # through the same tail window: whole chunks, newest last, never more than `tail` held.
+    moved: list[tuple[int, bytes]] = []
+    opened = await open_moved(request.app, run.id, sealer, 0)
+    if opened is not None:
+        window: deque[tuple[int, bytes]] = deque()
+        total = size = 0
+        async for cid, data in opened.chunks():
+            window.append((cid, data))
+            total += len(data)
             size += len(data)
-        start = engine.LogTail(max(start.after_id, moved[-1][0]), total - size, total)
-        moved = kept[::-1]
+            while window and size > tail:
+                size -= len(window.popleft()[1])
+        start = engine.LogTail(max(start.after_id, opened.last_chunk_id), total - size, total)
+        moved = list(window)
     sse = SSE()
     try:
         await sse.open(request)

@@ -10,8 +10,10 @@ logs, each line prefixed with the node it came from, as CI systems prefix a job'
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime
 
 from aiohttp import web
@@ -19,7 +21,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import GraphJob, Run
-from cryopg.logstore.mover import moved_chunks
+from cryopg.logstore.reader import MovedLog, open_moved
 from cryopg.seal import Sealer
 from cryopg.server.bodies import INT8, query_int
 from cryopg.server.notifier import wait_any
@@ -39,9 +41,10 @@ async def logs(request: web.Request) -> web.StreamResponse:
     after = query_int(request, "after", 0, INT8)
     times = request.query.get("times") in ("1", "true", "yes") and run.kind != "graph"
     sealer = await request.app[KEYS].sealer(run.org)
-    # A log moved to the object store is read from there first (a 503 if it is down).
-    moved, moved_to = ([], after) if run.kind == "graph" else await moved_chunks(
-        request.app, run.id, sealer, after)
+    # A log moved to the object store is streamed from there first (a 503 if it is down),
+    # then whatever chunks of it the database still holds.
+    moved = None if run.kind == "graph" else await open_moved(request.app, run.id, sealer,
+                                                              after)
     ctype = "application/x-ndjson" if times else "text/plain; charset=utf-8"
     resp = web.StreamResponse(headers={"Content-Type": ctype,
                                        "X-Cryo-Run": run.id})
@@ -49,9 +52,11 @@ async def logs(request: web.Request) -> web.StreamResponse:
     if run.kind == "graph":
         await _graph_log(request, resp, sealer, run, follow, after)
     else:
-        if moved:  # a moved chunk keeps no time of its own
-            await resp.write(b"".join(_timed(cid, None, data) if times else data
-                                      for cid, data in moved))
+        moved_to = after
+        if moved is not None:  # a moved chunk keeps no time of its own
+            async for cid, data in moved.chunks():
+                await resp.write(_timed(cid, None, data) if times else data)
+            moved_to = moved.last_chunk_id
         await _run_log(request, resp, sealer, run, follow, moved_to, times)
     await resp.write_eof()
     return resp
@@ -158,32 +163,30 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
                 JOB_CHUNKS) if jobs else []
         read: dict[str, int] = {}
         out: list[tuple[float, bytes]] = []  # in chunk order; a job's end after its last chunk
+        streams: list[AsyncIterator[tuple[float, bytes]]] = []  # moved logs, merged in
         for job in jobs:  # an ended job's log may have moved to the object store
             if job.finished and job.job_run_id not in checked:
                 checked.add(job.job_run_id)
-                moved, pos = await moved_chunks(request.app, job.job_run_id, sealer,
-                                                after.get(job.job_run_id, floor))
-                job_lines = lines[job.job_run_id]
-                for cid, data in moved:
-                    out.append((cid, job_lines.header() + job_lines.feed(data)))
-                after[job.job_run_id] = pos
-                if moved:  # its database chunks (read above) were from before the move
+                moved = await open_moved(request.app, job.job_run_id, sealer,
+                                         after.get(job.job_run_id, floor))
+                if moved is not None:  # its database chunks (read above) predate the move
                     chunks = [c for c in chunks if c.job_run_id != job.job_run_id]
+                    streams.append(_moved_lines(moved, lines[job.job_run_id], job))
+                    after[job.job_run_id] = moved.last_chunk_id
+                    done.add(job.job_run_id)  # its end comes at the end of its stream
         for chunk in chunks:
             job_lines = lines[chunk.job_run_id]
             out.append((chunk.id, job_lines.header() + job_lines.feed(sealer.open(chunk.data))))
             after[chunk.job_run_id] = chunk.id
             read[chunk.job_run_id] = read.get(chunk.job_run_id, 0) + 1
         for job in jobs:  # ended (as read before its log) and drained: its last words
-            if job.finished and read.get(job.job_run_id, 0) < JOB_CHUNKS:
-                job_lines = lines[job.job_run_id]
+            if (job.finished and job.job_run_id not in done
+                    and read.get(job.job_run_id, 0) < JOB_CHUNKS):
                 out.append((after.get(job.job_run_id, 0) + 0.5,
-                            job_lines.header() + job_lines.flush()
-                            + job_lines.prefix + _outcome(job).encode() + b"\n"))
+                            _last_words(lines[job.job_run_id], job)))
                 done.add(job.job_run_id)
-        if out:
-            out.sort(key=lambda o: o[0])  # stable: jobs with no output in their start order
-            await resp.write(b"".join(b for _, b in out))
+        out.sort(key=lambda o: o[0])  # stable: jobs with no output in their start order
+        await _write_merged(resp, out, streams)
         if any(n >= JOB_CHUNKS for n in read.values()):
             continue  # drain before deciding anything
         left = [j for j in jobs if j.job_run_id not in done]
@@ -197,6 +200,47 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
         if notifier.closing:
             return
         await wait_any(events, BACKSTOP_SECONDS)
+
+
+def _last_words(job_lines: _JobLines, job: GraphJob) -> bytes:
+    return (job_lines.header() + job_lines.flush()
+            + job_lines.prefix + _outcome(job).encode() + b"\n")
+
+
+async def _moved_lines(moved: MovedLog, job_lines: _JobLines,
+                       job: GraphJob) -> AsyncIterator[tuple[float, bytes]]:
+    """A moved job log's lines in chunk order, then its last words, as read."""
+    async for cid, data in moved.chunks():
+        yield cid, job_lines.header() + job_lines.feed(data)
+    yield moved.last_chunk_id + 0.5, _last_words(job_lines, job)
+
+
+async def _write_merged(resp: web.StreamResponse, out: list[tuple[float, bytes]],
+                        streams: list[AsyncIterator[tuple[float, bytes]]]) -> None:
+    """Writes `out` (sorted) and the moved logs' streams merged in chunk order, holding
+    one item of each stream at a time."""
+
+    async def listed() -> AsyncIterator[tuple[float, bytes]]:
+        for item in out:
+            yield item
+
+    sources = [listed(), *streams]
+    heap: list[tuple[float, int, bytes]] = []
+    for i, src in enumerate(sources):
+        if (first := await anext(src, None)) is not None:
+            heap.append((first[0], i, first[1]))
+    heapq.heapify(heap)
+    pending = bytearray()
+    while heap:
+        _, i, data = heapq.heappop(heap)
+        pending += data
+        if len(pending) >= 64 << 10:
+            await resp.write(bytes(pending))
+            pending.clear()
+        if (nxt := await anext(sources[i], None)) is not None:
+            heapq.heappush(heap, (nxt[0], i, nxt[1]))
+    if pending:
+        await resp.write(bytes(pending))
 
 
 def add_routes(app: web.Application) -> None:
