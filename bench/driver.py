@@ -126,8 +126,8 @@ class Bench:
 
             conn.execute("SELECT cryo.create_token('agent', 'dev', 'bench', %s, %s)",
                          (hashlib.sha256(AGENT_SECRET.encode()).digest(), CAPS))
-        self.sealed_source = Sealer("dev", key_id, master.unwrap("dev", key_id, wrapped)
-                                    ).seal_text("#!/bin/sh\ntrue\n")
+        self.sealer = Sealer("dev", key_id, master.unwrap("dev", key_id, wrapped))
+        self.sealed_source = self.sealer.seal_text("#!/bin/sh\ntrue\n")
 
     def fresh_db(self) -> str:
         """A new database cloned from the migrated template (org key and agent token in)."""
