@@ -60,6 +60,12 @@ def _line(text: str) -> str:
 
 
 def _brief(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):  # its text repeats the address
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return "connection refused"
+        return f"cannot connect: {exc.os_error.strerror or type(exc.os_error).__name__}"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
     text = _line(str(exc))
     return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
 
@@ -91,17 +97,23 @@ class ArtifactCalls:
 
     def __init__(self, job: JobHooks) -> None:
         self._job = job
+        self._moved = False  # bytes moved since the last failure
 
     async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Tries until an attempt succeeds, fails for good, or has failed transiently
+        for CRYOPG_ARTIFACTS_TIMEOUT seconds with no bytes moved between failures (a
+        large upload cut by a replica's death starts the count afresh)."""
         budget = artifact_timeout()
         deadline: float | None = None
         delay = 0.1
         while True:
+            self._moved = False
             try:
                 return await attempt()
             except Transient as e:
                 now = time.monotonic()
-                deadline = deadline or now + budget
+                if deadline is None or self._moved:
+                    deadline = now + budget
                 if now + delay >= deadline or self._job.ending():
                     raise VerbError("artifact_unavailable", f"{what} failed: {e} (retried for "
                                     f"{budget:g} s, {TIMEOUT_ENV})") from None
@@ -222,6 +234,7 @@ class ArtifactCalls:
                             watch.reschedule(loop.time() + idle)
                             yield chunk
                     # Sent: a proxied upload's answer waits on the server's own upload.
+                    self._moved = True
                     onward = size / ONWARD_BYTES_PER_SECOND if base is not None else 0
                     watch.reschedule(loop.time() + idle + onward)
 
@@ -265,6 +278,7 @@ class ArtifactCalls:
                             chunk, skip = chunk[cut:], skip - cut
                         writer.write(chunk)
                         sent += len(chunk)
+                        self._moved = True
                         await writer.drain()
             except (TimeoutError, aiohttp.ClientError) as e:
                 raise self._unreachable(where, base, e) from None

@@ -25,6 +25,7 @@ from cryopg.errors import ArtifactStoreUnavailable, InvalidArgument
 CHUNK = 1 << 20  # bytes read or written at a time
 PART = 8 << 20  # an S3 multipart upload's part (the least S3 takes is 5 MiB)
 SIGN_SECONDS = 900
+UPLOAD_REQUEST = dt.timedelta(seconds=60)  # the least one upload request is given
 
 
 class Spool:
@@ -219,20 +220,25 @@ class S3Store:
         endpoint = settings.endpoint
         self.describe = (f"S3 bucket {settings.bucket!r} at "
                          f"{endpoint or f'AWS {settings.region}'}")
-        self._store = ObjectStore(
-            settings.bucket, endpoint=endpoint, region=settings.region,
-            access_key_id=settings.access_key, secret_access_key=settings.secret_key,
-            virtual_hosted_style_request=False,
-            client_options={
-                "allow_http": bool(endpoint and endpoint.startswith("http:")),
-                "connect_timeout": min(timeout, dt.timedelta(seconds=5)),
-                # A stalled store is caught between reads; the whole request may take
-                # as long as its bytes need (a download of many GiB).
-                "read_timeout": timeout,
-                "timeout": dt.timedelta(days=1)},
-            retry_config={"max_retries": 2, "retry_timeout": timeout,
-                          "backoff": {"init_backoff": dt.timedelta(milliseconds=100),
-                                      "max_backoff": dt.timedelta(seconds=1)}})
+        def client(**bounds: dt.timedelta) -> ObjectStore:
+            return ObjectStore(
+                settings.bucket, endpoint=endpoint, region=settings.region,
+                access_key_id=settings.access_key, secret_access_key=settings.secret_key,
+                virtual_hosted_style_request=False,
+                client_options={"allow_http": bool(endpoint and endpoint.startswith("http:")),
+                                "connect_timeout": min(timeout, dt.timedelta(seconds=5)),
+                                **bounds},  # type: ignore[typeddict-item]
+                retry_config={"max_retries": 2, "retry_timeout": timeout,
+                              "backoff": {"init_backoff": dt.timedelta(milliseconds=100),
+                                          "max_backoff": dt.timedelta(seconds=1)}})
+
+        # Reads: a stalled store is caught between reads, and the whole request may take
+        # as long as its bytes need (a download of many GiB).
+        self._store = client(read_timeout=timeout, timeout=dt.timedelta(days=1))
+        # Uploads go in requests of at most PART bytes, each bounded whole: the store
+        # sends nothing back while it takes a part, or while it assembles the parts
+        # (which for a large object may take longer than a plain request).
+        self._uploads = client(timeout=max(timeout, UPLOAD_REQUEST))
 
     def _failed(self, exc: BaseException) -> ArtifactStoreUnavailable:
         if isinstance(exc, TimeoutError):
@@ -273,7 +279,7 @@ class S3Store:
         # Bounded per request (read_timeout, retries), not in all: a large file takes
         # as long as its parts need.
         async with self._bounded(whole=False):
-            await obstore.put_async(self._store, blob_key(org, project, sha256), path,
+            await obstore.put_async(self._uploads, blob_key(org, project, sha256), path,
                                     chunk_size=PART, max_concurrency=2)
 
     async def read(self, org: str, project: str, sha256: str,
