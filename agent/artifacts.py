@@ -23,31 +23,20 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 
 from agent.journal import JobHooks, VerbError
+from cryopg.artifacts.settings import CLIENT_TIMEOUT_ENV, client_timeout
 from cryopg.artifacts.store import CHUNK, Spool
 
 ARTIFACT_OPS = ("artifact.put", "artifact.get", "artifact.list")
 MAX_SIZE = 1 << 50
-# How long a put or get keeps retrying once it failed (a replica gone, the store down)
-# before the script gets a one-line error; also how long one transfer may go without a
-# byte moving.
-TIMEOUT_ENV = "CRYOPG_ARTIFACTS_TIMEOUT"
-DEFAULT_TIMEOUT = 30.0
+# client_timeout(): how long a put or get keeps retrying once it failed (a replica gone,
+# the store down) before the script gets a one-line error; also how long one transfer
+# may go without a byte moving.
 CALL_SECONDS = 60.0  # one JSON call (a commit waits on the store's answer, bounded there)
 CONNECT_SECONDS = 10.0
 # After the bytes of a proxied upload are sent the server still moves them to the store:
 # its answer may take this long per byte on top of the idle bound.
 ONWARD_BYTES_PER_SECOND = 4 << 20
 T = TypeVar("T")
-
-
-def artifact_timeout() -> float:
-    """CRYOPG_ARTIFACTS_TIMEOUT in seconds (default 30; a value that is not a positive
-    number counts as unset)."""
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
-    except ValueError:
-        return DEFAULT_TIMEOUT
-    return value if value > 0 else DEFAULT_TIMEOUT
 
 
 class Transient(Exception):
@@ -103,7 +92,7 @@ class ArtifactCalls:
         """Tries until an attempt succeeds, fails for good, or has failed transiently
         for CRYOPG_ARTIFACTS_TIMEOUT seconds with no bytes moved between failures (a
         large upload cut by a replica's death starts the count afresh)."""
-        budget = artifact_timeout()
+        budget = client_timeout()
         deadline: float | None = None
         delay = 0.1
         while True:
@@ -116,7 +105,7 @@ class ArtifactCalls:
                     deadline = now + budget
                 if now + delay >= deadline or self._job.ending():
                     raise VerbError("artifact_unavailable", f"{what} failed: {e} (retried for "
-                                    f"{budget:g} s, {TIMEOUT_ENV})") from None
+                                    f"{budget:g} s, {CLIENT_TIMEOUT_ENV})") from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -222,7 +211,7 @@ class ArtifactCalls:
     async def _upload(self, where: dict[str, Any], spool: Spool, sha256: str, size: int) -> None:
         session, url, headers, base = self._where(where, sha256)
         headers["Content-Length"] = str(size)
-        idle = artifact_timeout()
+        idle = client_timeout()
         loop = asyncio.get_running_loop()
         try:
             # No aiohttp timer covers a body being written: the watch is pushed back by
@@ -263,7 +252,7 @@ class ArtifactCalls:
             if sent:
                 headers["Range"] = f"bytes={sent}-"
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS,
-                                            sock_read=artifact_timeout())
+                                            sock_read=client_timeout())
             try:
                 async with session.get(url, headers=headers, timeout=timeout) as resp:
                     await self._answer(where, base, resp)

@@ -15,6 +15,23 @@ DEFAULT_STORE_TIMEOUT = dt.timedelta(seconds=10)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+# The clients' side (an agent, `cryopg artifact` outside a run): how long a put or get
+# keeps retrying a server or store that does not answer before it fails with one line.
+CLIENT_TIMEOUT_ENV = "CRYOPG_ARTIFACTS_TIMEOUT"
+DEFAULT_CLIENT_TIMEOUT = 30.0
+
+
+def client_timeout(env: dict[str, str] | None = None) -> float:
+    """CRYOPG_ARTIFACTS_TIMEOUT in seconds (default 30; a value that is not a positive
+    number counts as unset)."""
+    text = (os.environ if env is None else env).get(CLIENT_TIMEOUT_ENV) or ""
+    try:
+        value = float(text or DEFAULT_CLIENT_TIMEOUT)
+    except ValueError:
+        return DEFAULT_CLIENT_TIMEOUT
+    return value if 0 < value < float("inf") else DEFAULT_CLIENT_TIMEOUT
+
+
 @dataclasses.dataclass(frozen=True)
 class S3Settings:
     bucket: str

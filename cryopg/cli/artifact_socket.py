@@ -1,0 +1,213 @@
+"""`cryopg artifact put|get|list` inside a run: the agent socket, without click.
+
+A job may call these often, and starting the whole CLI (click and every command group)
+cost some 0.25 s a call, several times the put or get itself; entry.py sends plainly
+valid calls here first, and anything else (--help, a missing file, a bad option) to
+the click command in artifacts.py, which uses the same functions.
+
+The bytes ride the socket after the request line (put) or the reply line (get), as
+agent/artifacts.py describes; a download lands by rename only once its SHA-256 matched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+CHUNK = 1 << 20
+# Codes that mean the caller asked for something it cannot have: exit 2.
+REFUSALS = frozenset({"bad_request", "invalid_argument", "artifact_quota", "not_found",
+                      "run_not_found"})
+
+
+class ArtifactError(Exception):
+    """One line for the user; exit 2 for a refusal, 1 for anything else."""
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = 2 if code in REFUSALS else 1
+
+
+def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as e:
+        sock.close()
+        raise ArtifactError(f"cannot reach the agent at {path} ({e.strerror or e})") from None
+    return sock
+
+
+def _read_line(stream: BinaryIO) -> dict[str, Any]:
+    line = stream.readline()
+    if not line.strip():
+        raise ArtifactError("the agent closed the connection without a reply")
+    try:
+        reply = json.loads(line)
+    except ValueError:
+        raise ArtifactError("the agent sent a malformed reply") from None
+    if not isinstance(reply, dict):
+        raise ArtifactError("the agent sent a malformed reply")
+    if not reply.get("ok"):
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        raise ArtifactError(str(err.get("message") or "the agent refused the request"),
+                            str(err.get("code") or "error"))
+    return reply
+
+
+def socket_put(path: str, name: str, source: Path, key: str | None) -> dict[str, Any]:
+    size = source.stat().st_size
+    sock = _connect(path)
+    try:
+        with sock, sock.makefile("rb") as replies, open(source, "rb") as fh:
+            request = {"op": "artifact.put", "name": name, "key": key, "size": size}
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            sent = 0
+            while chunk := fh.read(CHUNK):
+                sock.sendall(chunk[: size - sent])
+                sent += len(chunk)
+                if sent >= size:
+                    break
+            if sent < size:
+                raise ArtifactError(f"{source} shrank while it was sent")
+            return _read_line(replies)
+    except OSError as e:
+        raise ArtifactError(f"lost the agent connection ({e.strerror or e})") from None
+
+
+def socket_get(path: str, name: str, dest: Path, key: str | None,
+               run: str | None) -> dict[str, Any]:
+    sock = _connect(path)
+    try:
+        with sock, sock.makefile("rb") as stream:
+            request = {"op": "artifact.get", "name": name, "key": key, "run": run}
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            head = _read_line(stream)
+            land(dest, _exactly(stream, int(head["size"])), str(head["sha256"]))
+            return head
+    except OSError as e:
+        raise ArtifactError(f"lost the agent connection ({e.strerror or e})") from None
+
+
+def socket_call(path: str, request: dict[str, Any]) -> dict[str, Any]:
+    sock = _connect(path)
+    with sock, sock.makefile("rb") as stream:
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        return _read_line(stream)
+
+
+def _exactly(stream: BinaryIO, size: int) -> Iterator[bytes]:
+    left = size
+    while left:
+        chunk = stream.read(min(CHUNK, left))
+        if not chunk:
+            raise ArtifactError(f"the download stopped after {size - left} of {size} bytes")
+        left -= len(chunk)
+        yield chunk
+
+
+def land(dest: Path, chunks: Iterator[bytes], sha256: str) -> None:
+    """Chunks into a temporary file beside dest, renamed over it once the digest holds."""
+    folder = dest.parent if str(dest.parent) else Path(".")
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=folder)
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise ArtifactError(f"the bytes received do not match SHA-256 {sha256}")
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        where = f"key={row['key']}" if row.get("key") else row.get("run_id") or ""
+        print(f"{row['name']}\t{row['size']}\t{row['sha256'][:12]}\t{where}")
+
+
+# -- the fast path ----------------------------------------------------------------------
+
+def _parse(args: list[str], flags: set[str],
+           options: set[str]) -> tuple[list[str], dict[str, Any]] | None:
+    """Positional arguments and options; None for anything click should judge."""
+    positional: list[str] = []
+    found: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            positional += args[i + 1:]
+            break
+        if arg.startswith("-") and arg != "-":
+            name, eq, value = arg.partition("=")
+            if name in flags and not eq and name not in found:
+                found[name] = True
+            elif name in options and name not in found:
+                if not eq:
+                    i += 1
+                    if i == len(args):
+                        return None
+                    value = args[i]
+                found[name] = value
+            else:
+                return None
+        else:
+            positional.append(arg)
+        i += 1
+    return positional, found
+
+
+def fast(argv: list[str]) -> int | None:
+    """`cryopg artifact ...` with CRYO_SOCKET set: the exit code, or None to hand the
+    call to click (help, usage errors, a path that is not a file)."""
+    sock = os.environ.get("CRYO_SOCKET")
+    if not sock or len(argv) < 2:
+        return None
+    verb, args = argv[1], argv[2:]
+    try:
+        if verb == "put":
+            got = _parse(args, set(), {"--key"})
+            if got is None or len(got[0]) != 2 or not Path(got[0][1]).is_file():
+                return None
+            (name, path), opts = got
+            row = socket_put(sock, name, Path(path), opts.get("--key"))
+            print(f"{row['sha256']}\t{row['size']}\t{name}")
+        elif verb == "get":
+            got = _parse(args, set(), {"--key", "--run"})
+            if got is None or not 1 <= len(got[0]) <= 2 or len(got[1]) > 1:
+                return None
+            pos, opts = got
+            dest = Path(pos[1]) if len(pos) == 2 else Path(pos[0].rsplit("/", 1)[-1])
+            socket_get(sock, pos[0], dest, opts.get("--key"), opts.get("--run"))
+        elif verb == "list":
+            got = _parse(args, {"--cached", "--json"}, set())
+            if got is None or len(got[0]) > 1:
+                return None
+            pos, opts = got
+            request: dict[str, Any] = {"op": "artifact.list", "run": pos[0] if pos else None}
+            if opts.get("--cached"):
+                request["cached"] = True
+            print_rows(socket_call(sock, request)["artifacts"], bool(opts.get("--json")))
+        else:
+            return None
+    except ArtifactError as e:
+        print(f"Error: {e.message}", file=sys.stderr)
+        return e.exit_code
+    return 0
