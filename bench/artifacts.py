@@ -100,6 +100,9 @@ def _one(bench: Bench, work: Path, env: dict[str, str], n: int, cli_n: int) -> d
         with cryopg_server(bench, db) as port:
             agent_env = dict(os.environ, CRYOPG_URL=f"http://127.0.0.1:{port}",
                              CRYOPG_AGENT_TOKEN=AGENT_SECRET)
+            # The jobs' CLI starts as deployed: from compiled modules (without them each
+            # call compiles what it imports, which is what the CLI figures would show).
+            agent_env.pop("PYTHONDONTWRITEBYTECODE", None)
             agent = subprocess.Popen([str(CLI), "agent", "--id", "bench-artifacts",
                                       "--scratch"], cwd=work, env=agent_env,
                                      stdout=subprocess.DEVNULL,

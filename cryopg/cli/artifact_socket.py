@@ -11,15 +11,21 @@ agent/artifacts.py describes; a download lands by rename only once its SHA-256 m
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import socket
 import sys
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, BinaryIO
+
+from cryopg.cli import lean
+
+# Only what starts in no time (a cold `import json, tempfile, pathlib, typing, hashlib`
+# took longer than the put itself): lean.py's json and socket, OpenSSL's SHA-256.
+try:
+    from _hashlib import openssl_sha256 as sha256
+except ImportError:
+    from hashlib import sha256
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 CHUNK = 1 << 20
 # Codes that mean the caller asked for something it cannot have: exit 2.
@@ -36,8 +42,8 @@ class ArtifactError(Exception):
         self.exit_code = 2 if code in REFUSALS else 1
 
 
-def _connect(path: str) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect(path: str) -> Any:
+    sock = lean.unix_socket()
     try:
         sock.connect(path)
     except OSError as e:
@@ -46,12 +52,37 @@ def _connect(path: str) -> socket.socket:
     return sock
 
 
-def _read_line(stream: BinaryIO) -> dict[str, Any]:
+class _Stream:
+    """Reads of a socket that lean.py gives bare (_socket has no makefile): a reply
+    line, then raw bytes."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._buf = b""
+
+    def readline(self) -> bytes:
+        while b"\n" not in self._buf:
+            chunk = self._sock.recv(CHUNK)
+            if not chunk:
+                line, self._buf = self._buf, b""
+                return line
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line + b"\n"
+
+    def read(self, n: int) -> bytes:
+        if not self._buf:
+            return bytes(self._sock.recv(n))
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+
+def _read_line(stream: _Stream) -> dict[str, Any]:
     line = stream.readline()
     if not line.strip():
         raise ArtifactError("the agent closed the connection without a reply")
     try:
-        reply = json.loads(line)
+        reply = lean.loads(line)
     except ValueError:
         raise ArtifactError("the agent sent a malformed reply") from None
     if not isinstance(reply, dict):
@@ -63,13 +94,14 @@ def _read_line(stream: BinaryIO) -> dict[str, Any]:
     return reply
 
 
-def socket_put(path: str, name: str, source: Path, key: str | None) -> dict[str, Any]:
-    size = source.stat().st_size
+def socket_put(path: str, name: str, source: str | os.PathLike[str],
+               key: str | None) -> dict[str, Any]:
+    size = os.stat(source).st_size
     sock = _connect(path)
     try:
-        with sock, sock.makefile("rb") as replies, open(source, "rb") as fh:
+        with open(source, "rb") as fh:
             request = {"op": "artifact.put", "name": name, "key": key, "size": size}
-            sock.sendall(json.dumps(request).encode() + b"\n")
+            sock.sendall(lean.dumps(request).encode() + b"\n")
             sent = 0
             while chunk := fh.read(CHUNK):
                 sock.sendall(chunk[: size - sent])
@@ -77,34 +109,42 @@ def socket_put(path: str, name: str, source: Path, key: str | None) -> dict[str,
                 if sent >= size:
                     break
             if sent < size:
-                raise ArtifactError(f"{source} shrank while it was sent")
-            return _read_line(replies)
+                raise ArtifactError(f"{os.fspath(source)} shrank while it was sent")
+            return _read_line(_Stream(sock))
     except OSError as e:
         raise ArtifactError(f"lost the agent connection ({e.strerror or e})") from None
+    finally:
+        sock.close()
 
 
-def socket_get(path: str, name: str, dest: Path, key: str | None,
+def socket_get(path: str, name: str, dest: str | os.PathLike[str], key: str | None,
                run: str | None) -> dict[str, Any]:
     sock = _connect(path)
     try:
-        with sock, sock.makefile("rb") as stream:
-            request = {"op": "artifact.get", "name": name, "key": key, "run": run}
-            sock.sendall(json.dumps(request).encode() + b"\n")
-            head = _read_line(stream)
-            land(dest, _exactly(stream, int(head["size"])), str(head["sha256"]))
-            return head
+        stream = _Stream(sock)
+        request = {"op": "artifact.get", "name": name, "key": key, "run": run}
+        sock.sendall(lean.dumps(request).encode() + b"\n")
+        head = _read_line(stream)
+        land(dest, _exactly(stream, int(head["size"])), str(head["sha256"]))
+        return head
     except OSError as e:
         raise ArtifactError(f"lost the agent connection ({e.strerror or e})") from None
+    finally:
+        sock.close()
 
 
 def socket_call(path: str, request: dict[str, Any]) -> dict[str, Any]:
     sock = _connect(path)
-    with sock, sock.makefile("rb") as stream:
-        sock.sendall(json.dumps(request).encode() + b"\n")
-        return _read_line(stream)
+    try:
+        sock.sendall(lean.dumps(request).encode() + b"\n")
+        return _read_line(_Stream(sock))
+    except OSError as e:
+        raise ArtifactError(f"lost the agent connection ({e.strerror or e})") from None
+    finally:
+        sock.close()
 
 
-def _exactly(stream: BinaryIO, size: int) -> Iterator[bytes]:
+def _exactly(stream: _Stream, size: int) -> Iterator[bytes]:
     left = size
     while left:
         chunk = stream.read(min(CHUNK, left))
@@ -114,27 +154,33 @@ def _exactly(stream: BinaryIO, size: int) -> Iterator[bytes]:
         yield chunk
 
 
-def land(dest: Path, chunks: Iterator[bytes], sha256: str) -> None:
+def land(dest: str | os.PathLike[str], chunks: Iterator[bytes], sha256_hex: str) -> None:
     """Chunks into a temporary file beside dest, renamed over it once the digest holds."""
-    folder = dest.parent if str(dest.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=folder)
-    digest = hashlib.sha256()
+    dest = os.fspath(dest)
+    folder = os.path.dirname(dest) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(dest)}.{os.urandom(6).hex()}")
+    digest = sha256()
     try:
-        with os.fdopen(fd, "wb") as out:
+        with open(tmp, "xb") as out:
             for chunk in chunks:
                 digest.update(chunk)
                 out.write(chunk)
-        if digest.hexdigest() != sha256:
-            raise ArtifactError(f"the bytes received do not match SHA-256 {sha256}")
+        if digest.hexdigest() != sha256_hex:
+            raise ArtifactError(f"the bytes received do not match SHA-256 {sha256_hex}")
         os.replace(tmp, dest)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
+        import json  # (the one place that needs its indent)
+
         print(json.dumps(rows, indent=2))
         return
     for row in rows:
@@ -184,17 +230,17 @@ def fast(argv: list[str]) -> int | None:
     try:
         if verb == "put":
             got = _parse(args, set(), {"--key"})
-            if got is None or len(got[0]) != 2 or not Path(got[0][1]).is_file():
+            if got is None or len(got[0]) != 2 or not os.path.isfile(got[0][1]):
                 return None
             (name, path), opts = got
-            row = socket_put(sock, name, Path(path), opts.get("--key"))
+            row = socket_put(sock, name, path, opts.get("--key"))
             print(f"{row['sha256']}\t{row['size']}\t{name}")
         elif verb == "get":
             got = _parse(args, set(), {"--key", "--run"})
             if got is None or not 1 <= len(got[0]) <= 2 or len(got[1]) > 1:
                 return None
             pos, opts = got
-            dest = Path(pos[1]) if len(pos) == 2 else Path(pos[0].rsplit("/", 1)[-1])
+            dest = pos[1] if len(pos) == 2 else pos[0].rsplit("/", 1)[-1]
             socket_get(sock, pos[0], dest, opts.get("--key"), opts.get("--run"))
         elif verb == "list":
             got = _parse(args, {"--cached", "--json"}, set())
