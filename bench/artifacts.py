@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,8 +69,9 @@ out["cli_small_get_ms"] = [timed(lambda: cli("get", "c", "c.out")) for _ in rang
 out["large_put_ms"] = [put_new("large", LARGE, i) for i in range(2)]
 out["large_get_ms"] = [timed(lambda: script.artifact_get("large", "large.out"))
                        for _ in range(2)]
-with open({result!r}, "w") as fh:
+with open({result!r} + ".tmp", "w") as fh:
     json.dump(out, fh)
+os.replace({result!r} + ".tmp", {result!r})
 """
 
 
@@ -136,13 +138,16 @@ def artifact_latency(bench: Bench, quick: bool) -> dict[str, Any]:
     s3 = {"CRYOPG_ARTIFACTS_S3_ACCESS_KEY_ID": "test",
           "CRYOPG_ARTIFACTS_S3_SECRET_ACCESS_KEY": "test"}
     out: dict[str, Any] = {"small_bytes": SMALL, "large_bytes": LARGE}
-    with moto_s3("bench") as endpoint:
-        s3.update(CRYOPG_ARTIFACTS_S3_BUCKET="bench", CRYOPG_ARTIFACTS_S3_ENDPOINT=endpoint)
-        for label, env in (("s3", s3), ("s3_proxy", {**s3, "CRYOPG_ARTIFACTS_PROXY": "1"}),
-                           ("directory", {"CRYOPG_ARTIFACTS_DIR": str(work / "blobs")})):
-            out[label] = _summary(_one(bench, work, env, n, cli_n))
-            log(f"artifacts ({label}): " + ", ".join(f"{k} {v:.1f}"
-                                                     for k, v in out[label].items()))
+    try:
+        with moto_s3("bench") as endpoint:
+            s3.update(CRYOPG_ARTIFACTS_S3_BUCKET="bench", CRYOPG_ARTIFACTS_S3_ENDPOINT=endpoint)
+            for label, env in (("s3", s3), ("s3_proxy", {**s3, "CRYOPG_ARTIFACTS_PROXY": "1"}),
+                               ("directory", {"CRYOPG_ARTIFACTS_DIR": str(work / "blobs")})):
+                out[label] = _summary(_one(bench, work, env, n, cli_n))
+                log(f"artifacts ({label}): " + ", ".join(f"{k} {v:.1f}"
+                                                         for k, v in out[label].items()))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return out
 
 

@@ -895,6 +895,10 @@ def main() -> int:
             import artifact_bench  # bench/artifact_bench.py
 
             r["artifacts"] = artifact_bench.artifacts(args.quick)
+        if want("artifact_latency"):
+            import artifacts  # bench/artifacts.py
+
+            r["artifact_latency"] = artifacts.artifact_latency(bench, args.quick)
         if want("replicas"):
             import replica_bench  # bench/replica_bench.py
 
