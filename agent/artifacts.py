@@ -126,6 +126,8 @@ class ArtifactCalls:
             code, message = _error_of(payload)
             if code != "artifact_store_unavailable":  # that one is the same on every replica
                 api.fail_over(base)
+            if code.startswith("http_"):  # a balancer's page, not the server's error
+                message = ""
             raise Transient(message or f"the cryopg server at {_origin(base)} answered "
                             f"{resp.status}")
         if resp.status >= 300:
@@ -163,10 +165,11 @@ class ArtifactCalls:
             return
         payload = await _json_or_text(resp)
         code, message = _error_of(payload)
-        if resp.status >= 500 and code != "artifact_store_unavailable":
-            raise self._unreachable(where, base, f"HTTP {resp.status} {message}".strip())
-        if code == "artifact_store_unavailable":
+        if code == "artifact_store_unavailable":  # the server's word on its store
             raise Transient(message)
+        # A gateway's or the store's own trouble (S3 asks for a retry on 500 and 503).
+        if resp.status in (502, 503, 504) or (base is None and resp.status >= 500):
+            raise self._unreachable(where, base, f"HTTP {resp.status}")
         raise _refused(resp.status, payload)
 
     async def put(self, req: dict[str, Any], reader: asyncio.StreamReader) -> dict[str, Any]:
