@@ -86,12 +86,14 @@ class ArtifactCalls:
 
     def __init__(self, job: JobHooks) -> None:
         self._job = job
-        self._moved = False  # bytes moved since the last failure
+        self._moved = False  # bytes landed since the last failure (an upload, a download's)
 
     async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Tries until an attempt succeeds, fails for good, or has failed transiently
-        for CRYOPG_ARTIFACTS_TIMEOUT seconds with no bytes moved between failures (a
-        large upload cut by a replica's death starts the count afresh)."""
+        for CRYOPG_ARTIFACTS_TIMEOUT seconds with nothing landed between failures. The
+        count runs between tries only: a try that is moving bytes goes on (bounded by its
+        idle watch), and one that landed some (an upload the store took, part of a
+        download the script has) starts the count afresh when it fails."""
         budget = client_timeout()
         deadline: float | None = None
         delay = 0.1
@@ -226,7 +228,6 @@ class ArtifactCalls:
                             watch.reschedule(loop.time() + idle)
                             yield chunk
                     # Sent: a proxied upload's answer waits on the server's own upload.
-                    self._moved = True
                     onward = size / ONWARD_BYTES_PER_SECOND if base is not None else 0
                     watch.reschedule(loop.time() + idle + onward)
 
@@ -234,6 +235,7 @@ class ArtifactCalls:
                 async with session.put(url, data=body(), headers=headers,
                                        timeout=timeout) as resp:
                     await self._answer(where, base, resp)
+            self._moved = True  # the bytes are in the store
         except (TimeoutError, aiohttp.ClientError) as e:
             raise self._unreachable(where, base, e) from None
 
