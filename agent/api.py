@@ -51,14 +51,27 @@ class ServerUnavailable(AgentAPIError):
     """The server could not be reached, or answered with a gateway/unavailable status."""
 
 
+def server_urls(url: str) -> list[str]:
+    """`--url`/CRYOPG_URL of an agent: one server URL, or several replicas' separated by
+    commas (tried in turn when one stops answering)."""
+    urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+    if not urls:
+        raise ValueError("no server URL given")
+    return urls
+
+
 class AgentAPI:
     def __init__(self, url: str, token: str) -> None:
-        self._base = url.rstrip("/") + "/api/v1/agent"
+        # Several replicas' URLs: calls go to one until it stops answering, then to the
+        # next (fail_over), so a replica's death costs a retry, not the run.
+        self._bases = [u + "/api/v1/agent" for u in server_urls(url)]
+        self._at = 0
         self._headers = {"Authorization": f"Bearer {token}"}
         # JSON calls go through the lean keep-alive client (agent/http1.py); the aiohttp
         # session, for the artifact calls that stream bytes, opens on first use.
         self._client: Http1Client | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._plain: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AgentAPI:
         self._client = Http1Client(self._base, self._headers)
@@ -71,9 +84,24 @@ class AgentAPI:
         if self._client is not None:
             self._client.close()
             self._client = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._plain):
+            if session is not None:
+                await session.close()
+        self._session = self._plain = None
+
+    @property
+    def _base(self) -> str:
+        return self._bases[self._at]
+
+    def fail_over(self, base: str) -> None:
+        """The server at `base` did not answer: later calls go to the next URL given (a
+        no-op with one URL, or when another call already moved on)."""
+        if len(self._bases) == 1 or self._base != base:
+            return
+        self._at = (self._at + 1) % len(self._bases)
+        if self._client is not None:
+            self._client.close()  # its idle connections lead to the one that failed
+            self._client = Http1Client(self._base, self._headers)
 
     def http(self) -> tuple[aiohttp.ClientSession, str]:
         """The session (with the agent token) and `…/api/v1/agent` base, for calls that
@@ -83,19 +111,31 @@ class AgentAPI:
             self._session = aiohttp.ClientSession(headers=self._headers)
         return self._session, self._base
 
+    def plain_http(self) -> aiohttp.ClientSession:
+        """A session without the agent token, for URLs the artifact store signed: one
+        for the agent's life, so its connections (and TLS handshakes) are reused."""
+        if self._plain is None:
+            self._plain = aiohttp.ClientSession()
+        return self._plain
+
     # -- low level -------------------------------------------------------------------
 
     async def _post_once(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         assert self._client is not None, "AgentAPI used outside 'async with'"
+        base = self._base
         try:
             status, payload = await self._client.post_json(path, body, timeout)
         except (TimeoutError, OSError) as e:
+            self.fail_over(base)
             raise ServerUnavailable("unreachable", f"{type(e).__name__}: {e}".rstrip(": ")) from e
         if status == 204:
             return 204, None
         if status < 300:
             return status, payload
-        raise _error_from(status, payload)
+        error = _error_from(status, payload)
+        if isinstance(error, ServerUnavailable):
+            self.fail_over(base)
+        raise error
 
     async def _post(
         self,

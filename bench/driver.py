@@ -126,8 +126,8 @@ class Bench:
 
             conn.execute("SELECT cryo.create_token('agent', 'dev', 'bench', %s, %s)",
                          (hashlib.sha256(AGENT_SECRET.encode()).digest(), CAPS))
-        self.sealed_source = Sealer("dev", key_id, master.unwrap("dev", key_id, wrapped)
-                                    ).seal_text("#!/bin/sh\ntrue\n")
+        self.sealer = Sealer("dev", key_id, master.unwrap("dev", key_id, wrapped))
+        self.sealed_source = self.sealer.seal_text("#!/bin/sh\ntrue\n")
 
     def fresh_db(self) -> str:
         """A new database cloned from the migrated template (org key and agent token in)."""
@@ -895,6 +895,10 @@ def main() -> int:
             import artifact_bench  # bench/artifact_bench.py
 
             r["artifacts"] = artifact_bench.artifacts(args.quick)
+        if want("artifact_latency"):
+            import artifacts  # bench/artifacts.py
+
+            r["artifact_latency"] = artifacts.artifact_latency(bench, args.quick)
         if want("replicas"):
             import replica_bench  # bench/replica_bench.py
 

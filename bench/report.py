@@ -200,6 +200,7 @@ def render(r: dict[str, Any]) -> str:
         import artifact_bench  # bench/artifact_bench.py, beside this file
 
         out += artifact_bench.render(r["artifacts"])
+    out += __import__("artifacts").render(r)  # bench/artifacts.py: put/get latency
 
     if r.get("replicas"):
         import replica_bench  # bench/replica_bench.py, beside this file

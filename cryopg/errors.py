@@ -147,6 +147,14 @@ class ArtifactMissing(CryoError):
     code, http_status = "artifact_missing", 409
 
 
+class ArtifactStoreUnavailable(CryoError):
+    """The artifact store (its bucket and endpoint, or directory, named in the message)
+    did not answer within CRYOPG_ARTIFACTS_STORE_TIMEOUT, refused the connection or
+    failed; a put or get may be retried. Raised by the server; no SQLSTATE."""
+
+    code, http_status = "artifact_store_unavailable", 503
+
+
 class Draining(CryoError):
     """The agent was asked to drain (`cryopg agents drain`): it gets no new run. No
     SQLSTATE: the server refuses it from the drain marks it reads each tick."""

@@ -19,9 +19,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def moto_s3(bucket: str = "artifacts") -> Iterator[str]:
-    """Yields the endpoint URL of a fresh moto S3 server holding an empty `bucket`."""
-    port = _free_port()
+def moto_s3(bucket: str = "artifacts", port: int | None = None) -> Iterator[str]:
+    """Yields the endpoint URL of a fresh moto S3 server holding an empty `bucket` (on
+    `port` when given: a store stopped and started again at the same address)."""
+    port = port or _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -18,7 +18,12 @@ from cryopg.artifacts.store import BlobStore, DirStore, open_store
 from cryopg.db import connection
 from cryopg.engine import artifacts as index
 from cryopg.engine.artifacts import Artifact
-from cryopg.errors import ArtifactMissing, ArtifactQuota, InvalidArgument
+from cryopg.errors import (
+    ArtifactMissing,
+    ArtifactQuota,
+    ArtifactStoreUnavailable,
+    InvalidArgument,
+)
 from cryopg.server.state import POOL
 
 
@@ -67,7 +72,7 @@ async def commit(app: web.Application, org: str, project: str, sha256: str, size
         # behind unless a name already points at them.
         try:
             await drop_unindexed(app, org, project, [sha256])
-        except (psycopg.Error, OSError) as exc:  # the sweep gets them later
+        except (psycopg.Error, OSError, ArtifactStoreUnavailable) as exc:  # swept later
             print(f"cryopg: could not remove refused artifact bytes: {exc}", file=sys.stderr)
         raise
     return row
@@ -125,7 +130,7 @@ async def collect(app: web.Application) -> int:
 async def collect_round(app: web.Application) -> None:
     try:
         await collect(app)
-    except OSError as exc:  # the store is away: the rows come back with the rollback
+    except (OSError, ArtifactStoreUnavailable) as exc:  # the rows come back with the rollback
         print(f"cryopg: artifact collection failed: {exc}", file=sys.stderr)
     arts = app[ARTIFACTS]
     # Listing the whole store is dear: at most once per grace period on each server.
@@ -133,7 +138,7 @@ async def collect_round(app: web.Application) -> None:
         arts.swept_at = time.monotonic()
         try:
             await sweep_store(app)
-        except OSError as exc:
+        except (OSError, ArtifactStoreUnavailable) as exc:
             print(f"cryopg: artifact store sweep failed: {exc}", file=sys.stderr)
 
 
@@ -162,20 +167,45 @@ async def send_blob(request: web.Request, org: str, project: str, a: Artifact, *
     return await stream_blob(request, org, project, a.sha256, a.size, a.name)
 
 
+def _offset(request: web.Request, size: int) -> int:
+    """Where a `Range: bytes=N-` header asks the bytes to start (a download resumed
+    after a dropped connection); 0 without one. Other ranges are answered whole."""
+    spec = request.headers.get("Range", "").strip()
+    if not spec.startswith("bytes=") or not spec.endswith("-"):
+        return 0
+    start = spec[len("bytes="):-1]
+    if not start.isdigit() or int(start) >= size:
+        return 0
+    return int(start)
+
+
 async def stream_blob(request: web.Request, org: str, project: str, sha256: str, size: int,
                       name: str | None = None) -> web.StreamResponse:
     arts = request.app[ARTIFACTS]
     if await arts.store.size(org, project, sha256) is None:
         raise ArtifactMissing(f"the store no longer holds blob {sha256}")
-    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
-               "X-Cryo-SHA256": sha256}
+    offset = _offset(request, size)
+    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size - offset),
+               "X-Cryo-SHA256": sha256, "Accept-Ranges": "bytes"}
+    if offset:
+        headers["Content-Range"] = f"bytes {offset}-{size - 1}/{size}"
     if name:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name.rsplit("/")[-1])
         headers["Content-Disposition"] = f'attachment; filename="{safe or "artifact"}"'
-    resp = web.StreamResponse(headers=headers)
+    chunks = arts.store.read(org, project, sha256, offset)
+    first = await anext(chunks, b"")  # a store that fails now still gets a JSON error
+    resp = web.StreamResponse(status=206 if offset else 200, headers=headers)
     await resp.prepare(request)
-    async for chunk in arts.store.read(org, project, sha256):
-        await resp.write(chunk)
+    try:
+        await resp.write(first)
+        async for chunk in chunks:
+            await resp.write(chunk)
+    except ArtifactStoreUnavailable as exc:
+        # Too late for a status: the reader sees the body cut short (and may resume).
+        print(f"cryopg: artifact download of {sha256} cut: {exc}", file=sys.stderr)
+        if request.transport is not None:
+            request.transport.close()
+        return resp
     await resp.write_eof()
     return resp
 

@@ -11,7 +11,25 @@ DEFAULT_DIR = ".cryopg-artifacts"  # beside .cryopg/ when `cryopg dev` runs in a
 DEFAULT_RETENTION = dt.timedelta(days=30)
 # A blob no name points at stays this long, so a put racing the collector finds it.
 COLLECT_GRACE = dt.timedelta(minutes=10)
+DEFAULT_STORE_TIMEOUT = dt.timedelta(seconds=10)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+# The clients' side (an agent, `cryopg artifact` outside a run): how long a put or get
+# keeps retrying a server or store that does not answer before it fails with one line.
+CLIENT_TIMEOUT_ENV = "CRYOPG_ARTIFACTS_TIMEOUT"
+DEFAULT_CLIENT_TIMEOUT = 30.0
+
+
+def client_timeout(env: dict[str, str] | None = None) -> float:
+    """CRYOPG_ARTIFACTS_TIMEOUT in seconds (default 30; a value that is not a positive
+    number counts as unset)."""
+    text = (os.environ if env is None else env).get(CLIENT_TIMEOUT_ENV) or ""
+    try:
+        value = float(text or DEFAULT_CLIENT_TIMEOUT)
+    except ValueError:
+        return DEFAULT_CLIENT_TIMEOUT
+    return value if 0 < value < float("inf") else DEFAULT_CLIENT_TIMEOUT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +49,9 @@ class ArtifactSettings:
     max_bytes: int | None  # per project, each distinct blob counted once
     retention: dt.timedelta  # cached (--key) artifacts
     grace: dt.timedelta = COLLECT_GRACE
+    # How long one store request may go without an answer before the put or get it
+    # serves fails (503 artifact_store_unavailable, naming the store), retries included.
+    store_timeout: dt.timedelta = DEFAULT_STORE_TIMEOUT
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ArtifactSettings:
@@ -52,7 +73,9 @@ class ArtifactSettings:
             proxy=_flag(env.get("CRYOPG_ARTIFACTS_PROXY", ""), "CRYOPG_ARTIFACTS_PROXY"),
             max_bytes=_bytes(env.get("CRYOPG_ARTIFACTS_MAX_BYTES", "")),
             retention=_duration(env.get("CRYOPG_RETENTION_ARTIFACTS", ""),
-                                "CRYOPG_RETENTION_ARTIFACTS") or DEFAULT_RETENTION)
+                                "CRYOPG_RETENTION_ARTIFACTS") or DEFAULT_RETENTION,
+            store_timeout=_duration(env.get("CRYOPG_ARTIFACTS_STORE_TIMEOUT", ""),
+                                    "CRYOPG_ARTIFACTS_STORE_TIMEOUT") or DEFAULT_STORE_TIMEOUT)
 
 
 def _flag(text: str, name: str) -> bool:

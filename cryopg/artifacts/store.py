@@ -19,12 +19,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from cryopg.artifacts.settings import ArtifactSettings, S3Settings
-from cryopg.errors import InvalidArgument
+from cryopg.artifacts.settings import DEFAULT_STORE_TIMEOUT, ArtifactSettings, S3Settings
+from cryopg.errors import ArtifactStoreUnavailable, InvalidArgument
 
 CHUNK = 1 << 20  # bytes read or written at a time
 PART = 8 << 20  # an S3 multipart upload's part (the least S3 takes is 5 MiB)
 SIGN_SECONDS = 900
+UPLOAD_REQUEST = dt.timedelta(seconds=60)  # the least one upload request is given
 
 
 class Spool:
@@ -98,13 +99,15 @@ def parse_key(key: str) -> tuple[str, str, str] | None:
 
 class BlobStore(Protocol):
     can_sign: bool
+    describe: str  # what an error names: the bucket and its endpoint, or the directory
 
     async def close(self) -> None: ...
 
     async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
                   expect: str | None = None, limit: int | None = None) -> tuple[str, int]: ...
 
-    def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]: ...
+    def read(self, org: str, project: str, sha256: str,
+             offset: int = 0) -> AsyncIterator[bytes]: ...
 
     async def size(self, org: str, project: str, sha256: str) -> int | None: ...
 
@@ -125,6 +128,11 @@ class DirStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._tmp = root / ".uploads"
+        self.describe = f"directory {root}"
+
+    def _failed(self, exc: OSError) -> ArtifactStoreUnavailable:
+        return ArtifactStoreUnavailable(
+            f"the artifact store ({self.describe}) failed: {exc.strerror or exc}")
 
     async def close(self) -> None:
         pass
@@ -134,14 +142,21 @@ class DirStore:
 
     async def put(self, org: str, project: str, chunks: AsyncIterator[bytes], *,
                   expect: str | None = None, limit: int | None = None) -> tuple[str, int]:
-        sp, digest = await spool(chunks, self._tmp, expect, limit)
-        final = self._path(org, project, digest)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(sp.path, final)
+        try:
+            sp, digest = await spool(chunks, self._tmp, expect, limit)
+            final = self._path(org, project, digest)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(sp.path, final)
+        except ConnectionError:  # the sender went away
+            raise
+        except OSError as exc:  # a full or failing disk, a lost network mount
+            raise self._failed(exc) from None
         return digest, sp.size
 
-    async def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]:
+    async def read(self, org: str, project: str, sha256: str,
+                   offset: int = 0) -> AsyncIterator[bytes]:
         with open(self._path(org, project, sha256), "rb") as fh:
+            fh.seek(offset)
             while chunk := await asyncio.to_thread(fh.read, CHUNK):
                 yield chunk
 
@@ -150,6 +165,8 @@ class DirStore:
             return self._path(org, project, sha256).stat().st_size
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise self._failed(exc) from None
 
     async def delete(self, org: str, project: str, sha256: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -185,20 +202,64 @@ class DirStore:
 class S3Store:
     """Blobs as objects of one bucket (any S3-compatible endpoint), through obstore (the
     S3 client the log store uses too). Uploads past PART bytes go in parts, at most two
-    in flight, so no blob is ever held whole."""
+    in flight, so no blob is ever held whole.
+
+    One client (and its connection pool) serves every request of the server. No request
+    waits on the store longer than `timeout` without an answer: a store that is down or
+    stalled fails the call with ArtifactStoreUnavailable, naming the bucket and endpoint,
+    instead of obstore's default of ten retries over minutes."""
 
     can_sign = True
 
-    def __init__(self, settings: S3Settings, spool_dir: Path | None = None) -> None:
+    def __init__(self, settings: S3Settings, spool_dir: Path | None = None,
+                 timeout: dt.timedelta = DEFAULT_STORE_TIMEOUT) -> None:
         from obstore.store import S3Store as ObjectStore
 
         self._spool_dir = spool_dir
+        self._timeout = timeout.total_seconds()
         endpoint = settings.endpoint
-        self._store = ObjectStore(
-            settings.bucket, endpoint=endpoint, region=settings.region,
-            access_key_id=settings.access_key, secret_access_key=settings.secret_key,
-            virtual_hosted_style_request=False,
-            client_options={"allow_http": bool(endpoint and endpoint.startswith("http:"))})
+        self.describe = (f"S3 bucket {settings.bucket!r} at "
+                         f"{endpoint or f'AWS {settings.region}'}")
+        def client(**bounds: dt.timedelta) -> ObjectStore:
+            return ObjectStore(
+                settings.bucket, endpoint=endpoint, region=settings.region,
+                access_key_id=settings.access_key, secret_access_key=settings.secret_key,
+                virtual_hosted_style_request=False,
+                client_options={"allow_http": bool(endpoint and endpoint.startswith("http:")),
+                                "connect_timeout": min(timeout, dt.timedelta(seconds=5)),
+                                **bounds},  # type: ignore[typeddict-item]
+                retry_config={"max_retries": 2, "retry_timeout": timeout,
+                              "backoff": {"init_backoff": dt.timedelta(milliseconds=100),
+                                          "max_backoff": dt.timedelta(seconds=1)}})
+
+        # Reads: a stalled store is caught between reads, and the whole request may take
+        # as long as its bytes need (a download of many GiB).
+        self._store = client(read_timeout=timeout, timeout=dt.timedelta(days=1))
+        # Uploads go in requests of at most PART bytes, each bounded whole: the store
+        # sends nothing back while it takes a part, or while it assembles the parts
+        # (which for a large object may take longer than a plain request).
+        self._uploads = client(timeout=max(timeout, UPLOAD_REQUEST))
+
+    def _failed(self, exc: BaseException) -> ArtifactStoreUnavailable:
+        if isinstance(exc, TimeoutError):
+            why = f"did not answer within {self._timeout:g} s (CRYOPG_ARTIFACTS_STORE_TIMEOUT)"
+        else:
+            why = _reason(exc)
+        return ArtifactStoreUnavailable(f"the artifact store ({self.describe}) {why}")
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self, whole: bool = True) -> AsyncIterator[None]:
+        """At most the store timeout for what runs inside (unless not `whole`); any
+        failure but a missing object becomes ArtifactStoreUnavailable."""
+        import obstore.exceptions
+
+        try:
+            async with asyncio.timeout(self._timeout if whole else None):
+                yield
+        except FileNotFoundError:
+            raise
+        except (TimeoutError, OSError, obstore.exceptions.BaseError) as exc:
+            raise self._failed(exc) from None
 
     async def close(self) -> None:
         pass
@@ -215,21 +276,35 @@ class S3Store:
     async def put_file(self, org: str, project: str, sha256: str, path: Path) -> None:
         import obstore
 
-        await obstore.put_async(self._store, blob_key(org, project, sha256), path,
-                                chunk_size=PART, max_concurrency=2)
+        # Bounded per request (read_timeout, retries), not in all: a large file takes
+        # as long as its parts need.
+        async with self._bounded(whole=False):
+            await obstore.put_async(self._uploads, blob_key(org, project, sha256), path,
+                                    chunk_size=PART, max_concurrency=2)
 
-    async def read(self, org: str, project: str, sha256: str) -> AsyncIterator[bytes]:
+    async def read(self, org: str, project: str, sha256: str,
+                   offset: int = 0) -> AsyncIterator[bytes]:
         import obstore
 
-        resp = await obstore.get_async(self._store, blob_key(org, project, sha256))
-        async for chunk in resp.stream(min_chunk_size=CHUNK):
+        options: dict[str, Any] = {"range": {"offset": offset}} if offset else {}
+        async with self._bounded():
+            resp = await obstore.get_async(self._store, blob_key(org, project, sha256),
+                                           options=options)  # type: ignore[arg-type]
+        stream = resp.stream(min_chunk_size=CHUNK).__aiter__()
+        while True:
+            async with self._bounded():
+                try:
+                    chunk = await stream.__anext__()
+                except StopAsyncIteration:
+                    return
             yield bytes(chunk)
 
     async def size(self, org: str, project: str, sha256: str) -> int | None:
         import obstore
 
         try:
-            head = await obstore.head_async(self._store, blob_key(org, project, sha256))
+            async with self._bounded():
+                head = await obstore.head_async(self._store, blob_key(org, project, sha256))
         except FileNotFoundError:
             return None
         return int(head["size"])
@@ -238,12 +313,19 @@ class S3Store:
         import obstore
 
         with contextlib.suppress(FileNotFoundError):
-            await obstore.delete_async(self._store, blob_key(org, project, sha256))
+            async with self._bounded():
+                await obstore.delete_async(self._store, blob_key(org, project, sha256))
 
     async def blobs(self) -> AsyncIterator[StoredBlob]:
         import obstore
 
-        async for batch in obstore.list(self._store, chunk_size=1000):
+        pages = obstore.list(self._store, chunk_size=1000).__aiter__()
+        while True:
+            async with self._bounded():
+                try:
+                    batch = await pages.__anext__()
+                except StopAsyncIteration:
+                    return
             for meta in batch:
                 found = parse_key(str(meta["path"]))
                 if found is not None:
@@ -252,16 +334,33 @@ class S3Store:
     async def sign(self, method: str, org: str, project: str, sha256: str,
                    size: int) -> dict[str, Any] | None:
         """A URL the agent uses directly for SIGN_SECONDS; the commit that follows an
-        upload checks the object's size before any name points at it."""
+        upload checks the object's size before any name points at it. `store` names
+        the store in the agent's errors."""
         import obstore
 
-        url = await obstore.sign_async(self._store, method, blob_key(org, project, sha256),
-                                       dt.timedelta(seconds=SIGN_SECONDS))
-        return {"url": str(url), "method": method,
+        async with self._bounded():
+            url = await obstore.sign_async(self._store, method, blob_key(org, project, sha256),
+                                           dt.timedelta(seconds=SIGN_SECONDS))
+        return {"url": str(url), "method": method, "store": self.describe,
                 "headers": {"Content-Length": str(size)} if method == "PUT" else {}}
+
+
+def _reason(exc: BaseException) -> str:
+    """One short clause for an obstore or socket error (whose text runs to lines of
+    retries and URLs)."""
+    text = str(exc)
+    for needle, why in (("Connection refused", "refused the connection"),
+                        ("timed out", "did not answer in time"),
+                        ("dns error", "could not be resolved"),
+                        ("403", "denied access (check its credentials)"),
+                        ("NoSuchBucket", "has no such bucket")):
+        if needle in text:
+            return why
+    first = " ".join(text.split())[:160] or type(exc).__name__
+    return f"failed: {first}"
 
 
 async def open_store(settings: ArtifactSettings) -> BlobStore:
     if settings.s3 is not None:
-        return S3Store(settings.s3)
+        return S3Store(settings.s3, timeout=settings.store_timeout)
     return DirStore(settings.directory)  # made at the first put, not before

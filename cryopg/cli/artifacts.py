@@ -10,23 +10,24 @@ by rename only once its SHA-256 matched.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
-import socket
-import tempfile
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import click
 
-CHUNK = 1 << 20
-# Codes that mean the caller asked for something it cannot have: exit 2.
-REFUSALS = frozenset({"bad_request", "invalid_argument", "artifact_quota", "not_found",
-                      "run_not_found"})
+from cryopg.artifacts.settings import CLIENT_TIMEOUT_ENV, client_timeout
+from cryopg.cli import artifact_socket as inside
+from cryopg.cli.artifact_socket import CHUNK, REFUSALS, ArtifactError
+
+T = TypeVar("T")
 
 
 class Refused(click.ClickException):
@@ -35,116 +36,50 @@ class Refused(click.ClickException):
         self.exit_code = 2 if code in REFUSALS else 1
 
 
-# -- inside a run: the agent socket ---------------------------------------------------
-
 def _socket_path() -> str | None:
     return os.environ.get("CRYO_SOCKET") or None
 
 
-def _connect(path: str) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _inside(call: Any, *args: Any) -> Any:
+    """A call of artifact_socket.py (inside a run), its error as click's."""
     try:
-        sock.connect(path)
-    except OSError as e:
-        sock.close()
-        raise Refused(f"cannot reach the agent at {path} ({e.strerror or e})") from None
-    return sock
-
-
-def _read_line(stream: BinaryIO) -> dict[str, Any]:
-    line = stream.readline()
-    if not line.strip():
-        raise Refused("the agent closed the connection without a reply")
-    try:
-        reply = json.loads(line)
-    except ValueError:
-        raise Refused("the agent sent a malformed reply") from None
-    if not isinstance(reply, dict):
-        raise Refused("the agent sent a malformed reply")
-    if not reply.get("ok"):
-        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-        raise Refused(str(err.get("message") or "the agent refused the request"),
-                      str(err.get("code") or "error"))
-    return reply
-
-
-def socket_put(path: str, name: str, source: Path, key: str | None,
-               public: bool = False) -> dict[str, Any]:
-    size = source.stat().st_size
-    sock = _connect(path)
-    try:
-        with sock, sock.makefile("rb") as replies, open(source, "rb") as fh:
-            request = {"op": "artifact.put", "name": name, "key": key, "size": size,
-                       **({"public": True} if public else {})}
-            sock.sendall(json.dumps(request).encode() + b"\n")
-            sent = 0
-            while chunk := fh.read(CHUNK):
-                sock.sendall(chunk[: size - sent])
-                sent += len(chunk)
-                if sent >= size:
-                    break
-            if sent < size:
-                raise Refused(f"{source} shrank while it was sent")
-            return _read_line(replies)
-    except OSError as e:
-        raise Refused(f"lost the agent connection ({e.strerror or e})") from None
-
-
-def socket_get(path: str, name: str, dest: Path, key: str | None,
-               run: str | None, tainted: bool = False) -> dict[str, Any]:
-    sock = _connect(path)
-    try:
-        with sock, sock.makefile("rb") as stream:
-            request = {"op": "artifact.get", "name": name, "key": key, "run": run,
-                       **({"tainted": True} if tainted else {})}
-            sock.sendall(json.dumps(request).encode() + b"\n")
-            head = _read_line(stream)
-            _land(dest, _exactly(stream, int(head["size"])), str(head["sha256"]))
-            return head
-    except OSError as e:
-        raise Refused(f"lost the agent connection ({e.strerror or e})") from None
-
-
-def socket_call(path: str, request: dict[str, Any]) -> dict[str, Any]:
-    sock = _connect(path)
-    with sock, sock.makefile("rb") as stream:
-        sock.sendall(json.dumps(request).encode() + b"\n")
-        return _read_line(stream)
-
-
-def _exactly(stream: BinaryIO, size: int) -> Iterator[bytes]:
-    left = size
-    while left:
-        chunk = stream.read(min(CHUNK, left))
-        if not chunk:
-            raise Refused(f"the download stopped after {size - left} of {size} bytes")
-        left -= len(chunk)
-        yield chunk
-
-
-def _land(dest: Path, chunks: Iterator[bytes], sha256: str) -> None:
-    """Chunks into a temporary file beside dest, renamed over it once the digest holds."""
-    folder = dest.parent if str(dest.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=folder)
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                digest.update(chunk)
-                out.write(chunk)
-        if digest.hexdigest() != sha256:
-            raise Refused(f"the bytes received do not match SHA-256 {sha256}")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return call(*args)
+    except ArtifactError as e:
+        raise Refused(e.message, "bad_request" if e.exit_code == 2 else "error") from None
 
 
 # -- outside a run: the user API -------------------------------------------------------
 
+ONWARD_BYTES_PER_SECOND = 4 << 20  # the least rate a server moves a put on to its store
+
+
+class _Unavailable(Exception):
+    """The server did not answer, or answered that it or its store cannot now."""
+
+
+def _retrying(what: str, call: Callable[[], T]) -> T:
+    """`call` again while the server or its store is away, for CRYOPG_ARTIFACTS_TIMEOUT
+    seconds from the first failure; then one line. A put is the same bytes at the same
+    address each time, a get lands only whole, so a retry repeats nothing."""
+    budget = client_timeout()
+    deadline: float | None = None
+    delay = 0.2
+    while True:
+        try:
+            return call()
+        except _Unavailable as e:
+            now = time.monotonic()
+            deadline = deadline or now + budget
+            if now + delay >= deadline:
+                raise Refused(f"{what} failed: {e} (retried for {budget:g} s, "
+                              f"{CLIENT_TIMEOUT_ENV})") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
 def _http(method: str, path: str, *, query: dict[str, str] | None = None,
-          data: Any = None, headers: dict[str, str] | None = None) -> Any:
+          data: Any = None, headers: dict[str, str] | None = None,
+          wait: float | None = None) -> Any:
     from cryopg.cli.target import resolve
 
     target = resolve()
@@ -152,16 +87,20 @@ def _http(method: str, path: str, *, query: dict[str, str] | None = None,
     req = urllib.request.Request(url, data=data, method=method, headers={
         "Authorization": f"Bearer {target.token}", **(headers or {})})
     try:
-        return urllib.request.urlopen(req, timeout=None)
+        return urllib.request.urlopen(req, timeout=wait or client_timeout())
     except urllib.error.HTTPError as exc:
         try:
             err = json.loads(exc.read())["error"]
-            raise Refused(err["message"], err.get("code", "error")) from None
-        except (ValueError, KeyError, TypeError):
-            raise Refused(f"server answered {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise Refused(f"cannot reach the cryopg server at {target.url}: "
-                      f"{getattr(exc, 'reason', exc)}") from None
+            code, message = err.get("code", "error"), " ".join(str(err["message"]).split())
+        except (ValueError, KeyError, TypeError, OSError):
+            code, message = "error", f"server answered {exc.code} {exc.reason}"
+        if exc.code in (502, 503, 504):
+            raise _Unavailable(message) from None
+        raise Refused(message, code) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise _Unavailable(f"the cryopg server at {target.url} does not answer "
+                           f"({getattr(exc, 'reason', None) or exc or type(exc).__name__})"
+                           ) from None
 
 
 def _file_sha256(path: Path) -> str:
@@ -176,10 +115,20 @@ def http_put(name: str, source: Path, key: str, public: bool = False) -> dict[st
     size = source.stat().st_size
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
                "X-Cryo-SHA256": _file_sha256(source)}
-    query = {"key": key, **({"public": "1"} if public else {})}
-    with open(source, "rb") as fh, _http("PUT", f"/artifacts/{quote(name, safe='')}",
-                                         query=query, data=fh, headers=headers) as resp:
-        return json.loads(resp.read())
+    # Its answer waits on the server moving the bytes on to the store.
+    wait = client_timeout() + size / ONWARD_BYTES_PER_SECOND
+
+    def once() -> dict[str, Any]:
+        query = {"key": key, **({"public": "1"} if public else {})}
+        with open(source, "rb") as fh, _http("PUT", f"/artifacts/{quote(name, safe='')}",
+                                             query=query, data=fh, headers=headers,
+                                             wait=wait) as resp:
+            try:
+                return dict(json.loads(resp.read()))
+            except (OSError, http.client.HTTPException) as exc:
+                raise _Unavailable(f"the answer was cut ({exc or type(exc).__name__})") from None
+
+    return _retrying(f"artifact put {name!r}", once)
 
 
 def http_get(name: str, dest: Path, key: str | None, run: str | None,
@@ -190,9 +139,18 @@ def http_get(name: str, dest: Path, key: str | None, run: str | None,
         path, query = f"/artifacts/{quote(name, safe='')}", {"key": key or ""}
         if tainted:
             query["tainted"] = "1"
-    # Through the server (a redirect would carry the bearer token to the store).
-    with _http("GET", path, query={**query, "redirect": "0"}) as resp:
-        _land(dest, iter(lambda: resp.read(CHUNK), b""), resp.headers["X-Cryo-SHA256"])
+
+    def once() -> None:
+        # Through the server (a redirect would carry the bearer token to the store).
+        with _http("GET", path, query={**query, "redirect": "0"}) as resp:
+            try:
+                _inside(inside.land, dest, iter(lambda: resp.read(CHUNK), b""),
+                        resp.headers["X-Cryo-SHA256"])
+            except (OSError, http.client.HTTPException) as exc:
+                raise _Unavailable(f"the download was cut ({exc or type(exc).__name__})"
+                                   ) from None
+
+    _retrying(f"artifact get {name!r}", once)
 
 
 # -- the commands ----------------------------------------------------------------------
@@ -226,7 +184,7 @@ def put_cmd(name: str, path: Path, key: str | None, public: bool) -> None:
     """Store the file PATH as artifact NAME; prints its SHA-256 and size."""
     sock = _socket_path()
     if sock:
-        row = socket_put(sock, name, path, key, public)
+        row = _inside(inside.socket_put, sock, name, path, key, public)
     else:
         _not_in_step()
         if key is None:
@@ -251,7 +209,7 @@ def get_cmd(name: str, path: Path | None, key: str | None, run: str | None,
     dest = path or Path(name.rsplit("/", 1)[-1])
     sock = _socket_path()
     if sock:
-        socket_get(sock, name, dest, key, run, tainted)
+        _inside(inside.socket_get, sock, name, dest, key, run, tainted)
         return
     _not_in_step()
     if key is None and run is None:
@@ -262,15 +220,20 @@ def get_cmd(name: str, path: Path | None, key: str | None, run: str | None,
 @artifact.command("list")
 @click.argument("run", required=False)
 @click.option("--cached", is_flag=True, help="List the project's cached (--key) artifacts.")
+@click.option("--tainted", is_flag=True,
+              help="Inside a trusted run: also list cached artifacts untrusted runs put "
+                   "(outside a run the list shows both, each row saying which).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_cmd(run: str | None, cached: bool, as_json: bool) -> None:
+def list_cmd(run: str | None, cached: bool, tainted: bool, as_json: bool) -> None:
     """List a run's artifacts (inside a run: this run's), or the cached ones."""
     sock = _socket_path()
     if sock:
         request: dict[str, Any] = {"op": "artifact.list", "run": run}
         if cached:
             request["cached"] = True
-        rows = socket_call(sock, request)["artifacts"]
+        if tainted:
+            request["tainted"] = True
+        rows = _inside(inside.socket_call, sock, request)["artifacts"]
     else:
         _not_in_step()
         run = _qualify(run)
@@ -278,14 +241,15 @@ def list_cmd(run: str | None, cached: bool, as_json: bool) -> None:
             path = f"/runs/{quote(run, safe=':')}/artifacts"
         else:
             path = "/artifacts"
-        with _http("GET", path) as resp:
-            rows = json.loads(resp.read())["artifacts"]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for row in rows:
-        where = f"key={row['key']}" if row.get("key") else row.get("run_id") or ""
-        click.echo(f"{row['name']}\t{row['size']}\t{row['sha256'][:12]}\t{where}")
+        def listed() -> list[dict[str, Any]]:
+            with _http("GET", path) as resp:
+                try:
+                    return list(json.loads(resp.read())["artifacts"])
+                except (OSError, http.client.HTTPException) as exc:
+                    raise _Unavailable(f"the answer was cut ({exc})") from None
+
+        rows = _retrying("artifact list", listed)
+    inside.print_rows(rows, as_json)
 
 
 def _not_in_step() -> None:

@@ -18,6 +18,12 @@ def main(checkout: str | None = None) -> None:
             from cryopg.cli.inscript import main as inscript_main
 
             sys.exit(inscript_main(argv))
+        if argv[0] == "artifact":  # inside a run: the socket, no click (artifact_socket.py)
+            from cryopg.cli.artifact_socket import fast
+
+            code = fast(argv)
+            if code is not None:
+                sys.exit(code)
     if checkout is not None:
         # Every other command needs site-packages: what -S skipped, with the checkout
         # back where its .pth file puts it.

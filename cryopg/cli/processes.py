@@ -226,23 +226,29 @@ async def _announce_agent(url: str, prefix: str, count: int, caps: list[str], *,
     where its scripts run, so a wrong URL or a missing capability shows at once."""
     import aiohttp
 
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, \
-                session.get(f"{url.rstrip('/')}/api/v1/health") as resp:
-            reached = "answers" if resp.status == 200 else f"answered {resp.status}"
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        reached = f"does not answer yet ({type(exc).__name__}); the agent keeps retrying"
+    from agent.api import server_urls
+
+    servers = []
+    for one in server_urls(url):  # a comma list: replicas tried in turn
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, \
+                    session.get(f"{one}/api/v1/health") as resp:
+                reached = "answers" if resp.status == 200 else f"answered {resp.status}"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            reached = f"does not answer yet ({type(exc).__name__}); the agent keeps retrying"
+        servers.append(f"{one} (server {reached})")
     ids = f"{prefix}-1" if count == 1 else f"{prefix}-1..{prefix}-{count}"
     where = ("the directory each run was submitted from" if local
              else "a fresh scratch directory per run")
     confined = "; every run confined" if isolate_all else ""
-    click.echo(f"cryopg agent: connected to {url} (server {reached}) as {ids}; "
+    click.echo(f"cryopg agent: connected to {', '.join(servers)} as {ids}; "
                f"capabilities: {', '.join(caps)}; scripts run in {where}{confined}", err=True)
 
 
 @click.command("agent")
 @click.option("--url", envvar="CRYOPG_URL",
-              help="Server URL [env CRYOPG_URL]; default: the dev stack here.")
+              help="Server URL, or several replicas' separated by commas (the next is used "
+                   "when one stops answering) [env CRYOPG_URL]; default: the dev stack here.")
 @click.option("--token", envvar="CRYOPG_AGENT_TOKEN", help="Agent token [env CRYOPG_AGENT_TOKEN].")
 @click.option("--cap", "caps", multiple=True, envvar="CRYOPG_AGENT_CAPABILITIES",
               help="Capability to advertise (repeatable; default shell and polyglot).")
@@ -272,9 +278,20 @@ def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_i
             raise click.ClickException("no --url/--token given and no cryopg dev stack found here")
         dev = json.loads(found.read_text())
         url, token = url or dev["url"], token or dev["agent_token"]
+    from agent.api import server_urls
+
+    try:
+        urls = server_urls(url)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from None
     if drain:
-        _ask_drain(url, token, agent_id)
-        return
+        for i, one in enumerate(urls):  # the first replica that answers
+            try:
+                _ask_drain(one, token, agent_id)
+                return
+            except click.ClickException as exc:
+                if i == len(urls) - 1 or not exc.message.startswith("cannot reach"):
+                    raise
     capabilities = ([c for cap in caps for c in cap.replace(",", " ").split()]
                     or ["shell", "polyglot"])
     prefix = agent_id or f"{socket.gethostname()}-{os.getpid()}"

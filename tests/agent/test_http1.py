@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
+from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim, server_urls
 from agent.http1 import Http1Client
 
 
@@ -130,3 +130,33 @@ async def test_a_server_that_never_answers_times_out() -> None:
     finally:
         client.close()
         srv.close()
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_an_agent_given_several_urls_moves_on_when_one_stops_answering(
+        server: tuple[str, list[tuple[str, str | None]]]) -> None:
+    url, seen = server
+    dead = f"http://127.0.0.1:{_dead_port()}"
+    assert server_urls(f" {dead}/, {url} ") == [dead, url]
+    with pytest.raises(ValueError):
+        server_urls(" , ")
+    async with AgentAPI(f"{dead},{url}", "secret") as api:
+        with pytest.raises(ServerUnavailable):  # one try: the dead one
+            await api._post("/x", {})
+        status, payload = await api._post("/x", {"n": 1})  # the next call: the live one
+        assert (status, payload["path"]) == (200, "/base/api/v1/agent/x")
+        assert api.http()[1] == f"{url}/api/v1/agent"  # artifact transfers follow
+        with pytest.raises(ServerUnavailable):  # a gateway's 502 moves on too
+            await api._post("/x", {"kind": "html"})
+        assert api.http()[1] == f"{dead}/api/v1/agent"
+    async with AgentAPI(f"{dead},{url}", "secret") as api:
+        status, _ = await api._post("/x", {}, retry_for=10)  # a recording call rides through
+        assert status == 200
+    async with AgentAPI(url, "secret") as api:  # one URL: it stays
+        api.fail_over(api.http()[1])
+        assert api.http()[1] == f"{url}/api/v1/agent"

@@ -30,3 +30,17 @@ def test_bad_settings_are_one_line_errors() -> None:
                        ({"CRYOPG_ARTIFACTS_PROXY": "maybe"}, "CRYOPG_ARTIFACTS_PROXY")):
         with pytest.raises(ValueError, match=words):
             ArtifactSettings.from_env(env)
+
+
+def test_the_store_and_client_bounds() -> None:
+    from cryopg.artifacts.settings import DEFAULT_STORE_TIMEOUT, client_timeout
+
+    assert ArtifactSettings.from_env({}).store_timeout == DEFAULT_STORE_TIMEOUT
+    got = ArtifactSettings.from_env({"CRYOPG_ARTIFACTS_STORE_TIMEOUT": "3s"}).store_timeout
+    assert got.total_seconds() == 3
+    with pytest.raises(ValueError, match="CRYOPG_ARTIFACTS_STORE_TIMEOUT"):
+        ArtifactSettings.from_env({"CRYOPG_ARTIFACTS_STORE_TIMEOUT": "soon"})
+    assert client_timeout({}) == 30
+    assert client_timeout({"CRYOPG_ARTIFACTS_TIMEOUT": "2.5"}) == 2.5
+    for bad in ("0", "-1", "never", "inf"):  # a bound that is no bound is the default
+        assert client_timeout({"CRYOPG_ARTIFACTS_TIMEOUT": bad}) == 30

@@ -4,13 +4,14 @@ CRYOPG_ARTIFACTS_PROXY the bytes go through the server instead."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import aiohttp
 import pytest
 
-from tests.artifacts_s3 import moto_s3
+from tests.artifacts_s3 import _free_port, moto_s3
 from tests.server.conftest import AGENT_PATH, PROJECT_PATH, Server
 
 
@@ -105,3 +106,71 @@ async def test_the_sweep_removes_objects_no_index_knows(s3: str, srv: Server) ->
     assert await sweep_store(srv.app, grace=dt.timedelta(0)) == 1
     assert await store.size("dev", "default", orphan) is None
     assert await store.size("dev", "default", digest) == 4
+
+
+@pytest.fixture
+def stoppable(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Callable[[], None]]]:
+    """A proxied store and a way to stop it mid-test (listed before `srv`)."""
+    port = _free_port()
+    with contextlib.ExitStack() as running:
+        endpoint = running.enter_context(moto_s3(port=port))
+        for name, value in {"CRYOPG_ARTIFACTS_S3_BUCKET": "artifacts",
+                            "CRYOPG_ARTIFACTS_S3_ENDPOINT": endpoint,
+                            "CRYOPG_ARTIFACTS_S3_ACCESS_KEY_ID": "test",
+                            "CRYOPG_ARTIFACTS_S3_SECRET_ACCESS_KEY": "test",
+                            "CRYOPG_ARTIFACTS_PROXY": "1",
+                            "CRYOPG_ARTIFACTS_STORE_TIMEOUT": "3"}.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("CRYOPG_ARTIFACTS_MAX_BYTES", raising=False)
+        yield endpoint, running.close
+
+
+async def test_a_download_resumes_from_an_offset(proxied: str, srv: Server) -> None:
+    digest = hashlib.sha256(DATA).hexdigest()
+    run_id = await srv.submit("true\n")
+    grant = await srv.claim_run(run_id)
+    blob = f"{AGENT_PATH}/runs/{run_id}/artifacts/blobs/{digest}"
+    claim = {"Authorization": f"Bearer {srv.tokens['agent']}",
+             "X-Cryo-Claim": grant["claim_token"]}
+    async with srv.client.put(blob, data=DATA, headers=claim) as resp:
+        assert resp.status == 200, await resp.text()
+    (await srv.in_run(grant, "artifacts/commit", name="blob", sha256=digest,
+                      size=len(DATA))).ok()
+    at = len(DATA) - 12345
+    async with srv.client.get(blob, headers={**claim, "Range": f"bytes={at}-"}) as resp:
+        assert resp.status == 206 and await resp.read() == DATA[at:]
+        assert resp.headers["Content-Range"] == f"bytes {at}-{len(DATA) - 1}/{len(DATA)}"
+    async with srv.client.get(blob, headers={**claim, "Range": "bytes=0-9"}) as resp:
+        assert resp.status == 200 and await resp.read() == DATA  # other ranges: whole
+
+
+async def test_a_store_that_is_down_is_a_503_naming_it(
+        stoppable: tuple[str, Callable[[], None]], srv: Server) -> None:
+    endpoint, stop = stoppable
+    data = b"kept before the outage"
+    digest = hashlib.sha256(data).hexdigest()
+    run_id = await srv.submit("true\n")
+    grant = await srv.claim_run(run_id)
+    blob = f"{AGENT_PATH}/runs/{run_id}/artifacts/blobs/{digest}"
+    claim = {"Authorization": f"Bearer {srv.tokens['agent']}",
+             "X-Cryo-Claim": grant["claim_token"]}
+    async with srv.client.put(blob, data=data, headers=claim) as resp:
+        assert resp.status == 200, await resp.text()
+    (await srv.in_run(grant, "artifacts/commit", name="kept", sha256=digest,
+                      size=len(data))).ok()
+    stop()
+    named = f"S3 bucket 'artifacts' at {endpoint}"
+    # An upload, a commit (which checks the store holds the bytes), a download: each a
+    # 503 the agent retries, naming the store, within the store timeout (no hang).
+    other = hashlib.sha256(b"during").hexdigest()
+    async with srv.client.put(f"{AGENT_PATH}/runs/{run_id}/artifacts/blobs/{other}",
+                              data=b"during", headers=claim) as resp:
+        body = await resp.json()
+        assert resp.status == 503 and body["error"]["code"] == "artifact_store_unavailable"
+        assert named in body["error"]["message"], body
+    refused = await srv.in_run(grant, "artifacts/commit", name="again", sha256=digest,
+                               size=len(data))
+    assert named in refused.refused(503, "artifact_store_unavailable")
+    async with srv.client.get(blob, headers=claim) as resp:
+        body = await resp.json()
+        assert resp.status == 503 and named in body["error"]["message"], body
