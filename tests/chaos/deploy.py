@@ -1,23 +1,22 @@
-"""The chaos tier: real `cryopg server` replicas on one test database, moto's S3 server
-behind a gate that can be shut, agents split over the replicas, and helpers that kill a
-replica, an agent or the store mid-work.
+"""The chaos tier's deployment, shared by every test under tests/chaos (its fixtures are
+in conftest.py): real `cryopg server` replicas on one test database, agents split over
+them, moto's S3 server behind a gate that can be shut, HAProxy in front, and one way to
+kill any of these mid-work.
 
-Fixtures (general, for every chaos test):
-- `s3`: an `S3Store`: moto's server mode on loopback holding bucket `S3_BUCKET`, reached
-  through a TCP gate. `stop()` shuts the gate (connections refused, open ones cut) and
-  `start()` opens it again with the data kept (moto keeps objects in its memory, so
-  killing moto itself would empty the store); `freeze()`/`thaw()` SIGSTOP/SIGCONT moto
-  (requests hang until the client's timeout); `client()` is boto3 straight to moto.
-- `chaos`: a `Chaos` deployment on the test's fresh database with no process started:
+- `S3Store`: moto's server mode on loopback holding bucket `S3_BUCKET`, reached through a
+  TCP gate. `stop()` shuts the gate (connections refused, open ones cut) and `start()`
+  opens it again with the data kept (moto keeps objects in its memory, so killing moto
+  itself would empty the store); `freeze()`/`thaw()` SIGSTOP/SIGCONT moto (requests hang
+  until the client's timeout); `client()` is boto3 straight to moto.
+- `Chaos`: replicas and agents on the test's fresh database, none started until asked:
   `replica(name, **env)` starts a `cryopg server` (fixed port, so `restart(name)` comes
-  back at the same address), `kill(name)` SIGKILLs it, `agents(n)` starts agents split
-  round robin over the live replicas, `kill_agent(name)`, `api(replica, ...)` and
-  `cli(replica, ...)` as a user, `rss(name)` a process's memory, and
-  `log_store_env(s3, ...)` the CRYOPG_LOGS_S3_* environment pointing at the gate.
-
-Every test under tests/chaos is marked `chaos` here. Each must stay bounded (the tier runs
-in the normal suite): wait for conditions (tests/e2e/helpers.py `wait_for`), never sleep
-for a fixed time, never assert on wall-clock durations.
+  back at the same address), `kill(name)` SIGKILLs it, `agent(name)` starts one agent and
+  `agents(n)` n of them round robin over the live replicas, `kill_agent(name)`,
+  `balancer(...)` HAProxy in front of replicas, `api`/`raw`/`cli(replica, ...)` as a
+  user, `sql(...)` on the database, `rss(name)` a process's memory; `env` is what every
+  process started afterwards gets (`use_artifact_store` points it at an `S3Store`), and
+  `log_store_env(s3, ...)` is the CRYOPG_LOGS_S3_* environment for one replica.
+- `kill(proc)`: SIGKILL, of the process group or (`alone=True`) of the process only.
 """
 
 from __future__ import annotations
@@ -25,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,11 +33,11 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
+import psycopg
 import pytest
 
 from cryopg.seal import generate_master_key
@@ -47,13 +48,7 @@ CLI = [sys.executable, "-m", "cryopg.cli.entry"]
 S3_BUCKET = "cryopg-logs"
 S3_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 P = "/api/v1/orgs/dev/projects/default"
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.path)).parents:
-            item.add_marker(pytest.mark.chaos)
+REPO = Path(__file__).resolve().parents[2]
 
 
 # -- the object store ---------------------------------------------------------------------
@@ -199,15 +194,6 @@ class S3Store:
         self.log.close()
 
 
-@pytest.fixture
-def s3(tmp_path: Path) -> Iterator[S3Store]:
-    store = S3Store(tmp_path)
-    try:
-        yield store
-    finally:
-        store.close()
-
-
 # -- replicas and agents ------------------------------------------------------------------
 
 
@@ -227,6 +213,7 @@ class Chaos:
         self.replica_env: dict[str, dict[str, str]] = {}
         self.servers: dict[str, subprocess.Popen[bytes]] = {}
         self.agent_procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.balancers: list[Balancer] = []
         self.logs: list[Path] = []
 
     # processes
@@ -269,12 +256,21 @@ class Chaos:
 
     def kill(self, name: str) -> None:
         """SIGKILL: no cleanup, its leases and transactions left as they were."""
-        _kill(self.servers[name])
+        kill(self.servers[name])
 
     def restart(self, name: str) -> None:
         if self.servers[name].poll() is None:
             self.kill(name)
         self._start(name)
+
+    def agent(self, name: str, replica: str = "r1", *, url: str | None = None,
+              **env: str) -> subprocess.Popen[bytes]:
+        """Agent `name` (its --id) on `replica`, or on `url` (a balancer, or several
+        replicas' URLs joined by commas)."""
+        self.agent_procs[name] = self._spawn(
+            name, ["agent", "--url", url or self.url(replica), "--token", self.agent_token,
+                   "--id", name], dict(self.env, **env))
+        return self.agent_procs[name]
 
     def agents(self, n: int, replicas: list[str] | None = None, prefix: str = "agent",
                **env: str) -> list[str]:
@@ -283,14 +279,21 @@ class Chaos:
         names = []
         for i in range(n):
             name = f"{prefix}-{len(self.agent_procs)}"
-            self.agent_procs[name] = self._spawn(
-                name, ["agent", "--url", self.url(over[i % len(over)]), "--token",
-                       self.agent_token, "--id", name], dict(self.env, **env))
+            self.agent(name, over[i % len(over)], **env)
             names.append(name)
         return names
 
     def kill_agent(self, name: str) -> None:
-        _kill(self.agent_procs[name])
+        """`kill -9` of the agent alone: what it started (its guard, its jobs) is left to
+        the product to clean up."""
+        kill(self.agent_procs[name], alone=True)
+
+    def balancer(self, replicas: list[str] | None = None) -> Balancer:
+        """HAProxy with deploy/haproxy.cfg's defaults in front of `replicas` (default:
+        the live ones); skips the test where haproxy is not installed."""
+        lb = Balancer(self.dir, {r: self.url(r) for r in replicas or self.live()})
+        self.balancers.append(lb)
+        return lb
 
     def rss(self, name: str) -> tuple[int, int]:
         """(resident now, peak resident) bytes of a replica's or agent's process."""
@@ -322,6 +325,11 @@ class Chaos:
         return subprocess.run([*CLI, *args], env=env, cwd=self.dir, capture_output=True,
                               text=True, timeout=timeout)
 
+    def sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """A query on the deployment's database, without an interpreter start."""
+        with psycopg.connect(self.dsn, autocommit=True) as db:
+            return db.execute(query, params).fetchall()
+
     def submit(self, replica: str, source: str, filename: str = "job.sh") -> str:
         code, got = self.api(replica, "POST", "/runs", {"source": source, "filename": filename})
         assert code == 201, got
@@ -335,25 +343,81 @@ class Chaos:
     @staticmethod
     def log_store_env(store: S3Store, *, move_after: float = 0, **extra: str) -> dict[str, str]:
         """CRYOPG_LOGS_S3_* for a replica moving logs to `store` (through its gate)."""
-        return {"CRYOPG_LOGS_S3_BUCKET": store.bucket, "CRYOPG_LOGS_S3_ENDPOINT": store.url,
-                "CRYOPG_LOGS_S3_ACCESS_KEY_ID": S3_KEYS["aws_access_key_id"],
-                "CRYOPG_LOGS_S3_SECRET_ACCESS_KEY": S3_KEYS["aws_secret_access_key"],
+        return {**_s3_env("LOGS", store, store.bucket),
                 "CRYOPG_LOGS_S3_MOVE_AFTER": str(move_after), **extra}
+
+    def use_artifact_store(self, store: S3Store, bucket: str, **extra: str) -> None:
+        """Every process started afterwards keeps artifacts in `bucket` of `store`
+        (through its gate), not in the session's CRYOPG_ARTIFACTS_DIR."""
+        store.make_bucket(bucket)
+        for name in ("CRYOPG_ARTIFACTS_MAX_BYTES", "CRYOPG_ARTIFACTS_PROXY",
+                     "CRYOPG_ARTIFACTS_DIR"):
+            self.env.pop(name, None)
+        self.env.update(_s3_env("ARTIFACTS", store, bucket), **extra)
 
     def tail_logs(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}"
                          for p in self.logs if p.exists())
 
     def close(self) -> None:
+        for lb in self.balancers:
+            lb.close()
         for proc in [*self.agent_procs.values(), *self.servers.values()]:
-            _kill(proc)
+            kill(proc)
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def kill(proc: subprocess.Popen[bytes], *, alone: bool = False) -> None:
+    """SIGKILL `proc`'s process group, or with `alone` the process only (`kill -9 PID`:
+    its children live on), and reap it at once (a zombie would still answer `kill -0`)."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            if alone:
+                os.kill(proc.pid, signal.SIGKILL)
+            else:
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _s3_env(what: str, store: S3Store, bucket: str) -> dict[str, str]:
+    return {f"CRYOPG_{what}_S3_BUCKET": bucket, f"CRYOPG_{what}_S3_ENDPOINT": store.url,
+            f"CRYOPG_{what}_S3_ACCESS_KEY_ID": S3_KEYS["aws_access_key_id"],
+            f"CRYOPG_{what}_S3_SECRET_ACCESS_KEY": S3_KEYS["aws_secret_access_key"]}
+
+
+# -- the balancer -------------------------------------------------------------------------
+
+
+def haproxy_exe() -> str | None:
+    return shutil.which("haproxy") or ("/usr/sbin/haproxy"
+                                       if Path("/usr/sbin/haproxy").exists() else None)
+
+
+class Balancer:
+    """HAProxy with deploy/haproxy.cfg's `defaults` (abortonclose: a client gone closes
+    its request to the server too) in front of `backends` (name -> URL), round robin."""
+
+    def __init__(self, dir: Path, backends: dict[str, str]) -> None:
+        exe = haproxy_exe()
+        if exe is None:
+            pytest.skip("haproxy is not installed (scripts/setup installs it with apt)")
+        shipped = (REPO / "deploy" / "haproxy.cfg").read_text()
+        defaults = re.search(r"^defaults\n((?:    .*\n)+)", shipped, re.M)
+        assert defaults and "abortonclose" in defaults.group(1)
+        port = _free_tcp_port()
+        servers = "".join(f"    server {name} {url.removeprefix('http://')}\n"
+                          for name, url in backends.items())
+        cfg = dir / "haproxy.cfg"
+        cfg.write_text(f"global\n    maxconn 256\ndefaults\n{defaults.group(1)}"
+                       f"frontend cryopg\n    bind 127.0.0.1:{port}\n"
+                       f"    default_backend replicas\nbackend replicas\n"
+                       f"    balance roundrobin\n{servers}")
+        self.proc = subprocess.Popen([exe, "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self.url = f"http://127.0.0.1:{port}"
+        wait_for("haproxy", lambda: _healthy(self.url), timeout=20)
+
+    def close(self) -> None:
+        kill(self.proc)
 
 
 def _http(url: str, token: str, method: str, body: Any, timeout: float) -> tuple[int, Any]:
@@ -368,15 +432,3 @@ def _http(url: str, token: str, method: str, body: Any, timeout: float) -> tuple
     except urllib.error.HTTPError as exc:
         raw = exc.read()
         return exc.code, (json.loads(raw) if raw[:1] == b"{" else raw)
-
-
-@pytest.fixture
-def chaos(request: pytest.FixtureRequest, dsn: str, tmp_path: Path) -> Iterator[Chaos]:
-    deployment = Chaos(dsn, tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.close()
-        failed = getattr(request.node, "rep_call", None)
-        if failed is not None and failed.failed:
-            print(deployment.tail_logs(), file=sys.stderr)
