@@ -22,27 +22,18 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
-import shutil
 import signal
 import subprocess
 import tempfile
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from tests.conftest import _free_tcp_port, _healthy
-from tests.e2e.conftest import Split
+from tests.chaos.deploy import Balancer, Chaos
 from tests.e2e.helpers import script, wait_for
-
-pytestmark = pytest.mark.chaos
-
-REPO = Path(__file__).resolve().parents[2]
 
 # A step body as stubborn as the operator's. `say` appends one line to the effect file:
 # what happened, the step, the run's attempt, and whether the body's agent was alive.
@@ -68,15 +59,13 @@ BODY = textwrap.dedent("""\
 
 
 @pytest.fixture
-def split(dsn: str, tmp_path: Path) -> Iterator[Split]:
-    deployment = Split(dsn, tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.close()
+def split(chaos: Chaos) -> Chaos:
+    """One replica, r1; each test starts its agents."""
+    chaos.replica("r1")
+    return chaos
 
 
-def _workflow(split: Split, steps: int) -> Path:
+def _workflow(split: Chaos, steps: int) -> Path:
     body = split.dir / "body.sh"
     body.write_text(BODY)
     wf = "\n".join([
@@ -89,7 +78,7 @@ def _workflow(split: Split, steps: int) -> Path:
     return script(split.dir, "storm.sh", wf)
 
 
-def _effects(split: Split) -> dict[str, list[tuple[str, str, int, str]]]:
+def _effects(split: Chaos) -> dict[str, list[tuple[str, str, int, str]]]:
     got: dict[str, list[tuple[str, str, int, str]]] = {}
     for f in split.dir.glob("effects-*"):
         rows = []
@@ -100,27 +89,22 @@ def _effects(split: Split) -> dict[str, list[tuple[str, str, int, str]]]:
     return got
 
 
-def _runs(split: Split, ids: list[str]) -> dict[str, tuple[str, int]]:
+def _runs(split: Chaos, ids: list[str]) -> dict[str, tuple[str, int]]:
     """(status, attempt) of each run, read from the database (a CLI call per poll would
     cost an interpreter start each)."""
-    with psycopg.connect(split.dsn, autocommit=True) as db:
-        rows = db.execute("SELECT id, status, attempt FROM cryo.runs WHERE id = ANY(%s)",
-                          (ids,)).fetchall()
+    rows = split.sql("SELECT id, status, attempt FROM cryo.runs WHERE id = ANY(%s)", (ids,))
     return {r: (status, attempt) for r, status, attempt in rows}
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()  # reaped at once: a zombie would still answer `kill -0`
-
-
-def test_a_kill_storm_runs_no_body_on_past_its_agent(split: Split) -> None:
+def test_a_kill_storm_runs_no_body_on_past_its_agent(split: Chaos) -> None:
     runs, steps, agents = 3, 10, 3
     wf = _workflow(split, steps)
-    live = [split.agent(f"storm{i}") for i in range(agents)]
+    live = [f"storm{i}" for i in range(agents)]
+    for name in live:
+        split.agent(name)
     ids = []
     for _ in range(runs):
-        done = split.cli("submit", str(wf))
+        done = split.cli("r1", "submit", str(wf))
         assert done.returncode == 0, done.stderr
         ids.append(done.stdout.strip())
     rng = random.Random(36)
@@ -132,17 +116,19 @@ def test_a_kill_storm_runs_no_body_on_past_its_agent(split: Split) -> None:
                    for s, _ in _runs(split, ids).values())
 
     # Kill an agent while some body runs, start a new one each time, until enough kills
-    # happened; then the runs finish in peace.
-    storm_until = time.monotonic() + 30
-    while time.monotonic() < storm_until and kills < 12 and not ended():
-        wait_for("some body to be running", lambda: ended() or any(
-            rows and rows[-1][0] != "done" for rows in _effects(split).values()), timeout=60)
-        time.sleep(rng.uniform(0.0, 0.3))  # somewhere inside a body
+    # happened; then the runs finish in peace. Where inside a body (by what it has said
+    # so far, not by a clock): just started, or once what it forked away has written.
+    while kills < 12 and not ended():
+        phases = rng.choice((("start",), ("setsid", "double")))
+        wait_for("some body to be running", lambda p=phases: ended() or any(
+            rows and rows[-1][0] in p for rows in _effects(split).values()),
+            timeout=60, every=0.02)
         victim = live.pop(rng.randrange(len(live)))
-        _kill(victim)
+        split.kill_agent(victim)
         kills += 1
         n += 1
-        live.append(split.agent(f"storm{n}"))
+        live.append(f"storm{n}")
+        split.agent(live[-1])
     wait_for("every run to end", ended, timeout=120)
     assert all(s == "succeeded" for s, _ in _runs(split, ids).values()), _runs(split, ids)
 
@@ -180,26 +166,26 @@ def _job_dirs(pid: int) -> list[str]:
     return found
 
 
-def test_no_plaintext_is_left_after_kill_9_of_an_agent_mid_step(split: Split) -> None:
+def test_no_plaintext_is_left_after_kill_9_of_an_agent_mid_step(split: Chaos) -> None:
     marker = f"plaintext-{os.getpid()}-{time.monotonic_ns()}"
     started = split.dir / "started"
     wf = script(split.dir, "secret.sh", textwrap.dedent(f"""\
         cryopg step hold -- bash -c 'trap "" HUP TERM; echo go > {started}; exec sleep 300'
         """))
     agent = split.agent("plain")
-    done = split.cli("submit", str(wf), "--input", json.dumps({"token": marker}))
+    done = split.cli("r1", "submit", str(wf), "--input", json.dumps({"token": marker}))
     assert done.returncode == 0, done.stderr
     wait_for("the step to start", started.exists, timeout=60)
     held = _job_dirs(agent.pid)
     assert held, "the job's directories are named after its agent"
     assert any(marker in Path(d, "input.json").read_text() for d in held
                if Path(d, "input.json").exists())
-    _kill(agent)
+    split.kill_agent("plain")
     # No other agent starts on this host meanwhile: the dead agent's guard cleans up.
     wait_for("the job directories to go", lambda: not _job_dirs(agent.pid), timeout=15)
 
 
-def test_a_stopped_agents_body_dies_as_its_claim_lapses(split: Split) -> None:
+def test_a_stopped_agents_body_dies_as_its_claim_lapses(split: Chaos) -> None:
     pids = split.dir / "pids"
     pids.mkdir()
     stubborn = split.dir / "stubborn.sh"
@@ -212,7 +198,7 @@ def test_a_stopped_agents_body_dies_as_its_claim_lapses(split: Split) -> None:
         """))
     wf = script(split.dir, "stop.sh", f"cryopg step hold -- bash {stubborn} {pids}\n")
     agent = split.agent("frozen")
-    run_id = split.cli("submit", str(wf)).stdout.strip()
+    run_id = split.cli("r1", "submit", str(wf)).stdout.strip()
     names = ("leader", "setsid", "double")
     wait_for("the body and its escapees", lambda: all(
         (pids / n).exists() and (pids / n).read_text().strip() for n in names), timeout=60)
@@ -224,7 +210,7 @@ def test_a_stopped_agents_body_dies_as_its_claim_lapses(split: Split) -> None:
         assert agent.poll() is None
     finally:
         os.kill(agent.pid, signal.SIGCONT)
-    assert split.cli("cancel", run_id).returncode == 0
+    assert split.cli("r1", "cancel", run_id).returncode == 0
 
 
 def _alive(pid: int) -> bool:
@@ -237,69 +223,33 @@ def _alive(pid: int) -> bool:
 # -- drains and the balancer ---------------------------------------------------------
 
 
-def _haproxy() -> str | None:
-    return shutil.which("haproxy") or ("/usr/sbin/haproxy"
-                                       if Path("/usr/sbin/haproxy").exists() else None)
-
-
-class Balanced:
-    """HAProxy with deploy/haproxy.cfg's defaults in front of the split's server."""
-
-    def __init__(self, split: Split) -> None:
-        exe = _haproxy()
-        if exe is None:
-            pytest.skip("haproxy is not installed (scripts/setup installs it with apt)")
-        shipped = (REPO / "deploy" / "haproxy.cfg").read_text()
-        defaults = re.search(r"^defaults\n((?:    .*\n)+)", shipped, re.M)
-        assert defaults and "abortonclose" in defaults.group(1)
-        port = _free_tcp_port()
-        server = split.url.removeprefix("http://")
-        cfg = split.dir / "haproxy.cfg"
-        cfg.write_text(f"global\n    maxconn 256\ndefaults\n{defaults.group(1)}"
-                       f"frontend cryopg\n    bind 127.0.0.1:{port}\n"
-                       f"    default_backend replicas\nbackend replicas\n"
-                       f"    server s1 {server}\n")
-        self.proc = subprocess.Popen([exe, "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        self.url = f"http://127.0.0.1:{port}"
-        wait_for("haproxy", lambda: _healthy(self.url), timeout=20)
-
-    def close(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-
 @pytest.fixture
-def balanced(split: Split) -> Iterator[tuple[Split, Balanced]]:
-    lb = Balanced(split)
-    try:
-        yield split, lb
-    finally:
-        lb.close()
+def balanced(split: Chaos) -> tuple[Chaos, Balancer]:
+    """HAProxy with deploy/haproxy.cfg's defaults in front of r1."""
+    return split, split.balancer(["r1"])
 
 
-def _agent_via(split: Split, lb: Balanced, name: str) -> subprocess.Popen[bytes]:
-    return split.spawn("agent", "--url", lb.url, "--token", split.agent_token, "--id", name)
+def _agent_via(split: Chaos, lb: Balancer, name: str) -> subprocess.Popen[bytes]:
+    return split.agent(name, url=lb.url)
 
 
-def _states(split: Split) -> dict[str, str]:
+def _states(split: Chaos) -> dict[str, str]:
     """What `cryopg agents` lists (cryo.list_agents), read without an interpreter start."""
-    with psycopg.connect(split.dsn, autocommit=True) as db:
-        return dict(db.execute("SELECT id, state FROM cryo.list_agents('dev')").fetchall())
+    return dict(split.sql("SELECT id, state FROM cryo.list_agents('dev')"))
 
 
-def _cli_states(split: Split) -> dict[str, str]:
-    done = split.cli("agents", "--json")
+def _cli_states(split: Chaos) -> dict[str, str]:
+    done = split.cli("r1", "agents", "--json")
     assert done.returncode == 0, done.stderr
     return {a["id"]: a["state"] for a in json.loads(done.stdout)}
 
 
-def _long_polling(split: Split, agent_id: str) -> bool:
+def _long_polling(split: Chaos, agent_id: str) -> bool:
     return _states(split).get(agent_id) == "idle"
 
 
 def test_behind_haproxy_a_gone_long_poll_is_granted_nothing(
-        balanced: tuple[Split, Balanced]) -> None:
+        balanced: tuple[Chaos, Balancer]) -> None:
     split, lb = balanced
     wf = script(split.dir, "quick.sh", "echo quick\n")
     for i, how in enumerate((signal.SIGTERM, signal.SIGKILL, signal.SIGTERM)):
@@ -312,25 +262,26 @@ def test_behind_haproxy_a_gone_long_poll_is_granted_nothing(
                  lambda i=i: _states(split).get(f"lb{i}-1") == "gone", timeout=10)
         # The next run is not claimed for the agent that went (it would run at attempt 2,
         # once that claim expired): a live agent, started now, takes it at attempt 1.
-        run_id = split.cli("submit", str(wf)).stdout.strip()
-        taker = _agent_via(split, lb, f"taker{i}")
+        run_id = split.cli("r1", "submit", str(wf)).stdout.strip()
+        _agent_via(split, lb, f"taker{i}")
         wait_for("the run to end", lambda r=run_id: _runs(split, [r])[r][0] not in (
             "pending", "running"), timeout=60)
         assert _runs(split, [run_id])[run_id] == ("succeeded", 1), _runs(split, [run_id])
-        _kill(taker)
+        split.kill_agent(f"taker{i}")
     assert _cli_states(split)["lb2-1"] == "gone"
 
 
 def test_a_sigterm_drained_busy_agent_takes_no_new_run(
-        balanced: tuple[Split, Balanced]) -> None:
+        balanced: tuple[Chaos, Balancer]) -> None:
     split, lb = balanced
     started, go = split.dir / "started", split.dir / "go"
     wf = script(split.dir, "hold.sh", f"echo x > {started}\n"
                 f"while [ ! -f {go} ]; do sleep 0.05; done\necho held done\n")
     agent = _agent_via(split, lb, "busy")
-    first = split.cli("submit", str(wf)).stdout.strip()
+    first = split.cli("r1", "submit", str(wf)).stdout.strip()
     wait_for("the job to start", started.exists, timeout=60)
-    second = split.cli("submit", str(script(split.dir, "next.sh", "echo next\n"))).stdout.strip()
+    nxt_wf = script(split.dir, "next.sh", "echo next\n")
+    second = split.cli("r1", "submit", str(nxt_wf)).stdout.strip()
     agent.send_signal(signal.SIGTERM)
     wait_for("cryopg agents to show it draining",
              lambda: _states(split).get("busy-1") == "draining", timeout=10)
@@ -339,11 +290,11 @@ def test_a_sigterm_drained_busy_agent_takes_no_new_run(
     assert agent.wait(timeout=60) == 0
     wait_for("cryopg agents to show it gone", lambda: _states(split).get("busy-1") == "gone",
              timeout=10)
-    show = json.loads(split.cli("runs", "show", first, "--json").stdout)
+    show = json.loads(split.cli("r1", "runs", "show", first, "--json").stdout)
     assert show["status"] == "succeeded" and show["attempt"] == 1
-    nxt = json.loads(split.cli("runs", "show", second, "--json").stdout)
+    nxt = json.loads(split.cli("r1", "runs", "show", second, "--json").stdout)
     assert nxt["status"] == "pending" and nxt["attempt"] == 0, nxt  # never claimed
     _agent_via(split, lb, "after")
-    assert split.cli("logs", second, "--follow", timeout=60).returncode == 0
-    nxt = json.loads(split.cli("runs", "show", second, "--json").stdout)
+    assert split.cli("r1", "logs", second, "--follow", timeout=60).returncode == 0
+    nxt = json.loads(split.cli("r1", "runs", "show", second, "--json").stdout)
     assert nxt["status"] == "succeeded" and nxt["attempt"] == 1, nxt

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Any
 
-import psycopg
-
-from tests.chaos.conftest import Chaos, S3Store
+from tests.chaos.deploy import Chaos, S3Store
 from tests.e2e.helpers import wait_for
 
 LEASE = "3"  # seconds: a killed mover's logs are taken over soon after
@@ -36,11 +33,6 @@ def _expected(tag: str, lines: int) -> bytes:
     return f"{tag}\n".encode() + "".join(f"{i}\n" for i in range(1, lines + 1)).encode()
 
 
-def _sql(chaos: Chaos, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with psycopg.connect(chaos.dsn, autocommit=True) as db:
-        return db.execute(query, params).fetchall()
-
-
 def _said(chaos: Chaos, text: str) -> bool:
     return any(text in p.read_text(errors="replace") for p in chaos.logs
                if p.name.startswith("server-"))
@@ -48,13 +40,13 @@ def _said(chaos: Chaos, text: str) -> bool:
 
 def _victim(chaos: Chaos, large: list[str]) -> str | None:
     """A replica among r2 and r3 holding a live lease, one on a large log first."""
-    held = _sql(chaos, "SELECT holder FROM cryo.log_moves WHERE holder IN ('r2', 'r3') "
+    held = chaos.sql("SELECT holder FROM cryo.log_moves WHERE holder IN ('r2', 'r3') "
                        "AND lease_expires_at > now() AND run_id = ANY (%s)", (large,))
     return str(held[0][0]) if held else None
 
 
 def _moved(chaos: Chaos, runs: list[str]) -> int:
-    return int(_sql(chaos, "SELECT count(*) FROM cryo.log_archives WHERE run_id = ANY (%s)",
+    return int(chaos.sql("SELECT count(*) FROM cryo.log_archives WHERE run_id = ANY (%s)",
                     (runs,))[0][0])
 
 
@@ -84,11 +76,11 @@ def test_replicas_killed_and_a_store_outage_mid_move_lose_no_byte_and_leave_no_o
     chaos.kill(victim)
     # Its leases, as it left them: each is taken over by another replica (unless the
     # call recording it was already on its way to the database when the process died).
-    taken = dict(_sql(chaos, "SELECT run_id, attempt_id FROM cryo.log_moves WHERE holder = %s",
+    taken = dict(chaos.sql("SELECT run_id, attempt_id FROM cryo.log_moves WHERE holder = %s",
                       (victim,)))
     # The store gone mid-move: every mover's attempt fails, logs wait (within the grace,
     # whole), and it comes back with what it held.
-    wait_for("a move under way", lambda: _sql(chaos, "SELECT 1 FROM cryo.log_moves "
+    wait_for("a move under way", lambda: chaos.sql("SELECT 1 FROM cryo.log_moves "
                                                      "WHERE lease_expires_at > now()") or
              _moved(chaos, runs) == len(runs), timeout=60, every=0.02)
     s3.stop()
@@ -98,7 +90,7 @@ def test_replicas_killed_and_a_store_outage_mid_move_lose_no_byte_and_leave_no_o
     s3.start()
 
     def settled() -> bool:
-        left = _sql(chaos, "SELECT (SELECT count(*) FROM cryo.runs WHERE id = ANY (%s) "
+        left = chaos.sql("SELECT (SELECT count(*) FROM cryo.runs WHERE id = ANY (%s) "
                            "AND finished_at IS NULL), (SELECT count(*) FROM cryo.logs "
                            "WHERE run_id = ANY (%s)), (SELECT count(*) FROM cryo.log_moves),"
                            " (SELECT count(*) FROM cryo.log_objects_to_delete)",
@@ -118,8 +110,8 @@ def test_replicas_killed_and_a_store_outage_mid_move_lose_no_byte_and_leave_no_o
             assert len(got) == len(expected) and got == expected, (name, run_id, len(got))
 
     # The bucket holds exactly the objects the database names, as verified when moved.
-    archives = {k: (n, bytes(h), nb, a) for k, n, h, nb, a in _sql(
-        chaos, "SELECT object_key, object_bytes, sha256, bytes, attempts FROM cryo.log_archives")}
+    archives = {k: (n, bytes(h), nb, a) for k, n, h, nb, a in chaos.sql(
+        "SELECT object_key, object_bytes, sha256, bytes, attempts FROM cryo.log_archives")}
     assert s3.keys() == {k: v[0] for k, v in archives.items()}
     for key, (_, digest, _, _) in archives.items():
         body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
@@ -127,8 +119,8 @@ def test_replicas_killed_and_a_store_outage_mid_move_lose_no_byte_and_leave_no_o
     # Counts: one archive a run, its log's bytes, and the taken-over runs' extra attempts.
     assert len(archives) == len(runs)
     assert sum(v[2] for v in archives.values()) == sum(len(b) for b in want.values())
-    attempts = dict(_sql(chaos, "SELECT run_id, attempts FROM cryo.log_archives"))
-    by = dict(_sql(chaos, "SELECT run_id, attempt_id FROM cryo.log_archives"))
+    attempts = dict(chaos.sql("SELECT run_id, attempts FROM cryo.log_archives"))
+    by = dict(chaos.sql("SELECT run_id, attempt_id FROM cryo.log_archives"))
     for run_id, dead in taken.items():
         assert attempts[run_id] >= 2 or by[run_id] == dead, (run_id, attempts[run_id])
     assert any(a >= 2 for a in attempts.values())  # the outage failed attempts too
@@ -157,7 +149,7 @@ def test_two_replicas_moving_the_same_logs_lose_none(chaos: Chaos, s3: S3Store) 
     bad = [(r, name) for r in runs for name in ("r1", "r2")
            if chaos.raw(name, f"/runs/{r}/logs") != (200, want[r])]
     assert bad == []
-    assert s3.keys().keys() == {k for (k,) in _sql(chaos, "SELECT object_key "
+    assert s3.keys().keys() == {k for (k,) in chaos.sql("SELECT object_key "
                                                           "FROM cryo.log_archives")}
 
 
