@@ -51,7 +51,7 @@ def _sql(chaos: Chaos, query: str, params: tuple[Any, ...] = ()) -> list[tuple[A
 def _agents_on(chaos: Chaos, n: int, replicas: list[str]) -> None:
     """n agents, each given every replica's URL (`--url a,b`), first to last."""
     urls = ",".join(chaos.url(r) for r in replicas)
-    for i in range(n):
+    for _ in range(n):
         name = f"agent-{len(chaos.agent_procs)}"
         chaos.agent_procs[name] = chaos._spawn(
             name, ["agent", "--url", urls, "--token", chaos.agent_token, "--id", name],
