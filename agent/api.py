@@ -7,7 +7,7 @@ import base64
 import contextvars
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import aiohttp
@@ -36,11 +36,21 @@ def retry_until(deadline: Callable[[], float] | None) -> None:
 class AgentAPIError(Exception):
     """The server answered with an error (or not at all)."""
 
-    def __init__(self, code: str, message: str, status: int | None = None) -> None:
+    def __init__(self, code: str, message: str, status: int | None = None,
+                 log_end: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        self.log_end = log_end  # a log_gap's stored end
+
+
+class LogAck(NamedTuple):
+    """A log post's answer: the cancel flag, and where the pass's stored log now ends
+    (None from a server that predates numbered posts)."""
+
+    cancel: bool
+    log_end: int | None = None
 
 
 class StaleClaim(AgentAPIError):
@@ -175,15 +185,23 @@ class AgentAPI:
         return payload if status != 204 and payload else None
 
     async def logs(self, run_id: str, claim_token: str, data: bytes,
-                   timeout: float = CALL_TIMEOUT_SECONDS, context: bytes | None = None) -> bool:
-        """Append log bytes (empty = heartbeat); renews the claim. Returns the cancel flag.
-        `context` (the log masker's last bytes, for the run's next pass) replaces the
-        run's stored one when given."""
-        body = {"claim_token": claim_token, "data": base64.b64encode(data).decode("ascii")}
+                   timeout: float = CALL_TIMEOUT_SECONDS, context: bytes | None = None,
+                   offset: int | None = None) -> LogAck:
+        """Append log bytes (empty = heartbeat); renews the claim. `offset` numbers the
+        bytes (where the first falls in the pass's log), so a repeat after a lost answer
+        is stored once: the answer's log_end says where the stored log ends (None from a
+        server that predates offsets). `context` (the log masker's last bytes, for the
+        run's next pass) replaces the run's stored one when given."""
+        body: dict[str, Any] = {"claim_token": claim_token,
+                                "data": base64.b64encode(data).decode("ascii")}
         if context is not None:
             body["context"] = base64.b64encode(context).decode("ascii")
+        if offset is not None:
+            body["offset"] = offset
         _, payload = await self._post(self._run_path(run_id, "logs"), body, timeout=timeout)
-        return bool(payload and payload.get("cancel"))
+        end = payload.get("log_end") if isinstance(payload, dict) else None
+        return LogAck(bool(payload and payload.get("cancel")),
+                      end if isinstance(end, int) and not isinstance(end, bool) else None)
 
     async def mark_step(
         self, run_id: str, claim_token: str, *, position: int | None, path: str, name: str,
@@ -286,6 +304,7 @@ class AgentAPI:
         exit_code: int | None = None,
         error: str | None = None,
         data: bytes = b"",
+        offset: int | None = None,
         claim_next: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         """End the run, carrying the script's last output (one request for both). With
@@ -298,6 +317,8 @@ class AgentAPI:
             "error": error,
             "data": base64.b64encode(data).decode("ascii"),
         }
+        if offset is not None:  # numbered as a log post's bytes are (see logs)
+            body["offset"] = offset
         if claim_next is not None:
             body["claim"] = claim_next
         wait = float(claim_next.get("wait") or 0) if claim_next else 0.0
@@ -339,4 +360,6 @@ def _error_from(status: int, payload: Any) -> AgentAPIError:
         return StaleClaim(code, message, status)
     if status in (502, 503, 504):
         return ServerUnavailable(code or "unavailable", message, status)
-    return AgentAPIError(code or f"http_{status}", message, status)
+    end = err.get("log_end") if isinstance(err, dict) else None
+    return AgentAPIError(code or f"http_{status}", message, status,
+                         end if isinstance(end, int) and not isinstance(end, bool) else None)

@@ -328,6 +328,7 @@ class Job:
                 exit_code=exit_code,
                 error=error,
                 data=self._last_output,
+                offset=self._logs.final_offset,
                 claim_next=claim_next,
             )
         except StaleClaim:
@@ -444,7 +445,7 @@ class _Renewing:
         self._api = api
         self._renewed = renewed
 
-    async def logs(self, run_id: str, claim_token: str, data: bytes, **kw: Any) -> bool:
+    async def logs(self, run_id: str, claim_token: str, data: bytes, **kw: Any) -> Any:
         sent_at = time.monotonic()
         cancel = await self._api.logs(run_id, claim_token, data, **kw)
         self._renewed(sent_at)

@@ -26,7 +26,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from agent.api import CALL_TIMEOUT_SECONDS, AgentAPI, AgentAPIError, ServerUnavailable, StaleClaim
+from agent.api import (
+    CALL_TIMEOUT_SECONDS,
+    AgentAPI,
+    AgentAPIError,
+    LogAck,
+    ServerUnavailable,
+    StaleClaim,
+)
 from cryopg.redaction import MASK, Masker, StreamMasker
 
 FLUSH_INTERVAL = 0.15  # the least time between the starts of two posts
@@ -79,6 +86,12 @@ class LogStreamer:
         # The log context the server holds for the next pass: what this one was given
         # (it replaces it only when it changes, so most passes never send one).
         self._context_sent = context
+        # Where the buffer's first byte falls in this pass's log, as sent (after
+        # masking): every post names it, so the server stores a post whose answer was
+        # lost (its replica died) once, however often and wherever it is sent again.
+        self._base = 0
+        # Where the bytes take_final handed back start, for the finish that carries them.
+        self.final_offset = 0
 
     def feed(self, data: bytes) -> None:
         # The buffer only ever grows at its end (a post may be in flight on its start).
@@ -115,17 +128,15 @@ class LogStreamer:
                 # A server that hangs must not keep us past the claim's lapse unawares.
                 left = self.claim_deadline() - time.monotonic()
                 extra = {} if context is None else {"context": context}
-                cancel = await self._api.logs(self._run_id, self._claim_token, data,
-                                              timeout=min(CALL_TIMEOUT_SECONDS, max(left, 1.0)),
-                                              **extra)
+                ack = await self._post(data, min(CALL_TIMEOUT_SECONDS, max(left, 1.0)), extra)
                 if context is not None:
                     self._context_sent, context = context, None
-                del self._buf[: len(data)]
-                pending -= len(data)
+                cancel, stored = self._stored(len(data), ack)
+                pending -= stored
                 self._last_post = time.monotonic()
                 if cancel:
                     self._on_cancel()
-                if pending <= 0:
+                if pending <= 0 or not stored:
                     break
             if self._high and len(self._buf) < HIGH_WATER // 2:
                 self._high = False
@@ -145,13 +156,43 @@ class LogStreamer:
             while len(self._buf) > CHUNK_BYTES:
                 data = bytes(self._buf[:CHUNK_BYTES])
                 left = self.claim_deadline() - time.monotonic()
-                await self._api.logs(self._run_id, self._claim_token, data,
-                                     timeout=min(CALL_TIMEOUT_SECONDS, max(left, 1.0)))
-                del self._buf[:CHUNK_BYTES]
+                ack = await self._post(data, min(CALL_TIMEOUT_SECONDS, max(left, 1.0)), {})
+                if not self._stored(len(data), ack)[1]:
+                    break
                 self._last_post = time.monotonic()
             data = bytes(self._buf)
+            self.final_offset = self._base
             self._buf.clear()
             return data
+
+    async def _post(self, data: bytes, timeout: float, extra: dict[str, bytes]) -> object:
+        """Posts `data` at the buffer's offset. A gap (the server's log ends before the
+        buffer starts: bytes acknowledged, then lost to it) cannot be mended from here:
+        the log goes on from the server's end, with one line saying so."""
+        while True:
+            try:
+                return await self._api.logs(self._run_id, self._claim_token, data,
+                                            timeout=timeout, offset=self._base, **extra)
+            except AgentAPIError as e:
+                if e.code != "log_gap" or e.log_end is None or e.log_end >= self._base:
+                    raise
+                print(f"cryopg agent: run {self._run_id}: the server's log ends at byte "
+                      f"{e.log_end}, not {self._base}; bytes between are lost",
+                      file=sys.stderr)
+                self._base = e.log_end
+
+    def _stored(self, sent: int, ack: object) -> tuple[bool, int]:
+        """Drops what the server now holds from the buffer's start: (cancel, bytes
+        dropped). Its log_end may run past the post (an earlier post's answer was lost
+        and this one repeated it); a server without offsets stored the post whole."""
+        if isinstance(ack, LogAck):
+            cancel, end = ack.cancel, ack.log_end
+        else:
+            cancel, end = bool(ack), None
+        stored = sent if end is None else max(0, min(len(self._buf), end - self._base))
+        del self._buf[:stored]
+        self._base += stored
+        return cancel, stored
 
     async def stop(self, ticker: asyncio.Task[None]) -> None:
         """End the `run` task between posts, so no chunk is cut off mid-flight and resent."""

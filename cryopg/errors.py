@@ -5,6 +5,8 @@ The codes are listed once in SQL (cryo.error_codes()); a test checks this map ag
 
 from __future__ import annotations
 
+import re
+
 
 class CryoError(Exception):
     """Base of every error cryopg reports to a user; `code` is the wire name."""
@@ -169,6 +171,19 @@ class LogMoveLost(CryoError):
     code, http_status = "log_move_lost", 409
 
 
+class LogGap(CryoError):
+    """A log chunk does not start at the end of the pass's stored log: past it (a gap),
+    or, at a finish, partly before it. `log_end` is the stored end, where the agent's
+    next chunk must start (the message names it too)."""
+
+    code, http_status = "log_gap", 409
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        found = re.search(r"ends at byte (\d+)", message)
+        self.log_end: int | None = int(found.group(1)) if found else None
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -189,6 +204,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR055": InUse,
     "CR075": ArtifactQuota,
     "CR100": LogMoveLost,
+    "CR160": LogGap,
 }
 
 

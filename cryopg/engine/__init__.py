@@ -17,6 +17,7 @@ from cryopg.engine.agents import (
 )
 from cryopg.engine.claim import (
     append_log,
+    append_log_at,
     check_claim,
     claim_grants,
     claim_job,
@@ -28,6 +29,7 @@ from cryopg.engine.claim import (
     return_claim,
 )
 from cryopg.engine.finish import (
+    FinishItem,
     cancel_run,
     finish_run,
     finish_runs,
@@ -373,6 +375,8 @@ __all__ = [
     "acquire_lease",
     "annotate_run",
     "append_log",
+    "append_log_at",
+    "FinishItem",
     "authenticate_token",
     "authorize_user",
     "cancel_run",

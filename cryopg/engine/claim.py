@@ -10,6 +10,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import class_row, dict_row
 
 from cryopg.engine._sql import _one
+from cryopg.engine.finish import FinishItem, log_offsets
 from cryopg.engine.types import Claim, ClaimGrant, ClaimSecret, Memo
 
 
@@ -62,7 +63,7 @@ async def claim_grants(conn: AsyncConnection, org: str, agent_ids: list[str], ca
 
 async def finish_and_claim_grants(
         conn: AsyncConnection,
-        runs: list[tuple[str, uuid.UUID, str, int | None, str | None, bytes | None]],
+        runs: list[FinishItem],
         org: str, ask_agent_ids: list[str | None], caps: list[str], claim_seconds: float,
         ask_agent_tokens: list[str | None] | None = None,
 ) -> tuple[dict[str, bool], list[ClaimGrant]]:
@@ -72,10 +73,11 @@ async def finish_and_claim_grants(
     cur = conn.cursor(row_factory=dict_row)
     await cur.execute(
         "SELECT * FROM cryo.finish_and_claim_grants(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-        " %s)",
+        " %s, %s, %s)",
         ([r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs],
          [r[3] for r in runs], [r[4] for r in runs], [r[5] for r in runs], org,
-         ask_agent_ids, caps, claim_seconds, ask_agent_tokens), prepare=True)
+         ask_agent_ids, caps, claim_seconds, ask_agent_tokens, *log_offsets(runs)),
+        prepare=True)
     done: dict[str, bool] = {}
     grants: list[ClaimGrant] = []
     for row in await cur.fetchall():
@@ -95,6 +97,18 @@ async def append_log(conn: AsyncConnection, run_id: str, token: uuid.UUID, data:
                      claim_seconds: float) -> bool:
     return await _one(conn, "SELECT cryo.append_log(%s, %s, %s, %s)",
                       (run_id, token, data, claim_seconds))
+
+
+async def append_log_at(conn: AsyncConnection, run_id: str, token: uuid.UUID, offset: int,
+                        length: int, data: bytes | None,
+                        claim_seconds: float) -> tuple[bool, int]:
+    """(cancel, the stored end of the pass's log after the call): the chunk is stored only
+    at the stored end; short of offset + length, its tail past that end was not."""
+    cur = await conn.execute("SELECT * FROM cryo.append_log_at(%s, %s, %s, %s, %s, %s)",
+                             (run_id, token, offset, length, data, claim_seconds))
+    row = await cur.fetchone()
+    assert row is not None
+    return bool(row[0]), int(row[1])
 
 
 async def keep_log_context(conn: AsyncConnection, run_id: str, token: uuid.UUID,

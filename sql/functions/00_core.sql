@@ -199,7 +199,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR150', 'sign_in_refused', 'an ID token traded before, a nonce this server did not hand a CLI sign-in (or used), or no CLI session to renew'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
-        ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)')
+        ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)'),
+        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

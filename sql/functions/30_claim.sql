@@ -95,7 +95,8 @@ CREATE OR REPLACE FUNCTION cryo.finish_and_claim_grants(
     p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[],
     p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[],
     p_capabilities text[], p_claim_seconds double precision,
-    p_ask_agent_tokens text[] DEFAULT NULL)
+    p_ask_agent_tokens text[] DEFAULT NULL, p_log_offsets bigint[] DEFAULT NULL,
+    p_log_lengths bigint[] DEFAULT NULL)
 RETURNS TABLE (finished_run_id text, finished boolean, agent_id text, agent_token text,
                run_id text, claim_token uuid, attempt integer, filename text,
                interpreter text, source bytea, input bytea, input_clear jsonb, workdir text,
@@ -115,7 +116,8 @@ BEGIN
             USING ERRCODE = 'CR004';
     END IF;
     FOR v_f IN SELECT * FROM cryo.finish_runs(p_run_ids, p_tokens, p_outcomes, p_exit_codes,
-                                              p_errors, p_logs) LOOP
+                                              p_errors, p_logs, p_log_offsets,
+                                              p_log_lengths) LOOP
         RETURN QUERY SELECT v_f.run_id, v_f.finished, NULL::text, NULL::text, NULL::text,
                             NULL::uuid, NULL::integer, NULL::text, NULL::text, NULL::bytea,
                             NULL::bytea, NULL::jsonb, NULL::text, NULL::jsonb, NULL::jsonb,
@@ -139,8 +141,8 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION cryo.finish_and_claim_grants(text[], uuid[], text[], integer[], text[], bytea[], text, text[], text[], double precision, text[]) IS
-    'Ends each listed run as cryo.finish_runs does, then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
+COMMENT ON FUNCTION cryo.finish_and_claim_grants(text[], uuid[], text[], integer[], text[], bytea[], text, text[], text[], double precision, text[], bigint[], bigint[]) IS
+    'Ends each listed run as cryo.finish_runs does (with its log offsets and lengths), then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
 
 -- A read on behalf of a claimed run (its state cells, a workflow it calls) first asks
 -- this, in the read's transaction: the same check as every write (_claimed_row).
@@ -187,6 +189,68 @@ END
 $$;
 COMMENT ON FUNCTION cryo.append_log(text, uuid, bytea, double precision) IS
     'Appends a sealed log chunk (none when empty) and renews the claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+-- Where a numbered log chunk goes (issue 36): an agent whose answer was lost (its
+-- replica died after the commit) posts the same bytes again, perhaps with more after
+-- them, to another replica. A chunk is stored only when its offset (of its first plain
+-- byte within the pass's log) is exactly the stored end; bytes already stored are
+-- acknowledged, and a chunk past the end is refused, so a log is never doubled or holed.
+-- Returns the stored end before the chunk; the chunk is the caller's to store (and
+-- runs.log_end already counts it) when that equals p_offset. The caller holds the
+-- claim's queue row lock (_claimed_row), so two posts of one run take turns.
+CREATE OR REPLACE FUNCTION cryo._log_take(
+    p_run_id text, p_token uuid, p_offset bigint, p_length bigint)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_end bigint;
+BEGIN
+    IF p_offset IS NULL OR p_offset < 0 OR p_length IS NULL OR p_length < 0 THEN
+        RAISE EXCEPTION 'a log chunk needs an offset and a length of at least 0'
+            USING ERRCODE = 'CR004';
+    END IF;
+    SELECT CASE WHEN r.log_claim = p_token THEN r.log_end ELSE 0 END INTO v_end
+      FROM cryo.runs r WHERE r.id = p_run_id;
+    IF p_offset > v_end THEN
+        RAISE EXCEPTION 'log chunk at byte % of run % leaves a gap: its stored log ends at byte %',
+            p_offset, p_run_id, v_end USING ERRCODE = 'CR160';
+    END IF;
+    IF p_offset = v_end AND p_length > 0 THEN
+        UPDATE cryo.runs SET log_claim = p_token, log_end = v_end + p_length
+         WHERE id = p_run_id;
+    END IF;
+    RETURN v_end;
+END
+$$;
+
+-- append_log with the chunk numbered (see _log_take): the agents that send offsets call
+-- this. A partial repeat stores nothing and answers the stored end, short of the
+-- chunk's end: the server seals the new tail alone and posts it at that end (the bytes
+-- are sealed here, so only the server can cut them).
+CREATE OR REPLACE FUNCTION cryo.append_log_at(
+    p_run_id text, p_token uuid, p_offset bigint, p_length bigint, p_data bytea,
+    p_claim_seconds double precision)
+RETURNS TABLE (cancel boolean, log_end bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_end bigint;
+BEGIN
+    cancel := cryo.renew_claim(p_run_id, p_token, p_claim_seconds);
+    v_end := cryo._log_take(p_run_id, p_token, p_offset, p_length);
+    IF v_end = p_offset AND p_length > 0 THEN
+        INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
+        SELECT r.id, r.org, r.project, r.attempt, p_data, cryo.now()
+          FROM cryo.runs r WHERE r.id = p_run_id;
+        PERFORM cryo._notify_run(p_run_id);
+        log_end := v_end + p_length;
+    ELSE
+        log_end := v_end;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION cryo.append_log_at(text, uuid, bigint, bigint, bytea, double precision) IS
+    'Appends a sealed log chunk of p_length plain bytes whose first byte is at p_offset of the pass''s log, only when p_offset is the stored end (bytes already stored are acknowledged and not stored again), and renews the claim; returns the cancel flag and the stored end after the call (short of p_offset + p_length: the chunk overlapped the stored end and its new tail was not stored). Raises CR002 for a stale claim token, CR004 for a missing or negative offset or length, CR160 for an offset past the stored end (the message names it).';
 
 -- The log masker's context for the run's next pass (cryopg/redaction.py): set by the
 -- pass that parks with a tail that may begin a secret, read by the next grant.

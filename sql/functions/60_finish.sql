@@ -66,7 +66,8 @@ COMMENT ON FUNCTION cryo.finish_run(text, uuid, text, integer, text) IS
 -- for its retry, as finish_run does.
 CREATE OR REPLACE FUNCTION cryo.finish_runs(
     p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[],
-    p_errors text[], p_logs bytea[] DEFAULT NULL)
+    p_errors text[], p_logs bytea[] DEFAULT NULL, p_log_offsets bigint[] DEFAULT NULL,
+    p_log_lengths bigint[] DEFAULT NULL)
 RETURNS TABLE (run_id text, finished boolean)
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan. With custom plans the loop's query over the arrays
@@ -76,11 +77,14 @@ DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
     v_row record;
     v_retried boolean;
+    v_end bigint;
 BEGIN
     IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
        OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
        OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n)
-       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n) THEN
+       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n)
+       OR (p_log_offsets IS NOT NULL AND cardinality(p_log_offsets) <> v_n)
+       OR (p_log_lengths IS NOT NULL AND cardinality(p_log_lengths) <> v_n) THEN
         RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
             USING ERRCODE = 'CR004';
     END IF;
@@ -91,13 +95,17 @@ BEGIN
     -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
     -- a run listed twice is finished once.
     FOR v_row IN
-        SELECT i.run_id, i.outcome, i.exit_code, i.error, i.log, (q.run_id IS NOT NULL) AS live
+        SELECT i.run_id, i.token, i.outcome, i.exit_code, i.error, i.log, i.log_offset,
+               i.log_length, (q.run_id IS NOT NULL) AS live
           FROM (SELECT DISTINCT ON (u.run_id) u.*
                   FROM unnest(p_run_ids, p_tokens, p_outcomes,
                               coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
                               coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])),
-                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])))
-                       AS u(run_id, token, outcome, exit_code, error, log)
+                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])),
+                              coalesce(p_log_offsets, array_fill(NULL::bigint, ARRAY[v_n])),
+                              coalesce(p_log_lengths, array_fill(NULL::bigint, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error, log, log_offset,
+                            log_length)
                  ORDER BY u.run_id) i
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
@@ -106,8 +114,21 @@ BEGIN
                   FOR UPDATE) q ON true
          ORDER BY i.run_id
     LOOP
+        v_end := NULL;
         IF v_row.live THEN
-            IF length(v_row.log) > 0 THEN
+            -- A numbered last chunk follows append_log_at's rule, save that a partial
+            -- repeat is refused like a gap (the server cuts and sends its tail again).
+            IF v_row.log_offset IS NOT NULL AND length(v_row.log) > 0 THEN
+                v_end := cryo._log_take(v_row.run_id, v_row.token, v_row.log_offset,
+                                        v_row.log_length);
+                IF v_end <> v_row.log_offset
+                   AND v_end < v_row.log_offset + v_row.log_length THEN
+                    RAISE EXCEPTION 'log chunk at byte % of run % overlaps its stored log, which ends at byte %',
+                        v_row.log_offset, v_row.run_id, v_end USING ERRCODE = 'CR160';
+                END IF;
+            END IF;
+            IF length(v_row.log) > 0
+               AND (v_row.log_offset IS NULL OR v_end = v_row.log_offset) THEN
                 INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
                 SELECT r.id, r.org, r.project, r.attempt, v_row.log, cryo.now()
                   FROM cryo.runs r WHERE r.id = v_row.run_id;
@@ -130,8 +151,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION cryo.finish_runs(text[], uuid[], text[], integer[], text[], bytea[]) IS
-    'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors and logs may be NULL arrays); a failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
+COMMENT ON FUNCTION cryo.finish_runs(text[], uuid[], text[], integer[], text[], bytea[], bigint[], bigint[]) IS
+    'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors, logs, log offsets and lengths may be NULL arrays); bytes given with an offset (and their plain length) are stored only at the pass''s stored end and not again when already stored (see append_log_at). A failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths, an unknown outcome or a negative offset or length, CR160 for log bytes past or overlapping the stored end (the message names it).';
 
 -- Cancels a run: a queued, pending or parked run ends at once; a running one is
 -- flagged and its agent stops the script on its next log flush (or it ends when its

@@ -23,7 +23,8 @@ class _Api:
     def __init__(self) -> None:
         self.posts: list[tuple[float, bytes]] = []
 
-    async def logs(self, run_id: str, token: str, data: bytes, timeout: float = 30) -> bool:
+    async def logs(self, run_id: str, token: str, data: bytes, timeout: float = 30,
+                   offset: int | None = None) -> bool:
         self.posts.append((time.monotonic(), data))
         await asyncio.sleep(0)
         return False

@@ -34,7 +34,7 @@ class _Api:
         self.context: bytes | None = None  # what the server would hold for the next pass
 
     async def logs(self, run_id: str, token: str, data: bytes, timeout: float = 30,
-                   context: bytes | None = None) -> bool:
+                   context: bytes | None = None, offset: int | None = None) -> bool:
         self.posts.append(data)
         if context is not None:
             self.context = context

@@ -406,6 +406,12 @@ class _Finish:
     log: bytes | None
     ask: ClaimAsk | None  # the agent's next claim, made in the same transaction
     future: asyncio.Future[ClaimGrant | None]
+    log_offset: int | None = None  # where `log` starts in the pass's log (None: anywhere)
+    log_length: int | None = None  # its plain length
+
+    def item(self) -> engine.FinishItem:
+        return (self.run_id, self.token, self.outcome, self.exit_code, self.error, self.log,
+                self.log_offset, self.log_length)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,14 +434,15 @@ class FinishBatcher(_Batcher[_Finish]):
 
     async def finish(self, run_id: str, token: uuid.UUID, outcome: str, exit_code: int | None,
                      error: str | None, log: bytes | None,
-                     ask: ClaimAsk | None = None) -> ClaimGrant | None:
+                     ask: ClaimAsk | None = None, log_offset: int | None = None,
+                     log_length: int | None = None) -> ClaimGrant | None:
         """Ends the run once its batch has committed; with `ask`, claims the agent's next
         run in the same transaction and returns it (None when none was pending). Raises
         StaleClaim for a claim that is no longer live, and what cryo.finish_runs raises
         for a bad outcome."""
         return await self._queue(_Finish(  # type: ignore[no-any-return]
             run_id, token, outcome, exit_code, error, log, ask,
-            asyncio.get_running_loop().create_future()))
+            asyncio.get_running_loop().create_future(), log_offset, log_length))
 
     def _take(self) -> list[_Finish]:
         """The next batch: one finish per run (cryo.finish_runs answers per run, so a
@@ -464,9 +471,7 @@ class FinishBatcher(_Batcher[_Finish]):
             return await self._apply_one_group(conn, batch)
         with translated():
             async with conn.transaction():
-                done = await engine.finish_runs(
-                    conn, [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log)
-                           for f in batch])
+                done = await engine.finish_runs(conn, [f.item() for f in batch])
                 asking: dict[ClaimAsk, list[_Finish]] = {}
                 for f in batch:
                     if f.ask is not None and done.get(f.run_id):
@@ -490,7 +495,7 @@ class FinishBatcher(_Batcher[_Finish]):
                                ) -> tuple[dict[str, bool], dict[_Finish, ClaimGrant]]:
         asks = [f.ask for f in batch]
         key = next((a for a in asks if a is not None), None)
-        items = [(f.run_id, f.token, f.outcome, f.exit_code, f.error, f.log) for f in batch]
+        items = [f.item() for f in batch]
         with translated():
             if key is None:
                 return await engine.finish_runs(conn, items), {}

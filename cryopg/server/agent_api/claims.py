@@ -12,15 +12,18 @@ import asyncio
 import base64
 import binascii
 import sys
+import uuid
 from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
+from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import ClaimGrant, TokenInfo
-from cryopg.errors import Draining, InvalidArgument
+from cryopg.errors import Draining, InvalidArgument, LogGap
+from cryopg.seal import Sealer
 from cryopg.server import agents
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES, ClaimAsk
 from cryopg.server.agent_api.grant import grant, held_token
@@ -158,16 +161,58 @@ async def logs(request: web.Request) -> web.Response:
         data = base64.b64decode(body.get("data") or "", validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise InvalidArgument("data must be base64") from exc
-    sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
+    offset = _log_offset(body)
+    sealer = await request.app[KEYS].sealer(org)
     context = _log_context(body)
+    answer: dict[str, Any] = {}
     async with connection(request.app[POOL]) as conn:
-        cancel = await engine.append_log(conn, run_id, token, sealed,
-                                         request.app[CONFIG].claim_seconds)
+        if offset is None:  # an agent from before offsets: every post is stored
+            cancel = await engine.append_log(conn, run_id, token,
+                                             sealer.seal(data) if data else None,
+                                             request.app[CONFIG].claim_seconds)
+        else:
+            try:
+                cancel, answer["log_end"] = await _append_at(
+                    conn, sealer, request.app[CONFIG].claim_seconds, run_id, token, offset,
+                    data)
+            except LogGap as exc:
+                return _gap(exc)
         if context is not None:  # a pass that may park hands its log masker's context on
-            sealer = await request.app[KEYS].sealer(org)
             await engine.keep_log_context(conn, run_id, token,
                                           sealer.seal(context) if context else None)
-    return web.json_response({"cancel": bool(cancel)})
+    return web.json_response({"cancel": bool(cancel), **answer})
+
+
+async def _append_at(conn: AsyncConnection, sealer: Sealer, seconds: float, run_id: str,
+                     token: uuid.UUID, offset: int, data: bytes) -> tuple[bool, int]:
+    """Stores `data` (plain) at `offset` of the pass's log unless it is stored already
+    (cryo.append_log_at); a repeat that runs past the stored end (the answer to an
+    earlier post was lost, and the agent's buffer grew meanwhile) has its new tail sealed
+    and stored at that end. Returns (cancel, the stored end)."""
+    cancel, end = await engine.append_log_at(conn, run_id, token, offset, len(data),
+                                             sealer.seal(data) if data else None, seconds)
+    if offset < end < offset + len(data):
+        tail = data[end - offset:]
+        cancel, end = await engine.append_log_at(conn, run_id, token, end, len(tail),
+                                                 sealer.seal(tail), seconds)
+    return cancel, end
+
+
+def _gap(exc: LogGap) -> web.Response:
+    """409 log_gap, with the stored end the agent's next chunk must start at."""
+    return web.json_response({"error": {"code": exc.code, "message": str(exc),
+                                        "log_end": exc.log_end}}, status=exc.http_status)
+
+
+def _log_offset(body: dict[str, Any]) -> int | None:
+    """`offset`: where the post's first byte falls in the pass's log (sent after
+    masking), so a repeat is stored once; absent from agents that predate it."""
+    got = body.get("offset")
+    if got is None:
+        return None
+    if isinstance(got, bool) or not isinstance(got, int) or not 0 <= got < 2**62:
+        raise InvalidArgument("offset must be a whole number of bytes, at least 0")
+    return got
 
 
 MAX_LOG_CONTEXT = 64 << 10
@@ -209,7 +254,9 @@ async def finish(request: web.Request) -> web.Response:
         data = base64.b64decode(body.get("data") or "", validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise InvalidArgument("data must be base64") from exc
-    sealed = (await request.app[KEYS].sealer(org)).seal(data) if data else None
+    offset = _log_offset(body)
+    sealer = await request.app[KEYS].sealer(org)
+    sealed = sealer.seal(data) if data else None
     ask = None
     drain = False
     if claim_ask is not None:
@@ -219,9 +266,19 @@ async def finish(request: web.Request) -> web.Response:
             claim_ask, drain = None, True
     if claim_ask is not None:
         ask = ClaimAsk(info.org, claim_ask[0], tuple(claim_ask[1]), info.token_id)
-    got = await request.app[FINISHES].finish(
-        run_id, token, str(body.get("outcome") or ""), exit_code,
-        None if error is None else str(error), sealed, ask)
+    outcome, said = str(body.get("outcome") or ""), None if error is None else str(error)
+    try:
+        got = await request.app[FINISHES].finish(run_id, token, outcome, exit_code, said,
+                                                 sealed, ask, offset, len(data))
+    except LogGap as exc:
+        # The last bytes overlap the stored log (an earlier post's answer was lost):
+        # the new tail alone goes with the finish; a real gap is the agent's to mend.
+        end = exc.log_end
+        if offset is None or end is None or not offset < end < offset + len(data):
+            return _gap(exc)
+        tail = data[end - offset:]
+        got = await request.app[FINISHES].finish(run_id, token, outcome, exit_code, said,
+                                                 sealer.seal(tail), ask, end, len(tail))
     if claim_ask is None:
         return web.json_response({"next": None, "drain": True} if drain else {})
     granted = None if got is None else await grant(request, info.org, got)
