@@ -147,6 +147,14 @@ class ArtifactMissing(CryoError):
     code, http_status = "artifact_missing", 409
 
 
+class ArtifactUnverified(CryoError):
+    """(CR170) An untrusted run's put named a blob by its digest alone: it must upload
+    the bytes through the server, which checks them, before it names them (blobs are
+    shared by content, so a digest is not proof of having the content)."""
+
+    code, http_status = "artifact_unverified", 409
+
+
 class ArtifactStoreUnavailable(CryoError):
     """The artifact store (its bucket and endpoint, or directory, named in the message)
     did not answer within CRYOPG_ARTIFACTS_STORE_TIMEOUT, refused the connection or
@@ -189,6 +197,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR055": InUse,
     "CR075": ArtifactQuota,
     "CR100": LogMoveLost,
+    "CR170": ArtifactUnverified,
 }
 
 

@@ -110,7 +110,7 @@ CREATE FUNCTION cryo._caller() RETURNS text
                 ELSE pg_catalog.current_setting('role') END
 $$;
 
-CREATE FUNCTION cryo._check_artifact_room(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS void
+CREATE FUNCTION cryo._check_artifact_room(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_untrusted boolean DEFAULT false) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -118,7 +118,11 @@ DECLARE
 BEGIN
     IF p_max_bytes IS NULL OR EXISTS (
         SELECT 1 FROM cryo.artifacts a
-         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256) THEN
+         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256
+           AND (NOT p_untrusted OR EXISTS (
+                SELECT 1 FROM cryo.artifact_blobs b
+                 WHERE b.org = a.org AND b.project = a.project AND b.sha256 = a.sha256
+                   AND b.untrusted_known))) THEN
         RETURN;
     END IF;
     v_used := cryo.artifact_usage(p_org, p_project);
@@ -1729,10 +1733,23 @@ BEGIN
     PERFORM cryo._check_name('artifact', p_name);
     PERFORM cryo._check_sha256(p_sha256, p_size);
     PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
-    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes);
-    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at)
-    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now)
-    ON CONFLICT (org, project, sha256) DO UPDATE SET touched_at = excluded.touched_at;
+    IF v_tainted AND NOT EXISTS (
+        SELECT 1 FROM cryo.artifact_blobs b
+         WHERE b.org = p_org AND b.project = p_project AND b.sha256 = p_sha256
+           AND b.size = p_size AND b.untrusted_known) THEN
+        RAISE EXCEPTION 'an untrusted run names only bytes it uploaded: upload blob % (% bytes) through the server first',
+            p_sha256, p_size USING ERRCODE = 'CR170';
+    END IF;
+    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes,
+                                      v_tainted);
+    -- A published name shows the blob to untrusted runs: they may know of it from now on.
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at,
+                                          untrusted_known)
+    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now,
+            coalesce(p_public, false) AND NOT v_tainted)
+    ON CONFLICT (org, project, sha256) DO UPDATE
+       SET touched_at = excluded.touched_at,
+           untrusted_known = b.untrusted_known OR excluded.untrusted_known;
     INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
                                      created_by_run, created_at, tainted, published)
     VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
@@ -3668,6 +3685,7 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR150', 'sign_in_refused', 'an ID token traded before, a nonce this server did not hand a CLI sign-in (or used), or no CLI session to renew'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
+        ('CR170', 'artifact_unverified', 'an untrusted run named a blob by its digest without uploading the bytes through the server, which checks them'),
         ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)')
 $$;
 
@@ -5078,6 +5096,30 @@ $$;
 
 COMMENT ON FUNCTION cryo.prepare_artifact(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Returns true when the project already holds a blob with that SHA-256 and size (no upload needed). Raises CR004 for a malformed digest or size, CR075 when a new blob of that size would take the project past p_max_bytes.';
 
+CREATE FUNCTION cryo.prepare_run_artifact(p_run_id text, p_token uuid, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS TABLE(present boolean, verify boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_org text := cryo._run_org(p_run_id);
+    v_project text := cryo._run_project(p_run_id);
+    v_untrusted boolean;
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    v_untrusted := cryo._run_untrusted(p_run_id);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    PERFORM cryo._check_artifact_room(v_org, v_project, p_sha256, p_size, p_max_bytes,
+                                      v_untrusted);
+    RETURN QUERY SELECT EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                                 WHERE b.org = v_org AND b.project = v_project
+                                   AND b.sha256 = p_sha256 AND b.size = p_size
+                                   AND (b.untrusted_known OR NOT v_untrusted)),
+                        v_untrusted;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.prepare_run_artifact(p_run_id text, p_token uuid, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Returns (present, verify) for the claimed run''s put of a blob: present when the project holds it with that size and the run may know so (for an untrusted run, only a blob an untrusted run uploaded or a published artifact named); verify when the bytes must be uploaded through the server, which checks them against the digest (an untrusted run''s). Raises CR002 for a stale claim token, CR004 for a malformed digest or size, CR075 when a new blob would take the project past p_max_bytes.';
+
 CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
@@ -5221,7 +5263,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
 CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -5434,6 +5476,32 @@ CREATE FUNCTION cryo.read_status_post(p_run_id text) RETURNS TABLE(webhook text,
 $$;
 
 COMMENT ON FUNCTION cryo.read_status_post(p_run_id text) IS 'Returns the commit status of a webhook run: where it goes, whether it was sent, and why not. Raises nothing.';
+
+CREATE FUNCTION cryo.record_run_artifact_upload(p_run_id text, p_token uuid, p_sha256 text, p_size bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_org text := cryo._run_org(p_run_id);
+    v_project text := cryo._run_project(p_run_id);
+    v_now timestamptz := cryo.now();
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    IF NOT cryo._run_untrusted(p_run_id) THEN
+        RETURN false;
+    END IF;
+    -- The project's artifact lock: the store sweep does not remove these bytes meanwhile.
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || v_org || ':' || v_project, 0));
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at,
+                                          untrusted_known)
+    VALUES (v_org, v_project, p_sha256, p_size, v_now, v_now, true)
+    ON CONFLICT (org, project, sha256) DO UPDATE
+       SET touched_at = excluded.touched_at, untrusted_known = true;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.record_run_artifact_upload(p_run_id text, p_token uuid, p_sha256 text, p_size bigint) IS 'Records that the claimed run uploaded the blob p_sha256 of p_size bytes through the server, which checked the bytes against the digest; for an untrusted run, untrusted runs may then know the blob and name it (returns true), for a trusted run nothing changes (false). Call it only after that check. Raises CR002 for a stale claim token, CR004 for a malformed digest or size.';
 
 CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text DEFAULT NULL::text, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql
@@ -6894,6 +6962,7 @@ CREATE TABLE cryo.artifact_blobs (
     size bigint NOT NULL,
     created_at timestamp with time zone NOT NULL,
     touched_at timestamp with time zone NOT NULL,
+    untrusted_known boolean DEFAULT false NOT NULL,
     CONSTRAINT artifact_blobs_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT artifact_blobs_size_check CHECK ((size >= 0))
 );
@@ -6901,6 +6970,8 @@ CREATE TABLE cryo.artifact_blobs (
 COMMENT ON TABLE cryo.artifact_blobs IS 'One row per distinct artifact content of a project (its SHA-256 and size); the project''s artifact bytes are the sum of these sizes, each counted once however many names point at it.';
 
 COMMENT ON COLUMN cryo.artifact_blobs.touched_at IS 'The last time a put pointed a name at this blob; the collector removes only blobs no name points at and nobody touched within its grace period.';
+
+COMMENT ON COLUMN cryo.artifact_blobs.untrusted_known IS 'Untrusted runs may learn the project holds this blob and name it: an untrusted run uploaded its bytes through the server, which checked them against the digest, or a published trusted artifact named it. Otherwise an untrusted run''s prepare answers "not present" and its put must upload the bytes first.';
 
 CREATE TABLE cryo.event_handlers (
     org text NOT NULL,
