@@ -149,6 +149,14 @@ class ArtifactMissing(CryoError):
     code, http_status = "artifact_missing", 409
 
 
+class ArtifactUnverified(CryoError):
+    """(CR170) An untrusted run's put named a blob by its digest alone: it must upload
+    the bytes through the server, which checks them, before it names them (blobs are
+    shared by content, so a digest is not proof of having the content)."""
+
+    code, http_status = "artifact_unverified", 409
+
+
 class ArtifactStoreUnavailable(CryoError):
     """The artifact store (its bucket and endpoint, or directory, named in the message)
     did not answer within CRYOPG_ARTIFACTS_STORE_TIMEOUT, refused the connection or
@@ -205,6 +213,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR075": ArtifactQuota,
     "CR100": LogMoveLost,
     "CR160": LogGap,
+    "CR170": ArtifactUnverified,
 }
 
 

@@ -110,7 +110,7 @@ CREATE FUNCTION cryo._caller() RETURNS text
                 ELSE pg_catalog.current_setting('role') END
 $$;
 
-CREATE FUNCTION cryo._check_artifact_room(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS void
+CREATE FUNCTION cryo._check_artifact_room(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_untrusted boolean DEFAULT false) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -118,7 +118,11 @@ DECLARE
 BEGIN
     IF p_max_bytes IS NULL OR EXISTS (
         SELECT 1 FROM cryo.artifacts a
-         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256) THEN
+         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256
+           AND (NOT p_untrusted OR EXISTS (
+                SELECT 1 FROM cryo.artifact_blobs b
+                 WHERE b.org = a.org AND b.project = a.project AND b.sha256 = a.sha256
+                   AND b.untrusted_known))) THEN
         RETURN;
     END IF;
     v_used := cryo.artifact_usage(p_org, p_project);
@@ -1490,30 +1494,6 @@ CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETUR
     SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
 $$;
 
-CREATE FUNCTION cryo._log_take(p_run_id text, p_token uuid, p_offset bigint, p_length bigint) RETURNS bigint
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_end bigint;
-BEGIN
-    IF p_offset IS NULL OR p_offset < 0 OR p_length IS NULL OR p_length < 0 THEN
-        RAISE EXCEPTION 'a log chunk needs an offset and a length of at least 0'
-            USING ERRCODE = 'CR004';
-    END IF;
-    SELECT CASE WHEN r.log_claim = p_token THEN r.log_end ELSE 0 END INTO v_end
-      FROM cryo.runs r WHERE r.id = p_run_id;
-    IF p_offset > v_end THEN
-        RAISE EXCEPTION 'log chunk at byte % of run % leaves a gap: its stored log ends at byte %',
-            p_offset, p_run_id, v_end USING ERRCODE = 'CR160';
-    END IF;
-    IF p_offset = v_end AND p_length > 0 THEN
-        UPDATE cryo.runs SET log_claim = p_token, log_end = v_end + p_length
-         WHERE id = p_run_id;
-    END IF;
-    RETURN v_end;
-END
-$$;
-
 CREATE FUNCTION cryo._mapped_role(p_org text, p_claims jsonb) RETURNS text
     LANGUAGE sql STABLE
     AS $$
@@ -1753,10 +1733,23 @@ BEGIN
     PERFORM cryo._check_name('artifact', p_name);
     PERFORM cryo._check_sha256(p_sha256, p_size);
     PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
-    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes);
-    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at)
-    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now)
-    ON CONFLICT (org, project, sha256) DO UPDATE SET touched_at = excluded.touched_at;
+    IF v_tainted AND NOT EXISTS (
+        SELECT 1 FROM cryo.artifact_blobs b
+         WHERE b.org = p_org AND b.project = p_project AND b.sha256 = p_sha256
+           AND b.size = p_size AND b.untrusted_known) THEN
+        RAISE EXCEPTION 'an untrusted run names only bytes it uploaded: upload blob % (% bytes) through the server first',
+            p_sha256, p_size USING ERRCODE = 'CR170';
+    END IF;
+    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes,
+                                      v_tainted);
+    -- A published name shows the blob to untrusted runs: they may know of it from now on.
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at,
+                                          untrusted_known)
+    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now,
+            coalesce(p_public, false) AND NOT v_tainted)
+    ON CONFLICT (org, project, sha256) DO UPDATE
+       SET touched_at = excluded.touched_at,
+           untrusted_known = b.untrusted_known OR excluded.untrusted_known;
     INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
                                      created_by_run, created_at, tainted, published)
     VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
@@ -2395,8 +2388,6 @@ CREATE TABLE cryo.runs (
     trigger_depth integer,
     drive_failures integer DEFAULT 0 NOT NULL,
     log_context bytea,
-    log_claim uuid,
-    log_end bigint DEFAULT 0 NOT NULL,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -2411,10 +2402,6 @@ COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from
 COMMENT ON COLUMN cryo.runs.drive_failures IS 'For a graph run: how many driver turns in a row failed (each backs off longer).';
 
 COMMENT ON COLUMN cryo.runs.log_context IS 'Sealed: the last bytes of the run''s log when they may begin a secret, for the next pass''s log masker. NULL when there are none.';
-
-COMMENT ON COLUMN cryo.runs.log_claim IS 'The claim (token) whose pass log_end counts: a chunk posted under another claim starts a new pass at byte 0.';
-
-COMMENT ON COLUMN cryo.runs.log_end IS 'How many (plain) log bytes the pass of log_claim has stored with an offset: the only offset the next chunk may start at (cryo._log_take).';
 
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
@@ -2616,29 +2603,6 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk (none when empty) and renews the claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
-
-CREATE FUNCTION cryo.append_log_at(p_run_id text, p_token uuid, p_offset bigint, p_length bigint, p_data bytea, p_claim_seconds double precision) RETURNS TABLE(cancel boolean, log_end bigint)
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_end bigint;
-BEGIN
-    cancel := cryo.renew_claim(p_run_id, p_token, p_claim_seconds);
-    v_end := cryo._log_take(p_run_id, p_token, p_offset, p_length);
-    IF v_end = p_offset AND p_length > 0 THEN
-        INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
-        SELECT r.id, r.org, r.project, r.attempt, p_data, cryo.now()
-          FROM cryo.runs r WHERE r.id = p_run_id;
-        PERFORM cryo._notify_run(p_run_id);
-        log_end := v_end + p_length;
-    ELSE
-        log_end := v_end;
-    END IF;
-    RETURN NEXT;
-END
-$$;
-
-COMMENT ON FUNCTION cryo.append_log_at(p_run_id text, p_token uuid, p_offset bigint, p_length bigint, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk of p_length plain bytes whose first byte is at p_offset of the pass''s log, only when p_offset is the stored end (bytes already stored are acknowledged and not stored again), and renews the claim; returns the cancel flag and the stored end after the call (short of p_offset + p_length: the chunk overlapped the stored end and its new tail was not stored). Raises CR002 for a stale claim token, CR004 for a missing or negative offset or length, CR160 for an offset past the stored end (the message names it).';
 
 CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) RETURNS boolean
     LANGUAGE plpgsql
@@ -3721,8 +3685,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR150', 'sign_in_refused', 'an ID token traded before, a nonce this server did not hand a CLI sign-in (or used), or no CLI session to renew'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
-        ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)'),
-        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end')
+        ('CR170', 'artifact_unverified', 'an untrusted run named a blob by its digest without uploading the bytes through the server, which checks them'),
+        ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -3799,7 +3763,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.find_run_artifact_blob(p_run_id text, p_token uuid, p_sha256 text) IS 'Returns the size of the project''s blob with that SHA-256 when an artifact the claimed run may read names it (for a trusted run, a tainted one too: it fetches those only by a name it asked for with --tainted), else NULL. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[] DEFAULT NULL::text[], p_log_offsets bigint[] DEFAULT NULL::bigint[], p_log_lengths bigint[] DEFAULT NULL::bigint[]) RETURNS TABLE(finished_run_id text, finished boolean, agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
+CREATE FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(finished_run_id text, finished boolean, agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -3816,8 +3780,7 @@ BEGIN
             USING ERRCODE = 'CR004';
     END IF;
     FOR v_f IN SELECT * FROM cryo.finish_runs(p_run_ids, p_tokens, p_outcomes, p_exit_codes,
-                                              p_errors, p_logs, p_log_offsets,
-                                              p_log_lengths) LOOP
+                                              p_errors, p_logs) LOOP
         RETURN QUERY SELECT v_f.run_id, v_f.finished, NULL::text, NULL::text, NULL::text,
                             NULL::uuid, NULL::integer, NULL::text, NULL::text, NULL::bytea,
                             NULL::bytea, NULL::jsonb, NULL::text, NULL::jsonb, NULL::jsonb,
@@ -3842,7 +3805,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[], p_log_offsets bigint[], p_log_lengths bigint[]) IS 'Ends each listed run as cryo.finish_runs does (with its log offsets and lengths), then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
+COMMENT ON FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[]) IS 'Ends each listed run as cryo.finish_runs does, then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
 
 CREATE FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer DEFAULT NULL::integer, p_error text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -3861,7 +3824,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer, p_error text) IS 'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
 
-CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[] DEFAULT NULL::bytea[], p_log_offsets bigint[] DEFAULT NULL::bigint[], p_log_lengths bigint[] DEFAULT NULL::bigint[]) RETURNS TABLE(run_id text, finished boolean)
+CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[] DEFAULT NULL::bytea[]) RETURNS TABLE(run_id text, finished boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -3869,14 +3832,11 @@ DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
     v_row record;
     v_retried boolean;
-    v_end bigint;
 BEGIN
     IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
        OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
        OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n)
-       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n)
-       OR (p_log_offsets IS NOT NULL AND cardinality(p_log_offsets) <> v_n)
-       OR (p_log_lengths IS NOT NULL AND cardinality(p_log_lengths) <> v_n) THEN
+       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n) THEN
         RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
             USING ERRCODE = 'CR004';
     END IF;
@@ -3887,17 +3847,13 @@ BEGIN
     -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
     -- a run listed twice is finished once.
     FOR v_row IN
-        SELECT i.run_id, i.token, i.outcome, i.exit_code, i.error, i.log, i.log_offset,
-               i.log_length, (q.run_id IS NOT NULL) AS live
+        SELECT i.run_id, i.outcome, i.exit_code, i.error, i.log, (q.run_id IS NOT NULL) AS live
           FROM (SELECT DISTINCT ON (u.run_id) u.*
                   FROM unnest(p_run_ids, p_tokens, p_outcomes,
                               coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
                               coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])),
-                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])),
-                              coalesce(p_log_offsets, array_fill(NULL::bigint, ARRAY[v_n])),
-                              coalesce(p_log_lengths, array_fill(NULL::bigint, ARRAY[v_n])))
-                       AS u(run_id, token, outcome, exit_code, error, log, log_offset,
-                            log_length)
+                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error, log)
                  ORDER BY u.run_id) i
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
@@ -3906,21 +3862,8 @@ BEGIN
                   FOR UPDATE) q ON true
          ORDER BY i.run_id
     LOOP
-        v_end := NULL;
         IF v_row.live THEN
-            -- A numbered last chunk follows append_log_at's rule, save that a partial
-            -- repeat is refused like a gap (the server cuts and sends its tail again).
-            IF v_row.log_offset IS NOT NULL AND length(v_row.log) > 0 THEN
-                v_end := cryo._log_take(v_row.run_id, v_row.token, v_row.log_offset,
-                                        v_row.log_length);
-                IF v_end <> v_row.log_offset
-                   AND v_end < v_row.log_offset + v_row.log_length THEN
-                    RAISE EXCEPTION 'log chunk at byte % of run % overlaps its stored log, which ends at byte %',
-                        v_row.log_offset, v_row.run_id, v_end USING ERRCODE = 'CR160';
-                END IF;
-            END IF;
-            IF length(v_row.log) > 0
-               AND (v_row.log_offset IS NULL OR v_end = v_row.log_offset) THEN
+            IF length(v_row.log) > 0 THEN
                 INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
                 SELECT r.id, r.org, r.project, r.attempt, v_row.log, cryo.now()
                   FROM cryo.runs r WHERE r.id = v_row.run_id;
@@ -3944,7 +3887,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_log_offsets bigint[], p_log_lengths bigint[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors, logs, log offsets and lengths may be NULL arrays); bytes given with an offset (and their plain length) are stored only at the pass''s stored end and not again when already stored (see append_log_at). A failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths, an unknown outcome or a negative offset or length, CR160 for log bytes past or overlapping the stored end (the message names it).';
+COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors and logs may be NULL arrays); a failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
 
 CREATE FUNCTION cryo.finish_status_post(p_run_id text, p_error text) RETURNS void
     LANGUAGE sql
@@ -5153,6 +5096,30 @@ $$;
 
 COMMENT ON FUNCTION cryo.prepare_artifact(p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Returns true when the project already holds a blob with that SHA-256 and size (no upload needed). Raises CR004 for a malformed digest or size, CR075 when a new blob of that size would take the project past p_max_bytes.';
 
+CREATE FUNCTION cryo.prepare_run_artifact(p_run_id text, p_token uuid, p_sha256 text, p_size bigint, p_max_bytes bigint) RETURNS TABLE(present boolean, verify boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_org text := cryo._run_org(p_run_id);
+    v_project text := cryo._run_project(p_run_id);
+    v_untrusted boolean;
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    v_untrusted := cryo._run_untrusted(p_run_id);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    PERFORM cryo._check_artifact_room(v_org, v_project, p_sha256, p_size, p_max_bytes,
+                                      v_untrusted);
+    RETURN QUERY SELECT EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                                 WHERE b.org = v_org AND b.project = v_project
+                                   AND b.sha256 = p_sha256 AND b.size = p_size
+                                   AND (b.untrusted_known OR NOT v_untrusted)),
+                        v_untrusted;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.prepare_run_artifact(p_run_id text, p_token uuid, p_sha256 text, p_size bigint, p_max_bytes bigint) IS 'Returns (present, verify) for the claimed run''s put of a blob: present when the project holds it with that size and the run may know so (for an untrusted run, only a blob an untrusted run uploaded or a published artifact named); verify when the bytes must be uploaded through the server, which checks them against the digest (an untrusted run''s). Raises CR002 for a stale claim token, CR004 for a malformed digest or size, CR075 when a new blob would take the project past p_max_bytes.';
+
 CREATE FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
@@ -5296,7 +5263,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
 CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -5509,6 +5476,32 @@ CREATE FUNCTION cryo.read_status_post(p_run_id text) RETURNS TABLE(webhook text,
 $$;
 
 COMMENT ON FUNCTION cryo.read_status_post(p_run_id text) IS 'Returns the commit status of a webhook run: where it goes, whether it was sent, and why not. Raises nothing.';
+
+CREATE FUNCTION cryo.record_run_artifact_upload(p_run_id text, p_token uuid, p_sha256 text, p_size bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_org text := cryo._run_org(p_run_id);
+    v_project text := cryo._run_project(p_run_id);
+    v_now timestamptz := cryo.now();
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    IF NOT cryo._run_untrusted(p_run_id) THEN
+        RETURN false;
+    END IF;
+    -- The project's artifact lock: the store sweep does not remove these bytes meanwhile.
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || v_org || ':' || v_project, 0));
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at,
+                                          untrusted_known)
+    VALUES (v_org, v_project, p_sha256, p_size, v_now, v_now, true)
+    ON CONFLICT (org, project, sha256) DO UPDATE
+       SET touched_at = excluded.touched_at, untrusted_known = true;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.record_run_artifact_upload(p_run_id text, p_token uuid, p_sha256 text, p_size bigint) IS 'Records that the claimed run uploaded the blob p_sha256 of p_size bytes through the server, which checked the bytes against the digest; for an untrusted run, untrusted runs may then know the blob and name it (returns true), for a trusted run nothing changes (false). Call it only after that check. Raises CR002 for a stale claim token, CR004 for a malformed digest or size.';
 
 CREATE FUNCTION cryo.record_step(p_run_id text, p_token uuid, p_position integer, p_family text, p_name text, p_ordinal integer, p_label text, p_result bytea, p_exit_code integer, p_path text DEFAULT NULL::text, p_started_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql
@@ -6969,6 +6962,7 @@ CREATE TABLE cryo.artifact_blobs (
     size bigint NOT NULL,
     created_at timestamp with time zone NOT NULL,
     touched_at timestamp with time zone NOT NULL,
+    untrusted_known boolean DEFAULT false NOT NULL,
     CONSTRAINT artifact_blobs_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT artifact_blobs_size_check CHECK ((size >= 0))
 );
@@ -6976,6 +6970,8 @@ CREATE TABLE cryo.artifact_blobs (
 COMMENT ON TABLE cryo.artifact_blobs IS 'One row per distinct artifact content of a project (its SHA-256 and size); the project''s artifact bytes are the sum of these sizes, each counted once however many names point at it.';
 
 COMMENT ON COLUMN cryo.artifact_blobs.touched_at IS 'The last time a put pointed a name at this blob; the collector removes only blobs no name points at and nobody touched within its grace period.';
+
+COMMENT ON COLUMN cryo.artifact_blobs.untrusted_known IS 'Untrusted runs may learn the project holds this blob and name it: an untrusted run uploaded its bytes through the server, which checked them against the digest, or a published trusted artifact named it. Otherwise an untrusted run''s prepare answers "not present" and its put must upload the bytes first.';
 
 CREATE TABLE cryo.event_handlers (
     org text NOT NULL,

@@ -49,6 +49,24 @@ async def prepare_artifact(conn: AsyncConnection, org: str, project: str, sha256
                       (org, project, sha256, size, max_bytes))
 
 
+async def prepare_run_artifact(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                               sha256: str, size: int,
+                               max_bytes: int | None) -> tuple[bool, bool]:
+    """(present, verify): whether the run may skip the upload, and whether its bytes
+    must pass through the server to be hashed (an untrusted run's)."""
+    cur = await conn.execute("SELECT * FROM cryo.prepare_run_artifact(%s, %s, %s, %s, %s)",
+                             (run_id, token, sha256, size, max_bytes))
+    row = await cur.fetchone()
+    assert row is not None
+    return bool(row[0]), bool(row[1])
+
+
+async def record_run_artifact_upload(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                                     sha256: str, size: int) -> bool:
+    return await _one(conn, "SELECT cryo.record_run_artifact_upload(%s, %s, %s, %s)",
+                      (run_id, token, sha256, size))
+
+
 async def put_run_artifact(conn: AsyncConnection, run_id: str, token: uuid.UUID,
                            key: str | None, name: str, sha256: str, size: int,
                            max_bytes: int | None, public: bool = False) -> Artifact:

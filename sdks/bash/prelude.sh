@@ -14,8 +14,8 @@ cryo_step() { "$CRYO_BIN" step "$@"; }                    # NAME [--label L] -- 
 cryo_sleep() { "$CRYO_BIN" sleep "$@"; }                  # DURATION (30s, 5m, 500ms)
 cryo_annotate() { "$CRYO_BIN" annotate "$@"; }            # TEXT
 cryo_wait_signal() { "$CRYO_BIN" wait-signal "$@"; }      # NAME [--timeout D]
-cryo_wait_event() { "$CRYO_BIN" wait-event "$@"; }        # NAME [--timeout D]
-cryo_emit() { "$CRYO_BIN" emit "$@"; }                    # NAME [PAYLOAD]
+cryo_wait_event() { "$CRYO_BIN" wait-event "$@"; }        # NAME [--timeout D] [--tainted]
+cryo_emit() { "$CRYO_BIN" emit "$@"; }                    # NAME [PAYLOAD] [--public]
 cryo_spawn() { "$CRYO_BIN" spawn "$@"; }                  # FILE [--input JSON]
 cryo_activity_submit() { "$CRYO_BIN" activity-submit "$@"; }   # NAME [policy] -- CMD...
 cryo_activity_collect() { "$CRYO_BIN" activity-collect "$@"; } # NAME
@@ -24,11 +24,11 @@ cryo_activity() { "$CRYO_BIN" activity "$@"; }            # NAME [policy] -- CMD
 cryo_output_set() { "$CRYO_BIN" output set "$@"; }        # KEY VALUE
 cryo_call_graph() { "$CRYO_BIN" call-graph "$@"; }        # NAME [--input JSON]; prints JSON
 cryo_call_node() { "$CRYO_BIN" call-node "$@"; }          # TYPE --config JSON [--input JSON]
-cryo_state_get() { "$CRYO_BIN" state get "$@"; }          # KEY [--entity E]
-cryo_state_version() { "$CRYO_BIN" state version "$@"; } # KEY [--entity E]
-cryo_state_set() { "$CRYO_BIN" state set "$@"; }          # KEY VALUE [--entity E]
+cryo_state_get() { "$CRYO_BIN" state get "$@"; }          # KEY [--entity E] [--tainted]
+cryo_state_version() { "$CRYO_BIN" state version "$@"; } # KEY [--entity E] [--tainted]
+cryo_state_set() { "$CRYO_BIN" state set "$@"; }          # KEY VALUE [--entity E] [--public]
 cryo_state_delete() { "$CRYO_BIN" state delete "$@"; }
-cryo_state_list() { "$CRYO_BIN" state list "$@"; }
+cryo_state_list() { "$CRYO_BIN" state list "$@"; }        # [--entity E] [--tainted]
 cryo_state_add() { "$CRYO_BIN" state add "$@"; }          # KEY [VALUE]; exit 3 when lost
 cryo_state_cas() { "$CRYO_BIN" state cas "$@"; }          # KEY VALUE --expect V [--as N]
 cryo_state_incr() { "$CRYO_BIN" state incr "$@"; }        # KEY [--by N] [--as N]
@@ -58,6 +58,6 @@ print(value if isinstance(value, str) else json.dumps(value, separators=(",", ":
 }
 
 # Artifacts (cryopg artifact …): files kept with the run, or cached under a key.
-cryo_artifact_put() { "$CRYO_BIN" artifact put "$@"; }    # NAME PATH [--key K]
-cryo_artifact_get() { "$CRYO_BIN" artifact get "$@"; }    # NAME [PATH] [--key K | --run R]
-cryo_artifact_list() { "$CRYO_BIN" artifact list "$@"; }  # [RUN] [--cached] [--json]
+cryo_artifact_put() { "$CRYO_BIN" artifact put "$@"; }    # NAME PATH [--key K] [--public]
+cryo_artifact_get() { "$CRYO_BIN" artifact get "$@"; }    # NAME [PATH] [--key K | --run R] [--tainted]
+cryo_artifact_list() { "$CRYO_BIN" artifact list "$@"; }  # [RUN] [--cached] [--tainted] [--json]

@@ -30,8 +30,9 @@ type Artifact struct {
 }
 
 type artifactOptions struct {
-	key, run *string
-	cached   bool
+	key, run        *string
+	cached          bool
+	public, tainted bool
 }
 
 // ArtifactOption qualifies an artifact call.
@@ -42,6 +43,13 @@ func ArtifactKey(key string) ArtifactOption { return func(o *artifactOptions) { 
 
 // ArtifactRun reads another run's artifacts.
 func ArtifactRun(runID string) ArtifactOption { return func(o *artifactOptions) { o.run = &runID } }
+
+// ArtifactPublic makes a trusted run's put readable by untrusted runs
+// (docs/security/trust.md).
+func ArtifactPublic() ArtifactOption { return func(o *artifactOptions) { o.public = true } }
+
+// ArtifactTainted makes a trusted run's get or list read what untrusted runs put.
+func ArtifactTainted() ArtifactOption { return func(o *artifactOptions) { o.tainted = true } }
 
 // ArtifactCached lists the project's cached artifacts instead of a run's.
 func ArtifactCached() ArtifactOption { return func(o *artifactOptions) { o.cached = true } }
@@ -106,7 +114,8 @@ func ArtifactPut(name, path string, opts ...ArtifactOption) (Artifact, error) {
 	if err != nil {
 		return Artifact{}, &ScriptError{"bad_request", fmt.Sprintf("%s: %v", op, err)}
 	}
-	conn, err := artifactConn(request{"op": op, "name": name, "key": o.key, "size": info.Size()})
+	conn, err := artifactConn(flag(request{"op": op, "name": name, "key": o.key,
+		"size": info.Size()}, "public", o.public))
 	if err != nil {
 		return Artifact{}, err
 	}
@@ -135,7 +144,8 @@ func ArtifactGet(name, path string, opts ...ArtifactOption) (string, error) {
 	if path == "" {
 		path = name[strings.LastIndex(name, "/")+1:]
 	}
-	conn, err := artifactConn(request{"op": op, "name": name, "key": o.key, "run": o.run})
+	conn, err := artifactConn(flag(request{"op": op, "name": name, "key": o.key, "run": o.run},
+		"tainted", o.tainted))
 	if err != nil {
 		return "", err
 	}
@@ -177,7 +187,8 @@ func ArtifactGet(name, path string, opts ...ArtifactOption) (string, error) {
 // cached ones with ArtifactCached).
 func ArtifactList(opts ...ArtifactOption) ([]Artifact, error) {
 	o := artifactOpts(opts)
-	r, err := call(request{"op": "artifact.list", "run": o.run, "cached": o.cached})
+	r, err := call(flag(request{"op": "artifact.list", "run": o.run, "cached": o.cached},
+		"tainted", o.tainted))
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,8 @@ type options struct {
 	label       *string
 	secrets     []string
 	entity      *string
+	tainted     bool
+	public      bool
 	as          *string
 	by          *float64
 	value       any
@@ -58,6 +60,22 @@ func Secrets(names ...string) Option { return func(o *options) { o.secrets = nam
 
 // Entity puts a state cell in the project-wide entity scope instead of the run's own.
 func Entity(name string) Option { return func(o *options) { o.entity = &name } }
+
+// Tainted makes a trusted run's StateGet, StateCell, StateList or WaitEvent read what
+// untrusted runs wrote or emitted (docs/security/trust.md).
+func Tainted() Option { return func(o *options) { o.tainted = true } }
+
+// Public makes a trusted run's StateSet of an entity cell, or its Emit, readable by
+// untrusted runs (a later StateSet without it withdraws that).
+func Public() Option { return func(o *options) { o.public = true } }
+
+// flag adds a trust opt-in to a request only when it is set.
+func flag(req request, name string, on bool) request {
+	if on {
+		req[name] = true
+	}
+	return req
+}
 
 // As names a cas/incr call (default: the key); a run may use a name once.
 func As(name string) Option { return func(o *options) { o.as = &name } }
@@ -228,9 +246,9 @@ func Sleep(d time.Duration) error {
 	return err
 }
 
-func wait(kind, name string, timeout *time.Duration) (json.RawMessage, error) {
+func wait(kind, name string, timeout *time.Duration, opts []Option) (json.RawMessage, error) {
 	op := "wait." + kind
-	req := request{"op": op, "name": name, "timeout": nil}
+	req := flag(request{"op": op, "name": name, "timeout": nil}, "tainted", collect(opts).tainted)
 	if timeout != nil {
 		what := "WaitSignalTimeout"
 		if kind == "event" {
@@ -252,29 +270,34 @@ func wait(kind, name string, timeout *time.Duration) (json.RawMessage, error) {
 }
 
 // WaitSignal parks until the named signal arrives and returns its payload (raw JSON).
-func WaitSignal(name string) (json.RawMessage, error) { return wait("signal", name, nil) }
+func WaitSignal(name string) (json.RawMessage, error) { return wait("signal", name, nil, nil) }
 
 // WaitSignalTimeout is WaitSignal bounded by timeout; running out returns *WaitTimeout.
 func WaitSignalTimeout(name string, timeout time.Duration) (json.RawMessage, error) {
-	return wait("signal", name, &timeout)
+	return wait("signal", name, &timeout, nil)
 }
 
 // WaitEvent parks until a project bus event of this name is published after the wait
-// began and returns its payload (raw JSON).
-func WaitEvent(name string) (json.RawMessage, error) { return wait("event", name, nil) }
+// began and returns its payload (raw JSON). A trusted run hears untrusted runs' events
+// only with Tainted(); an untrusted run hears those and published ones.
+func WaitEvent(name string, opts ...Option) (json.RawMessage, error) {
+	return wait("event", name, nil, opts)
+}
 
 // WaitEventTimeout is WaitEvent bounded by timeout; running out returns *WaitTimeout.
-func WaitEventTimeout(name string, timeout time.Duration) (json.RawMessage, error) {
-	return wait("event", name, &timeout)
+func WaitEventTimeout(name string, timeout time.Duration, opts ...Option) (json.RawMessage, error) {
+	return wait("event", name, &timeout, opts)
 }
 
 // Emit publishes an event on the project bus (recorded: a replay does not publish again).
-func Emit(name string, payload any) error {
+// With Public() a trusted run's event reaches untrusted runs waiting on it too.
+func Emit(name string, payload any, opts ...Option) error {
 	p, err := jsonValue(fmt.Sprintf("Emit %q payload", name), payload)
 	if err != nil {
 		return err
 	}
-	_, err = call(request{"op": "emit", "name": name, "payload": p})
+	_, err = call(flag(request{"op": "emit", "name": name, "payload": p}, "public",
+		collect(opts).public))
 	return err
 }
 
@@ -453,7 +476,8 @@ func StateGet(key string, opts ...Option) (json.RawMessage, error) {
 // StateCell returns a cell's value and version (for StateCas), or nil when it is unset.
 func StateCell(key string, opts ...Option) (*Cell, error) {
 	o := collect(opts)
-	r, err := call(request{"op": "state.get", "key": key, "entity": orNull(o.entity)})
+	r, err := call(flag(request{"op": "state.get", "key": key, "entity": orNull(o.entity)},
+		"tainted", o.tainted))
 	if err != nil || !r.bool("found") {
 		return nil, err
 	}
@@ -467,7 +491,8 @@ func StateSet(key string, value any, opts ...Option) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r, err := call(request{"op": "state.set", "key": key, "entity": orNull(o.entity), "value": v})
+	r, err := call(flag(request{"op": "state.set", "key": key, "entity": orNull(o.entity),
+		"value": v}, "public", o.public))
 	if err != nil {
 		return 0, err
 	}
@@ -487,7 +512,8 @@ func StateDelete(key string, opts ...Option) (bool, error) {
 // StateList returns every cell of the scope, in key order.
 func StateList(opts ...Option) ([]Cell, error) {
 	o := collect(opts)
-	r, err := call(request{"op": "state.list", "entity": orNull(o.entity)})
+	r, err := call(flag(request{"op": "state.list", "entity": orNull(o.entity)}, "tainted",
+		o.tainted))
 	if err != nil {
 		return nil, err
 	}

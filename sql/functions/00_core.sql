@@ -199,6 +199,7 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR150', 'sign_in_refused', 'an ID token traded before, a nonce this server did not hand a CLI sign-in (or used), or no CLI session to renew'),
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
+        ('CR170', 'artifact_unverified', 'an untrusted run named a blob by its digest without uploading the bytes through the server, which checks them'),
         ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)'),
         ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end')
 $$;

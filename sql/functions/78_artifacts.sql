@@ -11,6 +11,13 @@
 -- besides, a trusted run reads trusted ones (tainted ones when it asks, p_tainted), an
 -- untrusted run tainted ones and, where it has none of a name, trusted ones published
 -- by their put. The reader's trust comes from runs.untrusted (cryo._run_untrusted).
+--
+-- Blobs are shared by content address, so for an untrusted run a blob exists only when
+-- untrusted runs may know it (artifact_blobs.untrusted_known: an untrusted run uploaded
+-- its bytes through the server, which hashed them, or a published artifact named it).
+-- Otherwise its prepare answers "not there" (and its room check counts the blob as
+-- new), and its put is refused until it uploaded the bytes: no guess of a trusted
+-- artifact's content is confirmed, and no trusted blob is named by its digest alone.
 
 -- The scope a name lives in: a run's own, or a cache key's.
 CREATE OR REPLACE FUNCTION cryo.artifact_scope(
@@ -62,8 +69,11 @@ COMMENT ON FUNCTION cryo.artifact_usage(text, text) IS
     'Returns the bytes of a project''s artifacts, each distinct blob (SHA-256) counted once. Raises CR021 for an application role of another tenant.';
 
 -- Refuses a new blob that would take the project past p_max_bytes (NULL: no bound).
+-- For an untrusted caller a blob it may not know of counts as new, so the refusal tells
+-- nothing about it.
 CREATE OR REPLACE FUNCTION cryo._check_artifact_room(
-    p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint)
+    p_org text, p_project text, p_sha256 text, p_size bigint, p_max_bytes bigint,
+    p_untrusted boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -71,7 +81,11 @@ DECLARE
 BEGIN
     IF p_max_bytes IS NULL OR EXISTS (
         SELECT 1 FROM cryo.artifacts a
-         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256) THEN
+         WHERE a.org = p_org AND a.project = p_project AND a.sha256 = p_sha256
+           AND (NOT p_untrusted OR EXISTS (
+                SELECT 1 FROM cryo.artifact_blobs b
+                 WHERE b.org = a.org AND b.project = a.project AND b.sha256 = a.sha256
+                   AND b.untrusted_known))) THEN
         RETURN;
     END IF;
     v_used := cryo.artifact_usage(p_org, p_project);
@@ -100,12 +114,72 @@ $$;
 COMMENT ON FUNCTION cryo.prepare_artifact(text, text, text, bigint, bigint) IS
     'Returns true when the project already holds a blob with that SHA-256 and size (no upload needed). Raises CR004 for a malformed digest or size, CR075 when a new blob of that size would take the project past p_max_bytes.';
 
+-- A running script's prepare. For an untrusted run the blob is there only when untrusted
+-- runs may know it, and its bytes always pass through the server (verify), which hashes
+-- them: a URL signed for the store would let it skip the upload or write other bytes
+-- under a digest trusted artifacts name.
+CREATE OR REPLACE FUNCTION cryo.prepare_run_artifact(
+    p_run_id text, p_token uuid, p_sha256 text, p_size bigint, p_max_bytes bigint)
+RETURNS TABLE (present boolean, verify boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_org text := cryo._run_org(p_run_id);
+    v_project text := cryo._run_project(p_run_id);
+    v_untrusted boolean;
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    v_untrusted := cryo._run_untrusted(p_run_id);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    PERFORM cryo._check_artifact_room(v_org, v_project, p_sha256, p_size, p_max_bytes,
+                                      v_untrusted);
+    RETURN QUERY SELECT EXISTS (SELECT 1 FROM cryo.artifact_blobs b
+                                 WHERE b.org = v_org AND b.project = v_project
+                                   AND b.sha256 = p_sha256 AND b.size = p_size
+                                   AND (b.untrusted_known OR NOT v_untrusted)),
+                        v_untrusted;
+END
+$$;
+COMMENT ON FUNCTION cryo.prepare_run_artifact(text, uuid, text, bigint, bigint) IS
+    'Returns (present, verify) for the claimed run''s put of a blob: present when the project holds it with that size and the run may know so (for an untrusted run, only a blob an untrusted run uploaded or a published artifact named); verify when the bytes must be uploaded through the server, which checks them against the digest (an untrusted run''s). Raises CR002 for a stale claim token, CR004 for a malformed digest or size, CR075 when a new blob would take the project past p_max_bytes.';
+
+-- After the server received an untrusted run's upload and found the bytes hash to
+-- p_sha256: untrusted runs may now know the blob and name it. A trusted run's upload
+-- needs no record (its put names any blob).
+CREATE OR REPLACE FUNCTION cryo.record_run_artifact_upload(
+    p_run_id text, p_token uuid, p_sha256 text, p_size bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_org text := cryo._run_org(p_run_id);
+    v_project text := cryo._run_project(p_run_id);
+    v_now timestamptz := cryo.now();
+BEGIN
+    PERFORM cryo._claimed_row(p_run_id, p_token);
+    PERFORM cryo._check_sha256(p_sha256, p_size);
+    IF NOT cryo._run_untrusted(p_run_id) THEN
+        RETURN false;
+    END IF;
+    -- The project's artifact lock: the store sweep does not remove these bytes meanwhile.
+    PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || v_org || ':' || v_project, 0));
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at,
+                                          untrusted_known)
+    VALUES (v_org, v_project, p_sha256, p_size, v_now, v_now, true)
+    ON CONFLICT (org, project, sha256) DO UPDATE
+       SET touched_at = excluded.touched_at, untrusted_known = true;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION cryo.record_run_artifact_upload(text, uuid, text, bigint) IS
+    'Records that the claimed run uploaded the blob p_sha256 of p_size bytes through the server, which checked the bytes against the digest; for an untrusted run, untrusted runs may then know the blob and name it (returns true), for a trusted run nothing changes (false). Call it only after that check. Raises CR002 for a stale claim token, CR004 for a malformed digest or size.';
+
 -- Points a name at a blob (already in the store), in one transaction: the blob's row is
 -- made or touched, the bound checked under a per-project lock so two puts cannot both
 -- squeeze under it, and the name (re)pointed. A name's earlier blob is left to the
 -- collector.
 -- The putting run's trust taints the name (no run: a trusted writer); a trusted put
--- publishes it with p_public (a put without it withdraws that).
+-- publishes it with p_public (a put without it withdraws that). An untrusted run names
+-- only a blob untrusted runs may know (see the header).
 CREATE OR REPLACE FUNCTION cryo._put_artifact(
     p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text,
     p_size bigint, p_max_bytes bigint, p_by_run text, p_public boolean DEFAULT false)
@@ -120,10 +194,23 @@ BEGIN
     PERFORM cryo._check_name('artifact', p_name);
     PERFORM cryo._check_sha256(p_sha256, p_size);
     PERFORM pg_advisory_xact_lock(hashtextextended('cryo.artifacts:' || p_org || ':' || p_project, 0));
-    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes);
-    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at)
-    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now)
-    ON CONFLICT (org, project, sha256) DO UPDATE SET touched_at = excluded.touched_at;
+    IF v_tainted AND NOT EXISTS (
+        SELECT 1 FROM cryo.artifact_blobs b
+         WHERE b.org = p_org AND b.project = p_project AND b.sha256 = p_sha256
+           AND b.size = p_size AND b.untrusted_known) THEN
+        RAISE EXCEPTION 'an untrusted run names only bytes it uploaded: upload blob % (% bytes) through the server first',
+            p_sha256, p_size USING ERRCODE = 'CR170';
+    END IF;
+    PERFORM cryo._check_artifact_room(p_org, p_project, p_sha256, p_size, p_max_bytes,
+                                      v_tainted);
+    -- A published name shows the blob to untrusted runs: they may know of it from now on.
+    INSERT INTO cryo.artifact_blobs AS b (org, project, sha256, size, created_at, touched_at,
+                                          untrusted_known)
+    VALUES (p_org, p_project, p_sha256, p_size, v_now, v_now,
+            coalesce(p_public, false) AND NOT v_tainted)
+    ON CONFLICT (org, project, sha256) DO UPDATE
+       SET touched_at = excluded.touched_at,
+           untrusted_known = b.untrusted_known OR excluded.untrusted_known;
     INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
                                      created_by_run, created_at, tainted, published)
     VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
@@ -152,7 +239,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.put_run_artifact(text, uuid, text, text, text, bigint, bigint, boolean) IS
-    'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes.';
+    'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
 -- A put from outside a run: only a cached artifact (a run's own are the run's to write).
 CREATE OR REPLACE FUNCTION cryo.put_artifact(

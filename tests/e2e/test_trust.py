@@ -7,6 +7,7 @@ tainted data only when they ask for it by name."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from typing import Any
@@ -39,7 +40,7 @@ def _status(stack: Any, run_id: str, want: str) -> dict[str, Any]:
 
 
 def test_an_untrusted_run_reads_only_published_data_and_writes_beside_trusted_data(
-        stack: Any) -> None:
+        stack: Any, dsn: str) -> None:
     writer = submit(stack, script(stack.dir, "writer.sh", f"""\
 set -e
 cryopg state set creds {SECRET} --entity shared
@@ -60,10 +61,19 @@ echo evil-tool > evil.txt
 cryopg artifact put tool evil.txt --key K >/dev/null
 echo "mine=[$(cryopg state get creds --entity shared)]"
 cryopg artifact get tool back.txt --key K && echo "back=$(cat back.txt)"
+echo trusted-tool > guess.txt
+cryopg artifact put guess guess.txt >/dev/null && cryopg artifact get guess g.txt \
+    && echo "guess=$(cat g.txt)"
 echo done
 """), "--untrusted")
     log = _log(stack, attacker)
     assert "done" in log, log
+    # A right guess of a trusted blob's content is its own artifact only because its
+    # bytes went through the server, which hashed them (the blob was not there for it).
+    assert "guess=trusted-tool" in log, log
+    with psycopg.connect(dsn) as db:
+        assert db.execute("SELECT untrusted_known FROM cryo.artifact_blobs WHERE sha256 = %s",
+                          (hashlib.sha256(b"trusted-tool\n").hexdigest(),)).fetchall() == [(True,)]
     assert "creds=[]" in log and "LEAK" not in log and SECRET not in log, log
     assert "mine=[evil]" in log and "back=evil-tool" in log, log  # its own writes, back
     reader = submit(stack, script(stack.dir, "reader.sh", """\

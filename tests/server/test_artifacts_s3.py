@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from tests.artifacts_s3 import _free_port, moto_s3
-from tests.server.conftest import AGENT_PATH, PROJECT_PATH, Server
+from tests.server.conftest import AGENT_CAPS, AGENT_PATH, PROJECT_PATH, Server
 
 
 @pytest.fixture
@@ -174,3 +174,50 @@ async def test_a_store_that_is_down_is_a_503_naming_it(
     async with srv.client.get(blob, headers=claim) as resp:
         body = await resp.json()
         assert resp.status == 503 and named in body["error"]["message"], body
+
+
+async def test_an_untrusted_run_uploads_through_the_server_and_learns_of_no_trusted_blob(
+        s3: str, srv: Server) -> None:
+    """Blobs are shared by content address, so an untrusted run is told a blob is there
+    only when untrusted runs may know it, never gets a signed URL (which would let it
+    skip the upload, or write other bytes under a trusted digest), and names a blob
+    only after the server hashed its bytes (docs/security/trust.md)."""
+    secret = b"low-entropy secret 4242"
+    digest = hashlib.sha256(secret).hexdigest()
+    trusted = await srv.claim_run(await srv.submit("true\n"))
+    ready = (await srv.in_run(trusted, "artifacts/prepare", sha256=digest,
+                              size=len(secret))).ok()
+    async with aiohttp.ClientSession() as plain:
+        async with plain.put(ready["upload"]["url"], data=secret,
+                             headers=ready["upload"]["headers"]) as resp:
+            assert resp.status == 200, await resp.text()
+    (await srv.in_run(trusted, "artifacts/commit", name="creds", key="ci", sha256=digest,
+                      size=len(secret))).ok()
+    untrusted_id = await srv.submit("true\n", untrusted=True)
+    grant = await srv.claim_run(untrusted_id, caps=[*AGENT_CAPS, "isolated"])
+    # (a) The right guess is not confirmed: the answer is the same as for a wrong one.
+    for guess in (digest, "0" * 64):
+        ready = (await srv.in_run(grant, "artifacts/prepare", sha256=guess,
+                                  size=len(secret), force=True)).ok()
+        assert ready == {"present": False, "upload": {"proxy": True}}, ready
+    # (b) Named by its digest alone: refused.
+    (await srv.in_run(grant, "artifacts/commit", name="stolen", sha256=digest,
+                      size=len(secret))).refused(409, "artifact_unverified")
+    blob = f"{AGENT_PATH}/runs/{untrusted_id}/artifacts/blobs/{digest}"
+    claim = {"Authorization": f"Bearer {srv.tokens['agent']}",
+             "X-Cryo-Claim": grant["claim_token"]}
+    async with srv.client.put(blob, data=b"other bytes of the size!", headers=claim) as resp:
+        assert resp.status == 400, await resp.text()  # not the digest's bytes
+    (await srv.in_run(grant, "artifacts/commit", name="stolen", sha256=digest,
+                      size=len(secret))).refused(409, "artifact_unverified")
+    # The bytes themselves, hashed by the server: its own artifact, and the trusted
+    # one is untouched.
+    async with srv.client.put(blob, data=secret, headers=claim) as resp:
+        assert resp.status == 200, await resp.text()
+    (await srv.in_run(grant, "artifacts/commit", name="mine", sha256=digest,
+                      size=len(secret))).ok()
+    found = (await srv.in_run(grant, "artifacts/find", name="mine")).ok()
+    async with aiohttp.ClientSession() as plain:
+        async with plain.get(found["download"]["url"]) as resp:
+            assert await resp.read() == secret
+    (await srv.in_run(grant, "artifacts/find", name="creds", key="ci")).refused(404, "not_found")

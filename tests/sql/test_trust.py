@@ -111,9 +111,18 @@ def test_an_untrusted_graph_runs_its_state_nodes_in_the_tainted_namespace(
     assert _trusted_view(db) == b"trusted" and _trusted_view(db, tainted=True) == b"node"
 
 
+def _upload(db: psycopg.Connection, run: tuple[str, object], sha: str,
+            size: int = 3) -> bool:
+    """What the server records once it hashed a run's uploaded bytes to `sha`."""
+    return db.execute("SELECT cryo.record_run_artifact_upload(%s, %s, %s, %s)",
+                      (*run, sha, size)).fetchone()[0]
+
+
 def _put(db: psycopg.Connection, run: tuple[str, object], sha: str, key: str | None = "K",
-         public: bool = False) -> None:
+         public: bool = False, upload: bool = True) -> None:
     opt = ", p_public => true" if public else ""
+    if upload:
+        _upload(db, run, sha)
     db.execute(f"SELECT * FROM cryo.put_run_artifact(%s, %s, %s, 'tool', %s, 3, NULL{opt})",
                (*run, key, sha))
 
@@ -159,6 +168,49 @@ def test_untrusted_artifacts_read_only_published_and_write_beside_trusted(
     # People see the untrusted run's artifacts as they are (one namespace per run).
     assert db.execute("SELECT sha256, tainted FROM cryo.find_artifact('dev', 'default', %s, "
                       "'tool')", (untrusted[0],)).fetchone() == (SHA_B, True)
+
+
+def _prepare(db: psycopg.Connection, run: tuple[str, object], sha: str, size: int = 3,
+             max_bytes: int | None = None) -> tuple[bool, bool]:
+    return db.execute("SELECT present, verify FROM cryo.prepare_run_artifact(%s, %s, %s, %s, %s)",
+                      (*run, sha, size, max_bytes)).fetchone()
+
+
+def test_an_untrusted_run_learns_of_no_trusted_blob_and_names_only_bytes_it_uploaded(
+        db: psycopg.Connection) -> None:
+    """Blobs are shared by content address: for an untrusted run, a trusted blob is not
+    there (no oracle for guesses of its content) and its digest names nothing."""
+    trusted, untrusted = _run(db), _run(db, untrusted=True)
+    _put(db, trusted, SHA_A, key="secret", upload=False)  # a trusted run names any blob
+    assert _prepare(db, trusted, SHA_A) == (True, False)
+    # (a) Not confirmed: neither by prepare nor by the bound, which counts it as new.
+    assert _prepare(db, untrusted, SHA_A) == (False, True)
+    with pytest.raises(psycopg.Error) as refused:
+        _prepare(db, untrusted, SHA_A, max_bytes=5)
+    assert refused.value.sqlstate == "CR075"
+    # (b) Named by its digest alone: refused, whatever it then tries to read.
+    with pytest.raises(psycopg.Error) as refused:
+        _put(db, untrusted, SHA_A, key=None, upload=False)
+    assert refused.value.sqlstate == "CR170"
+    assert _find(db, untrusted, key=None) is None
+    assert db.execute("SELECT cryo.find_run_artifact_blob(%s, %s, %s)",
+                      (*untrusted, SHA_A)).fetchone() == (None,)
+    # Once it uploaded the bytes (the server hashed them), it names and reads them, and
+    # other untrusted runs learn of the blob: an untrusted run holds those bytes anyway.
+    assert _upload(db, untrusted, SHA_A) is True
+    _put(db, untrusted, SHA_A, key=None, upload=False)
+    assert _find(db, untrusted, key=None) == SHA_A
+    other = _run(db, untrusted=True)
+    assert _prepare(db, other, SHA_A) == (True, True)
+    _put(db, other, SHA_A, key=None, upload=False)
+    # A published artifact shows its blob to untrusted runs; a trusted upload records
+    # nothing.
+    assert _upload(db, trusted, SHA_B) is False
+    _put(db, trusted, SHA_B, key="pub", upload=False)
+    assert _prepare(db, other, SHA_B) == (False, True)
+    _put(db, trusted, SHA_B, key="pub", public=True, upload=False)
+    assert _prepare(db, other, SHA_B) == (True, True)
+    _put(db, other, SHA_B, key="mine", upload=False)
 
 
 def _wait(db: psycopg.Connection, run: tuple[str, object], name: str,

@@ -1,8 +1,9 @@
 """Artifacts of a running script: `…/agent/runs/{run}/artifacts/…`.
 
 A put is prepare (is the blob there already, would it fit), an upload (to a URL the
-store signed, or to this server's blob route when the store cannot sign or
-CRYOPG_ARTIFACTS_PROXY is set), then commit (the index row). A get is find, then a
+store signed, or to this server's blob route when the store cannot sign,
+CRYOPG_ARTIFACTS_PROXY is set, or the run is untrusted: its bytes are hashed here before
+it may name them), then commit (the index row). A get is find, then a
 download the same two ways. The blob routes carry the claim token in the X-Cryo-Claim
 header (their body is the bytes); every route needs the run's live claim. What a run
 may read, SQL decides from the run's trust (docs/security/trust.md).
@@ -65,12 +66,13 @@ async def prepare(request: web.Request) -> web.Response:
     size = int_field(body, "size", SIZE)
     arts = request.app[ARTIFACTS]
     async with connection(request.app[POOL]) as conn, conn.transaction():
-        await engine.check_claim(conn, run_id, token)
-        present = await index.prepare_artifact(conn, org, project, sha256, size,
-                                               arts.settings.max_bytes)
+        present, verify = await index.prepare_run_artifact(conn, run_id, token, sha256, size,
+                                                           arts.settings.max_bytes)
     upload = None
     if not present or body.get("force"):
-        signed = await arts.store.sign("PUT", org, project, sha256, size) if arts.signs else None
+        # An untrusted run's bytes come through here, to be hashed (verify).
+        signed = (await arts.store.sign("PUT", org, project, sha256, size)
+                  if arts.signs and not verify else None)
         upload = signed or {"proxy": True}
     return web.json_response({"present": present, "upload": upload})
 
@@ -78,9 +80,13 @@ async def prepare(request: web.Request) -> web.Response:
 @limits.raw_body
 async def put_blob(request: web.Request) -> web.Response:
     run_id, org, project = await agent_run(request)
-    await _checked(request, await _header_claim(request))
+    token = await _header_claim(request)
+    await _checked(request, token)
     sha256 = check_digest(request.match_info["sha256"])
     digest, size = await receive_blob(request, org, project, expect=sha256)
+    # The bytes hashed to the digest: an untrusted run may now name the blob.
+    async with connection(request.app[POOL]) as conn, conn.transaction():
+        await index.record_run_artifact_upload(conn, run_id, token, digest, size)
     return web.json_response({"sha256": digest, "size": size})
 
 

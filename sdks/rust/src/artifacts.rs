@@ -44,6 +44,17 @@ pub struct ArtifactOptions {
     pub key: Option<String>,
     pub run: Option<String>,
     pub cached: bool,
+    /// A trusted run's put that untrusted runs may read (docs/security/trust.md).
+    pub public: bool,
+    /// A trusted run's get or list of what untrusted runs put.
+    pub tainted: bool,
+}
+
+fn trust(mut request: Value, name: &str, on: bool) -> Value {
+    if on {
+        request[name] = Value::Bool(true);
+    }
+    request
 }
 
 fn lost(op: &str, e: io::Error) -> Error {
@@ -80,7 +91,8 @@ pub fn artifact_put(name: &str, path: impl AsRef<Path>, options: &ArtifactOption
     let bad = |e: io::Error| Error::script("bad_request", format!("{op}: {}: {e}", path.display()));
     let mut file = File::open(path).map_err(bad)?;
     let size = file.metadata().map_err(bad)?.len();
-    let mut stream = open(op, &json!({"op": op, "name": name, "key": opt(options.key.as_deref()), "size": size}))?;
+    let mut stream = open(op, &trust(json!({"op": op, "name": name, "key": opt(options.key.as_deref()), "size": size}),
+                                     "public", options.public))?;
     let mut buf = vec![0u8; CHUNK];
     let mut left = size;
     while left > 0 {
@@ -101,8 +113,9 @@ pub fn artifact_put(name: &str, path: impl AsRef<Path>, options: &ArtifactOption
 pub fn artifact_get(name: &str, path: Option<&Path>, options: &ArtifactOptions) -> Result<PathBuf> {
     let op = "artifact.get";
     let dest = path.map_or_else(|| PathBuf::from(name.rsplit('/').next().unwrap_or(name)), Path::to_path_buf);
-    let stream = open(op, &json!({"op": op, "name": name, "key": opt(options.key.as_deref()),
-                                   "run": opt(options.run.as_deref())}))?;
+    let request = json!({"op": op, "name": name, "key": opt(options.key.as_deref()),
+                         "run": opt(options.run.as_deref())});
+    let stream = open(op, &trust(request, "tainted", options.tainted))?;
     let mut reader = BufReader::with_capacity(CHUNK, &stream);
     let reply = reply_line(op, &mut reader)?;
     let size = number(&reply, "size").max(0) as u64;
@@ -149,7 +162,8 @@ fn unique() -> u64 {
 /// This run's artifacts (or `options.run`'s, or with `options.cached` the project's
 /// cached ones).
 pub fn artifact_list(options: &ArtifactOptions) -> Result<Vec<Artifact>> {
-    let reply = call(json!({"op": "artifact.list", "run": opt(options.run.as_deref()), "cached": options.cached}))?;
+    let reply = call(trust(json!({"op": "artifact.list", "run": opt(options.run.as_deref()), "cached": options.cached}),
+                           "tainted", options.tainted))?;
     let rows = reply.get("artifacts").and_then(Value::as_array).cloned().unwrap_or_default();
     Ok(rows.iter().filter_map(Value::as_object).map(Artifact::from).collect())
 }

@@ -371,11 +371,24 @@ pub fn sleep_secs(seconds: f64) -> Result<()> {
 }
 
 fn wait(kind: &'static str, name: &str, timeout: Option<Duration>) -> Result<Value> {
+    wait_with(kind, name, timeout, false)
+}
+
+/// Adds a trust opt-in (docs/security/trust.md) to a request only when it is set.
+fn with_flag(mut request: Value, name: &str, on: bool) -> Value {
+    if on {
+        request[name] = Value::Bool(true);
+    }
+    request
+}
+
+fn wait_with(kind: &'static str, name: &str, timeout: Option<Duration>, tainted: bool) -> Result<Value> {
     let op = format!("wait.{kind}");
     if timeout.is_some() {
         require_verb(&op, &format!("wait_{kind}_timeout"))?;
     }
-    let reply = call(json!({"op": op, "name": name, "timeout": timeout.map(|t| t.as_secs_f64())}))?;
+    let request = json!({"op": op, "name": name, "timeout": timeout.map(|t| t.as_secs_f64())});
+    let reply = call(with_flag(request, "tainted", tainted))?;
     if flag(&reply, "timed_out") {
         return Err(Error::WaitTimeout { kind, name: name.into(), timeout: timeout.unwrap_or_default() });
     }
@@ -403,12 +416,28 @@ pub fn wait_event_timeout(name: &str, timeout: Duration) -> Result<Value> {
     wait("event", name, Some(timeout))
 }
 
+/// [`wait_event`] (bounded when `timeout` is given) that, for a trusted run, also hears
+/// untrusted runs' events of the name; an untrusted run hears those and published ones
+/// anyway.
+pub fn wait_event_tainted(name: &str, timeout: Option<Duration>) -> Result<Value> {
+    wait_with("event", name, timeout, true)
+}
+
 // -- events, children, activities --------------------------------------------------------
 
 /// Publish an event on the project bus (recorded: a replay does not publish again).
 pub fn emit<P: Serialize + ?Sized>(name: &str, payload: &P) -> Result<()> {
+    emit_with(name, payload, false)
+}
+
+/// [`emit`] published: a trusted run's event reaches untrusted runs waiting on it too.
+pub fn emit_public<P: Serialize + ?Sized>(name: &str, payload: &P) -> Result<()> {
+    emit_with(name, payload, true)
+}
+
+fn emit_with<P: Serialize + ?Sized>(name: &str, payload: &P, public: bool) -> Result<()> {
     let payload = to_json(&format!("emit {name:?} payload"), payload)?;
-    call(json!({"op": "emit", "name": name, "payload": payload})).map(|_| ())
+    call(with_flag(json!({"op": "emit", "name": name, "payload": payload}), "public", public)).map(|_| ())
 }
 
 /// Run the stored graph `name` (a cryosleep-graph/v1 workflow) with `input` as a child
@@ -555,7 +584,16 @@ pub struct ListedCell {
 /// A cell's value decoded as `T`, or `None` when unset. `entity` names the project-wide
 /// entity scope; `None` is this run's own scope.
 pub fn state_get<T: DeserializeOwned>(key: &str, entity: Option<&str>) -> Result<Option<T>> {
-    match state_cell(key, entity)? {
+    state_get_with(key, entity, false)
+}
+
+/// [`state_get`] of the cell untrusted runs wrote (for a trusted run; docs/security/trust.md).
+pub fn state_get_tainted<T: DeserializeOwned>(key: &str, entity: Option<&str>) -> Result<Option<T>> {
+    state_get_with(key, entity, true)
+}
+
+fn state_get_with<T: DeserializeOwned>(key: &str, entity: Option<&str>, tainted: bool) -> Result<Option<T>> {
+    match state_cell_with(key, entity, tainted)? {
         None => Ok(None),
         Some(cell) => serde_json::from_value(cell.value)
             .map(Some)
@@ -565,7 +603,17 @@ pub fn state_get<T: DeserializeOwned>(key: &str, entity: Option<&str>) -> Result
 
 /// A cell's value and version (for [`state_cas`]), or `None` when unset.
 pub fn state_cell(key: &str, entity: Option<&str>) -> Result<Option<Cell>> {
-    let reply = call(json!({"op": "state.get", "key": key, "entity": opt(entity)}))?;
+    state_cell_with(key, entity, false)
+}
+
+/// [`state_cell`] of the cell untrusted runs wrote (for a trusted run).
+pub fn state_cell_tainted(key: &str, entity: Option<&str>) -> Result<Option<Cell>> {
+    state_cell_with(key, entity, true)
+}
+
+fn state_cell_with(key: &str, entity: Option<&str>, tainted: bool) -> Result<Option<Cell>> {
+    let request = json!({"op": "state.get", "key": key, "entity": opt(entity)});
+    let reply = call(with_flag(request, "tainted", tainted))?;
     if !flag(&reply, "found") {
         return Ok(None);
     }
@@ -574,8 +622,19 @@ pub fn state_cell(key: &str, entity: Option<&str>) -> Result<Option<Cell>> {
 
 /// Write a cell; returns its new version.
 pub fn state_set<V: Serialize + ?Sized>(key: &str, value: &V, entity: Option<&str>) -> Result<i64> {
+    state_set_with(key, value, entity, false)
+}
+
+/// [`state_set`] published: untrusted runs may read a trusted run's entity cell (until a
+/// later set without it).
+pub fn state_set_public<V: Serialize + ?Sized>(key: &str, value: &V, entity: Option<&str>) -> Result<i64> {
+    state_set_with(key, value, entity, true)
+}
+
+fn state_set_with<V: Serialize + ?Sized>(key: &str, value: &V, entity: Option<&str>, public: bool) -> Result<i64> {
     let value = to_json(&format!("state_set {key:?} value"), value)?;
-    let reply = call(json!({"op": "state.set", "key": key, "entity": opt(entity), "value": value}))?;
+    let request = json!({"op": "state.set", "key": key, "entity": opt(entity), "value": value});
+    let reply = call(with_flag(request, "public", public))?;
     Ok(number(&reply, "version"))
 }
 
@@ -587,7 +646,16 @@ pub fn state_delete(key: &str, entity: Option<&str>) -> Result<bool> {
 
 /// Every cell of the scope, in key order.
 pub fn state_list(entity: Option<&str>) -> Result<Vec<ListedCell>> {
-    let reply = call(json!({"op": "state.list", "entity": opt(entity)}))?;
+    state_list_with(entity, false)
+}
+
+/// [`state_list`] of the cells untrusted runs wrote (for a trusted run).
+pub fn state_list_tainted(entity: Option<&str>) -> Result<Vec<ListedCell>> {
+    state_list_with(entity, true)
+}
+
+fn state_list_with(entity: Option<&str>, tainted: bool) -> Result<Vec<ListedCell>> {
+    let reply = call(with_flag(json!({"op": "state.list", "entity": opt(entity)}), "tainted", tainted))?;
     let cells = reply.get("cells").and_then(Value::as_array).cloned().unwrap_or_default();
     Ok(cells
         .into_iter()

@@ -8,16 +8,22 @@ export interface ArtifactInfo {
 export interface ArtifactPutOptions {
     /** Put the project's cached artifact under this key instead of the run's own. */
     key?: string;
+    /** A trusted run's artifact untrusted runs may read (docs/security/trust.md). */
+    public?: boolean;
 }
 export interface ArtifactGetOptions {
     key?: string;
     /** Another run's artifact. */
     run?: string;
+    /** A trusted run gets the artifact untrusted runs put (or an untrusted run's own). */
+    tainted?: boolean;
 }
 export interface ArtifactListOptions {
     run?: string;
     /** The project's cached artifacts instead of a run's. */
     cached?: boolean;
+    /** A trusted run lists what untrusted runs put. */
+    tainted?: boolean;
 }
 /** Store the file at `path` as artifact `name` of this run (or the project's cached
  * artifact with `key`); returns its name, sha256 and size. Not journaled: a replay puts

@@ -81,7 +81,7 @@ export async function artifactPut(name, path, options = {}) {
     const file = await open(path, "r");
     try {
         return await session(op, async (sock, it) => {
-            await write(sock, JSON.stringify({ op, name, key: options.key ?? null, size }) + "\n");
+            await write(sock, JSON.stringify({ op, name, key: options.key ?? null, size, ...(options.public ? { public: true } : {}) }) + "\n");
             const chunk = Buffer.alloc(CHUNK);
             let left = size;
             while (left > 0) {
@@ -105,7 +105,7 @@ export async function artifactGet(name, path, options = {}) {
     const op = "artifact.get";
     const dest = path ?? name.split("/").pop();
     return session(op, async (sock, it) => {
-        await write(sock, JSON.stringify({ op, name, key: options.key ?? null, run: options.run ?? null }) + "\n");
+        await write(sock, JSON.stringify({ op, name, key: options.key ?? null, run: options.run ?? null, ...(options.tainted ? { tainted: true } : {}) }) + "\n");
         const { reply, rest } = await replyLine(op, it);
         await mkdir(dirname(dest) || ".", { recursive: true });
         const tmp = join(dirname(dest) || ".", `.artifact-${randomBytes(6).toString("hex")}`);
@@ -144,7 +144,7 @@ export async function artifactGet(name, path, options = {}) {
 export async function artifactList(options = {}) {
     const op = "artifact.list";
     return session(op, async (sock, it) => {
-        await write(sock, JSON.stringify({ op, run: options.run ?? null, cached: options.cached ?? false }) + "\n");
+        await write(sock, JSON.stringify({ op, run: options.run ?? null, cached: options.cached ?? false, ...(options.tainted ? { tainted: true } : {}) }) + "\n");
         const { reply } = await replyLine(op, it);
         return Array.isArray(reply.artifacts) ? reply.artifacts : [];
     });

@@ -29,6 +29,14 @@ export interface WaitOptions {
     /** Give up after this long (milliseconds, or "30s") by raising {@link WaitTimeout}. */
     timeoutMs?: Duration;
 }
+export interface WaitEventOptions extends WaitOptions {
+    /** A trusted run also hears untrusted runs' events of the name (docs/security/trust.md). */
+    tainted?: boolean;
+}
+export interface EmitOptions {
+    /** A trusted run's event reaches untrusted runs waiting on the name too. */
+    public?: boolean;
+}
 export interface ActivityOptions {
     /** Further attempts after a failed one. */
     retries?: number;
@@ -48,6 +56,14 @@ export interface SpawnOptions {
 export interface StateOptions {
     /** The project-wide entity scope the cell lives in; omit for this run's own scope. */
     entity?: string;
+}
+export interface StateReadOptions extends StateOptions {
+    /** A trusted run reads the cell untrusted runs wrote instead (docs/security/trust.md). */
+    tainted?: boolean;
+}
+export interface StateSetOptions extends StateOptions {
+    /** A trusted run's write of an entity cell lets untrusted runs read it. */
+    public?: boolean;
 }
 export interface StateCell<T = Json> {
     key: string;
@@ -81,10 +97,13 @@ export declare function waitSignal<T = Json>(name: string, options?: WaitOptions
 /**
  * Park until a project bus event of this name is published after the wait began, and
  * return its payload. With `timeoutMs`, raise {@link WaitTimeout} when none arrived.
+ * A trusted run hears untrusted runs' events only with `tainted: true`; an untrusted run
+ * hears those and published ones.
  */
-export declare function waitEvent<T = Json>(name: string, options?: WaitOptions): Promise<T>;
-/** Publish an event on the project bus (recorded: a replay does not publish again). */
-export declare function emit(name: string, payload?: unknown): Promise<void>;
+export declare function waitEvent<T = Json>(name: string, options?: WaitEventOptions): Promise<T>;
+/** Publish an event on the project bus (recorded: a replay does not publish again).
+ * With `public: true` a trusted run's event reaches untrusted runs waiting on it too. */
+export declare function emit(name: string, payload?: unknown, options?: EmitOptions): Promise<void>;
 /** Start a child workflow run; returns its run id (recorded by call order). */
 export declare function spawn(filename: string, options?: SpawnOptions): Promise<string>;
 /** Submit an activity (a child run of `argv`) under a name unique in this run. */
@@ -120,15 +139,16 @@ export declare function setOutput(key: string, value: unknown): Promise<void>;
 /** The run's input (any JSON), or null when it was submitted without one. */
 export declare function input<T = Json>(): T;
 /** A state cell's value, or null when it is unset. */
-export declare function stateGet<T = Json>(key: string, options?: StateOptions): Promise<T | null>;
+export declare function stateGet<T = Json>(key: string, options?: StateReadOptions): Promise<T | null>;
 /** A state cell's value with its version (for {@link stateCas}), or null when unset. */
-export declare function stateCell<T = Json>(key: string, options?: StateOptions): Promise<CellValue<T> | null>;
-/** Write a state cell; returns its new version. */
-export declare function stateSet(key: string, value: unknown, options?: StateOptions): Promise<number>;
+export declare function stateCell<T = Json>(key: string, options?: StateReadOptions): Promise<CellValue<T> | null>;
+/** Write a state cell; returns its new version. `public: true` lets untrusted runs read a
+ * trusted run's entity cell (until a later set without it). */
+export declare function stateSet(key: string, value: unknown, options?: StateSetOptions): Promise<number>;
 /** Delete a state cell; true when there was one. */
 export declare function stateDelete(key: string, options?: StateOptions): Promise<boolean>;
-/** Every cell of the scope, in key order. */
-export declare function stateList<T = Json>(options?: StateOptions): Promise<StateCell<T>[]>;
+/** Every cell of the scope, in key order (`tainted: true`: those untrusted runs wrote). */
+export declare function stateList<T = Json>(options?: StateReadOptions): Promise<StateCell<T>[]>;
 /**
  * Claim a cell if nobody has (recorded: a replay gives the same answer). True when this
  * run won it. `value` defaults to `true`.

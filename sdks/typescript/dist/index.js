@@ -29,6 +29,10 @@ export function toMs(value, what = "duration") {
     }
     throw new ScriptError("bad_request", `${what} must be milliseconds or a duration like 30s, 5m, 1.5h, 500ms; got ${JSON.stringify(value)}`);
 }
+/** Trust opt-ins go on the wire only when set, so other requests stay as they were. */
+function flag(name, on) {
+    return on ? { [name]: true } : {};
+}
 /**
  * Run `fn` once and record its result; on every replay return the recorded result
  * without calling `fn`. Only a success is recorded: if `fn` throws, nothing is, and the
@@ -118,13 +122,14 @@ export async function sleep(duration) {
 async function wait(kind, name, options) {
     const op = `wait.${kind}`;
     const what = kind === "signal" ? "waitSignal" : "waitEvent";
+    const extra = flag("tainted", options.tainted);
     const ms = options.timeoutMs === undefined ? undefined : toMs(options.timeoutMs, "timeoutMs");
     if (ms === undefined) {
-        const reply = await call({ op, name, timeout: null });
+        const reply = await call({ op, name, timeout: null, ...extra });
         return reply.payload ?? null;
     }
     await requireVerb(op, `${what} with a timeout`);
-    const reply = await call({ op, name, timeout: ms / 1000 });
+    const reply = await call({ op, name, timeout: ms / 1000, ...extra });
     if (reply.timed_out)
         throw new WaitTimeout(kind, name, ms);
     return reply.payload ?? null;
@@ -134,19 +139,22 @@ async function wait(kind, name, options) {
  * With `timeoutMs`, raise {@link WaitTimeout} when none arrived in time.
  */
 export function waitSignal(name, options = {}) {
-    return wait("signal", name, options);
+    return wait("signal", name, { timeoutMs: options.timeoutMs });
 }
 /**
  * Park until a project bus event of this name is published after the wait began, and
  * return its payload. With `timeoutMs`, raise {@link WaitTimeout} when none arrived.
+ * A trusted run hears untrusted runs' events only with `tainted: true`; an untrusted run
+ * hears those and published ones.
  */
 export function waitEvent(name, options = {}) {
     return wait("event", name, options);
 }
-/** Publish an event on the project bus (recorded: a replay does not publish again). */
-export async function emit(name, payload = null) {
+/** Publish an event on the project bus (recorded: a replay does not publish again).
+ * With `public: true` a trusted run's event reaches untrusted runs waiting on it too. */
+export async function emit(name, payload = null, options = {}) {
     checkJson(payload, `emit ${JSON.stringify(name)} payload`);
-    await call({ op: "emit", name, payload });
+    await call({ op: "emit", name, payload, ...flag("public", options.public) });
 }
 /** Start a child workflow run; returns its run id (recorded by call order). */
 export async function spawn(filename, options = {}) {
@@ -244,13 +252,14 @@ export async function stateGet(key, options = {}) {
 }
 /** A state cell's value with its version (for {@link stateCas}), or null when unset. */
 export async function stateCell(key, options = {}) {
-    const reply = await call({ op: "state.get", key, entity: options.entity ?? null });
+    const reply = await call({ op: "state.get", key, entity: options.entity ?? null, ...flag("tainted", options.tainted) });
     return reply.found ? { value: reply.value, version: Number(reply.version) } : null;
 }
-/** Write a state cell; returns its new version. */
+/** Write a state cell; returns its new version. `public: true` lets untrusted runs read a
+ * trusted run's entity cell (until a later set without it). */
 export async function stateSet(key, value, options = {}) {
     checkJson(value, `stateSet ${JSON.stringify(key)} value`);
-    const reply = await call({ op: "state.set", key, entity: options.entity ?? null, value });
+    const reply = await call({ op: "state.set", key, entity: options.entity ?? null, value, ...flag("public", options.public) });
     return Number(reply.version);
 }
 /** Delete a state cell; true when there was one. */
@@ -258,9 +267,9 @@ export async function stateDelete(key, options = {}) {
     const reply = await call({ op: "state.delete", key, entity: options.entity ?? null });
     return Boolean(reply.deleted);
 }
-/** Every cell of the scope, in key order. */
+/** Every cell of the scope, in key order (`tainted: true`: those untrusted runs wrote). */
 export async function stateList(options = {}) {
-    const reply = await call({ op: "state.list", entity: options.entity ?? null });
+    const reply = await call({ op: "state.list", entity: options.entity ?? null, ...flag("tainted", options.tainted) });
     return (Array.isArray(reply.cells) ? reply.cells : []).map((c) => ({
         key: String(c.key),
         value: c.value,

@@ -26,18 +26,24 @@ export interface ArtifactInfo {
 export interface ArtifactPutOptions {
   /** Put the project's cached artifact under this key instead of the run's own. */
   key?: string;
+  /** A trusted run's artifact untrusted runs may read (docs/security/trust.md). */
+  public?: boolean;
 }
 
 export interface ArtifactGetOptions {
   key?: string;
   /** Another run's artifact. */
   run?: string;
+  /** A trusted run gets the artifact untrusted runs put (or an untrusted run's own). */
+  tainted?: boolean;
 }
 
 export interface ArtifactListOptions {
   run?: string;
   /** The project's cached artifacts instead of a run's. */
   cached?: boolean;
+  /** A trusted run lists what untrusted runs put. */
+  tainted?: boolean;
 }
 
 type Reader = AsyncIterator<Buffer>;
@@ -108,7 +114,7 @@ export async function artifactPut(name: string, path: string, options: ArtifactP
   const file = await open(path, "r");
   try {
     return await session(op, async (sock, it) => {
-      await write(sock, JSON.stringify({ op, name, key: options.key ?? null, size }) + "\n");
+      await write(sock, JSON.stringify({ op, name, key: options.key ?? null, size, ...(options.public ? { public: true } : {}) }) + "\n");
       const chunk = Buffer.alloc(CHUNK);
       let left = size;
       while (left > 0) {
@@ -131,7 +137,7 @@ export async function artifactGet(name: string, path?: string, options: Artifact
   const op = "artifact.get";
   const dest = path ?? name.split("/").pop()!;
   return session(op, async (sock, it) => {
-    await write(sock, JSON.stringify({ op, name, key: options.key ?? null, run: options.run ?? null }) + "\n");
+    await write(sock, JSON.stringify({ op, name, key: options.key ?? null, run: options.run ?? null, ...(options.tainted ? { tainted: true } : {}) }) + "\n");
     const { reply, rest } = await replyLine(op, it);
     await mkdir(dirname(dest) || ".", { recursive: true });
     const tmp = join(dirname(dest) || ".", `.artifact-${randomBytes(6).toString("hex")}`);
@@ -168,7 +174,7 @@ export async function artifactGet(name: string, path?: string, options: Artifact
 export async function artifactList(options: ArtifactListOptions = {}): Promise<ArtifactInfo[]> {
   const op = "artifact.list";
   return session(op, async (sock, it) => {
-    await write(sock, JSON.stringify({ op, run: options.run ?? null, cached: options.cached ?? false }) + "\n");
+    await write(sock, JSON.stringify({ op, run: options.run ?? null, cached: options.cached ?? false, ...(options.tainted ? { tainted: true } : {}) }) + "\n");
     const { reply } = await replyLine(op, it);
     return Array.isArray(reply.artifacts) ? (reply.artifacts as ArtifactInfo[]) : [];
   });

@@ -71,6 +71,16 @@ export interface WaitOptions {
   timeoutMs?: Duration;
 }
 
+export interface WaitEventOptions extends WaitOptions {
+  /** A trusted run also hears untrusted runs' events of the name (docs/security/trust.md). */
+  tainted?: boolean;
+}
+
+export interface EmitOptions {
+  /** A trusted run's event reaches untrusted runs waiting on the name too. */
+  public?: boolean;
+}
+
 export interface ActivityOptions {
   /** Further attempts after a failed one. */
   retries?: number;
@@ -92,6 +102,21 @@ export interface SpawnOptions {
 export interface StateOptions {
   /** The project-wide entity scope the cell lives in; omit for this run's own scope. */
   entity?: string;
+}
+
+export interface StateReadOptions extends StateOptions {
+  /** A trusted run reads the cell untrusted runs wrote instead (docs/security/trust.md). */
+  tainted?: boolean;
+}
+
+export interface StateSetOptions extends StateOptions {
+  /** A trusted run's write of an entity cell lets untrusted runs read it. */
+  public?: boolean;
+}
+
+/** Trust opt-ins go on the wire only when set, so other requests stay as they were. */
+function flag(name: "tainted" | "public", on: boolean | undefined): Record<string, boolean> {
+  return on ? { [name]: true } : {};
 }
 
 export interface StateCell<T = Json> {
@@ -201,16 +226,17 @@ export async function sleep(duration: Duration): Promise<void> {
   await call({ op: "sleep", seconds: toMs(duration, "sleep") / 1000 });
 }
 
-async function wait(kind: "signal" | "event", name: string, options: WaitOptions): Promise<any> {
+async function wait(kind: "signal" | "event", name: string, options: WaitEventOptions): Promise<any> {
   const op = `wait.${kind}`;
   const what = kind === "signal" ? "waitSignal" : "waitEvent";
+  const extra = flag("tainted", options.tainted);
   const ms = options.timeoutMs === undefined ? undefined : toMs(options.timeoutMs, "timeoutMs");
   if (ms === undefined) {
-    const reply = await call({ op, name, timeout: null });
+    const reply = await call({ op, name, timeout: null, ...extra });
     return reply.payload ?? null;
   }
   await requireVerb(op, `${what} with a timeout`);
-  const reply = await call({ op, name, timeout: ms / 1000 });
+  const reply = await call({ op, name, timeout: ms / 1000, ...extra });
   if (reply.timed_out) throw new WaitTimeout(kind, name, ms);
   return reply.payload ?? null;
 }
@@ -220,21 +246,24 @@ async function wait(kind: "signal" | "event", name: string, options: WaitOptions
  * With `timeoutMs`, raise {@link WaitTimeout} when none arrived in time.
  */
 export function waitSignal<T = Json>(name: string, options: WaitOptions = {}): Promise<T> {
-  return wait("signal", name, options);
+  return wait("signal", name, { timeoutMs: options.timeoutMs });
 }
 
 /**
  * Park until a project bus event of this name is published after the wait began, and
  * return its payload. With `timeoutMs`, raise {@link WaitTimeout} when none arrived.
+ * A trusted run hears untrusted runs' events only with `tainted: true`; an untrusted run
+ * hears those and published ones.
  */
-export function waitEvent<T = Json>(name: string, options: WaitOptions = {}): Promise<T> {
+export function waitEvent<T = Json>(name: string, options: WaitEventOptions = {}): Promise<T> {
   return wait("event", name, options);
 }
 
-/** Publish an event on the project bus (recorded: a replay does not publish again). */
-export async function emit(name: string, payload: unknown = null): Promise<void> {
+/** Publish an event on the project bus (recorded: a replay does not publish again).
+ * With `public: true` a trusted run's event reaches untrusted runs waiting on it too. */
+export async function emit(name: string, payload: unknown = null, options: EmitOptions = {}): Promise<void> {
   checkJson(payload, `emit ${JSON.stringify(name)} payload`);
-  await call({ op: "emit", name, payload });
+  await call({ op: "emit", name, payload, ...flag("public", options.public) });
 }
 
 /** Start a child workflow run; returns its run id (recorded by call order). */
@@ -341,21 +370,22 @@ export function input<T = Json>(): T {
 }
 
 /** A state cell's value, or null when it is unset. */
-export async function stateGet<T = Json>(key: string, options: StateOptions = {}): Promise<T | null> {
+export async function stateGet<T = Json>(key: string, options: StateReadOptions = {}): Promise<T | null> {
   const cell = await stateCell<T>(key, options);
   return cell === null ? null : cell.value;
 }
 
 /** A state cell's value with its version (for {@link stateCas}), or null when unset. */
-export async function stateCell<T = Json>(key: string, options: StateOptions = {}): Promise<CellValue<T> | null> {
-  const reply = await call({ op: "state.get", key, entity: options.entity ?? null });
+export async function stateCell<T = Json>(key: string, options: StateReadOptions = {}): Promise<CellValue<T> | null> {
+  const reply = await call({ op: "state.get", key, entity: options.entity ?? null, ...flag("tainted", options.tainted) });
   return reply.found ? { value: reply.value as T, version: Number(reply.version) } : null;
 }
 
-/** Write a state cell; returns its new version. */
-export async function stateSet(key: string, value: unknown, options: StateOptions = {}): Promise<number> {
+/** Write a state cell; returns its new version. `public: true` lets untrusted runs read a
+ * trusted run's entity cell (until a later set without it). */
+export async function stateSet(key: string, value: unknown, options: StateSetOptions = {}): Promise<number> {
   checkJson(value, `stateSet ${JSON.stringify(key)} value`);
-  const reply = await call({ op: "state.set", key, entity: options.entity ?? null, value });
+  const reply = await call({ op: "state.set", key, entity: options.entity ?? null, value, ...flag("public", options.public) });
   return Number(reply.version);
 }
 
@@ -365,9 +395,9 @@ export async function stateDelete(key: string, options: StateOptions = {}): Prom
   return Boolean(reply.deleted);
 }
 
-/** Every cell of the scope, in key order. */
-export async function stateList<T = Json>(options: StateOptions = {}): Promise<StateCell<T>[]> {
-  const reply = await call({ op: "state.list", entity: options.entity ?? null });
+/** Every cell of the scope, in key order (`tainted: true`: those untrusted runs wrote). */
+export async function stateList<T = Json>(options: StateReadOptions = {}): Promise<StateCell<T>[]> {
+  const reply = await call({ op: "state.list", entity: options.entity ?? null, ...flag("tainted", options.tainted) });
   return (Array.isArray(reply.cells) ? reply.cells : []).map((c: any) => ({
     key: String(c.key),
     value: c.value as T,
