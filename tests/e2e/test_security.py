@@ -121,9 +121,11 @@ def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
 def test_wrong_master_key_ends_runs_unreadable_and_rotation_keeps_them_readable(
         stack: Any, dsn: str) -> None:
     calls = stack.dir / "calls"
-    wrong = submit(stack, script(stack.dir, "w.sh", PARKING.format(calls=calls)))
-    # The kept run waits for a signal, not a timer: however slow the machine, it is not
-    # due while the wrong-key server runs.
+    # Both runs wait for a signal, not a timer: however slow the machine, neither wakes
+    # before it is meant to (a 1 s sleep could end, and the run succeed, before a poll saw
+    # it parked). The wrong run is signalled once the wrong-key server runs.
+    wrong = submit(stack, script(stack.dir, "w.sh", PARKING.format(calls=calls).replace(
+        "cryopg sleep 1s", "cryopg wait-signal go")))
     kept = submit(stack, script(stack.dir, "k.sh", PARKING.format(calls=calls).replace(
         "cryopg sleep 1s", "cryopg wait-signal go")))
     _wait_status(dsn, wrong, "parked")
@@ -133,6 +135,8 @@ def test_wrong_master_key_ends_runs_unreadable_and_rotation_keeps_them_readable(
     # A server with a key that never wrapped this org: the due run ends unreadable.
     procs = _server_and_agent(stack, dsn, generate_master_key())
     try:
+        with psycopg.connect(dsn, autocommit=True) as db:
+            db.execute("SELECT cryo.send_signal(%s, 'go')", (wrong,))
         _wait_status(dsn, wrong, "unreadable")
     finally:
         _kill(procs)
