@@ -1494,6 +1494,30 @@ CREATE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text) RETUR
     SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
 $$;
 
+CREATE FUNCTION cryo._log_take(p_run_id text, p_token uuid, p_offset bigint, p_length bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_end bigint;
+BEGIN
+    IF p_offset IS NULL OR p_offset < 0 OR p_length IS NULL OR p_length < 0 THEN
+        RAISE EXCEPTION 'a log chunk needs an offset and a length of at least 0'
+            USING ERRCODE = 'CR004';
+    END IF;
+    SELECT CASE WHEN r.log_claim = p_token THEN r.log_end ELSE 0 END INTO v_end
+      FROM cryo.runs r WHERE r.id = p_run_id;
+    IF p_offset > v_end THEN
+        RAISE EXCEPTION 'log chunk at byte % of run % leaves a gap: its stored log ends at byte %',
+            p_offset, p_run_id, v_end USING ERRCODE = 'CR160';
+    END IF;
+    IF p_offset = v_end AND p_length > 0 THEN
+        UPDATE cryo.runs SET log_claim = p_token, log_end = v_end + p_length
+         WHERE id = p_run_id;
+    END IF;
+    RETURN v_end;
+END
+$$;
+
 CREATE FUNCTION cryo._mapped_role(p_org text, p_claims jsonb) RETURNS text
     LANGUAGE sql STABLE
     AS $$
@@ -2388,6 +2412,8 @@ CREATE TABLE cryo.runs (
     trigger_depth integer,
     drive_failures integer DEFAULT 0 NOT NULL,
     log_context bytea,
+    log_claim uuid,
+    log_end bigint DEFAULT 0 NOT NULL,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -2402,6 +2428,10 @@ COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from
 COMMENT ON COLUMN cryo.runs.drive_failures IS 'For a graph run: how many driver turns in a row failed (each backs off longer).';
 
 COMMENT ON COLUMN cryo.runs.log_context IS 'Sealed: the last bytes of the run''s log when they may begin a secret, for the next pass''s log masker. NULL when there are none.';
+
+COMMENT ON COLUMN cryo.runs.log_claim IS 'The claim (token) whose pass log_end counts: a chunk posted under another claim starts a new pass at byte 0.';
+
+COMMENT ON COLUMN cryo.runs.log_end IS 'How many (plain) log bytes the pass of log_claim has stored with an offset: the only offset the next chunk may start at (cryo._log_take).';
 
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
@@ -2603,6 +2633,29 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.append_log(p_run_id text, p_token uuid, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk (none when empty) and renews the claim; returns true when the run was asked to cancel. Raises CR002 for a stale claim token.';
+
+CREATE FUNCTION cryo.append_log_at(p_run_id text, p_token uuid, p_offset bigint, p_length bigint, p_data bytea, p_claim_seconds double precision) RETURNS TABLE(cancel boolean, log_end bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_end bigint;
+BEGIN
+    cancel := cryo.renew_claim(p_run_id, p_token, p_claim_seconds);
+    v_end := cryo._log_take(p_run_id, p_token, p_offset, p_length);
+    IF v_end = p_offset AND p_length > 0 THEN
+        INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
+        SELECT r.id, r.org, r.project, r.attempt, p_data, cryo.now()
+          FROM cryo.runs r WHERE r.id = p_run_id;
+        PERFORM cryo._notify_run(p_run_id);
+        log_end := v_end + p_length;
+    ELSE
+        log_end := v_end;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.append_log_at(p_run_id text, p_token uuid, p_offset bigint, p_length bigint, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk of p_length plain bytes whose first byte is at p_offset of the pass''s log, only when p_offset is the stored end (bytes already stored are acknowledged and not stored again), and renews the claim; returns the cancel flag and the stored end after the call (short of p_offset + p_length: the chunk overlapped the stored end and its new tail was not stored). Raises CR002 for a stale claim token, CR004 for a missing or negative offset or length, CR160 for an offset past the stored end (the message names it).';
 
 CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) RETURNS boolean
     LANGUAGE plpgsql
@@ -3686,7 +3739,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR055', 'in_use', 'a schedule, handler or webhook still starts the workflow being deleted'),
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
         ('CR170', 'artifact_unverified', 'an untrusted run named a blob by its digest without uploading the bytes through the server, which checks them'),
-        ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)')
+        ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)'),
+        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -3763,7 +3817,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.find_run_artifact_blob(p_run_id text, p_token uuid, p_sha256 text) IS 'Returns the size of the project''s blob with that SHA-256 when an artifact the claimed run may read names it (for a trusted run, a tainted one too: it fetches those only by a name it asked for with --tainted), else NULL. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[] DEFAULT NULL::text[]) RETURNS TABLE(finished_run_id text, finished boolean, agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
+CREATE FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[] DEFAULT NULL::text[], p_log_offsets bigint[] DEFAULT NULL::bigint[], p_log_lengths bigint[] DEFAULT NULL::bigint[]) RETURNS TABLE(finished_run_id text, finished boolean, agent_id text, agent_token text, run_id text, claim_token uuid, attempt integer, filename text, interpreter text, source bytea, input bytea, input_clear jsonb, workdir text, journal jsonb, secrets jsonb, untrusted boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -3780,7 +3834,8 @@ BEGIN
             USING ERRCODE = 'CR004';
     END IF;
     FOR v_f IN SELECT * FROM cryo.finish_runs(p_run_ids, p_tokens, p_outcomes, p_exit_codes,
-                                              p_errors, p_logs) LOOP
+                                              p_errors, p_logs, p_log_offsets,
+                                              p_log_lengths) LOOP
         RETURN QUERY SELECT v_f.run_id, v_f.finished, NULL::text, NULL::text, NULL::text,
                             NULL::uuid, NULL::integer, NULL::text, NULL::text, NULL::bytea,
                             NULL::bytea, NULL::jsonb, NULL::text, NULL::jsonb, NULL::jsonb,
@@ -3805,7 +3860,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[]) IS 'Ends each listed run as cryo.finish_runs does, then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
+COMMENT ON FUNCTION cryo.finish_and_claim_grants(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_org text, p_ask_agent_ids text[], p_capabilities text[], p_claim_seconds double precision, p_ask_agent_tokens text[], p_log_offsets bigint[], p_log_lengths bigint[]) IS 'Ends each listed run as cryo.finish_runs does (with its log offsets and lengths), then claims one run for the asking agent (p_ask_agent_ids, NULL for none) of each run that ended, as cryo.claim_grants does for org p_org and capabilities p_capabilities, in one transaction. Returns one row per finish (finished_run_id, finished; the grant columns NULL), then one row per claim (finished_run_id NULL; the grant columns as claim_grants returns them). Raises CR004 for asks not one per run, and what finish_runs and claim_grants raise.';
 
 CREATE FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer DEFAULT NULL::integer, p_error text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -3824,7 +3879,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.finish_run(p_run_id text, p_token uuid, p_outcome text, p_exit_code integer, p_error text) IS 'Ends the claimed run with the given terminal outcome, or parks a failed activity that has retries left until its backoff passes. Returns nothing. Raises CR002 for a stale claim token, CR004 for an unknown outcome.';
 
-CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[] DEFAULT NULL::bytea[]) RETURNS TABLE(run_id text, finished boolean)
+CREATE FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[] DEFAULT NULL::bytea[], p_log_offsets bigint[] DEFAULT NULL::bigint[], p_log_lengths bigint[] DEFAULT NULL::bigint[]) RETURNS TABLE(run_id text, finished boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -3832,11 +3887,14 @@ DECLARE
     v_n integer := coalesce(cardinality(p_run_ids), 0);
     v_row record;
     v_retried boolean;
+    v_end bigint;
 BEGIN
     IF coalesce(cardinality(p_tokens), 0) <> v_n OR coalesce(cardinality(p_outcomes), 0) <> v_n
        OR (p_exit_codes IS NOT NULL AND cardinality(p_exit_codes) <> v_n)
        OR (p_errors IS NOT NULL AND cardinality(p_errors) <> v_n)
-       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n) THEN
+       OR (p_logs IS NOT NULL AND cardinality(p_logs) <> v_n)
+       OR (p_log_offsets IS NOT NULL AND cardinality(p_log_offsets) <> v_n)
+       OR (p_log_lengths IS NOT NULL AND cardinality(p_log_lengths) <> v_n) THEN
         RAISE EXCEPTION 'finish_runs needs arrays of one length (% run ids)', v_n
             USING ERRCODE = 'CR004';
     END IF;
@@ -3847,13 +3905,17 @@ BEGIN
     -- Lock the live claims in run id order, so two overlapping batches cannot deadlock;
     -- a run listed twice is finished once.
     FOR v_row IN
-        SELECT i.run_id, i.outcome, i.exit_code, i.error, i.log, (q.run_id IS NOT NULL) AS live
+        SELECT i.run_id, i.token, i.outcome, i.exit_code, i.error, i.log, i.log_offset,
+               i.log_length, (q.run_id IS NOT NULL) AS live
           FROM (SELECT DISTINCT ON (u.run_id) u.*
                   FROM unnest(p_run_ids, p_tokens, p_outcomes,
                               coalesce(p_exit_codes, array_fill(NULL::integer, ARRAY[v_n])),
                               coalesce(p_errors, array_fill(NULL::text, ARRAY[v_n])),
-                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])))
-                       AS u(run_id, token, outcome, exit_code, error, log)
+                              coalesce(p_logs, array_fill(NULL::bytea, ARRAY[v_n])),
+                              coalesce(p_log_offsets, array_fill(NULL::bigint, ARRAY[v_n])),
+                              coalesce(p_log_lengths, array_fill(NULL::bigint, ARRAY[v_n])))
+                       AS u(run_id, token, outcome, exit_code, error, log, log_offset,
+                            log_length)
                  ORDER BY u.run_id) i
           LEFT JOIN LATERAL (
                SELECT c.run_id FROM cryo.queue c
@@ -3862,8 +3924,21 @@ BEGIN
                   FOR UPDATE) q ON true
          ORDER BY i.run_id
     LOOP
+        v_end := NULL;
         IF v_row.live THEN
-            IF length(v_row.log) > 0 THEN
+            -- A numbered last chunk follows append_log_at's rule, save that a partial
+            -- repeat is refused like a gap (the server cuts and sends its tail again).
+            IF v_row.log_offset IS NOT NULL AND length(v_row.log) > 0 THEN
+                v_end := cryo._log_take(v_row.run_id, v_row.token, v_row.log_offset,
+                                        v_row.log_length);
+                IF v_end <> v_row.log_offset
+                   AND v_end < v_row.log_offset + v_row.log_length THEN
+                    RAISE EXCEPTION 'log chunk at byte % of run % overlaps its stored log, which ends at byte %',
+                        v_row.log_offset, v_row.run_id, v_end USING ERRCODE = 'CR160';
+                END IF;
+            END IF;
+            IF length(v_row.log) > 0
+               AND (v_row.log_offset IS NULL OR v_end = v_row.log_offset) THEN
                 INSERT INTO cryo.logs (run_id, org, project, attempt, data, created_at)
                 SELECT r.id, r.org, r.project, r.attempt, v_row.log, cryo.now()
                   FROM cryo.runs r WHERE r.id = v_row.run_id;
@@ -3887,7 +3962,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors and logs may be NULL arrays); a failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths or an unknown outcome.';
+COMMENT ON FUNCTION cryo.finish_runs(p_run_ids text[], p_tokens uuid[], p_outcomes text[], p_exit_codes integer[], p_errors text[], p_logs bytea[], p_log_offsets bigint[], p_log_lengths bigint[]) IS 'Ends each listed run whose claim token is its live claim with the matching outcome, after storing its last sealed log bytes (exit codes, errors, logs, log offsets and lengths may be NULL arrays); bytes given with an offset (and their plain length) are stored only at the pass''s stored end and not again when already stored (see append_log_at). A failed activity with retries left is parked for its retry instead. Returns (run_id, finished) per input, finished false for a stale token. Raises CR004 for arrays of different lengths, an unknown outcome or a negative offset or length, CR160 for log bytes past or overlapping the stored end (the message names it).';
 
 CREATE FUNCTION cryo.finish_status_post(p_run_id text, p_error text) RETURNS void
     LANGUAGE sql
