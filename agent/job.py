@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.api import AgentAPI, AgentAPIError, StaleClaim, retry_until
 from agent.env import sealed_env
-from agent.jobtree import JobTree, job_prefix
+from agent.jobtree import JobTree, alive, job_prefix
 from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
 from agent.runner import PtyProcess, close_fd, script_command
 from agent.sandbox import Sandbox
@@ -368,21 +368,11 @@ def sweep_job_dirs() -> int:
             parts = name.split("-")
             if len(parts) < 3 or parts[0] != "cryo" or not parts[1].isdigit():
                 continue
-            if _alive(int(parts[1])):
+            if alive(int(parts[1])):
                 continue
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
             removed += 1
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _private_file(path: str, mode: int) -> Any:

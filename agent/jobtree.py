@@ -111,7 +111,7 @@ def sweep_cgroups(cg: Cgroups | None) -> int:
         return 0
     for name in names:
         pid = _agent_pid(name)
-        if pid is None or _alive(pid):
+        if pid is None or alive(pid):
             continue
         path = os.path.join(cg.home, name)
         kill(path)
@@ -133,7 +133,8 @@ def _agent_pid(name: str) -> int | None:
     return int(parts[1])
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process of that id exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
