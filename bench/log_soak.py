@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from cryopg.devpg import Cluster  # noqa: E402
 from cryopg.migrate import migrate  # noqa: E402
 from tests.chaos.conftest import Chaos, S3Store  # noqa: E402
-from tests.chaos.test_log_mover import _expected, _moved, _script, _sql  # noqa: E402
+from tests.chaos.test_log_mover import _expected, _moved, _script  # noqa: E402
 from tests.conftest import _free_tcp_port  # noqa: E402
 from tests.e2e.helpers import wait_for  # noqa: E402
 
@@ -51,18 +51,18 @@ def _round(chaos: Chaos, s3: S3Store, n: int, small: int, rng: random.Random) ->
         want[run_id] = _expected(f"soak-{n}-{i}", lines)
     runs = list(want)
     if n % 2:  # kill whichever of r2 and r3 holds a lease on this batch's logs
-        held = wait_for("a lease on this batch", lambda: _sql(
-            chaos, "SELECT holder FROM cryo.log_moves WHERE holder IN ('r2', 'r3') AND "
+        held = wait_for("a lease on this batch", lambda: chaos.sql(
+            "SELECT holder FROM cryo.log_moves WHERE holder IN ('r2', 'r3') AND "
                    "lease_expires_at > now() AND run_id = ANY (%s)", (runs,)), timeout=120,
             every=0.02)
         victim = str(held[0][0])
         chaos.kill(victim)
-        leases = len(_sql(chaos, "SELECT 1 FROM cryo.log_moves WHERE holder = %s", (victim,)))
+        leases = len(chaos.sql("SELECT 1 FROM cryo.log_moves WHERE holder = %s", (victim,)))
         chaos.restart(victim)
         event = f"killed {victim} holding {leases} lease(s)"
     else:  # cut the store mid-move until a mover notices
-        wait_for("a move under way", lambda: _sql(
-            chaos, "SELECT 1 FROM cryo.log_moves WHERE lease_expires_at > now() AND "
+        wait_for("a move under way", lambda: chaos.sql(
+            "SELECT 1 FROM cryo.log_moves WHERE lease_expires_at > now() AND "
                    "run_id = ANY (%s)", (runs,)), timeout=120, every=0.02)
         before, cut = _unavailable_lines(chaos), time.monotonic()
         s3.stop()
@@ -72,7 +72,7 @@ def _round(chaos: Chaos, s3: S3Store, n: int, small: int, rng: random.Random) ->
         event = f"store cut for {time.monotonic() - cut:.1f} s"
 
     def settled() -> bool:
-        left = _sql(chaos, "SELECT (SELECT count(*) FROM cryo.runs WHERE id = ANY (%s) "
+        left = chaos.sql("SELECT (SELECT count(*) FROM cryo.runs WHERE id = ANY (%s) "
                            "AND finished_at IS NULL), (SELECT count(*) FROM cryo.logs "
                            "WHERE run_id = ANY (%s)), (SELECT count(*) FROM cryo.log_moves),"
                            " (SELECT count(*) FROM cryo.log_objects_to_delete)",
@@ -87,12 +87,12 @@ def _round(chaos: Chaos, s3: S3Store, n: int, small: int, rng: random.Random) ->
             if code != 200 or got != expected:
                 raise AssertionError(f"{run_id} from {name}: {code}, {len(got)} bytes where "
                                      f"{len(expected)} were logged")
-    archives = {k: (int(b), bytes(h)) for k, b, h in _sql(
-        chaos, "SELECT object_key, object_bytes, sha256 FROM cryo.log_archives")}
+    archives = {k: (int(b), bytes(h)) for k, b, h in chaos.sql(
+        "SELECT object_key, object_bytes, sha256 FROM cryo.log_archives")}
     listed = s3.keys()
     if listed != {k: b for k, (b, _) in archives.items()}:
         raise AssertionError(f"bucket and archives differ: {set(listed) ^ set(archives)}")
-    mine = dict(_sql(chaos, "SELECT object_key, attempts FROM cryo.log_archives "
+    mine = dict(chaos.sql("SELECT object_key, attempts FROM cryo.log_archives "
                             "WHERE run_id = ANY (%s)", (runs,)))
     for key in mine:
         body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
