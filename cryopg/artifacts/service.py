@@ -24,7 +24,7 @@ from cryopg.errors import (
     ArtifactStoreUnavailable,
     InvalidArgument,
 )
-from cryopg.server.state import POOL
+from cryopg.server.app_state import POOL
 
 
 @dataclasses.dataclass

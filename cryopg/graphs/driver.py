@@ -24,9 +24,9 @@ from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
 from cryopg.graphs import starts as graph_nodes
-from cryopg.graphs.nodes import state as state_node
+from cryopg.graphs.nodes import state_node
+from cryopg.server.app_state import KEYS, NOTIFIER, POOL
 from cryopg.server.render import open_document, run_input
-from cryopg.server.state import KEYS, NOTIFIER, POOL
 
 DRIVER_ID = f"driver:{socket.gethostname()}"
 # Turns run one per transaction; a few at once keep one slow turn from holding up the

@@ -18,7 +18,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError
 from cryopg.logstore.settings import LogStoreSettings
-from cryopg.server.state import KEYS, POOL
+from cryopg.server.app_state import KEYS, POOL
 
 PAGE_BYTES = 1 << 20
 _MARKER = re.compile(

@@ -37,7 +37,7 @@ from cryopg.logstore.bound import bound_waiting_logs
 from cryopg.logstore.objects import SegmentWriter, open_store
 from cryopg.logstore.settings import LogStoreSettings
 from cryopg.seal import Sealer
-from cryopg.server.state import CONFIG, KEYS, POOL
+from cryopg.server.app_state import CONFIG, KEYS, POOL
 
 CLAIM_BATCH = 8  # logs leased per claim while the store answers
 BOUND_BATCH = 64  # while it does not: one is tried, the rest bounded if past the grace

@@ -15,7 +15,7 @@ from cryopg.errors import CryoError
 from cryopg.logstore.mover import log_store
 from cryopg.logstore.objects import read_chunks
 from cryopg.seal import Sealer
-from cryopg.server.state import POOL
+from cryopg.server.app_state import POOL
 
 READ_PIECE = 256 << 10  # bytes asked of the store's stream at a time
 

@@ -14,6 +14,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import (
     INT4,
@@ -24,7 +25,6 @@ from cryopg.server.bodies import (
     to_int,
 )
 from cryopg.server.render import answer, child_output
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.trust_flags import PUBLIC, TAINTED, flag
 
 

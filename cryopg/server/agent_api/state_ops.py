@@ -26,6 +26,7 @@ from cryopg.db import connection
 from cryopg.errors import CryoError, InvalidArgument, NotANumber, NotFound
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import (
     int_field,
@@ -35,7 +36,6 @@ from cryopg.server.bodies import (
     str_field,
 )
 from cryopg.server.render import cell_json
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.trust_flags import PUBLIC, TAINTED, flag
 
 # An incr that keeps losing its compare-and-set gives up after this many tries (each
