@@ -25,8 +25,8 @@ from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
 from cryopg.graphs import starts as graph_nodes
 from cryopg.graphs.nodes import state_node
+from cryopg.payloads import open_document, run_input
 from cryopg.server.app_state import KEYS, NOTIFIER, POOL
-from cryopg.server.render import open_document, run_input
 
 DRIVER_ID = f"driver:{socket.gethostname()}"
 # Turns run one per transaction; a few at once keep one slow turn from holding up the
