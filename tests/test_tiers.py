@@ -8,6 +8,7 @@ one level are peers: neither imports the other. There is no exception list.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.test_import_graph import ROOT, import_graph
@@ -18,7 +19,7 @@ LEVELS: list[dict[str, tuple[str, ...]]] = [
               "cryopg.redaction", "cryopg.run_ids", "cryopg.egress", "cryopg.seal",
               "cryopg.db", "cryopg.devpg", "cryopg.migrate", "cryopg.schema_dump",
               "cryopg.secret_env", "cryopg.objectstore", "cryopg.ui")},
-    {"engine": ("cryopg.engine",)},
+    {"engine calls": ("cryopg.engine",)},
     {"sealed calls": ("cryopg.payloads", "cryopg.state_incr")},
     {"graphs": ("cryopg.graphs",), "logstore": ("cryopg.logstore",),
      "artifacts": ("cryopg.artifacts",)},
@@ -71,6 +72,19 @@ def test_the_check_finds_an_upward_and_a_sideways_import() -> None:
 def test_no_tier_imports_a_higher_tier_or_a_peer() -> None:
     bad = upward(import_graph())
     assert not bad, "imports against the tiers (ARCHITECTURE.md):\n" + "\n".join(bad)
+
+
+def test_architecture_md_lists_these_tiers() -> None:
+    """Its tier table, highest first, names the tiers of LEVELS (the database aside), and
+    every path it names under cryopg/, agent/, tests/ or sql/ is there."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text.split("## The tiers", 1)[1].split("\n\n|", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1].strip().lower() for line in ("|" + table).splitlines()[2:]]
+    assert rows[:-1] == [", ".join(tiers) for tiers in reversed(LEVELS)]
+    assert rows[-1] == "database"
+    paths = set(re.findall(r"`((?:cryopg|agent|tests|sql)/[\w/.<>-]*)`", text))
+    assert paths and [p for p in sorted(paths)
+                      if "<" not in p and not (ROOT / p.rstrip("/")).exists()] == []
 
 
 def test_one_module_builds_the_s3_client() -> None:
