@@ -45,9 +45,9 @@ from cryopg.db import connection, open_pool  # noqa: E402
 from cryopg.devpg import find_bindir  # noqa: E402
 from cryopg.migrate import migrate  # noqa: E402
 from cryopg.seal import MasterKey, generate_master_key, parse_master_key  # noqa: E402
-from cryopg.server.agent_api.state import incr_cell  # noqa: E402
 from cryopg.server.auth import new_secret, secret_hash  # noqa: E402
 from cryopg.server.keys import OrgKeys  # noqa: E402
+from cryopg.state_incr import incr_cell  # noqa: E402
 
 OPS = ("get", "set", "add", "cas", "incr")
 HOT_WRITERS = (1, 4, 16)

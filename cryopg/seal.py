@@ -12,7 +12,7 @@ import binascii
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -118,3 +118,10 @@ class Sealer:
 
     def open_json(self, envelope: bytes) -> Any:
         return json.loads(self.open(envelope))
+
+
+class OrgSealers(Protocol):
+    """Where each org's Sealer comes from: the server's OrgKeys (server/keys.py), which
+    the graph driver and the log mover are handed instead of reaching into the server."""
+
+    async def sealer(self, org: str) -> Sealer: ...

@@ -1,5 +1,6 @@
 """The server's side of artifacts: its store, the commit every put ends with, the
-collector round, and answering a download (a signed URL, or the bytes themselves)."""
+collector round, and answering a download (a signed URL, or the bytes themselves).
+The server opens them with its pool (open_artifacts) and keeps them under ARTIFACTS."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import psycopg
 from aiohttp import web
 from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
 from cryopg.artifacts.settings import ArtifactSettings
 from cryopg.artifacts.store import BlobStore, DirStore, open_store
@@ -24,13 +26,13 @@ from cryopg.errors import (
     ArtifactStoreUnavailable,
     InvalidArgument,
 )
-from cryopg.server.state import POOL
 
 
 @dataclasses.dataclass
 class Artifacts:
     settings: ArtifactSettings
     store: BlobStore
+    pool: AsyncConnectionPool
     swept_at: float = float("-inf")  # time.monotonic() of this server's last store sweep
 
     @property
@@ -42,15 +44,13 @@ class Artifacts:
 ARTIFACTS = web.AppKey("artifacts", Artifacts)
 
 
-async def artifacts_ctx(app: web.Application) -> AsyncIterator[None]:
+async def open_artifacts(pool: AsyncConnectionPool) -> Artifacts:
+    """The deployment's artifact settings and store (close its store when done)."""
     try:
         settings = ArtifactSettings.from_env()
     except ValueError as exc:
         raise SystemExit(f"cryopg server: {exc}") from None
-    store = await open_store(settings)
-    app[ARTIFACTS] = Artifacts(settings, store)
-    yield
-    await store.close()
+    return Artifacts(settings, await open_store(settings), pool)
 
 
 async def commit(app: web.Application, org: str, project: str, sha256: str, size: int,
@@ -61,7 +61,7 @@ async def commit(app: web.Application, org: str, project: str, sha256: str, size
     refused as artifact_missing and the caller uploads again."""
     arts = app[ARTIFACTS]
     try:
-        async with connection(app[POOL]) as conn, conn.transaction():
+        async with connection(arts.pool) as conn, conn.transaction():
             row = await put(conn)
             held = await arts.store.size(org, project, sha256)
             if held != size:
@@ -82,11 +82,11 @@ async def drop_unindexed(app: web.Application, org: str, project: str,
                          sha256s: list[str]) -> int:
     """Deletes the bytes of those blobs the project's index does not know, under the
     project's artifact lock (a concurrent put then waits, finds them gone, uploads again)."""
-    store = app[ARTIFACTS].store
-    async with connection(app[POOL]) as conn, conn.transaction():
+    arts = app[ARTIFACTS]
+    async with connection(arts.pool) as conn, conn.transaction():
         gone = await index.unindexed_artifact_blobs(conn, org, project, sha256s)
         for sha256 in gone:
-            await store.delete(org, project, sha256)
+            await arts.store.delete(org, project, sha256)
     return len(gone)
 
 
@@ -120,7 +120,7 @@ async def collect(app: web.Application) -> int:
     """One round of artifact retention (run from the server's tick): removes what
     cryo.collect_artifacts releases, bytes first, inside its transaction."""
     arts = app[ARTIFACTS]
-    async with connection(app[POOL]) as conn, conn.transaction():
+    async with connection(arts.pool) as conn, conn.transaction():
         blobs = await index.collect_artifacts(conn, arts.settings.retention, arts.settings.grace)
         for blob in blobs:
             await arts.store.delete(blob.org, blob.project, blob.sha256)

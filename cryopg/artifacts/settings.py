@@ -7,6 +7,8 @@ import datetime as dt
 import os
 from pathlib import Path
 
+from cryopg.objectstore import S3Settings
+
 DEFAULT_DIR = ".cryopg-artifacts"  # beside .cryopg/ when `cryopg dev` runs in a checkout
 DEFAULT_RETENTION = dt.timedelta(days=30)
 # A blob no name points at stays this long, so a put racing the collector finds it.
@@ -30,15 +32,6 @@ def client_timeout(env: dict[str, str] | None = None) -> float:
     except ValueError:
         return DEFAULT_CLIENT_TIMEOUT
     return value if 0 < value < float("inf") else DEFAULT_CLIENT_TIMEOUT
-
-
-@dataclasses.dataclass(frozen=True)
-class S3Settings:
-    bucket: str
-    endpoint: str | None
-    region: str
-    access_key: str | None
-    secret_key: str | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from cryopg.artifacts.settings import DEFAULT_STORE_TIMEOUT, ArtifactSettings, S3Settings
+from cryopg.artifacts.settings import DEFAULT_STORE_TIMEOUT, ArtifactSettings
 from cryopg.errors import ArtifactStoreUnavailable, InvalidArgument
+from cryopg.objectstore import S3Settings, Timeouts, s3_client
 
 CHUNK = 1 << 20  # bytes read or written at a time
 PART = 8 << 20  # an S3 multipart upload's part (the least S3 takes is 5 MiB)
@@ -200,8 +201,8 @@ class DirStore:
 
 
 class S3Store:
-    """Blobs as objects of one bucket (any S3-compatible endpoint), through obstore (the
-    S3 client the log store uses too). Uploads past PART bytes go in parts, at most two
+    """Blobs as objects of one bucket (any S3-compatible endpoint), through the S3 client
+    of cryopg/objectstore.py (the log store's too). Uploads past PART bytes go in parts, at most two
     in flight, so no blob is ever held whole.
 
     One client (and its connection pool) serves every request of the server. No request
@@ -213,32 +214,22 @@ class S3Store:
 
     def __init__(self, settings: S3Settings, spool_dir: Path | None = None,
                  timeout: dt.timedelta = DEFAULT_STORE_TIMEOUT) -> None:
-        from obstore.store import S3Store as ObjectStore
-
         self._spool_dir = spool_dir
         self._timeout = timeout.total_seconds()
-        endpoint = settings.endpoint
         self.describe = (f"S3 bucket {settings.bucket!r} at "
-                         f"{endpoint or f'AWS {settings.region}'}")
-        def client(**bounds: dt.timedelta) -> ObjectStore:
-            return ObjectStore(
-                settings.bucket, endpoint=endpoint, region=settings.region,
-                access_key_id=settings.access_key, secret_access_key=settings.secret_key,
-                virtual_hosted_style_request=False,
-                client_options={"allow_http": bool(endpoint and endpoint.startswith("http:")),
-                                "connect_timeout": min(timeout, dt.timedelta(seconds=5)),
-                                **bounds},  # type: ignore[typeddict-item]
-                retry_config={"max_retries": 2, "retry_timeout": timeout,
-                              "backoff": {"init_backoff": dt.timedelta(milliseconds=100),
-                                          "max_backoff": dt.timedelta(seconds=1)}})
-
+                         f"{settings.endpoint or f'AWS {settings.region}'}")
+        bounds = Timeouts(connect=min(timeout, dt.timedelta(seconds=5)), request=timeout,
+                          retry=timeout, retries=2,
+                          backoff=(dt.timedelta(milliseconds=100), dt.timedelta(seconds=1)))
         # Reads: a stalled store is caught between reads, and the whole request may take
         # as long as its bytes need (a download of many GiB).
-        self._store = client(read_timeout=timeout, timeout=dt.timedelta(days=1))
+        self._store = s3_client(settings, dataclasses.replace(
+            bounds, read=timeout, request=dt.timedelta(days=1)))
         # Uploads go in requests of at most PART bytes, each bounded whole: the store
         # sends nothing back while it takes a part, or while it assembles the parts
         # (which for a large object may take longer than a plain request).
-        self._uploads = client(timeout=max(timeout, UPLOAD_REQUEST))
+        self._uploads = s3_client(settings, dataclasses.replace(
+            bounds, request=max(timeout, UPLOAD_REQUEST)))
 
     def _failed(self, exc: BaseException) -> ArtifactStoreUnavailable:
         if isinstance(exc, TimeoutError):

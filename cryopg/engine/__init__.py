@@ -124,7 +124,7 @@ from cryopg.engine.sessions import (
     spend_id_token,
     take_oidc_login,
 )
-from cryopg.engine.state import (
+from cryopg.engine.state_cells import (
     run_state_get,
     run_state_list,
     state_add,

@@ -4,29 +4,34 @@ ended (children, waits, approvals), unseals what the interpreter's expressions r
 asks SQL what to skip and start (cryo.graph_plan), starts it, and settles the run -- so
 any replica may drive any run, and none can drive one twice. A driver that dies rolls
 back and the run is pending again.
+
+The server that runs the drivers hands them what they use of it (Host): its pool, its
+org keys, the notifier's graph event and the exact timers; the graph tier does not
+import the server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
 from cryopg.graphs import starts as graph_nodes
-from cryopg.graphs.nodes import state as state_node
-from cryopg.server.render import open_document, run_input
-from cryopg.server.state import KEYS, NOTIFIER, POOL
+from cryopg.graphs.nodes import state_node
+from cryopg.payloads import open_document, run_input
+from cryopg.seal import OrgSealers
 
 DRIVER_ID = f"driver:{socket.gethostname()}"
 # Turns run one per transaction; a few at once keep one slow turn from holding up the
@@ -35,6 +40,16 @@ DRIVERS = 4
 # Plan/record rounds in one turn. A graph that keeps going yields (cryo.graph_yield): it
 # is pending again at once, behind the runs already waiting, so no run holds a driver.
 MAX_ROUNDS = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """What the drivers use of the server process that runs them."""
+
+    pool: AsyncConnectionPool
+    keys: OrgSealers
+    graph_event: Callable[[], asyncio.Event]  # the event the next cryo_graph notify sets
+    timers: Timers
 
 
 def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str] | None:
@@ -79,10 +94,10 @@ def _output(r: NodeRow, open_json: Any) -> Any:
     return open_json(r.output) if r.output is not None else r.output_clear
 
 
-async def advance(app: web.Application, conn: Any, g: Driven) -> str:
+async def advance(host: Host, conn: Any, g: Driven) -> str:
     """One turn on one driven run; returns how it settled ('parked-timed' when it parked
     with a deadline this turn set)."""
-    sealer = await app[KEYS].sealer(g.org)
+    sealer = await host.keys.sealer(g.org)
     pin = await _pinned(conn, sealer, g)
     configs, wanted, after = pin.configs, pin.wanted, pin.after
     # The constant state calls go to SQL once (graph_plan runs those nodes itself); a
@@ -254,10 +269,10 @@ def _default_output(graph: dict[str, Any], scope: dict[str, Any]) -> Any:
     return {i: scope["nodes"].get(i, {}).get("output") for i in sinks}
 
 
-async def drive_once(app: web.Application) -> int:
+async def drive_once(host: Host) -> int:
     driven: list[Driven] = []
     try:
-        async with connection(app[POOL]) as conn, conn.transaction():
+        async with connection(host.pool) as conn, conn.transaction():
             # Documents stay in the database: a run's pin holds them after its first
             # turn here, and a miss reads them once (_pinned).
             driven = await engine.drive_graphs(conn, DRIVER_ID, 1, documents=False)
@@ -267,7 +282,7 @@ async def drive_once(app: web.Application) -> int:
                     # parked with a backoff in the same transaction instead of being
                     # handed out again at once, ahead of every other tenant's runs.
                     async with conn.transaction():
-                        settled = await advance(app, conn, g)
+                        settled = await advance(host, conn, g)
                 except (DatabaseUnavailable, asyncio.CancelledError):
                     raise  # an outage blames no run: the whole turn rolls back
                 except Exception as exc:  # noqa: BLE001 - any bug in one run stays in that run
@@ -278,8 +293,8 @@ async def drive_once(app: web.Application) -> int:
                     settled = "parked-timed"  # with its backoff
                 # A deadline this turn set may be the earliest now. (Not on every park: a
                 # shell chain parks once a node, and each look costs a transaction.)
-                if settled == "parked-timed" and TIMERS in app:
-                    app[TIMERS].rearm()
+                if settled == "parked-timed":
+                    host.timers.rearm()
     except BaseException:
         # Rolled back: the constant state calls a turn handed SQL are gone with it, so
         # the run's pin (which says they were sent) is dropped and the next turn sends
@@ -302,11 +317,11 @@ class Timers:
     def rearm(self) -> None:
         self._changed.set()
 
-    async def run(self, app: web.Application, stop: asyncio.Event) -> None:
+    async def run(self, pool: AsyncConnectionPool, stop: asyncio.Event) -> None:
         while not stop.is_set():
             self._changed.clear()
             try:
-                async with connection(app[POOL]) as conn, conn.transaction():
+                async with connection(pool) as conn, conn.transaction():
                     nxt = await engine.wake_due_graphs(conn)
             except asyncio.CancelledError:
                 raise
@@ -334,11 +349,11 @@ class Idle:
     def kick(self) -> None:
         self._kick.set()
 
-    async def wait(self, app: web.Application) -> None:
+    async def wait(self, graph_event: Callable[[], asyncio.Event]) -> None:
         async with self.watch:
             self._kick = kick = asyncio.Event()
             # Graph runs notify on their own channel: agents' work does not wake this.
-            waits = {asyncio.ensure_future(app[NOTIFIER].graph_event().wait()),
+            waits = {asyncio.ensure_future(graph_event().wait()),
                      asyncio.ensure_future(kick.wait())}
             try:
                 await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
@@ -347,46 +362,44 @@ class Idle:
                     w.cancel()
 
 
-TIMERS = web.AppKey("graph_timers", Timers)
-
-
-async def drive_forever(app: web.Application, stop: asyncio.Event, idle: Idle) -> None:
+async def drive_forever(host: Host, stop: asyncio.Event, idle: Idle) -> None:
     # `stop` as well as cancel: on Python 3.11 asyncio.wait_for swallows a cancel that
     # arrives as the event it waits on is set (shutdown sets every waiter's event), and
     # the loop would go on forever, hanging the app's cleanup.
     while not stop.is_set():
         try:
-            n = await drive_once(app)
+            n = await drive_once(host)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - an outage: the run stays pending
             print(f"cryopg: graph driver: {type(exc).__name__}: {exc}", file=sys.stderr)
             n = 0
             await asyncio.sleep(0.5)
-        if n and await _more_waiting(app):
+        if n and await _more_waiting(host):
             idle.kick()  # more are pending: one more driver looks, and this one again
             continue
-        await idle.wait(app)
+        await idle.wait(host.graph_event)
 
 
-async def _more_waiting(app: web.Application) -> bool:
+async def _more_waiting(host: Host) -> bool:
     """Whether runs are still pending after a turn. (Looking again unasked cost each
     node of a lone chain two empty looks, a transaction each, on a machine the node's
     own job shares.) One that is notified later wakes the watcher; when every driver
     was busy and that notify went unheard, this finds it."""
     try:
-        async with connection(app[POOL]) as conn:
+        async with connection(host.pool) as conn:
             return await engine.graph_runs_waiting(conn)
     except Exception:  # noqa: BLE001 - never end a driver: look again, as before, and
         return True  # meet an outage (or anything else) where drive_once reports it
 
 
-async def driver_ctx(app: web.Application) -> AsyncIterator[None]:
+@contextlib.asynccontextmanager
+async def driving(host: Host) -> AsyncIterator[None]:
+    """DRIVERS drivers and the exact timers, for as long as the server runs."""
     stop = asyncio.Event()
     idle = Idle()
-    app[TIMERS] = Timers()
-    tasks = [asyncio.create_task(drive_forever(app, stop, idle)) for _ in range(DRIVERS)]
-    tasks.append(asyncio.create_task(app[TIMERS].run(app, stop)))
+    tasks = [asyncio.create_task(drive_forever(host, stop, idle)) for _ in range(DRIVERS)]
+    tasks.append(asyncio.create_task(host.timers.run(host.pool, stop)))
     yield
     stop.set()
     for task in tasks:

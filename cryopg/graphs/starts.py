@@ -14,7 +14,7 @@ from cryopg.errors import CryoError, DatabaseUnavailable
 from cryopg.graphs import artifacts
 from cryopg.graphs.nodes import TYPES
 from cryopg.graphs.turn import Turn
-from cryopg.server.render import answer
+from cryopg.payloads import answer
 
 __all__ = ["Turn", "collect", "start"]
 

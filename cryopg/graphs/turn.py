@@ -15,6 +15,7 @@ from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.engine import NodeRow, PlanRow
+from cryopg.payloads import child_output, run_outputs
 from cryopg.seal import Sealer
 
 
@@ -72,15 +73,11 @@ def failure(r: NodeRow) -> str:
 
 async def stdout_of(turn: Turn, r: NodeRow) -> str:
     """What the instance's job printed (its latest attempt's log)."""
-    from cryopg.server.render import child_output
-
     assert r.job_run_id is not None
     return (await child_output(turn.conn, turn.sealer, r.job_run_id)).replace("\r\n", "\n")
 
 
 async def outputs_of(turn: Turn, r: NodeRow) -> dict[str, Any]:
     """The run outputs of the instance's child run."""
-    from cryopg.server.render import run_outputs
-
     assert r.job_run_id is not None
     return await run_outputs(turn.conn, turn.sealer, r.job_run_id)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 import sys
 
-from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError
 from cryopg.logstore.settings import LogStoreSettings
-from cryopg.server.state import KEYS, POOL
+from cryopg.seal import OrgSealers
 
 PAGE_BYTES = 1 << 20
 _MARKER = re.compile(
@@ -44,8 +44,8 @@ def _keeps(settings: LogStoreSettings, moves: list[engine.LogMove]) -> dict[str,
     return keep
 
 
-async def bound_waiting_logs(app: web.Application, settings: LogStoreSettings,
-                             moves: list[engine.LogMove]) -> int:
+async def bound_waiting_logs(pool: AsyncConnectionPool, keys: OrgSealers,
+                             settings: LogStoreSettings, moves: list[engine.LogMove]) -> int:
     """Cuts the leased logs over their bounds; returns the log bytes dropped."""
     total = 0
     for mv in moves:
@@ -53,22 +53,23 @@ async def bound_waiting_logs(app: web.Application, settings: LogStoreSettings,
         if keep >= mv.bytes:
             continue
         try:
-            total += await _cut(app, mv, keep)
+            total += await _cut(pool, keys, mv, keep)
         except CryoError as exc:  # a lease lost, the database away: the next round
             print(f"cryopg: bounding the waiting log of {mv.run_id} failed: {exc}",
                   file=sys.stderr)
     return total
 
 
-async def _cut(app: web.Application, mv: engine.LogMove, keep: int) -> int:
-    sealer = await app[KEYS].sealer(mv.org)
-    async with connection(app[POOL]) as conn:
+async def _cut(pool: AsyncConnectionPool, keys: OrgSealers, mv: engine.LogMove,
+               keep: int) -> int:
+    sealer = await keys.sealer(mv.org)
+    async with connection(pool) as conn:
         upto = await engine.log_trim_point(conn, mv.run_id, keep)
     if upto is None:
         return 0
     dropped, after = 0, 0
     while after < upto:  # what goes, counted in the log's own bytes
-        async with connection(app[POOL]) as conn:
+        async with connection(pool) as conn:
             page = await engine.read_log_page(conn, mv.run_id, after, upto, PAGE_BYTES)
         if not page:
             break
@@ -77,7 +78,7 @@ async def _cut(app: web.Application, mv: engine.LogMove, keep: int) -> int:
             earlier = _MARKER.fullmatch(data)
             dropped += int(earlier[1]) if earlier else len(data)
         after = page[-1][0]
-    async with connection(app[POOL]) as conn:
+    async with connection(pool) as conn:
         await engine.trim_run_log(conn, mv.run_id, mv.attempt_id, upto,
                                   sealer.seal(marker(dropped)))
     print(f"cryopg: the log store has been unavailable past its grace; {dropped} bytes of "

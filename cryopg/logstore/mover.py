@@ -16,6 +16,9 @@ A move, start to end (sql/functions/82_log_store.sql has the SQL half):
 
 A store that fails delays moves; only once it has failed for outage_grace_seconds are
 waiting logs cut to their bounds (bound.py), each cut marked in the log.
+
+The server builds each replica's LogStore with what it uses of the server (its pool, org
+keys and replica id) and keeps it under LOG_STORE; the log store does not import the server.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import AsyncIterator
 
 import obstore
 from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
 
 from cryopg import engine
 from cryopg.db import connection
@@ -36,8 +40,7 @@ from cryopg.errors import CryoError, LogMoveLost
 from cryopg.logstore.bound import bound_waiting_logs
 from cryopg.logstore.objects import SegmentWriter, open_store
 from cryopg.logstore.settings import LogStoreSettings
-from cryopg.seal import Sealer
-from cryopg.server.state import CONFIG, KEYS, POOL
+from cryopg.seal import OrgSealers, Sealer
 
 CLAIM_BATCH = 8  # logs leased per claim while the store answers
 BOUND_BATCH = 64  # while it does not: one is tried, the rest bounded if past the grace
@@ -64,9 +67,9 @@ class _Upload:
     back and the record); a lost lease stops the stream at its next page, and the stream
     renews once more before the object may complete."""
 
-    def __init__(self, app: web.Application, mv: engine.LogMove, sealer: Sealer,
+    def __init__(self, pool: AsyncConnectionPool, mv: engine.LogMove, sealer: Sealer,
                  lease: dt.timedelta) -> None:
-        self.app, self.mv, self.lease = app, mv, lease
+        self.pool, self.mv, self.lease = pool, mv, lease
         self.writer = SegmentWriter(sealer, mv.run_id)
         self.sha = hashlib.sha256()
         self.size = 0
@@ -79,7 +82,7 @@ class _Upload:
         return data
 
     async def renew(self) -> None:
-        async with connection(self.app[POOL]) as conn:
+        async with connection(self.pool) as conn:
             await engine.renew_log_move(conn, self.mv.run_id, self.mv.attempt_id, self.lease)
 
     async def heartbeat(self) -> None:
@@ -96,7 +99,7 @@ class _Upload:
     async def stream(self) -> AsyncIterator[bytes]:
         try:
             yield self._out(self.writer.head())
-            after, pool = 0, self.app[POOL]
+            after, pool = 0, self.pool
             while after < self.mv.last_chunk_id:
                 if self.lost is not None:
                     raise self.lost
@@ -117,8 +120,10 @@ class _Upload:
 
 
 class LogStore:
-    def __init__(self, settings: LogStoreSettings) -> None:
+    def __init__(self, settings: LogStoreSettings, pool: AsyncConnectionPool,
+                 keys: OrgSealers, replica_id: str) -> None:
         self.settings = settings
+        self.pool, self.keys, self.replica_id = pool, keys, replica_id
         self.store = open_store(settings)
         self.down_since: float | None = None
         self.next_round = 0.0
@@ -131,20 +136,20 @@ class LogStore:
 
     # -- rounds ------------------------------------------------------------------------------
 
-    def kick(self, app: web.Application) -> None:
+    def kick(self) -> None:
         """From the ticker: a round in the background when one is due, so a long move
         never holds up the engine's tick."""
         if (self.task is None or self.task.done()) and time.monotonic() >= self.next_round:
-            self.task = asyncio.create_task(self._round_reported(app))
+            self.task = asyncio.create_task(self._round_reported())
 
-    async def _round_reported(self, app: web.Application) -> None:
+    async def _round_reported(self) -> None:
         try:
-            await self.round(app)
+            await self.round()
         except Exception as exc:  # noqa: BLE001 - e.g. the database away: the next round retries
             print(f"cryopg: moving logs failed: {exc}", file=sys.stderr)
             self.next_round = time.monotonic() + MOVE_EVERY
 
-    async def round(self, app: web.Application) -> None:
+    async def round(self) -> None:
         """Claims and moves logs until none is due (or the store fails, or ROUND_SECONDS
         pass), then deletes the objects queued for deletion."""
         started = time.monotonic()
@@ -152,18 +157,18 @@ class LogStore:
         try:
             while True:
                 batch = BOUND_BATCH if self.down_since is not None else CLAIM_BATCH
-                async with connection(app[POOL]) as conn:
+                async with connection(self.pool) as conn:
                     moves = await engine.claim_log_moves(
-                        conn, app[CONFIG].replica_id, self.settings.prefix,
+                        conn, self.replica_id, self.settings.prefix,
                         dt.timedelta(seconds=self.settings.move_after_seconds), self.lease,
                         batch)
                 if not moves:
                     break
-                await self._move_batch(app, moves)
+                await self._move_batch(moves)
                 more = len(moves) == batch
                 if not more or time.monotonic() - started > ROUND_SECONDS:
                     break
-            more = await self._delete_queued(app) or more
+            more = await self._delete_queued() or more
         except StoreFailed as exc:
             now = time.monotonic()
             if self.down_since is None:
@@ -178,13 +183,13 @@ class LogStore:
         self.backoff = MOVE_EVERY
         self.next_round = time.monotonic() + (0 if more else MOVE_EVERY)
 
-    async def _move_batch(self, app: web.Application, moves: list[engine.LogMove]) -> None:
+    async def _move_batch(self, moves: list[engine.LogMove]) -> None:
         """Small logs a few at a time, large ones alone (a large one's memory is its
         parts in flight). While the store is known down, one is tried first: if it fails
         too, the rest wait; past the outage's grace, all are bounded first."""
         if (self.down_since is not None
                 and time.monotonic() - self.down_since >= self.settings.outage_grace_seconds):
-            await bound_waiting_logs(app, self.settings, moves)
+            await bound_waiting_logs(self.pool, self.keys, self.settings, moves)
         todo = list(moves)
         try:
             while todo:
@@ -194,14 +199,14 @@ class LogStore:
                     group = []
                     while todo and todo[0].bytes <= SMALL_BYTES and len(group) < SMALL_AT_ONCE:
                         group.append(todo.pop(0))
-                got = await asyncio.gather(*(self._move(app, m) for m in group),
+                got = await asyncio.gather(*(self._move(m) for m in group),
                                            return_exceptions=True)
                 failed = [e for e in got if isinstance(e, BaseException)]
                 if failed:
                     raise failed[0]
                 self._up()
         except BaseException:
-            await self._give_back(app, todo)
+            await self._give_back(todo)
             raise
 
     def _up(self) -> None:
@@ -209,32 +214,31 @@ class LogStore:
             print("cryopg: log store reachable again", file=sys.stderr)
             self.down_since = None
 
-    async def _give_back(self, app: web.Application, moves: list[engine.LogMove]) -> None:
+    async def _give_back(self, moves: list[engine.LogMove]) -> None:
         """Leases of logs this round will not try: nothing was written under their keys."""
         for mv in moves:
             try:
-                async with connection(app[POOL]) as conn:
+                async with connection(self.pool) as conn:
                     await engine.abandon_log_move(conn, mv.run_id, mv.attempt_id, None)
             except CryoError:
                 pass  # the lease lapses by itself
 
     # -- one move ----------------------------------------------------------------------------
 
-    async def _move(self, app: web.Application, mv: engine.LogMove) -> None:
-        sealer = await app[KEYS].sealer(mv.org)
-        up = _Upload(app, mv, sealer, self.lease)
+    async def _move(self, mv: engine.LogMove) -> None:
+        sealer = await self.keys.sealer(mv.org)
+        up = _Upload(self.pool, mv, sealer, self.lease)
         try:
             await up.renew()  # it may have waited in its batch: a full lease from now
         except LogMoveLost:
             return  # lapsed while it waited and taken over: nothing was written
         beat = asyncio.create_task(up.heartbeat())
         try:
-            await self._move_renewed(app, mv, up)
+            await self._move_renewed(mv, up)
         finally:
             beat.cancel()
 
-    async def _move_renewed(self, app: web.Application, mv: engine.LogMove,
-                            up: _Upload) -> None:
+    async def _move_renewed(self, mv: engine.LogMove, up: _Upload) -> None:
         try:
             try:
                 if mv.bytes <= SMALL_BYTES:  # one PUT: a killed mover leaves no open upload
@@ -251,27 +255,27 @@ class LogStore:
         except LogMoveLost:
             print(f"cryopg: the move of {mv.run_id}'s log lapsed under this replica; another "
                   "takes it over", file=sys.stderr)
-            await self._abandon(app, mv)  # our object goes
+            await self._abandon(mv)  # our object goes
             return
         except CryoError:  # the database: the lease lapses, the key is queued at takeover
-            await self._abandon(app, mv)
+            await self._abandon(mv)
             raise
         except Exception as exc:  # noqa: BLE001 - the store's failures are many; all wait
-            await self._abandon(app, mv)
+            await self._abandon(mv)
             raise StoreFailed(str(exc)) from exc
         if (size, digest) != (up.size, up.sha.digest()):
             print(f"cryopg: the log store holds {size} bytes for {mv.object_key} where "
                   f"{up.size} were sent, or other bytes; it moves again", file=sys.stderr)
-            await self._abandon(app, mv)
+            await self._abandon(mv)
             return
         try:
-            async with connection(app[POOL]) as conn:
+            async with connection(self.pool) as conn:
                 await engine.archive_run_log(conn, mv.run_id, mv.attempt_id, mv.object_key,
                                              up.writer.plain_bytes, size, digest)
         except LogMoveLost:
             print(f"cryopg: the move of {mv.run_id}'s log lapsed under this replica before it "
                   "was recorded; another takes it over", file=sys.stderr)
-            await self._abandon(app, mv)
+            await self._abandon(mv)
 
     async def _read_back(self, key: str) -> tuple[int, bytes]:
         """The object's size and SHA-256 as the store serves it, a piece at a time."""
@@ -282,20 +286,20 @@ class LogStore:
             size += len(piece)
         return size, sha.digest()
 
-    async def _abandon(self, app: web.Application, mv: engine.LogMove) -> None:
+    async def _abandon(self, mv: engine.LogMove) -> None:
         """Gives the lease back (if still ours) and queues the attempt's key: its put may
         have landed even when it failed."""
         try:
-            async with connection(app[POOL]) as conn:
+            async with connection(self.pool) as conn:
                 await engine.abandon_log_move(conn, mv.run_id, mv.attempt_id, mv.object_key)
         except CryoError as exc:  # the lease lapses; its takeover queues the key
             print(f"cryopg: giving back the move of {mv.run_id}'s log failed: {exc}",
                   file=sys.stderr)
 
-    async def _delete_queued(self, app: web.Application) -> bool:
+    async def _delete_queued(self) -> bool:
         """Deletes the objects queued for deletion (collected runs, failed and taken-over
         attempts), then their rows; True when a full batch went (more may wait)."""
-        async with connection(app[POOL]) as conn:
+        async with connection(self.pool) as conn:
             queued = await engine.log_objects_to_delete(conn, DELETE_BATCH)
         if not queued:
             return False
@@ -303,7 +307,7 @@ class LogStore:
             await obstore.delete_async(self.store, sorted({k for _, k in queued}))
         except Exception as exc:  # noqa: BLE001 - the store's failures are many; all wait
             raise StoreFailed(str(exc)) from exc
-        async with connection(app[POOL]) as conn:
+        async with connection(self.pool) as conn:
             await engine.forget_log_objects(conn, [i for i, _ in queued])
         return len(queued) == DELETE_BATCH
 
@@ -326,18 +330,13 @@ async def move_logs(app: web.Application) -> None:
     store is off)."""
     store = log_store(app)
     if store is not None:
-        store.kick(app)
+        store.kick()
 
 
-async def _stop_moving(app: web.Application) -> None:
+async def stop_moving(app: web.Application) -> None:
+    """On shutdown, before the pool closes: ends a move round under way."""
     store = log_store(app)
     if store is not None and store.task is not None and not store.task.done():
         store.task.cancel()
         await asyncio.wait([store.task], timeout=5)
 
-
-def setup(app: web.Application) -> None:
-    settings = app[CONFIG].log_store
-    app[LOG_STORE] = LogStore(settings) if settings is not None else None
-    if settings is not None:
-        app.on_shutdown.append(_stop_moving)  # before the pool closes

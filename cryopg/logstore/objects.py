@@ -1,4 +1,5 @@
-"""The store itself (obstore's S3 client) and the shape of one moved log.
+"""The store itself (an S3 client from cryopg/objectstore.py, with the mover's timeouts)
+and the shape of one moved log.
 
 One object per move attempt. Its chunks are framed as (id: 8 bytes, length: 4 bytes,
 bytes), so a reader resumes after any chunk id as it does in the database. Since issue 36
@@ -16,12 +17,15 @@ import datetime as dt
 import struct
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
-
-from obstore.store import S3Store
+from typing import TYPE_CHECKING
 
 from cryopg.errors import Unreadable
 from cryopg.logstore.settings import LogStoreSettings
+from cryopg.objectstore import Timeouts, s3_client
 from cryopg.seal import Sealer
+
+if TYPE_CHECKING:
+    from cryopg.objectstore import S3Store
 
 MAGIC = b"CRYOLOG2"
 SEGMENT_BYTES = 1 << 20  # plain bytes sealed together: bounds a mover's and a reader's memory
@@ -30,23 +34,12 @@ _LEN = struct.Struct(">I")  # a segment's envelope length
 _SEG = struct.Struct(">IBH")  # a segment: sequence number, flags, run id length
 _LAST = 1
 # A store that does not answer fails the call fast: the mover retries on its next round.
-_TIMEOUT = "5s"
+TIMEOUTS = Timeouts(connect=dt.timedelta(seconds=2), request=dt.timedelta(seconds=5),
+                    retry=dt.timedelta(seconds=5), retries=1)
 
 
 def open_store(settings: LogStoreSettings) -> S3Store:
-    config: dict[str, object] = {"region": settings.region}
-    if settings.endpoint:
-        config["endpoint"] = settings.endpoint
-        config["virtual_hosted_style_request"] = False
-    if settings.access_key_id:
-        config["access_key_id"] = settings.access_key_id
-        config["secret_access_key"] = settings.secret_access_key or ""
-    allow_http = bool(settings.endpoint and settings.endpoint.startswith("http://"))
-    return S3Store(settings.bucket, config=config,  # type: ignore[arg-type]
-                   client_options={"allow_http": allow_http, "timeout": _TIMEOUT,
-                                   "connect_timeout": "2s"},
-                   retry_config={"max_retries": 1, "backoff": {},
-                                 "retry_timeout": dt.timedelta(seconds=5)})
+    return s3_client(settings.s3(), TIMEOUTS)
 
 
 class SegmentWriter:

@@ -15,7 +15,6 @@ from cryopg.errors import CryoError
 from cryopg.logstore.mover import log_store
 from cryopg.logstore.objects import read_chunks
 from cryopg.seal import Sealer
-from cryopg.server.state import POOL
 
 READ_PIECE = 256 << 10  # bytes asked of the store's stream at a time
 
@@ -63,7 +62,7 @@ async def open_moved(app: web.Application, run_id: str, sealer: Sealer,
     store = log_store(app)
     if store is None:
         return None
-    async with connection(app[POOL]) as conn:
+    async with connection(store.pool) as conn:
         moved = await engine.read_log_archive(conn, run_id)
     if moved is None or after >= moved.last_chunk_id:
         return None

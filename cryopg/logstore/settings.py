@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from cryopg.objectstore import S3Settings
+
 RUN_BUFFER_BYTES = 4 << 20  # a finished run's log kept while the store is down
 REPLICA_BUFFER_BYTES = 64 << 20  # the same, for all one replica is moving
 LEASE_SECONDS = 60.0  # a mover's hold on a log; another replica takes over once it lapses
@@ -66,3 +68,11 @@ class LogStoreSettings:
             lease_seconds=lease,
             outage_grace_seconds=grace,
         )
+
+    def s3(self) -> S3Settings:
+        """The bucket's place and credentials (an access key without a secret gets an
+        empty secret; without an access key, the environment's credentials apply)."""
+        key = self.access_key_id
+        secret = (self.secret_access_key or "") if key else None
+        return S3Settings(bucket=self.bucket, endpoint=self.endpoint, region=self.region,
+                          access_key=key or None, secret_key=secret)

@@ -29,10 +29,10 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import TokenInfo
 from cryopg.errors import Draining, InvalidArgument
+from cryopg.server.app_state import NOTIFIER, POOL
 from cryopg.server.auth import ADMIN, VIEWER, agent_id_of, require_agent, require_user
 from cryopg.server.bodies import json_body, optional_str_field
 from cryopg.server.render import iso
-from cryopg.server.state import NOTIFIER, POOL
 
 REFRESH_SECONDS = 30.0  # how often a claiming agent's row is refreshed
 DRAIN_CHANNEL = "cryo_drain"

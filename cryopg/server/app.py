@@ -12,20 +12,22 @@ import psycopg_pool
 from aiohttp import web
 
 from cryopg import engine
-from cryopg.artifacts.service import artifacts_ctx, collect_round
+from cryopg.artifacts.service import ARTIFACTS, collect_round, open_artifacts
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
 from cryopg.graphs import driver as graph_driver
 from cryopg.logstore import mover as log_mover
-from cryopg.server import agent_api, agents, openapi, sign_in, triggers, ui, user_api
+from cryopg.logstore.mover import LOG_STORE, LogStore
+from cryopg.server import agent_api, agents, openapi, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
+from cryopg.server.app_state import CONFIG, KEYS, NOTIFIER, POOL, TIMERS
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
 from cryopg.server.limits import MAX_BODY, limits_middleware
 from cryopg.server.notifier import Notifier
 from cryopg.server.replica import with_replica
-from cryopg.server.state import CONFIG, KEYS, NOTIFIER, POOL
+from cryopg.server.user_api import sign_in
 
 POOL_CLOSE_SECONDS = 1.0
 
@@ -78,6 +80,26 @@ async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[NOTIFIER].start()
     yield
     await app[NOTIFIER].stop()
+
+
+async def _log_store_ctx(app: web.Application) -> AsyncIterator[None]:
+    cfg = app[CONFIG]
+    app[LOG_STORE] = (LogStore(cfg.log_store, app[POOL], app[KEYS], cfg.replica_id)
+                      if cfg.log_store is not None else None)
+    yield
+
+
+async def _graph_driver_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[TIMERS] = timers = graph_driver.Timers()
+    host = graph_driver.Host(app[POOL], app[KEYS], app[NOTIFIER].graph_event, timers)
+    async with graph_driver.driving(host):
+        yield
+
+
+async def _artifacts_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[ARTIFACTS] = arts = await open_artifacts(app[POOL])
+    yield
+    await arts.store.close()
 
 
 async def _tick(app: web.Application) -> None:
@@ -134,10 +156,11 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[errors_middleware, limits_middleware, ui.ui_headers],
                           client_max_size=MAX_BODY)
     app[CONFIG] = config
-    log_mover.setup(app)
+    if config.log_store is not None:
+        app.on_shutdown.append(log_mover.stop_moving)  # before the pool closes
     app[AGENT_TOKENS] = {}
-    app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, artifacts_ctx, _ticker_ctx,
-                            graph_driver.driver_ctx])
+    app.cleanup_ctx.extend([_pool_ctx, _log_store_ctx, _notifier_ctx, batching_ctx,
+                            _artifacts_ctx, _ticker_ctx, _graph_driver_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
     openapi.add_routes(app)

@@ -31,8 +31,8 @@ from cryopg.db import connection
 from cryopg.engine import TokenInfo, UserAuth
 from cryopg.errors import CsrfRefused, InvalidArgument, NotFound, Unauthorized
 from cryopg.run_ids import run_tenant
+from cryopg.server.app_state import POOL
 from cryopg.server.bodies import claim_token
-from cryopg.server.state import POOL
 
 VIEWER, MEMBER, ADMIN, OWNER = "viewer", "member", "admin", "owner"
 

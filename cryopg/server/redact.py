@@ -26,7 +26,7 @@ from psycopg import AsyncConnection
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.redaction import MASK, Masker, mask_json
-from cryopg.server.state import KEYS, POOL
+from cryopg.server.app_state import KEYS, POOL
 
 # How stale the agent routes' second-line masker may be.
 RECENT_SECONDS = 5.0

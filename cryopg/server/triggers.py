@@ -19,7 +19,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError
-from cryopg.server.state import KEYS, POOL
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.triggers import cron, forge
 
 

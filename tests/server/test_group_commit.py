@@ -15,8 +15,8 @@ from cryopg import engine
 from cryopg.errors import StaleClaim
 from cryopg.server.agent_api import batching
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES
+from cryopg.server.app_state import KEYS, NOTIFIER
 from cryopg.server.auth import bind_claim, secret_hash
-from cryopg.server.state import KEYS, NOTIFIER
 from tests.server.conftest import AGENT_CAPS, Server
 
 

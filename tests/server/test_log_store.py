@@ -94,7 +94,7 @@ async def _move(srv: Server) -> None:
     """One round of the mover, now (the tick starts one every few seconds)."""
     store = log_store(srv.app)
     assert store is not None
-    await store.round(srv.app)
+    await store.round()
 
 
 def _archived_key(srv: Server, run_id: str) -> str:

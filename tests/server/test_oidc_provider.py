@@ -23,7 +23,7 @@ from cryopg.seal import MasterKey, generate_master_key, parse_master_key
 from cryopg.server.app import build_app
 from cryopg.server.config import ServerConfig
 from cryopg.server.oidc import OidcSettings
-from cryopg.server.sign_in import ISSUER
+from cryopg.server.user_api.sign_in import ISSUER
 from tests.oidc_mock import Provider, running_provider
 from tests.server.conftest import _bootstrap
 

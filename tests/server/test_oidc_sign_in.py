@@ -19,7 +19,7 @@ from cryopg.seal import MasterKey, generate_master_key, parse_master_key
 from cryopg.server.app import build_app
 from cryopg.server.config import ServerConfig
 from cryopg.server.oidc import OidcSettings
-from cryopg.server.sign_in import ISSUER
+from cryopg.server.user_api.sign_in import ISSUER
 from tests.server.conftest import _bootstrap
 from tests.server.oidc_issuer import CLIENT, SECRET, TestIssuer, running_issuer
 

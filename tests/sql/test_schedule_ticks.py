@@ -21,8 +21,8 @@ from aiohttp import web
 from cryopg.db import open_pool
 from cryopg.seal import MasterKey, generate_master_key, parse_master_key
 from cryopg.server import triggers
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.keys import OrgKeys
-from cryopg.server.state import KEYS, POOL
 from cryopg.triggers import cron
 
 T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)

@@ -12,10 +12,19 @@ from cryopg.graphs.nodes.base import NodeType
 
 
 def _registry() -> dict[str, NodeType]:
-    from cryopg.graphs.nodes import approval, code, http, script, shell, state, wait, workflow
+    from cryopg.graphs.nodes import (
+        approval,
+        code,
+        http,
+        script,
+        shell,
+        state_node,
+        wait,
+        workflow,
+    )
 
     return {m.NODE.type: m.NODE
-            for m in (state, shell, code, script, http, wait, approval, workflow)}
+            for m in (state_node, shell, code, script, http, wait, approval, workflow)}
 
 
 TYPES: dict[str, NodeType] = _registry()

@@ -25,7 +25,7 @@ async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
     """A child graph run of the stored graph."""
     from cryopg import engine
     from cryopg.graphs.turn import start_job
-    from cryopg.server.render import open_document
+    from cryopg.payloads import open_document
 
     filename, interpreter, sealed, kind, graph = await engine.get_workflow(
         turn.conn, turn.org, turn.project, str(c["graph"]))

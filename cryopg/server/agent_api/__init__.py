@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cryopg.server.agent_api import artifacts, claims, graph_calls, journal, state, waits
+from cryopg.server.agent_api import artifacts, claims, graph_calls, journal, state_ops, waits
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (claims, journal, state, waits, graph_calls, artifacts):
+    for module in (claims, journal, state_ops, waits, graph_calls, artifacts):
         module.add_routes(app)

@@ -31,9 +31,9 @@ from cryopg.errors import InvalidArgument, NotFound
 from cryopg.run_ids import in_project
 from cryopg.server import limits
 from cryopg.server.agent_api.in_run import RUN_ROUTE, add_run_route
+from cryopg.server.app_state import POOL
 from cryopg.server.auth import agent_claim, agent_run, bind_claim, require_agent
 from cryopg.server.bodies import INT8, int_field, json_body, optional_str_field, str_field
-from cryopg.server.state import POOL
 from cryopg.server.trust_flags import PUBLIC, TAINTED, flag
 
 CLAIM_HEADER = "X-Cryo-Claim"

@@ -31,8 +31,8 @@ from cryopg import engine
 from cryopg.db import SESSION_SETTINGS, connection, translated
 from cryopg.engine import ClaimGrant
 from cryopg.errors import CryoError, DatabaseUnavailable, StaleClaim, from_sqlstate
+from cryopg.server.app_state import CONFIG, NOTIFIER, POOL
 from cryopg.server.notifier import Notifier
-from cryopg.server.state import CONFIG, NOTIFIER, POOL
 
 # Without a notify, waiting agents are re-checked this often (the poll backstop).
 POLL_SECONDS = 5.0

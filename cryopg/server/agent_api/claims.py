@@ -28,9 +28,9 @@ from cryopg.server import agents
 from cryopg.server.agent_api.batching import CLAIMS, FINISHES, ClaimAsk
 from cryopg.server.agent_api.grant import grant, held_token
 from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.app_state import CONFIG, KEYS, POOL
 from cryopg.server.auth import agent_claim, agent_id_of, agent_run, require_agent
 from cryopg.server.bodies import json_body
-from cryopg.server.state import CONFIG, KEYS, POOL
 
 DEFAULT_CAPS = ["shell", "polyglot"]
 # Notes of agents gone, made after their cancelled handler returned.

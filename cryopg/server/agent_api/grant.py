@@ -17,11 +17,11 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import ClaimGrant, Memo
 from cryopg.errors import Unreadable
+from cryopg.payloads import child_output, run_input
 from cryopg.seal import Sealer
 from cryopg.server.agent_api.in_run import finish_unreadable
+from cryopg.server.app_state import CONFIG, KEYS, POOL
 from cryopg.server.auth import bind_claim
-from cryopg.server.render import child_output, run_input
-from cryopg.server.state import CONFIG, KEYS, POOL
 
 GRAPH_CALLS = ("graph.call", "node.call")
 

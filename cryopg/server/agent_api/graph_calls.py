@@ -15,13 +15,13 @@ from cryopg.db import connection
 from cryopg.engine import GraphCall
 from cryopg.errors import InvalidArgument
 from cryopg.graphs.document import GraphError
+from cryopg.payloads import answer
 from cryopg.seal import Sealer
 from cryopg.server import offload, work
 from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import json_body, recorded_at, str_field, to_int
-from cryopg.server.render import answer
-from cryopg.server.state import KEYS, POOL
 
 
 def _reply(sealer: Sealer, got: GraphCall) -> web.Response:

@@ -23,8 +23,8 @@ from aiohttp.typedefs import Handler
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError, Unreadable
+from cryopg.server.app_state import POOL
 from cryopg.server.auth import agent_claim
-from cryopg.server.state import POOL
 
 RUN_ROUTE = "/api/v1/agent/runs/{run}"
 

@@ -13,6 +13,7 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.server.agent_api.batching import STEPS
 from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import (
     duration,
@@ -22,7 +23,6 @@ from cryopg.server.bodies import (
     to_int,
 )
 from cryopg.server.redact import MASKS
-from cryopg.server.state import KEYS, POOL
 
 
 async def _names(request: web.Request, org: str, project: str, *texts: str) -> list[str]:

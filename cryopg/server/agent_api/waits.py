@@ -1,7 +1,7 @@
 """The waits a script reaches, and the runs it starts: signals, bus events, emits,
 child runs, fan-out activities, outputs and project leases.
 
-Payloads are sealed here as {"answer": value} (see render.py for why that shape).
+Payloads are sealed here as {"answer": value} (see cryopg/payloads.py for why that shape).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.payloads import answer, child_output
 from cryopg.server.agent_api.in_run import add_run_route
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import agent_claim, agent_run
 from cryopg.server.bodies import (
     INT4,
@@ -23,8 +25,6 @@ from cryopg.server.bodies import (
     str_field,
     to_int,
 )
-from cryopg.server.render import answer, child_output
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.trust_flags import PUBLIC, TAINTED, flag
 
 

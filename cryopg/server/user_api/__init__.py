@@ -19,14 +19,14 @@ from cryopg.server.user_api import (
     operators,
     runs,
     secrets,
-    sign_ins,
+    sign_in_admin,
     signals_events,
-    state,
+    state_reads,
     triggers,
 )
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (runs, graphs, logs, live, signals_events, state, admin, secrets, triggers,
-                   hooks, sign_ins, artifacts, operators):
+    for module in (runs, graphs, logs, live, signals_events, state_reads, admin, secrets, triggers,
+                   hooks, sign_in_admin, artifacts, operators):
         module.add_routes(app)

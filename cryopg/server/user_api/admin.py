@@ -13,10 +13,10 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.server.app_state import POOL
 from cryopg.server.auth import ADMIN, MEMBER, OWNER, VIEWER, require_user
 from cryopg.server.bodies import json_body, seconds_field, str_field
 from cryopg.server.render import iso
-from cryopg.server.state import POOL
 
 ORG_ROUTE = "/api/v1/orgs/{org}"
 

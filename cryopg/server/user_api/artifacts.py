@@ -26,9 +26,9 @@ from cryopg.db import connection
 from cryopg.engine import artifacts as index
 from cryopg.errors import InvalidArgument, NotFound
 from cryopg.server import limits
+from cryopg.server.app_state import POOL
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.limits import check_text
-from cryopg.server.state import POOL
 from cryopg.server.trust_flags import PUBLIC, TAINTED, query_flag
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
 

@@ -21,13 +21,14 @@ from cryopg.graphs.document import (
     is_graph,
     load,
 )
+from cryopg.payloads import open_document
 from cryopg.pipelines import PipelineError, is_pipeline
 from cryopg.seal import Sealer
 from cryopg.server import offload, work
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, str_field
-from cryopg.server.render import open_document, run_json
-from cryopg.server.state import KEYS, POOL
+from cryopg.server.render import run_json
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 from cryopg.server.work import Prepared
 

@@ -19,8 +19,8 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, Unauthorized
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.limits import parse_json_off_loop, raw_body, read_body
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.triggers import HOOK_ROUTE
 from cryopg.triggers import webhook
 

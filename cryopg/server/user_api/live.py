@@ -25,10 +25,10 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.logstore.reader import open_moved
 from cryopg.seal import Sealer
+from cryopg.server.app_state import KEYS, NOTIFIER, POOL
 from cryopg.server.auth import require_user
 from cryopg.server.bodies import query_int
 from cryopg.server.notifier import Notifier, wait_any
-from cryopg.server.state import KEYS, NOTIFIER, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 
 KEEPALIVE_SECONDS = 15.0

@@ -23,9 +23,9 @@ from cryopg.db import connection
 from cryopg.engine import GraphJob, Run
 from cryopg.logstore.reader import MovedLog, open_moved
 from cryopg.seal import Sealer
+from cryopg.server.app_state import KEYS, NOTIFIER, POOL
 from cryopg.server.bodies import INT8, query_int
 from cryopg.server.notifier import wait_any
-from cryopg.server.state import KEYS, NOTIFIER, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 
 BACKSTOP_SECONDS = 2.0  # a follower reads again this often without a notify

@@ -13,11 +13,11 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument, RunFinished
 from cryopg.graphs import schemas
 from cryopg.server import offload
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int
 from cryopg.server.redact import masked
 from cryopg.server.render import run_json
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.graphs import VALIDATE_SECONDS
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 

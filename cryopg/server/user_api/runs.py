@@ -11,14 +11,14 @@ from psycopg import AsyncConnection
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
-from cryopg.graphs.driver import TIMERS
-from cryopg.graphs.nodes import state as state_node
+from cryopg.graphs.nodes import state_node
+from cryopg.payloads import open_document, run_input, run_outputs
 from cryopg.seal import Sealer
+from cryopg.server.app_state import KEYS, POOL, TIMERS
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int, script_fields
 from cryopg.server.redact import masked
-from cryopg.server.render import iso, open_document, run_input, run_json, run_outputs
-from cryopg.server.state import KEYS, POOL
+from cryopg.server.render import iso, run_json
 from cryopg.server.user_api import operators
 from cryopg.server.user_api.graphs import (
     Prepared,

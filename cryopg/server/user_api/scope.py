@@ -9,8 +9,8 @@ from cryopg.db import connection
 from cryopg.engine import Run
 from cryopg.errors import RunNotFound
 from cryopg.run_ids import in_project
+from cryopg.server.app_state import POOL
 from cryopg.server.auth import VIEWER, require_user
-from cryopg.server.state import POOL
 
 PROJECT_ROUTE = "/api/v1/orgs/{org}/projects/{project}"
 

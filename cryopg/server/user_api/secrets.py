@@ -14,11 +14,11 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, NotFound
 from cryopg.redaction import MIN_SECRET_CHARS
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import ADMIN, require_user
 from cryopg.server.bodies import json_body, str_field
 from cryopg.server.redact import add_to as add_masks
 from cryopg.server.render import iso
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of
 
 # A secret is an environment variable's value; keep it to something a grant can carry.

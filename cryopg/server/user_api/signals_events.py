@@ -1,6 +1,6 @@
 """Send a signal to a run; publish and list a project's bus events.
 
-Payloads are sealed here as {"answer": value} (see render.py for why that shape).
+Payloads are sealed here as {"answer": value} (see cryopg/payloads.py for why that shape).
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
+from cryopg.payloads import answer
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, require_user
 from cryopg.server.bodies import optional_json_body, query_int
 from cryopg.server.redact import masked
-from cryopg.server.render import answer
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.trust_flags import PUBLIC, flag
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
 

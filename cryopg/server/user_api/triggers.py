@@ -16,10 +16,10 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import ADMIN, MEMBER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, str_field
 from cryopg.server.render import iso
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of
 from cryopg.triggers import cron, forge, webhook
 

@@ -10,10 +10,10 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import NotFound
+from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.redact import masked
 from cryopg.server.render import cell_json
-from cryopg.server.state import KEYS, POOL
 from cryopg.server.trust_flags import TAINTED, query_flag
 from cryopg.server.user_api.scope import PROJECT_ROUTE, project_of, run_in_project
 

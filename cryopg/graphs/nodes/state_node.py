@@ -90,7 +90,7 @@ async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
 
 async def _call(turn: Turn, p: PlanRow, c: dict[str, Any]) -> Any:
     from cryopg import engine
-    from cryopg.server.agent_api.state import incr_in
+    from cryopg.state_incr import incr_in
 
     op, key = c["op"], str(c["key"])
     entity = None if c.get("entity") is None else str(c["entity"])

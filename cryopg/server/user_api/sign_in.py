@@ -30,6 +30,7 @@ from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError, InvalidArgument, NotFound, SignInRefused, Unauthorized
+from cryopg.server.app_state import CONFIG, POOL
 from cryopg.server.auth import (
     SESSION_COOKIES,
     _bearer,
@@ -41,7 +42,6 @@ from cryopg.server.auth import (
 from cryopg.server.bodies import json_body, optional_str_field, str_field
 from cryopg.server.oidc import LEEWAY, MAX_TOKEN_AGE, Issuer, OidcSettings
 from cryopg.server.render import iso
-from cryopg.server.state import CONFIG, POOL
 
 ISSUER = web.AppKey("oidc_issuer", Issuer)
 AUTH = "/api/v1/auth"
