@@ -12,10 +12,20 @@ from cryopg.graphs.nodes.base import NodeType
 
 
 def _registry() -> dict[str, NodeType]:
-    from cryopg.graphs.nodes import approval, code, http, script, shell, state, wait, workflow
+    from cryopg.graphs.nodes import (
+        approval,
+        code,
+        connector,
+        http,
+        script,
+        shell,
+        state,
+        wait,
+        workflow,
+    )
 
     return {m.NODE.type: m.NODE
-            for m in (state, shell, code, script, http, wait, approval, workflow)}
+            for m in (state, shell, code, script, http, connector, wait, approval, workflow)}
 
 
 TYPES: dict[str, NodeType] = _registry()
