@@ -380,6 +380,13 @@ BEGIN
     IF (SELECT count(*) FROM jsonb_object_keys(p_headers)) > 20 THEN
         RAISE EXCEPTION 'a connection has at most 20 default headers' USING ERRCODE = 'CR004';
     END IF;
+    -- A default header is stored in the clear: a credential belongs in a secret.
+    IF EXISTS (SELECT 1 FROM jsonb_object_keys(p_headers) k
+                WHERE lower(k) IN ('authorization', 'proxy-authorization', 'cookie')
+                   OR lower(k) = lower(p_header)) THEN
+        RAISE EXCEPTION 'a default header may not carry a credential (Authorization, Cookie or the auth header): name a secret with auth instead'
+            USING ERRCODE = 'CR004';
+    END IF;
     FOR v_key, v_value IN SELECT * FROM jsonb_each(p_headers) LOOP
         IF v_key !~ '^[A-Za-z0-9!#$%&''*+.^_`|~-]{1,64}$' OR jsonb_typeof(v_value) <> 'string'
            OR v_value #>> '{}' ~ '[[:cntrl:]]' OR length(v_value #>> '{}') > 4096 THEN

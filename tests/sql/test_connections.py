@@ -75,6 +75,8 @@ def test_create_list_show_replace_delete(db_with_secret: psycopg.Connection) -> 
     {"secret": "PATH"},  # reserved, as for secrets
     {"headers": {"X-A": "a\nb"}},
     {"headers": {"bad name": "v"}},
+    {"headers": {"Authorization": "Bearer in-the-clear"}},  # a credential: use a secret
+    {"auth": "header", "header": "X-Key", "headers": {"x-key": "v"}},
 ])
 def test_malformed_connections_are_refused(db_with_secret: psycopg.Connection,
                                            kw: dict[str, object]) -> None:
