@@ -525,7 +525,35 @@ def latency(bench: Bench) -> dict[str, dict[str, float]]:
     log(f"latency (HTTP long-poll): p50 {http['p50_ms']:.2f} ms, p99 {http['p99_ms']:.2f} ms"
         f" (the enqueue itself: p50 {http['submit_p50_ms']:.2f} ms)")
     bench.spent.append(db)
-    return {"sql": sql, "http": http}
+    out: dict[str, Any] = {"sql": sql, "http": http}
+    if PEERS_PY.exists():  # right after cryopg's: this machine's speed drifts within minutes
+        out["peers"] = {p: peer_latency(bench, p, bench.sizes.latency_samples)
+                        for p in LATENCY_PEERS}
+        best = min(out["peers"], key=lambda p: out["peers"][p]["p50_ms"])
+        out["best_peer"] = best
+        out["ratio_http_best_peer"] = http["p50_ms"] / out["peers"][best]["p50_ms"]
+        log(f"ratio p50 http/best-peer: {out['ratio_http_best_peer']:.2f} (best peer {best},"
+            f" p50 {out['peers'][best]['p50_ms']:.2f} ms; target <= 1.0)")
+    return out
+
+
+# The peers' LISTEN/NOTIFY paths (pgqueuer on asyncpg, its fastest driver).
+LATENCY_PEERS = ("procrastinate", "pgqueuer")
+
+
+def peer_latency(bench: Bench, peer: str, samples: int) -> dict[str, Any]:
+    """A peer's enqueue -> start latency (bench/peers.py latency), in a database of its own."""
+    db = f"lat_{peer}"
+    bench.sql("postgres", f"DROP DATABASE IF EXISTS {db}")
+    bench.sql("postgres", f"CREATE DATABASE {db}")
+    proc = subprocess.run([str(PEERS_PY), str(BENCH / "peers.py"), "latency", peer,
+                           bench.dsn(db), str(samples)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{peer} latency: {proc.stderr.strip()[-2000:]}")
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    log(f"latency ({peer}, LISTEN/NOTIFY): p50 {got['p50_ms']:.2f} ms, p99 {got['p99_ms']:.2f}"
+        f" ms (the enqueue itself: p50 {got['submit_p50_ms']:.2f} ms)")
+    return got
 
 
 # -- backlog ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 Runs in bench/.venv-peers (they come from PyPI, apart from the project's own venv).
 Usage: peers.py {procrastinate|pgqueuer|pgqueuer-fast} DSN WORKERS JOBS
+       peers.py latency {procrastinate|pgqueuer} DSN SAMPLES (enqueue -> start)
   -> one JSON line on stdout.
 
 Each peer gets its own database with its own schema. The jobs are deferred up front
@@ -194,6 +195,154 @@ def measure(peer: str, dsn: str, workers: int, jobs: int, timeout: float) -> dic
             "rate": done / elapsed if elapsed > 0 else 0.0, "complete": left == 0}
 
 
+# -- enqueue -> start latency -----------------------------------------------------------
+# One idle worker of the peer in its own process, woken through the peer's LISTEN/NOTIFY
+# path; an enqueue through the peer's own API every ~10 ms from this process; the clock
+# (CLOCK_MONOTONIC, shared by both processes) stops when the job's function starts, as
+# cryopg's stops when its claimer holds the claim (bench/driver.py, _latency). One job
+# is run first and not counted: both peers set up lazily on their first job.
+
+def _procrastinate_latency_worker(dsn: str, ready, seen) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    import procrastinate
+
+    logging.disable(logging.CRITICAL)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1,
+                                                                     max_size=2))
+
+    @app.task(name="mark")
+    async def mark(i: int) -> None:
+        seen.put((i, time.monotonic()))
+
+    async def run() -> None:
+        async with app.open_async():
+            ready.wait()
+            # listen_notify (the default) wakes the worker on a defer; the polling interval
+            # is only its backstop.
+            await app.run_worker_async(concurrency=1, wait=True, listen_notify=True,
+                                       install_signal_handlers=False)
+
+    asyncio.run(run())
+
+
+async def _procrastinate_enqueuer(dsn: str):  # type: ignore[no-untyped-def]
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1,
+                                                                     max_size=1))
+
+    @app.task(name="mark")
+    async def mark(i: int) -> None:
+        return None
+
+    await app.open_async()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs') IS NULL").fetchone()[0]:
+            await app.schema_manager.apply_schema_async()
+        else:
+            conn.execute("DELETE FROM procrastinate_jobs")
+
+    async def defer(i: int) -> None:
+        await mark.defer_async(i=i)
+
+    return defer, app.close_async
+
+
+def _pgqueuer_latency_worker(dsn: str, ready, seen) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    logging.disable(logging.CRITICAL)
+
+    async def run() -> None:
+        import asyncpg
+        from pgqueuer import AsyncpgDriver, Queries, QueueManager
+
+        qm = QueueManager(Queries(AsyncpgDriver(await asyncpg.connect(**_asyncpg_kw(dsn)))))
+
+        @qm.entrypoint("mark")
+        async def mark(job) -> None:  # type: ignore[no-untyped-def]
+            seen.put((int(job.payload), time.monotonic()))
+
+        ready.wait()
+        # Its LISTEN channel wakes the dequeue on an enqueue; batch 1: no job waits for
+        # another to fill a batch.
+        await qm.run(batch_size=1)
+
+    asyncio.run(run())
+
+
+async def _pgqueuer_enqueuer(dsn: str):  # type: ignore[no-untyped-def]
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
+
+    conn = await asyncpg.connect(**_asyncpg_kw(dsn))
+    queries = Queries(AsyncpgDriver(conn))
+    if not await queries.schema_is_installed():
+        await queries.install()
+    await conn.execute("DELETE FROM pgqueuer")
+
+    async def defer(i: int) -> None:
+        await queries.enqueue("mark", str(i).encode(), 0)
+
+    return defer, conn.close
+
+
+def _asyncpg_kw(dsn: str) -> dict[str, object]:
+    from psycopg.conninfo import conninfo_to_dict
+
+    kw: dict[str, object] = dict(conninfo_to_dict(dsn))
+    kw["database"] = kw.pop("dbname")
+    kw["port"] = int(str(kw["port"])) if "port" in kw else None
+    return kw
+
+
+LATENCY = {"procrastinate": (_procrastinate_latency_worker, _procrastinate_enqueuer),
+           "pgqueuer": (_pgqueuer_latency_worker, _pgqueuer_enqueuer)}
+
+
+def latency(peer: str, dsn: str, samples: int) -> dict[str, object]:
+    import queue
+    import statistics
+
+    worker, enqueuer = LATENCY[peer]
+
+    async def run() -> dict[str, object]:
+        defer, close = await enqueuer(dsn)  # installs the schema before the worker starts
+        ctx = mp.get_context("spawn")
+        ready, seen = ctx.Barrier(2), ctx.Queue()
+        proc = ctx.Process(target=worker, args=(dsn, ready, seen), daemon=True)
+        proc.start()
+        try:
+            ready.wait(timeout=120)
+            lat: list[float] = []
+            submits: list[float] = []
+            for i in range(-1, samples):  # -1: the warm-up job
+                t0 = time.monotonic()
+                await defer(i)
+                sent = time.monotonic()
+                try:
+                    got, at = await asyncio.to_thread(seen.get, True, 30)
+                except queue.Empty:
+                    raise RuntimeError(f"{peer}: sample {i} did not start within 30 s") from None
+                if got != i:
+                    raise RuntimeError(f"{peer}: job {got} started, not {i}")
+                if i >= 0:
+                    lat.append((at - t0) * 1000)
+                    submits.append((sent - t0) * 1000)
+                await asyncio.sleep(0.01)  # the worker is idle again before the next one
+        finally:
+            proc.terminate()
+            proc.join(10)
+            await close()
+        lat.sort()
+        return {"peer": peer, "p50_ms": statistics.median(lat),
+                "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))], "samples": len(lat),
+                "submit_p50_ms": statistics.median(submits)}
+
+    return asyncio.run(run())
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -203,6 +352,9 @@ def versions() -> dict[str, str]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["versions"]:
         print(json.dumps(versions()))
+        return 0
+    if argv[:1] == ["latency"]:  # latency PEER DSN SAMPLES
+        print(json.dumps(latency(argv[1], argv[2], int(argv[3]))), flush=True)
         return 0
     peer, dsn, workers, jobs = argv[0], argv[1], int(argv[2]), int(argv[3])
     timeout = float(argv[4]) if len(argv) > 4 else 120.0

@@ -192,6 +192,31 @@ class LogGap(CryoError):
         self.log_end: int | None = int(found.group(1)) if found else None
 
 
+class ConnectionExists(CryoError):
+    """(CR205) A connection of that name exists in the project: replace it, or delete it."""
+
+    code, http_status = "connection_exists", 409
+
+
+class ConnectionNotFound(CryoError):
+    """(CR206) The project has no connection of that name."""
+
+    code, http_status = "connection_not_found", 404
+
+
+class ConnectionSecretMissing(CryoError):
+    """(CR207) A connection names a project secret the project does not have."""
+
+    code, http_status = "connection_secret_missing", 409
+
+
+class ConnectionWithheld(CryoError):
+    """(CR208) An untrusted run's connector node named a connection with a credential:
+    the credential is withheld from it, so the node fails at start."""
+
+    code, http_status = "connection_withheld", 403
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -214,6 +239,10 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR100": LogMoveLost,
     "CR160": LogGap,
     "CR170": ArtifactUnverified,
+    "CR205": ConnectionExists,
+    "CR206": ConnectionNotFound,
+    "CR207": ConnectionSecretMissing,
+    "CR208": ConnectionWithheld,
 }
 
 

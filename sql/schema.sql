@@ -332,6 +332,84 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._connection_check(p_name text, p_base_url text, p_auth text, p_secret text, p_username text, p_header text, p_headers jsonb) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    v_key text;
+    v_value jsonb;
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9_-]{0,62}$' THEN
+        RAISE EXCEPTION 'connection name % must be lower-case letters, digits, _ and - (at most 63, starting with a letter or digit)', coalesce(p_name, 'null')
+            USING ERRCODE = 'CR004';
+    END IF;
+    -- No user:password@ (the credential belongs in a secret), no query or fragment (a
+    -- node adds its own), no space or control character.
+    IF p_base_url IS NULL OR length(p_base_url) > 2000
+       OR p_base_url !~ '^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[^[:space:][:cntrl:]?#]*)?$'
+       AND p_base_url !~ '^https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?(/[^[:space:][:cntrl:]?#]*)?$' THEN
+        RAISE EXCEPTION 'base URL % must be http(s)://host[:port][/path], without credentials, query or fragment', coalesce(p_base_url, 'null')
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_auth IS NULL OR p_auth NOT IN ('none', 'bearer', 'basic', 'header') THEN
+        RAISE EXCEPTION 'auth must be none, bearer, basic or header, not %', coalesce(p_auth, 'null')
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF (p_auth = 'none') <> (p_secret IS NULL) THEN
+        RAISE EXCEPTION 'auth % %', p_auth,
+            CASE WHEN p_auth = 'none' THEN 'takes no secret' ELSE 'needs a secret (the project secret holding the credential)' END
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_secret IS NOT NULL AND NOT cryo._secret_name_ok(p_secret) THEN
+        RAISE EXCEPTION 'secret name % must be an environment variable name (letters, digits, _), not reserved', p_secret
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF (p_auth = 'basic') <> (p_username IS NOT NULL)
+       OR (p_username IS NOT NULL AND (p_username = '' OR p_username ~ '[:[:cntrl:]]' OR length(p_username) > 200)) THEN
+        RAISE EXCEPTION 'a user name (without : or control characters) goes with auth basic, and only with it'
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF (p_auth = 'header') <> (p_header IS NOT NULL)
+       OR (p_header IS NOT NULL AND p_header !~ '^[A-Za-z0-9!#$%&''*+.^_`|~-]{1,64}$') THEN
+        RAISE EXCEPTION 'a header name (a token such as X-Api-Key) goes with auth header, and only with it'
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF p_headers IS NULL OR jsonb_typeof(p_headers) <> 'object' THEN
+        RAISE EXCEPTION 'headers must be an object of names to strings' USING ERRCODE = 'CR004';
+    END IF;
+    IF (SELECT count(*) FROM jsonb_object_keys(p_headers)) > 20 THEN
+        RAISE EXCEPTION 'a connection has at most 20 default headers' USING ERRCODE = 'CR004';
+    END IF;
+    -- A default header is stored in the clear: a credential belongs in a secret.
+    IF EXISTS (SELECT 1 FROM jsonb_object_keys(p_headers) k
+                WHERE lower(k) IN ('authorization', 'proxy-authorization', 'cookie')
+                   OR lower(k) = lower(p_header)) THEN
+        RAISE EXCEPTION 'a default header may not carry a credential (Authorization, Cookie or the auth header): name a secret with auth instead'
+            USING ERRCODE = 'CR004';
+    END IF;
+    FOR v_key, v_value IN SELECT * FROM jsonb_each(p_headers) LOOP
+        IF v_key !~ '^[A-Za-z0-9!#$%&''*+.^_`|~-]{1,64}$' OR jsonb_typeof(v_value) <> 'string'
+           OR v_value #>> '{}' ~ '[[:cntrl:]]' OR length(v_value #>> '{}') > 4096 THEN
+            RAISE EXCEPTION 'header % must be a token name with a string value of at most 4096 characters, without control characters', v_key
+                USING ERRCODE = 'CR004';
+        END IF;
+    END LOOP;
+END
+$_$;
+
+CREATE FUNCTION cryo._connection_secret_check(p_org text, p_project text, p_name text, p_secret text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    IF p_secret IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM cryo.secrets s
+             WHERE s.org = p_org AND s.project = p_project AND s.name = p_secret) THEN
+        RAISE EXCEPTION 'connection % uses secret %, which project %/% does not have (cryopg secret set %)',
+            p_name, p_secret, p_org, p_project, p_secret USING ERRCODE = 'CR207';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
     AS $$
@@ -652,10 +730,12 @@ CREATE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project tex
     LANGUAGE sql STABLE
     AS $$
     WITH node AS (
-        SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) AS names
+        SELECT CASE WHEN n.type = 'connector' THEN ARRAY(SELECT k.secret FROM cryo.connections k   -- 79_connections.sql
+                     WHERE k.org = c.org AND k.project = c.project AND k.name = n.def ->> 'connection')
+               ELSE ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) END AS names
           FROM cryo.runs c
           JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
-         WHERE c.id = p_run_id AND n.type = 'http'
+         WHERE c.id = p_run_id AND n.type IN ('http', 'connector')
     )
     SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
      WHERE NOT EXISTS (SELECT 1 FROM node)
@@ -3272,6 +3352,62 @@ $$;
 
 COMMENT ON FUNCTION cryo.collect_artifacts(p_cached interval, p_grace interval, p_batch integer) IS 'Deletes cached artifacts put more than p_cached ago, then the blobs no artifact points at that nobody touched within p_grace, at most p_batch of each; returns the removed blobs (org, project, sha256), whose bytes the caller deletes. Raises CR004 for a non-positive retention.';
 
+CREATE FUNCTION cryo.connection_for_run(p_run_id text, p_name text) RETURNS TABLE(name text, base_url text, auth text, secret text, username text, header text, headers jsonb, created_at timestamp with time zone, updated_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_org text := cryo._run_org(p_run_id);
+    v_project text := cryo._run_project(p_run_id);
+    v_c record;
+BEGIN
+    SELECT * INTO v_c FROM cryo.get_connection(v_org, v_project, p_name);
+    IF v_c.auth <> 'none' AND cryo._run_untrusted(p_run_id) THEN
+        RAISE EXCEPTION 'connection %''s credential (secret %) is withheld from an untrusted run',
+            p_name, v_c.secret USING ERRCODE = 'CR208';
+    END IF;
+    PERFORM cryo._connection_secret_check(v_org, v_project, p_name, v_c.secret);
+    RETURN QUERY SELECT v_c.name, v_c.base_url, v_c.auth, v_c.secret, v_c.username, v_c.header,
+                        v_c.headers, v_c.created_at, v_c.updated_at;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.connection_for_run(p_run_id text, p_name text) IS 'Returns the connection a connector node of run p_run_id names, from the run''s project. Raises CR206 when there is none, CR207 when its secret is gone, CR208 when the run is untrusted and the connection has a credential.';
+
+CREATE FUNCTION cryo.create_connection(p_org text, p_project text, p_name text, p_base_url text, p_auth text, p_secret text DEFAULT NULL::text, p_username text DEFAULT NULL::text, p_header text DEFAULT NULL::text, p_headers jsonb DEFAULT '{}'::jsonb, p_replace boolean DEFAULT false) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_created boolean;
+BEGIN
+    PERFORM cryo._connection_check(p_name, p_base_url, p_auth, p_secret, p_username,
+                                   p_header, coalesce(p_headers, '{}'));
+    IF NOT EXISTS (SELECT 1 FROM cryo.projects WHERE org = p_org AND slug = p_project) THEN
+        RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    PERFORM cryo._connection_secret_check(p_org, p_project, p_name, p_secret);
+    INSERT INTO cryo.connections AS c (org, project, name, base_url, auth, secret, username,
+                                       header, headers, created_at, updated_at)
+    VALUES (p_org, p_project, p_name, p_base_url, p_auth, p_secret, p_username, p_header,
+            coalesce(p_headers, '{}'), v_now, v_now)
+    ON CONFLICT (org, project, name) DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT p_replace THEN
+        RAISE EXCEPTION 'connection % already exists in %/% (replace it, or delete it first)',
+            p_name, p_org, p_project USING ERRCODE = 'CR205';
+    END IF;
+    UPDATE cryo.connections c
+       SET base_url = p_base_url, auth = p_auth, secret = p_secret, username = p_username,
+           header = p_header, headers = coalesce(p_headers, '{}'), updated_at = v_now
+     WHERE c.org = p_org AND c.project = p_project AND c.name = p_name;
+    RETURN false;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.create_connection(p_org text, p_project text, p_name text, p_base_url text, p_auth text, p_secret text, p_username text, p_header text, p_headers jsonb, p_replace boolean) IS 'Stores a connection of a project (base URL, auth scheme none/bearer/basic/header, the name of the project secret holding its credential, a basic user name or the header name, default headers); with p_replace an existing one is replaced. Returns true when it was new. Raises CR004 for a malformed field, CR005 for an unknown project, CR205 when it exists and p_replace is false, CR207 when the project has no secret of that name.';
+
 CREATE FUNCTION cryo.create_handler(p_org text, p_project text, p_name text, p_event text, p_workflow text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -3385,6 +3521,20 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.create_webhook(p_org text, p_project text, p_name text, p_workflow text, p_secret bytea, p_status_url text) IS 'Creates a webhook with its sealed signing secret; with p_workflow a delivery starts that workflow, without one it is published as event webhook.<event>; p_status_url receives the run''s outcome. Returns nothing. Raises CR005 for an unknown project or workflow, CR004 for a bad or taken name, a missing secret, or a status URL without a workflow.';
+
+CREATE FUNCTION cryo.delete_connection(p_org text, p_project text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM cryo.connections c
+     WHERE c.org = p_org AND c.project = p_project AND c.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no connection % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR206';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.delete_connection(p_org text, p_project text, p_name text) IS 'Deletes a connection (its secret stays). A connector node started later that names it fails. Raises CR206 when there is none of that name.';
 
 CREATE FUNCTION cryo.delete_handler(p_org text, p_project text, p_name text) RETURNS void
     LANGUAGE plpgsql
@@ -3740,7 +3890,11 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
         ('CR170', 'artifact_unverified', 'an untrusted run named a blob by its digest without uploading the bytes through the server, which checks them'),
         ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)'),
-        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end')
+        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end'),
+        ('CR205', 'connection_exists', 'a connection of that name already exists in the project'),
+        ('CR206', 'connection_not_found', 'the project has no connection of that name'),
+        ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
+        ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -4017,6 +4171,19 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.forget_log_objects(p_ids bigint[]) IS 'Deletes the queued rows p_ids once their objects are deleted from the store; returns how many went (0 when another replica forgot them first). Raises nothing.';
+
+CREATE FUNCTION cryo.get_connection(p_org text, p_project text, p_name text) RETURNS TABLE(name text, base_url text, auth text, secret text, username text, header text, headers jsonb, created_at timestamp with time zone, updated_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM cryo.list_connections(p_org, p_project) c WHERE c.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no connection % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR206';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.get_connection(p_org text, p_project text, p_name text) IS 'Returns one connection of a project (its secret''s name, never a value). Raises CR206 when there is none of that name.';
 
 CREATE FUNCTION cryo.get_org_key(p_org text) RETURNS TABLE(key_id text, wrapped_key bytea)
     LANGUAGE plpgsql STABLE
@@ -4692,6 +4859,16 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text, p_tainted boolean) IS 'Returns the artifacts of scope p_scope (a run id or a cache key''s scope), or every cached artifact of the project when p_scope is NULL, by scope and name, with their trust flags; p_tainted (NULL: both) keeps one namespace of cached ones. Raises CR021 for an application role of another tenant.';
+
+CREATE FUNCTION cryo.list_connections(p_org text, p_project text) RETURNS TABLE(name text, base_url text, auth text, secret text, username text, header text, headers jsonb, created_at timestamp with time zone, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.name, c.base_url, c.auth, c.secret, c.username, c.header, c.headers,
+           c.created_at, c.updated_at
+      FROM cryo.connections c WHERE c.org = p_org AND c.project = p_project ORDER BY c.name
+$$;
+
+COMMENT ON FUNCTION cryo.list_connections(p_org text, p_project text) IS 'Returns a project''s connections by name (secret names, never values). Raises nothing.';
 
 CREATE FUNCTION cryo.list_events(p_org text, p_project text, p_name text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id bigint, name text, payload bytea, payload_clear jsonb, emitted_by_run text, created_at timestamp with time zone, depth integer, untrusted boolean, refused text)
     LANGUAGE sql STABLE
@@ -7048,6 +7225,28 @@ COMMENT ON COLUMN cryo.artifact_blobs.touched_at IS 'The last time a put pointed
 
 COMMENT ON COLUMN cryo.artifact_blobs.untrusted_known IS 'Untrusted runs may learn the project holds this blob and name it: an untrusted run uploaded its bytes through the server, which checked them against the digest, or a published trusted artifact named it. Otherwise an untrusted run''s prepare answers "not present" and its put must upload the bytes first.';
 
+CREATE TABLE cryo.connections (
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    base_url text NOT NULL,
+    auth text NOT NULL,
+    secret text,
+    username text,
+    header text,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT connections_auth_check CHECK ((auth = ANY (ARRAY['none'::text, 'bearer'::text, 'basic'::text, 'header'::text]))),
+    CONSTRAINT connections_check CHECK (((auth = 'none'::text) = (secret IS NULL))),
+    CONSTRAINT connections_check1 CHECK (((auth = 'basic'::text) = (username IS NOT NULL))),
+    CONSTRAINT connections_check2 CHECK (((auth = 'header'::text) = (header IS NOT NULL))),
+    CONSTRAINT connections_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'::text)),
+    CONSTRAINT connections_secret_check CHECK ((secret ~ '^[A-Za-z_][A-Za-z0-9_]{0,127}$'::text))
+);
+
+COMMENT ON TABLE cryo.connections IS 'A project''s named connections for connector nodes: base URL, auth scheme (none, bearer, basic, header), the project secret holding the credential (by name; the value stays sealed in cryo.secrets), a basic user name or the header name, and default headers, all in the clear.';
+
 CREATE TABLE cryo.event_handlers (
     org text NOT NULL,
     project text NOT NULL,
@@ -7645,6 +7844,9 @@ ALTER TABLE ONLY cryo.artifact_blobs
 ALTER TABLE ONLY cryo.artifacts
     ADD CONSTRAINT artifacts_pkey PRIMARY KEY (scope, name, tainted);
 
+ALTER TABLE ONLY cryo.connections
+    ADD CONSTRAINT connections_pkey PRIMARY KEY (org, project, name);
+
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_pkey PRIMARY KEY (org, project, name);
 
@@ -7864,6 +8066,9 @@ ALTER TABLE ONLY cryo.artifacts
 
 ALTER TABLE ONLY cryo.artifacts
     ADD CONSTRAINT artifacts_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.connections
+    ADD CONSTRAINT connections_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.event_handlers
     ADD CONSTRAINT event_handlers_org_project_workflow_fkey FOREIGN KEY (org, project, workflow) REFERENCES cryo.workflows(org, project, name) ON DELETE CASCADE;

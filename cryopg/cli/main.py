@@ -75,6 +75,7 @@ for command in [*processes.COMMANDS, *admin.COMMANDS, *pipeline.COMMANDS, *trigg
                 *login.COMMANDS, *bus.COMMANDS, *run_once.COMMANDS, *agents.COMMANDS,
                 artifact]:
     cli.add_command(command)
+cli.add_command(__import__("cryopg.cli.connections", fromlist=["connection"]).connection)
 
 
 @cli.command()

@@ -28,6 +28,14 @@ from cryopg.engine.claim import (
     release_claim,
     return_claim,
 )
+from cryopg.engine.connections import (
+    Connection,
+    connection_for_run,
+    create_connection,
+    delete_connection,
+    get_connection,
+    list_connections,
+)
 from cryopg.engine.finish import (
     FinishItem,
     cancel_run,
@@ -250,6 +258,12 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "Connection",
+    "connection_for_run",
+    "create_connection",
+    "delete_connection",
+    "get_connection",
+    "list_connections",
     "LogArchive",
     "LogToMove",
     "LogMove",

@@ -35,7 +35,8 @@ from cryopg.jsonlimits import JsonLimitError, loads
 
 VERSION = "cryosleep-graph/v1"
 NODE_VERSION = "cryosleep-node/v1"
-NODE_TYPES = frozenset({"state", "shell", "code", "script", "http", "wait", "approval", "workflow"})
+NODE_TYPES = frozenset({"state", "shell", "code", "script", "http", "connector", "wait",
+                        "approval", "workflow"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 # The documented bounds of a graph document (docs/graphs.md): a larger one is refused with
 # a one-line 400 before anything is stored.
@@ -337,6 +338,8 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         compiled = _compile_value(config, known)
         if ntype == "http" and config.get("secrets"):  # names, in the clear, for the grant
             s["secrets"] = list(dict.fromkeys(config["secrets"]))
+        if ntype == "connector":  # its name, in the clear: the grant gives its secret
+            s["connection"] = config["connection"]
         if ntype == "state":  # a cell's key and entity are stored in the clear
             for name in ("key", "entity"):
                 if isinstance(compiled.get(name), dict):

@@ -1,5 +1,8 @@
-"""The job an http node runs on a connector agent: the request it was given (as the
-run's input), and its answer printed as one line of JSON: {status, headers, body}.
+"""The job an http or connector node runs on a connector agent: the request it was given
+(as the run's input), and its answer printed as one line of JSON: {status, headers, body}.
+A connector node's request names its connection's auth scheme and secret (`auth`); the
+value comes from this job's environment (its claim grant) and goes to the URL's origin
+only.
 A status of 400 or more exits 1, so the node fails and its retry can cover it.
 
 Every hop (the URL, then each redirect, at most MAX_REDIRECTS) passes the egress
@@ -37,15 +40,17 @@ class Failed(Exception):
 
 
 def fetch(method: str, url: str, headers: dict[str, str], data: bytes | None,
-          allow: Any = None, resolve: Any = None) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers, body) of the last hop; raises egress.Refused or Failed."""
+          allow: Any = None, resolve: Any = None,
+          credentials: frozenset[str] = CREDENTIALS) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of the last hop; raises egress.Refused or Failed. The
+    `credentials` headers (lower-case names) are dropped at a hop to another origin."""
     kwargs = {"resolve": resolve} if resolve is not None else {}
     origin = None
     for hop in range(MAX_REDIRECTS + 1):
         target = egress.check_url(url, allow=allow, **kwargs)
         here = (target.scheme, target.host, target.port)
         if origin is not None and here != origin:
-            headers = {k: v for k, v in headers.items() if k.lower() not in CREDENTIALS}
+            headers = {k: v for k, v in headers.items() if k.lower() not in credentials}
         origin = here
         conn = egress.connection(target, TIMEOUT)
         try:
@@ -88,6 +93,31 @@ def with_secrets(value: str, names: list[str]) -> str:
     return value
 
 
+def credential(auth: dict[str, Any]) -> tuple[str, str] | None:
+    """(header, value) a connector node's connection authenticates with, its secret read
+    from the environment the claim grant gave this job (and that the agent redacts from
+    the log); None for a connection without one. A secret this job was not given fails
+    the node in one line."""
+    scheme, secret = auth.get("scheme"), auth.get("secret")
+    if scheme in (None, "none"):
+        return None
+    name = auth.get("connection")
+    if not isinstance(secret, str) or secret not in os.environ:
+        raise Failed(f"connection {name}: secret {secret} is not available to this node "
+                     "(untrusted run, or no such project secret)")
+    value = os.environ[secret]
+    if scheme == "bearer":
+        return "Authorization", f"Bearer {value}"
+    if scheme == "basic":
+        import base64
+
+        pair = f"{auth.get('username') or ''}:{value}".encode()
+        return "Authorization", "Basic " + base64.b64encode(pair).decode()
+    if scheme == "header" and isinstance(auth.get("header"), str):
+        return str(auth["header"]), value
+    raise Failed(f"connection {name}: unknown auth scheme {scheme}")
+
+
 def run(req: dict[str, Any]) -> int:
     url, method = req.get("url"), str(req.get("method") or "GET").upper()
     if not isinstance(url, str) or not url:
@@ -96,12 +126,18 @@ def run(req: dict[str, Any]) -> int:
     data = None
     headers = {str(k): with_secrets(str(v), req.get("secrets") or [])
                for k, v in (req.get("headers") or {}).items()}
+    credentials = CREDENTIALS
+    auth = credential(req["auth"]) if isinstance(req.get("auth"), dict) else None
+    if auth is not None:  # the connection's, over any node header of that name
+        headers = {k: v for k, v in headers.items() if k.lower() != auth[0].lower()}
+        headers[auth[0]] = auth[1]
+        credentials = CREDENTIALS | {auth[0].lower()}
     if body is not None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         if not isinstance(body, str) and not any(k.lower() == "content-type" for k in headers):
             headers["Content-Type"] = "application/json"
     try:
-        status, got_headers, raw = fetch(method, url, headers, data)
+        status, got_headers, raw = fetch(method, url, headers, data, credentials=credentials)
     except (egress.Refused, Failed):
         raise
     except Exception as exc:  # network, TLS, protocol: one line, never a traceback
@@ -117,18 +153,21 @@ def run(req: dict[str, Any]) -> int:
 
 
 def main() -> int:
+    who = "http node"
     try:
         with open(os.environ["CRYO_INPUT_FILE"], encoding="utf-8") as f:
             req = json.load(f)
         if not isinstance(req, dict):
             raise Failed("the request is not an object")
+        if isinstance(req.get("auth"), dict):
+            who = "connector node"
         return run(req)
     except egress.Refused as exc:
-        print(exc.line("http node"))
+        print(exc.line(who))
     except Failed as exc:
-        print(f"http node: {exc}")
+        print(f"{who}: {exc}")
     except Exception as exc:  # a bad input file: still one line
-        print(f"http node: {type(exc).__name__}: {exc}".splitlines()[0])
+        print(f"{who}: {type(exc).__name__}: {exc}".splitlines()[0])
     return 1
 
 

@@ -201,7 +201,11 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
         ('CR170', 'artifact_unverified', 'an untrusted run named a blob by its digest without uploading the bytes through the server, which checks them'),
         ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)'),
-        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end')
+        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end'),
+        ('CR205', 'connection_exists', 'a connection of that name already exists in the project'),
+        ('CR206', 'connection_not_found', 'the project has no connection of that name'),
+        ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
+        ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

@@ -1801,7 +1801,8 @@ COMMENT ON FUNCTION cryo.read_graph_logs(text, text[], bigint[], integer) IS
 
 -- -- connector credentials -------------------------------------------------------------
 -- What a claim of a run may see (claim_grants and claim_secrets call this): the job of
--- an http node sees only the project secrets its node names (its clear `secrets` list),
+-- an http node sees only the project secrets its node names (its clear `secrets` list;
+-- a connector node: its connection's secret, cryo.connections),
 -- so a credential reaches the connector agent doing that request and nothing else; any
 -- other run sees its project's secrets as before (cryo._grant_secrets). An untrusted
 -- run gets the names alone, either way. No secret is ever in a document or an input.
@@ -1810,10 +1811,12 @@ CREATE OR REPLACE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_
 RETURNS TABLE (name text, value bytea, withheld boolean)
 LANGUAGE sql STABLE AS $$
     WITH node AS (
-        SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) AS names
+        SELECT CASE WHEN n.type = 'connector' THEN ARRAY(SELECT k.secret FROM cryo.connections k   -- 79_connections.sql
+                     WHERE k.org = c.org AND k.project = c.project AND k.name = n.def ->> 'connection')
+               ELSE ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) END AS names
           FROM cryo.runs c
           JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
-         WHERE c.id = p_run_id AND n.type = 'http'
+         WHERE c.id = p_run_id AND n.type IN ('http', 'connector')
     )
     SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
      WHERE NOT EXISTS (SELECT 1 FROM node)

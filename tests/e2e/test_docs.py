@@ -44,6 +44,7 @@ def test_a_failing_block_fails(stack: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.agents(2)
+@pytest.mark.dev_env(CRYOPG_EGRESS_ALLOW="127.0.0.1")  # docs/graphs.md's connector recipe
 @pytest.mark.parametrize("page", _runnable_pages())
 def test_page_blocks_run(page: Path, stack: Any) -> None:
     work = stack.dir / "doc"  # below the stack's directory: the CLI finds its dev stack

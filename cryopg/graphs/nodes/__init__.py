@@ -15,6 +15,7 @@ def _registry() -> dict[str, NodeType]:
     from cryopg.graphs.nodes import (
         approval,
         code,
+        connector,
         http,
         script,
         shell,
@@ -24,7 +25,7 @@ def _registry() -> dict[str, NodeType]:
     )
 
     return {m.NODE.type: m.NODE
-            for m in (state_node, shell, code, script, http, wait, approval, workflow)}
+            for m in (state_node, shell, code, script, http, connector, wait, approval, workflow)}
 
 
 TYPES: dict[str, NodeType] = _registry()

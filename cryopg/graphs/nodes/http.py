@@ -48,21 +48,27 @@ def check(nid: str, c: dict[str, Any]) -> None:
 _JOB: str | None = None  # the http job with the egress policy inlined, made once
 
 
+def job() -> str:
+    """The http job's source (the connector node's too), made once."""
+    global _JOB
+    from cryopg.graphs.http_request import job_source
+
+    if _JOB is None:
+        _JOB = job_source()
+    return _JOB
+
+
 async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
     """A child run of the http job on a connector agent: the agent need not have cryopg
     installed. Named not http.py: a script of that name would shadow the http package
     it imports."""
-    global _JOB
-    from cryopg.graphs.http_request import job_source
     from cryopg.graphs.turn import start_job
 
-    if _JOB is None:
-        _JOB = job_source()
     job_input = {"method": str(c.get("method", "GET")).upper(), "url": str(c["url"]),
                  "headers": {str(k): str(v) for k, v in (c.get("headers") or {}).items()},
                  "body": c.get("body"), "secrets": list(c.get("secrets") or [])}
     await start_job(turn, p, filename="cryo_http_node.py", interpreter="python3",
-                    source=_JOB, caps=["connector"], job_input=job_input)
+                    source=job(), caps=["connector"], job_input=job_input)
     return False
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 from cryopg.server.user_api import (
     admin,
     artifacts,
+    connections,
     graphs,
     hooks,
     live,
@@ -27,6 +28,6 @@ from cryopg.server.user_api import (
 
 
 def add_routes(app: web.Application) -> None:
-    for module in (runs, graphs, logs, live, signals_events, state_reads, admin, secrets, triggers,
-                   hooks, sign_in_admin, artifacts, operators):
+    for module in (runs, graphs, logs, live, signals_events, state_reads, admin, secrets,
+                   connections, triggers, hooks, sign_in_admin, artifacts, operators):
         module.add_routes(app)

@@ -6,6 +6,7 @@ import { api, hooks, orgPath } from "./api.js";
 import { el } from "./dom.js";
 import { loginPage, takeFragmentLogin } from "./login.js";
 import { eventsPage, membersPage, secretsPage } from "./project.js";
+import { connectionsPage } from "./connections.js";
 import { runPage } from "./run/page.js";
 import { runsPage } from "./runs.js";
 import { editorPage } from "./editor/page.js";
@@ -24,6 +25,7 @@ const PAGES = {
   handlers: { page: (m, p, q, c) => handlersPage(m, c), nav: "Handlers" },
   events: { page: (m, p, q, c) => eventsPage(m, c), nav: "Events" },
   secrets: { page: (m, p, q, c) => secretsPage(m, c), nav: "Secrets", admin: true },
+  connections: { page: (m, p, q, c) => connectionsPage(m, c), nav: "Connections" },
   members: { page: (m, p, q, c) => membersPage(m, c), nav: "Members" },
 };
 
