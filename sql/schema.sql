@@ -5525,14 +5525,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs by key: sealed, or (value NULL) value_clear, an answer holding no user data as {"answer": v}. Raises nothing.';
 
-CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text, trigger_kind text, trigger_name text, trigger_depth integer)
+CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text, trigger_kind text, trigger_name text, trigger_depth integer, untrusted boolean)
     LANGUAGE sql STABLE
     AS $$
-    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth
+    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth,
+           r.untrusted
       FROM cryo.runs r WHERE r.id = p_run_id
 $$;
 
-COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id and the trigger (kind, name, handler depth) that started it; no row for an unknown run. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id, the trigger (kind, name, handler depth) that started it and whether it runs untrusted; no row for an unknown run. Raises nothing.';
 
 CREATE FUNCTION cryo.read_secret_values(p_org text, p_project text) RETURNS TABLE(name text, value bytea)
     LANGUAGE sql STABLE

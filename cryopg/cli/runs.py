@@ -12,35 +12,68 @@ from cryopg.cli.client import Client, part
 from cryopg.cli.target import resolve
 
 
-def _print_runs(runs: list[dict[str, Any]]) -> None:
-    rows = [("ID", "STATUS", "SUBSTATE", "ATTEMPT", "CREATED", "FILE", "PARENT")]
+def _print_runs(runs: list[dict[str, Any]], folded: bool) -> None:
+    """One row a run. Folded (the default list): top-level runs, each with how many child
+    runs (graph node jobs, activities, spawns) it started; else every run, a child with
+    its parent."""
+    rows = [("ID", "STATUS", "SUBSTATE", "ATTEMPT", "CREATED", "FILE",
+             "CHILDREN" if folded else "PARENT")]
     for r in runs:
         substate = r["substate"] or (f"position {r['queue_position']}"
                                      if r.get("queue_position") else "-")
-        parent = "-"
-        if r.get("parent_run_id"):  # a child: its parent's short id, and its activity name
-            parent = r["parent_run_id"].rsplit(":", 1)[-1]
-            parent += f" ({r['activity_name']})" if r.get("activity_name") else ""
+        last = str(r.get("children") or "-")
+        if not folded:
+            last = "-"
+            if r.get("parent_run_id"):  # a child: its parent's short id, and its activity name
+                last = r["parent_run_id"].rsplit(":", 1)[-1]
+                last += f" ({r['activity_name']})" if r.get("activity_name") else ""
         rows.append((r["id"], r["status"], substate, str(r["attempt"]),
-                     (r["created_at"] or "")[:19].replace("T", " "), r["filename"], parent))
+                     (r["created_at"] or "")[:19].replace("T", " "), r["filename"], last))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
+PAGE = 200  # the server's largest page of top-level runs
+
+
+def _top_level(client: Client, limit: int) -> list[dict[str, Any]]:
+    """The newest `limit` top-level runs, a page at a time."""
+    if limit < 0:
+        raise click.BadParameter("must be 0 or more", param_hint="--limit")
+    listed: list[dict[str, Any]] = []
+    cursor = ""
+    while len(listed) < limit:
+        got = client.call("GET", f"/runs?top=1&limit={min(PAGE, limit - len(listed))}"
+                          + (f"&before={part(cursor, 'run id')}" if cursor else ""))
+        listed += got["runs"]
+        if not got.get("next"):
+            break
+        cursor = got["next"]
+    return listed
+
+
 @click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--limit", default=50, show_default=True, help="How many runs, newest first.")
+@click.option("--all", "show_all", is_flag=True,
+              help="Every run, child runs (graph node jobs, activities, spawns) included, "
+                   "each with its parent; by default only top-level runs, with how many "
+                   "children each has.")
 @click.pass_context
-def runs(ctx: click.Context, as_json: bool, limit: int) -> None:
+def runs(ctx: click.Context, as_json: bool, limit: int, show_all: bool) -> None:
     """List the project's runs with status and substate."""
     if ctx.invoked_subcommand:
         return
-    listed = Client(resolve()).call("GET", f"/runs?limit={limit}")["runs"]
+    client = Client(resolve())
+    if show_all:
+        listed = client.call("GET", f"/runs?limit={limit}")["runs"]
+    else:
+        listed = _top_level(client, limit)
     if as_json:
         click.echo(json.dumps(listed, indent=2))
     else:
-        _print_runs(listed)
+        _print_runs(listed, folded=not show_all)
 
 
 @runs.command("show")
@@ -58,9 +91,19 @@ def runs_show(run: str, as_json: bool) -> None:
                           "concurrency_group",
                           "queue_position", "idempotency_key", "created_at", "started_at",
                           "finished_at", "wake_at", "agent_id") if got.get(k) is not None]
-    width = max(len(k) for k in fields) + 2  # the colon and at least one space
-    for key in fields:
-        click.echo(f"{key + ':':<{width}}{got[key]}")
+    shown = [(k, str(got[k])) for k in fields]
+    # What started it (docs/triggers.md), and a run without secrets says so.
+    if got.get("trigger"):
+        shown.append(("trigger", got["trigger"]))
+    by = got.get("triggered_by")
+    if by:
+        shown.append(("triggered_by", f"{by['kind']} {by['name']}"
+                      + (f" (depth {by['depth']})" if by.get("depth") else "")))
+    if got.get("untrusted"):
+        shown.append(("untrusted", "yes (no secrets; docs/security/trust.md)"))
+    width = max(len(k) for k, _ in shown) + 2  # the colon and at least one space
+    for key, value in shown:
+        click.echo(f"{key + ':':<{width}}{value}")
     for key, value in (got.get("outputs") or {}).items():
         # A graph's output is the output "output": say it once.
         label = "output:" if key == "output" else f"output {key}:"
