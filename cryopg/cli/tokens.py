@@ -104,9 +104,15 @@ def token_list(database_url: str | None, org: str) -> None:
     async def work(conn: Any) -> Any:
         return await engine.list_tokens(conn, org)
 
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC)
     for t in _with_pool(database_url, work):
+        # A token works ("live") until it is revoked or expires; say when it will.
         state = ("revoked" if t.revoked_at else
-                 f"expires {t.expires_at:%Y-%m-%d %H:%M}" if t.expires_at else "live")
+                 f"expired {t.expires_at:%Y-%m-%d %H:%M}" if t.expires_at and t.expires_at <= now
+                 else f"live (expires {t.expires_at:%Y-%m-%d %H:%M})" if t.expires_at
+                 else "live")
         who = t.member or ",".join(t.capabilities)
         click.echo(f"{t.id}\t{t.kind}\t{t.name}\t{who}\t{state}")
 
