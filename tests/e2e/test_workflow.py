@@ -180,7 +180,7 @@ try:
 except RuntimeError:
     print("caught")
 print("second=" + script.step_fn("second", lambda: "two"))
-script.sleep(0.2)
+script.sleep("200ms")
 print("end")
 """)
     done = stack.cli("submit", str(wf), "--follow", timeout=60)

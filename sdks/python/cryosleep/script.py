@@ -10,6 +10,7 @@ nothing they could raise there is worth carrying on from.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -137,41 +138,50 @@ def step_unchecked(name: str, command: Sequence[str] | str, *,
 # -- waiting ----------------------------------------------------------------------------
 
 
-Duration = int | float | str
+# A duration: a string with its unit as the CLI takes it ("30s", "5m", "1.5h", "500ms";
+# no unit is seconds), or a datetime.timedelta. Across the SDKs a bare number is
+# milliseconds (TypeScript's sleep(ms), timeoutMs); this SDK took it as seconds before,
+# so it refuses one rather than let an old sleep(5) silently become 5 ms.
+Duration = str | dt.timedelta
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def seconds(value: Duration, what: str = "duration") -> float:
-    """A duration as the CLI takes it, in seconds: a number of seconds (2, 0.5) or a
-    string with an optional unit ms, s, m, h or d ("30s", "5m", "1.5h", "500ms", "10").
-    A malformed string (or another type) is ScriptError bad_request."""
+    """A duration in seconds, as the agent takes it: a string with an optional unit ms,
+    s, m, h or d ("30s", "5m", "1.5h", "500ms", "10") or a timedelta. A bare number, a
+    malformed string or another type is ScriptError bad_request."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()  # checked by the agent, as every SDK's numbers are
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value  # checked by the agent, as every SDK's numbers are
+        raise ScriptError("bad_request", f"{what} {value!r} has no unit: write "
+                          f"'{value}s' or '{value}ms' (or a timedelta). A bare number is "
+                          "milliseconds in the TypeScript SDK and was seconds here, so it "
+                          "is refused rather than guessed")
     if isinstance(value, str):
         raw = value.strip().lower()
         unit = next((u for u in ("ms", "s", "m", "h", "d") if raw.endswith(u)), "")
         number = raw[: len(raw) - len(unit)].strip()
         if number.replace(".", "", 1).isdigit() and number.isascii():
             return float(number) * _UNITS.get(unit, 1.0)
-    raise ScriptError("bad_request", f"{what} must be a non-negative number of seconds or a "
-                      f"duration like 30s, 5m, 1.5h, 500ms; got {value!r}")
+    raise ScriptError("bad_request", f"{what} must be a duration like 30s, 5m, 1.5h, 500ms "
+                      f"or a timedelta; got {value!r}")
 
 
 def sleep(duration: Duration) -> None:
-    """Park the run for `duration` (seconds, or a string like "5m"; the agent is freed);
+    """Park the run for `duration` ("5m", "500ms" or a timedelta; the agent is freed);
     returns on the pass after it."""
     _client.call({"op": "sleep", "seconds": seconds(duration, "sleep")})
 
 
 def wait_signal(name: str, *, timeout: Duration | None = None) -> Any:
     """Wait for the next signal `name` sent to this run and return its payload. With a
-    timeout (seconds, or a string like "1s"), WaitSignalTimeout when none arrived by then."""
+    timeout ("1s" or a timedelta), WaitSignalTimeout when none arrived by then."""
     return _wait("signal", name, timeout)
 
 
 def wait_event(name: str, *, timeout: Duration | None = None, tainted: bool = False) -> Any:
     """Wait for the next project bus event `name` published after the wait began and return
-    its payload. With a timeout (seconds, or a string like "1s"), WaitEventTimeout when
+    its payload. With a timeout ("1s" or a timedelta), WaitEventTimeout when
     none arrived by then. A trusted run hears untrusted runs' events only with
     tainted=True (docs/security/trust.md); an untrusted run hears those and published ones."""
     return _wait("event", name, timeout, {"tainted": True} if tainted else {})
@@ -208,7 +218,7 @@ def activity_submit(name: str, argv: Sequence[str], *, retries: int | None = Non
                     retry_backoff: Duration | None = None,
                     retry_on_exit: Sequence[int] | None = None) -> str:
     """Start `argv` as a child job named `name` (unique per run) and return its run id.
-    retries: extra attempts after a failure, retry_backoff seconds apart, only for exit
+    retries: extra attempts after a failure, retry_backoff ("2s", a timedelta) apart, only for exit
     codes in retry_on_exit when given."""
     request: dict[str, Any] = {"op": "activity.submit", "name": name,
                                "argv": [str(a) for a in argv]}
