@@ -359,3 +359,34 @@ def test_a_malformed_duration_is_a_script_error(given: object) -> None:
     with pytest.raises(ScriptError) as exc:
         script.wait_signal("go", timeout=given) if given is not None else script.seconds(given)
     assert exc.value.code == "bad_request"
+
+
+@pytest.mark.parametrize("content", ["shell", "binary"])
+def test_step_runs_a_script_without_a_shebang_with_sh(
+        content: str, sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """script.step(["./charge.sh", acct]) where charge.sh has no `#!` line runs it with
+    /bin/sh, as the CLI's step does (issue 42, item 1); a binary no kernel loader takes
+    records 127 instead of raising with the step begun and never finished."""
+    charge = sockdir / "charge.sh"
+    if content == "shell":
+        charge.write_text('echo "charged $1"\n')
+    else:
+        charge.write_bytes(b"\x00\x01 not a program\n")
+    charge.chmod(0o755)
+    path = str(sockdir / "agent.sock")
+    monkeypatch.setenv("CRYO_SOCKET", path)
+    previous = script._use(Client())
+    agent = FakeAgent(path, [
+        {"request": {}, "reply": {"ok": True, "hit": False, "call_id": "c1",
+                                  "idempotency_key": "k"}},
+        {"request": {}, "reply": {"ok": True}}])
+    try:
+        result = script.step_unchecked("charge", [str(charge), "acct-1"])
+    finally:
+        script._use(previous)
+        agent.close()
+    if content == "shell":
+        assert (result.exit_code, result.stdout) == (0, "charged acct-1\n")
+    else:
+        assert (result.exit_code, result.stdout) == (127, "")
+    assert agent.received[1]["exit_code"] == result.exit_code

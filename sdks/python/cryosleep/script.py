@@ -11,8 +11,10 @@ nothing they could raise there is worth carrying on from.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -108,6 +110,18 @@ def step(name: str, command: Sequence[str] | str, *, label: str | None = None) -
     return result.stdout
 
 
+def _shell_script(argv: list[str], env: dict[str, str]) -> list[str] | None:
+    """["/bin/sh", PATH, args...] for a text file (no NUL in its first line, bash's test)
+    that exec refused with ENOEXEC; None for anything else."""
+    path = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    try:
+        with open(path or "", "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    return None if b"\0" in head.split(b"\n", 1)[0] else ["/bin/sh", str(path), *argv[1:]]
+
+
 def step_unchecked(name: str, command: Sequence[str] | str, *,
                    label: str | None = None) -> StepResult:
     """`step` that returns the exit code (and stdout) instead of raising StepFailed."""
@@ -121,7 +135,13 @@ def step_unchecked(name: str, command: Sequence[str] | str, *,
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRYO_")}
     env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
     try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, env=env, check=False)
+        try:
+            done = subprocess.run(argv, stdout=subprocess.PIPE, env=env, check=False)
+        except OSError as e:
+            # A script without a `#!` line: /bin/sh reads it, as a shell (or execvp) would.
+            if e.errno != errno.ENOEXEC or (script := _shell_script(argv, env)) is None:
+                raise
+            done = subprocess.run(script, stdout=subprocess.PIPE, env=env, check=False)
         raw, code = done.stdout, done.returncode
         if code < 0:
             code = 128 - code  # killed by signal N reads as 128+N, as in a shell
@@ -129,6 +149,8 @@ def step_unchecked(name: str, command: Sequence[str] | str, *,
         raw, code = b"", 127
     except PermissionError:
         raw, code = b"", 126
+    except OSError:  # a binary the kernel refuses (exec format error) and the like
+        raw, code = b"", 127
     stdout = raw.decode("utf-8", errors="replace")
     _client.call({"op": "step.finish", "call_id": reply.get("call_id"), "stdout": stdout,
                   "exit_code": code})
