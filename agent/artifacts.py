@@ -75,7 +75,8 @@ def _name_fields(req: dict[str, Any]) -> dict[str, Any]:
             raise VerbError("bad_request", f"'{field}' must be a non-empty string or null")
         if value is not None:
             fields[field] = value
-    for opt in ("public", "tainted"):  # trust opt-ins (docs/security/trust.md)
+    # Trust opt-ins (docs/security/trust.md), and a put's file mode's x bit.
+    for opt in ("public", "tainted", "executable"):
         if req.get(opt) is True:
             fields[opt] = True
     return fields

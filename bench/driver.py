@@ -802,7 +802,7 @@ t0 = time.monotonic_ns()
 for i in range({n}):
     script.step_fn("noop", lambda: i)
 print(f"BENCH-PASS {(time.monotonic_ns() - t0) // 1000}", flush=True)
-script.sleep(1)
+script.sleep("1s")
 """
 
 

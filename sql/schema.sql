@@ -1825,7 +1825,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._put_artifact(p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_by_run text, p_public boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+CREATE FUNCTION cryo._put_artifact(p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_by_run text, p_public boolean DEFAULT false, p_executable boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -1855,14 +1855,15 @@ BEGIN
        SET touched_at = excluded.touched_at,
            untrusted_known = b.untrusted_known OR excluded.untrusted_known;
     INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
-                                     created_by_run, created_at, tainted, published)
+                                     created_by_run, created_at, tainted, published,
+                                     executable)
     VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
             p_sha256, p_size, p_by_run, v_now, v_tainted,
-            coalesce(p_public, false) AND NOT v_tainted)
+            coalesce(p_public, false) AND NOT v_tainted, coalesce(p_executable, false))
     ON CONFLICT ON CONSTRAINT artifacts_pkey DO UPDATE
        SET sha256 = excluded.sha256, size = excluded.size,
            created_by_run = excluded.created_by_run, created_at = excluded.created_at,
-           published = excluded.published;
+           published = excluded.published, executable = excluded.executable;
     RETURN QUERY SELECT v_scope, p_name, p_sha256, p_size, v_now;
 END
 $$;
@@ -2156,6 +2157,7 @@ CREATE TABLE cryo.artifacts (
     created_at timestamp with time zone NOT NULL,
     tainted boolean DEFAULT false NOT NULL,
     published boolean DEFAULT false NOT NULL,
+    executable boolean DEFAULT false NOT NULL,
     CONSTRAINT artifacts_check CHECK (((run_id IS NULL) <> (cache_key IS NULL))),
     CONSTRAINT artifacts_size_check CHECK ((size >= 0))
 );
@@ -2165,6 +2167,8 @@ COMMENT ON TABLE cryo.artifacts IS 'Artifact names: (scope, name) -> blob. scope
 COMMENT ON COLUMN cryo.artifacts.tainted IS 'Put by an untrusted run: the tainted namespace, which trusted runs read only when they ask for it (--tainted).';
 
 COMMENT ON COLUMN cryo.artifacts.published IS 'A trusted artifact its put published (--public): untrusted runs may read it.';
+
+COMMENT ON COLUMN cryo.artifacts.executable IS 'The file was executable (its owner''s x bit) when it was put: a get makes it executable again.';
 
 CREATE FUNCTION cryo._run_artifacts(p_run_id text, p_scope text, p_name text, p_tainted boolean) RETURNS SETOF cryo.artifacts
     LANGUAGE sql STABLE
@@ -3907,7 +3911,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb) IS 'Returns the value of a compiled graph expression over a scope (a missing path is null). Raises nothing.';
 
-CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
+CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean, executable boolean)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -3915,7 +3919,7 @@ CREATE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_n
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo.artifacts a
                   WHERE a.scope = p_scope AND a.name = p_name
                     AND a.org = p_org AND a.project = p_project
@@ -3936,14 +3940,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.find_artifact_blob(p_org text, p_project text, p_sha256 text) IS 'Returns the size of the project''s blob with that SHA-256 when a name points at it, else NULL. Raises nothing.';
 
-CREATE FUNCTION cryo.find_run_artifact(p_run_id text, p_token uuid, p_run text, p_key text, p_name text, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
+CREATE FUNCTION cryo.find_run_artifact(p_run_id text, p_token uuid, p_run text, p_key text, p_name text, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean, executable boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo._run_artifacts(
                         p_run_id, cryo.artifact_scope(cryo._run_org(p_run_id),
                                                       cryo._run_project(p_run_id),
@@ -4841,7 +4845,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_app_roles() IS 'Returns every bound application role with its org and project (NULL: all of the org''s), whether it can log in (NULL: the role no longer exists) and whether it is a member of cryo_app. Raises nothing.';
 
-CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text, p_tainted boolean DEFAULT NULL::boolean) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
+CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text, p_tainted boolean DEFAULT NULL::boolean) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean, executable boolean)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -4849,7 +4853,7 @@ CREATE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text, p_
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo.artifacts a
                   WHERE a.org = p_org AND a.project = p_project
                     AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
@@ -4926,14 +4930,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_role_maps(p_org text) IS 'Returns the org''s claim map by claim and value. Raises nothing.';
 
-CREATE FUNCTION cryo.list_run_artifacts(p_run_id text, p_token uuid, p_run text, p_cached boolean, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean)
+CREATE FUNCTION cryo.list_run_artifacts(p_run_id text, p_token uuid, p_run text, p_cached boolean, p_tainted boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone, cache_key text, created_by_run text, tainted boolean, published boolean, executable boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo._run_artifacts(
                         p_run_id,
                         CASE WHEN NOT coalesce(p_cached, false) THEN cryo.artifact_scope(
@@ -5384,7 +5388,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.publish_event(p_org text, p_project text, p_name text, p_payload jsonb, p_sealed bytea, p_public boolean) IS 'Publishes a trusted event on the project bus -- p_payload as jsonb (applications; stored as sent, not sealed) or p_sealed (the server''s sealed payload) -- and wakes every trusted run parked on its name (with p_public, untrusted runs waiting on it too); returns the event id. Raises CR005 for an unknown project, CR004 for a bad name, CR021 when the caller is an application role of another tenant (or of none).';
 
-CREATE FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+CREATE FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean DEFAULT false, p_executable boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -5398,11 +5402,12 @@ BEGIN
         RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
     END IF;
     RETURN QUERY SELECT * FROM cryo._put_artifact(
-        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL, p_public);
+        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL, p_public,
+        p_executable);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the project''s trusted cached artifact (p_key, p_name) at a blob already stored (with p_public, published to untrusted runs); returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_artifact(p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean, p_executable boolean) IS 'Points the project''s trusted cached artifact (p_key, p_name) at a blob already stored (with p_public, published to untrusted runs; p_executable: the file was executable); returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
 
 CREATE FUNCTION cryo.put_compiled_workflow(p_org text, p_project text, p_name text, p_compiled jsonb) RETURNS void
     LANGUAGE plpgsql
@@ -5503,7 +5508,7 @@ $_$;
 
 COMMENT ON FUNCTION cryo.put_role_map(p_org text, p_claim text, p_value text, p_role text) IS 'Maps ID token claim p_claim holding p_value to member role p_role in the org (replacing an earlier role for it); returns true when new. Raises CR004 for a bad role, claim name (or one naming the person or token) or value, CR005 for an unknown org.';
 
-CREATE FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
+CREATE FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean DEFAULT false, p_executable boolean DEFAULT false) RETURNS TABLE(scope text, name text, sha256 text, size bigint, created_at timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -5511,11 +5516,11 @@ BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT * FROM cryo._put_artifact(
         cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id, p_key, p_name,
-        p_sha256, p_size, p_max_bytes, p_run_id, p_public);
+        p_sha256, p_size, p_max_bytes, p_run_id, p_public, p_executable);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
+COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean, p_executable boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored, remembering whether the file was executable (p_executable); returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
 CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -5702,14 +5707,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_outputs(p_run_id text) IS 'Returns a run''s outputs by key: sealed, or (value NULL) value_clear, an answer holding no user data as {"answer": v}. Raises nothing.';
 
-CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text, trigger_kind text, trigger_name text, trigger_depth integer)
+CREATE FUNCTION cryo.read_run_detail(p_run_id text) RETURNS TABLE(input bytea, input_clear jsonb, parent_run_id text, trigger_kind text, trigger_name text, trigger_depth integer, untrusted boolean)
     LANGUAGE sql STABLE
     AS $$
-    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth
+    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth,
+           r.untrusted
       FROM cryo.runs r WHERE r.id = p_run_id
 $$;
 
-COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id and the trigger (kind, name, handler depth) that started it; no row for an unknown run. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id, the trigger (kind, name, handler depth) that started it and whether it runs untrusted; no row for an unknown run. Raises nothing.';
 
 CREATE FUNCTION cryo.read_secret_values(p_org text, p_project text) RETURNS TABLE(name text, value bytea)
     LANGUAGE sql STABLE

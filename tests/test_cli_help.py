@@ -53,3 +53,16 @@ def test_every_state_operation_has_help_in_both_places(op: str, inside: bool) ->
     # after other arguments too
     late = _cryopg(["state", op, "k", "--help"], inside)
     assert late.returncode == 0 and "--entity" in late.stdout, late.stderr
+
+
+@pytest.mark.parametrize("verb", sorted(set(IN_SCRIPT_VERBS) - {"state"}))
+def test_every_in_script_verb_explains_itself_beyond_its_usage_line(verb: str) -> None:
+    """`cryopg step -h` and `lock -h` printed only a usage line (issue 42, item 5)."""
+    done = _cryopg([verb, "-h"], inside=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"usage: cryopg {verb}")
+    assert len([ln for ln in lines if not ln.startswith(("usage:", "   "))]) >= 2, lines
+    wanted = {"step": ["--label", "--secret", "126", "127", "CRYO_IDEMPOTENCY_KEY"],
+              "lock": ["-- COMMAND", "FIFO", "until the run ends"]}.get(verb, [])
+    assert all(w in done.stdout for w in wanted), done.stdout

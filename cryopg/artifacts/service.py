@@ -145,7 +145,7 @@ async def collect_round(app: web.Application) -> None:
 def artifact_json(a: Artifact) -> dict[str, object]:
     return {"name": a.name, "sha256": a.sha256, "size": a.size,
             "created_at": a.created_at.isoformat(), "key": a.cache_key,
-            "run_id": a.created_by_run, "scope": a.scope}
+            "run_id": a.created_by_run, "scope": a.scope, "executable": a.executable}
 
 
 def check_digest(value: object) -> str:
@@ -164,7 +164,8 @@ async def send_blob(request: web.Request, org: str, project: str, a: Artifact, *
         signed = await arts.store.sign("GET", org, project, a.sha256, a.size)
         if signed is not None:
             raise web.HTTPFound(signed["url"])
-    return await stream_blob(request, org, project, a.sha256, a.size, a.name)
+    return await stream_blob(request, org, project, a.sha256, a.size, a.name,
+                             executable=a.executable)
 
 
 def _offset(request: web.Request, size: int) -> int:
@@ -180,13 +181,16 @@ def _offset(request: web.Request, size: int) -> int:
 
 
 async def stream_blob(request: web.Request, org: str, project: str, sha256: str, size: int,
-                      name: str | None = None) -> web.StreamResponse:
+                      name: str | None = None, *,
+                      executable: bool = False) -> web.StreamResponse:
     arts = request.app[ARTIFACTS]
     if await arts.store.size(org, project, sha256) is None:
         raise ArtifactMissing(f"the store no longer holds blob {sha256}")
     offset = _offset(request, size)
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size - offset),
                "X-Cryo-SHA256": sha256, "Accept-Ranges": "bytes"}
+    if executable:  # the file was executable when it was put: `artifact get` restores +x
+        headers["X-Cryo-Executable"] = "1"
     if offset:
         headers["Content-Range"] = f"bytes {offset}-{size - 1}/{size}"
     if name:

@@ -96,12 +96,14 @@ def _read_line(stream: _Stream) -> dict[str, Any]:
 
 def socket_put(path: str, name: str, source: str | os.PathLike[str],
                key: str | None, public: bool = False) -> dict[str, Any]:
-    size = os.stat(source).st_size
+    st = os.stat(source)
+    size = st.st_size
     sock = _connect(path)
     try:
         with open(source, "rb") as fh:
             request = {"op": "artifact.put", "name": name, "key": key, "size": size,
-                       **({"public": True} if public else {})}
+                       **({"public": True} if public else {}),
+                       **({"executable": True} if is_executable(st.st_mode) else {})}
             sock.sendall(lean.dumps(request).encode() + b"\n")
             sent = 0
             while chunk := fh.read(CHUNK):
@@ -127,7 +129,8 @@ def socket_get(path: str, name: str, dest: str | os.PathLike[str], key: str | No
                    **({"tainted": True} if tainted else {})}
         sock.sendall(lean.dumps(request).encode() + b"\n")
         head = _read_line(stream)
-        land(dest, _exactly(stream, int(head["size"])), str(head["sha256"]))
+        land(dest, _exactly(stream, int(head["size"])), str(head["sha256"]),
+             executable=head.get("executable") is True)
         return head
     except OSError as e:
         raise ArtifactError(f"lost the agent connection ({e.strerror or e})") from None
@@ -156,8 +159,16 @@ def _exactly(stream: _Stream, size: int) -> Iterator[bytes]:
         yield chunk
 
 
-def land(dest: str | os.PathLike[str], chunks: Iterator[bytes], sha256_hex: str) -> None:
-    """Chunks into a temporary file beside dest, renamed over it once the digest holds."""
+def is_executable(mode: int) -> bool:
+    """What an artifact keeps of a file's mode: whether its owner may execute it."""
+    return bool(mode & 0o100)
+
+
+def land(dest: str | os.PathLike[str], chunks: Iterator[bytes], sha256_hex: str, *,
+         executable: bool = False) -> None:
+    """Chunks into a temporary file beside dest, renamed over it once the digest holds,
+    with a new file's mode (0666 less the umask), plus x where r is when it was put
+    executable."""
     dest = os.fspath(dest)
     folder = os.path.dirname(dest) or "."
     os.makedirs(folder, exist_ok=True)
@@ -170,6 +181,9 @@ def land(dest: str | os.PathLike[str], chunks: Iterator[bytes], sha256_hex: str)
                 out.write(chunk)
         if digest.hexdigest() != sha256_hex:
             raise ArtifactError(f"the bytes received do not match SHA-256 {sha256_hex}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, (0o777 if executable else 0o666) & ~umask)
         os.replace(tmp, dest)
     except BaseException:
         try:

@@ -40,10 +40,10 @@ def _socket_path() -> str | None:
     return os.environ.get("CRYO_SOCKET") or None
 
 
-def _inside(call: Any, *args: Any) -> Any:
+def _inside(call: Any, *args: Any, **kwargs: Any) -> Any:
     """A call of artifact_socket.py (inside a run), its error as click's."""
     try:
-        return call(*args)
+        return call(*args, **kwargs)
     except ArtifactError as e:
         raise Refused(e.message, "bad_request" if e.exit_code == 2 else "error") from None
 
@@ -118,8 +118,11 @@ def http_put(name: str, source: Path, key: str, public: bool = False) -> dict[st
     # Its answer waits on the server moving the bytes on to the store.
     wait = client_timeout() + size / ONWARD_BYTES_PER_SECOND
 
+    executable = inside.is_executable(source.stat().st_mode)
+
     def once() -> dict[str, Any]:
-        query = {"key": key, **({"public": "1"} if public else {})}
+        query = {"key": key, **({"public": "1"} if public else {}),
+                 **({"executable": "1"} if executable else {})}
         with open(source, "rb") as fh, _http("PUT", f"/artifacts/{quote(name, safe='')}",
                                              query=query, data=fh, headers=headers,
                                              wait=wait) as resp:
@@ -145,7 +148,8 @@ def http_get(name: str, dest: Path, key: str | None, run: str | None,
         with _http("GET", path, query={**query, "redirect": "0"}) as resp:
             try:
                 _inside(inside.land, dest, iter(lambda: resp.read(CHUNK), b""),
-                        resp.headers["X-Cryo-SHA256"])
+                        resp.headers["X-Cryo-SHA256"],
+                        executable=resp.headers.get("X-Cryo-Executable") == "1")
             except (OSError, http.client.HTTPException) as exc:
                 raise _Unavailable(f"the download was cut ({exc or type(exc).__name__})"
                                    ) from None

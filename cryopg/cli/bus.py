@@ -1,12 +1,15 @@
 """`cryopg emit NAME [PAYLOAD]` outside a run: publish on the project's event bus over
-HTTP, as an application or an operator would. Inside a run `emit` is the in-script verb
-(recorded once, whatever the replays) and never reaches this module."""
+HTTP, as an application or an operator would; `cryopg events` lists what was published.
+Inside a run `emit` is the in-script verb (recorded once, whatever the replays) and never
+reaches this module."""
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from cryopg.cli.client import Client, part
+from cryopg.cli.client import Client, part, valid_text
 from cryopg.cli.target import resolve
 
 
@@ -34,4 +37,31 @@ def emit(name: str, payload: str | None, public: bool) -> None:
     click.echo(f"published {name} in {target.org}/{target.project} (event {got['event_id']})")
 
 
-COMMANDS = [emit]
+@click.command()
+@click.option("--name", help="Only events of this name.")
+@click.option("--limit", default=50, show_default=True, help="How many, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def events(name: str | None, limit: int, as_json: bool) -> None:
+    """List the project's bus events, newest first."""
+    from urllib.parse import urlencode
+
+    if name is not None:
+        valid_text(name, "--name")
+    query = urlencode({k: v for k, v in (("name", name), ("limit", limit)) if v is not None})
+    listed = Client(resolve()).call("GET", f"/events?{query}")["events"]
+    if as_json:
+        click.echo(json.dumps(listed, indent=2))
+        return
+    if not listed:
+        click.echo("no events" + (f" named {name}" if name else "") + " in this project yet",
+                   err=True)
+        return
+    # REFUSED: why no handler run started for the event ('-' when nothing was refused).
+    click.echo("ID\tCREATED\tNAME\tPAYLOAD\tEMITTED BY\tREFUSED")
+    for ev in listed:
+        payload = json.dumps(ev["payload"], separators=(",", ":"))
+        click.echo(f"{ev['id']}\t{ev['created_at'][:19].replace('T', ' ')}\t{ev['name']}\t"
+                   f"{payload}\t{ev['emitted_by_run'] or '-'}\t{ev.get('refused') or '-'}")
+
+
+COMMANDS = [emit, events]

@@ -13,9 +13,12 @@ import click
 
 from cryopg.cli.target import Target
 
-# The server refused the request as bad input (a graph that does not compile, a reserved
-# key, a body too large): exit 2, as for any usage error. Everything else is 1.
-REFUSED_STATUSES = frozenset({400, 413, 422})
+# The server refused the request: bad input (a graph that does not compile, a reserved
+# key, a body too large), a name it does not know (a run, node, workflow, schedule) or a
+# conflict with what is there (a workflow a trigger still starts, a finished run): exit
+# 2, as for any usage error. An unreachable server, a token it does not accept (401, 403)
+# and its own failures (5xx) are 1.
+REFUSED_STATUSES = frozenset({400, 404, 409, 413, 422})
 
 
 class ApiError(click.ClickException):

@@ -29,7 +29,9 @@ def follow_run(client: Client, run_id: str) -> int:
         out.flush()
     run = client.call("GET", f"/runs/{part(run_id, 'run id')}")
     if run["status"] != "succeeded":
-        detail = f" ({run['error']})" if run.get("error") else ""
+        # A cancelled run's error is the word "cancelled": said once, not twice.
+        error = run.get("error")
+        detail = f" ({error})" if error and error != run["status"] else ""
         click.echo(f"cryopg: run {run_id} {run['status']}{detail}", err=True)
         # A failed graph: what its failing job printed last, below the message.
         for line in _failed_tails(run):

@@ -128,7 +128,12 @@ def main(argv: list[str]) -> int:
     else:
         usage = USAGE
     if args[:1] in (["-h"], ["--help"]):
-        print(usage[verb])
+        from cryopg.cli.verb_help import HELP
+
+        try:
+            print(usage[verb] + (f"\n{HELP[verb]}" if verb in HELP else ""), flush=True)
+        except BrokenPipeError:  # `cryopg step -h | head -3`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     if verb == "state" and args[:1] and args[0] in STATE_HELP and _asks_help(args[1:]):
         print(STATE_HELP[args[0]], end="")

@@ -9,6 +9,7 @@ subprocess come through lean.py.
 import os
 import sys
 import time
+from errno import ENOEXEC
 
 from cryopg.cli import lean
 
@@ -131,7 +132,14 @@ def run_step(socket_path: str, name: str, label: str | None, needs: list[str],
     env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
     sys.stdout.flush()
     try:  # echoed as it comes: a long step's output is on the log while it runs
-        raw, code = lean.run_captured(command, env, echo_fd=1)
+        try:
+            raw, code = lean.run_captured(command, env, echo_fd=1)
+        except OSError as e:
+            # A script without a `#!` line: run by /bin/sh, as a shell (or execvp) would.
+            script = lean.shell_script(command, env) if e.errno == ENOEXEC else None
+            if script is None:
+                raise
+            raw, code = lean.run_captured(script, env, echo_fd=1)
         if code < 0:
             code = 128 - code  # killed by signal N -> 128+N, as a shell reports it
     except FileNotFoundError:

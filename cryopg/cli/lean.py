@@ -125,6 +125,29 @@ def run_captured(command: list[str], env: dict[str, str],
     return b"".join(chunks), os.waitstatus_to_exitcode(status)
 
 
+def shell_script(command: list[str], env: dict[str, str]) -> list[str] | None:
+    """What a shell runs when exec says ENOEXEC (a script without a `#!` line): the file
+    read by /bin/sh, as execvp and every POSIX shell do. None for a file that is not text
+    (a NUL in its first line, as bash checks), which stays an exec format error."""
+    path = command[0]
+    if "/" not in path:  # found on the body's PATH, as posix_spawnp found it
+        for folder in env.get("PATH", os.defpath).split(os.pathsep):
+            candidate = os.path.join(folder or ".", path)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                path = candidate
+                break
+        else:
+            return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    if b"\0" in head.split(b"\n", 1)[0]:
+        return None
+    return ["/bin/sh", path, *command[1:]]
+
+
 def _write_all(fd: int, data: bytes) -> None:
     while data:
         data = data[os.write(fd, data):]

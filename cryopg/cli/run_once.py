@@ -5,7 +5,7 @@ It runs FILE from the directory FILE is in. When a stack already serves this dir
 stack starts for the run alone: the dev cluster under `./.cryopg/` (made on first use,
 as `cryopg dev` makes it), the server on a free port and a few agents, and everything
 stops once the run ends. Either way the log streams to stdout and the exit code is the
-run's (processes.py has the stack's parts; this module only puts them together).
+run's (dev.py has the stack's parts; this module only puts them together).
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def run_cmd(file: Path, input_json: str | None, interpreter: str | None, agents:
 
 def _embedded(body: dict[str, Any], agents: int) -> int:
     """Start the dev cluster, server and agents, run, and stop what was started here."""
-    from cryopg.cli.processes import _dev_master_key, _migrate, start_dev_cluster
+    from cryopg.cli.dev import _dev_master_key, start_dev_cluster
+    from cryopg.cli.processes import _migrate
     from cryopg.devpg import Cluster
     from cryopg.server.config import ServerConfig
 
@@ -124,14 +125,9 @@ def _embedded(body: dict[str, Any], agents: int) -> int:
 
 
 async def _run_on_stack(config: Any, state: Path, body: dict[str, Any], agents: int) -> int:
-    from cryopg.cli.processes import (
-        DEV_CAPS,
-        _dev_tokens,
-        _run_agents,
-        _start_site,
-        _stop_agents,
-        _stop_event,
-    )
+    from cryopg.cli.agent_cmd import _run_agents, _stop_agents
+    from cryopg.cli.dev import DEV_CAPS, _dev_tokens
+    from cryopg.cli.processes import _start_site, _stop_event
     from cryopg.errors import CryoError
 
     stop = _stop_event()

@@ -24,6 +24,7 @@ class Artifact:
     created_by_run: str | None = None
     tainted: bool = False  # put by an untrusted run (docs/security/trust.md)
     published: bool = False  # a trusted artifact untrusted runs may read
+    executable: bool = False  # the file was executable when it was put: a get restores +x
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,24 +70,25 @@ async def record_run_artifact_upload(conn: AsyncConnection, run_id: str, token: 
 
 async def put_run_artifact(conn: AsyncConnection, run_id: str, token: uuid.UUID,
                            key: str | None, name: str, sha256: str, size: int,
-                           max_bytes: int | None, public: bool = False) -> Artifact:
+                           max_bytes: int | None, public: bool = False,
+                           executable: bool = False) -> Artifact:
     cur = conn.cursor(row_factory=class_row(Artifact))
-    await cur.execute("SELECT * FROM cryo.put_run_artifact(%s, %s, %s, %s, %s, %s, %s, %s)",
-                      (run_id, token, key, name, sha256, size, max_bytes, public))
+    await cur.execute("SELECT * FROM cryo.put_run_artifact(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (run_id, token, key, name, sha256, size, max_bytes, public, executable))
     row = await cur.fetchone()
     assert row is not None
-    return dataclasses.replace(row, cache_key=key, created_by_run=run_id)
+    return dataclasses.replace(row, cache_key=key, created_by_run=run_id, executable=executable)
 
 
 async def put_artifact(conn: AsyncConnection, org: str, project: str, key: str | None,
                        name: str, sha256: str, size: int, max_bytes: int | None,
-                       public: bool = False) -> Artifact:
+                       public: bool = False, executable: bool = False) -> Artifact:
     cur = conn.cursor(row_factory=class_row(Artifact))
-    await cur.execute("SELECT * FROM cryo.put_artifact(%s, %s, %s, %s, %s, %s, %s, %s)",
-                      (org, project, key, name, sha256, size, max_bytes, public))
+    await cur.execute("SELECT * FROM cryo.put_artifact(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (org, project, key, name, sha256, size, max_bytes, public, executable))
     row = await cur.fetchone()
     assert row is not None
-    return dataclasses.replace(row, cache_key=key, published=public)
+    return dataclasses.replace(row, cache_key=key, published=public, executable=executable)
 
 
 async def find_artifact(conn: AsyncConnection, org: str, project: str, scope: str,

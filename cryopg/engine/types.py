@@ -117,6 +117,7 @@ class RunDetail:
     trigger_kind: str | None
     trigger_name: str | None
     trigger_depth: int | None
+    untrusted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

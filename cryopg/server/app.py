@@ -42,6 +42,14 @@ async def errors_middleware(request: web.Request, handler):  # type: ignore[no-u
     run's state needs on an error is the route's business: see agent_api/in_run.py)."""
     try:
         return await handler(request)
+    except ConnectionResetError:
+        # A client that left mid-stream (`cryopg logs --follow | head`, a killed follower,
+        # an abandoned download): the next write finds the transport closing. That is
+        # how streams end, not a failure; an empty answer lets aiohttp drop the
+        # connection quietly instead of logging a traceback.
+        if request.transport is not None and not request.transport.is_closing():
+            raise
+        return web.Response(status=499)
     except CryoError as exc:
         return web.json_response(error_body(exc.code, str(exc)), status=exc.http_status)
     except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded) as exc:

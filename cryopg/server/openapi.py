@@ -115,8 +115,9 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("GET", f"{P}/artifacts/{{name}}", "user", "Download a cached artifact (tainted=1: the "
      "one untrusted runs put)", None, {"key": _S, "redirect": _S, "tainted": _S}),
     ("PUT", f"{P}/artifacts/{{name}}", "user", "Upload a cached artifact (the body is the "
-     "bytes; X-Cryo-SHA256 optional; public=1 publishes it to untrusted runs)", None,
-     {"key": _S, "public": _S}),
+     "bytes; X-Cryo-SHA256 optional; public=1 publishes it to untrusted runs; "
+     "executable=1: the file was executable)", None,
+     {"key": _S, "public": _S, "executable": _S}),
     ("GET", f"{G}/me", "user", "Who the token is", None, {}),
     ("GET", f"{G}/members", "user", "The org's members", None, {}),
     ("PUT", f"{G}/members/{{login}}", "user", "Add a member or change its role",

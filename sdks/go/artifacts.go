@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Artifact is one artifact as the agent lists or stores it.
@@ -114,8 +115,9 @@ func ArtifactPut(name, path string, opts ...ArtifactOption) (Artifact, error) {
 	if err != nil {
 		return Artifact{}, &ScriptError{"bad_request", fmt.Sprintf("%s: %v", op, err)}
 	}
-	conn, err := artifactConn(flag(request{"op": op, "name": name, "key": o.key,
-		"size": info.Size()}, "public", o.public))
+	// The x bit is kept: a get makes an executable file executable again.
+	conn, err := artifactConn(flag(flag(request{"op": op, "name": name, "key": o.key,
+		"size": info.Size()}, "public", o.public), "executable", info.Mode().Perm()&0o100 != 0))
 	if err != nil {
 		return Artifact{}, err
 	}
@@ -176,6 +178,17 @@ func ArtifactGet(name, path string, opts ...ArtifactOption) (string, error) {
 	}
 	if hex.EncodeToString(digest.Sum(nil)) != r.str("sha256") {
 		return "", &AgentUnavailable{op + ": the artifact's bytes do not match its SHA-256"}
+	}
+	// A new file's mode (CreateTemp's is 0600) less the umask, with x where r is for an
+	// executable artifact.
+	perm := os.FileMode(0o666)
+	if r.bool("executable") {
+		perm = 0o777
+	}
+	umask := syscall.Umask(0)
+	syscall.Umask(umask)
+	if err := os.Chmod(tmp.Name(), perm&^os.FileMode(umask)); err != nil {
+		return "", &ScriptError{"bad_request", fmt.Sprintf("%s: %v", op, err)}
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return "", &ScriptError{"bad_request", fmt.Sprintf("%s: %v", op, err)}

@@ -182,7 +182,8 @@ COMMENT ON FUNCTION cryo.record_run_artifact_upload(text, uuid, text, bigint) IS
 -- only a blob untrusted runs may know (see the header).
 CREATE OR REPLACE FUNCTION cryo._put_artifact(
     p_org text, p_project text, p_run_id text, p_key text, p_name text, p_sha256 text,
-    p_size bigint, p_max_bytes bigint, p_by_run text, p_public boolean DEFAULT false)
+    p_size bigint, p_max_bytes bigint, p_by_run text, p_public boolean DEFAULT false,
+    p_executable boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -212,14 +213,15 @@ BEGIN
        SET touched_at = excluded.touched_at,
            untrusted_known = b.untrusted_known OR excluded.untrusted_known;
     INSERT INTO cryo.artifacts AS a (org, project, scope, run_id, cache_key, name, sha256, size,
-                                     created_by_run, created_at, tainted, published)
+                                     created_by_run, created_at, tainted, published,
+                                     executable)
     VALUES (p_org, p_project, v_scope, CASE WHEN p_key IS NULL THEN p_run_id END, p_key, p_name,
             p_sha256, p_size, p_by_run, v_now, v_tainted,
-            coalesce(p_public, false) AND NOT v_tainted)
+            coalesce(p_public, false) AND NOT v_tainted, coalesce(p_executable, false))
     ON CONFLICT ON CONSTRAINT artifacts_pkey DO UPDATE
        SET sha256 = excluded.sha256, size = excluded.size,
            created_by_run = excluded.created_by_run, created_at = excluded.created_at,
-           published = excluded.published;
+           published = excluded.published, executable = excluded.executable;
     RETURN QUERY SELECT v_scope, p_name, p_sha256, p_size, v_now;
 END
 $$;
@@ -227,7 +229,7 @@ $$;
 -- A run's put (its own artifact, or a cached one with p_key), under its live claim.
 CREATE OR REPLACE FUNCTION cryo.put_run_artifact(
     p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint,
-    p_max_bytes bigint, p_public boolean DEFAULT false)
+    p_max_bytes bigint, p_public boolean DEFAULT false, p_executable boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -235,16 +237,16 @@ BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT * FROM cryo._put_artifact(
         cryo._run_org(p_run_id), cryo._run_project(p_run_id), p_run_id, p_key, p_name,
-        p_sha256, p_size, p_max_bytes, p_run_id, p_public);
+        p_sha256, p_size, p_max_bytes, p_run_id, p_public, p_executable);
 END
 $$;
-COMMENT ON FUNCTION cryo.put_run_artifact(text, uuid, text, text, text, bigint, bigint, boolean) IS
-    'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored; returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
+COMMENT ON FUNCTION cryo.put_run_artifact(text, uuid, text, text, text, bigint, bigint, boolean, boolean) IS
+    'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored, remembering whether the file was executable (p_executable); returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
 -- A put from outside a run: only a cached artifact (a run's own are the run's to write).
 CREATE OR REPLACE FUNCTION cryo.put_artifact(
     p_org text, p_project text, p_key text, p_name text, p_sha256 text, p_size bigint,
-    p_max_bytes bigint, p_public boolean DEFAULT false)
+    p_max_bytes bigint, p_public boolean DEFAULT false, p_executable boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -257,11 +259,12 @@ BEGIN
         RAISE EXCEPTION 'no project %/%', p_org, p_project USING ERRCODE = 'CR005';
     END IF;
     RETURN QUERY SELECT * FROM cryo._put_artifact(
-        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL, p_public);
+        p_org, p_project, NULL, p_key, p_name, p_sha256, p_size, p_max_bytes, NULL, p_public,
+        p_executable);
 END
 $$;
-COMMENT ON FUNCTION cryo.put_artifact(text, text, text, text, text, bigint, bigint, boolean) IS
-    'Points the project''s trusted cached artifact (p_key, p_name) at a blob already stored (with p_public, published to untrusted runs); returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
+COMMENT ON FUNCTION cryo.put_artifact(text, text, text, text, text, bigint, bigint, boolean, boolean) IS
+    'Points the project''s trusted cached artifact (p_key, p_name) at a blob already stored (with p_public, published to untrusted runs; p_executable: the file was executable); returns (scope, name, sha256, size, created_at). Raises CR004 without a key or for a bad name, key, digest or size, CR005 for an unknown project, CR075 past p_max_bytes.';
 
 -- One name of a scope (a run id, or a cache key's scope from cryo.artifact_scope), for a
 -- person or an application: the trusted artifact of a cache key, or with p_tainted the
@@ -269,13 +272,14 @@ COMMENT ON FUNCTION cryo.put_artifact(text, text, text, text, text, bigint, bigi
 CREATE OR REPLACE FUNCTION cryo.find_artifact(p_org text, p_project text, p_scope text, p_name text,
                                               p_tainted boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
-               cache_key text, created_by_run text, tainted boolean, published boolean)
+               cache_key text, created_by_run text, tainted boolean, published boolean,
+               executable boolean)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo.artifacts a
                   WHERE a.scope = p_scope AND a.name = p_name
                     AND a.org = p_org AND a.project = p_project
@@ -290,13 +294,14 @@ COMMENT ON FUNCTION cryo.find_artifact(text, text, text, text, boolean) IS
 CREATE OR REPLACE FUNCTION cryo.list_artifacts(p_org text, p_project text, p_scope text,
                                                p_tainted boolean DEFAULT NULL)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
-               cache_key text, created_by_run text, tainted boolean, published boolean)
+               cache_key text, created_by_run text, tainted boolean, published boolean,
+               executable boolean)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._app_tenant_check(p_org, p_project);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo.artifacts a
                   WHERE a.org = p_org AND a.project = p_project
                     AND (a.scope = p_scope OR (p_scope IS NULL AND a.cache_key IS NOT NULL))
@@ -328,13 +333,14 @@ CREATE OR REPLACE FUNCTION cryo.find_run_artifact(
     p_run_id text, p_token uuid, p_run text, p_key text, p_name text,
     p_tainted boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
-               cache_key text, created_by_run text, tainted boolean, published boolean)
+               cache_key text, created_by_run text, tainted boolean, published boolean,
+               executable boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo._run_artifacts(
                         p_run_id, cryo.artifact_scope(cryo._run_org(p_run_id),
                                                       cryo._run_project(p_run_id),
@@ -348,13 +354,14 @@ COMMENT ON FUNCTION cryo.find_run_artifact(text, uuid, text, text, text, boolean
 CREATE OR REPLACE FUNCTION cryo.list_run_artifacts(
     p_run_id text, p_token uuid, p_run text, p_cached boolean, p_tainted boolean DEFAULT false)
 RETURNS TABLE (scope text, name text, sha256 text, size bigint, created_at timestamptz,
-               cache_key text, created_by_run text, tainted boolean, published boolean)
+               cache_key text, created_by_run text, tainted boolean, published boolean,
+               executable boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM cryo._claimed_row(p_run_id, p_token);
     RETURN QUERY SELECT a.scope, a.name, a.sha256, a.size, a.created_at, a.cache_key,
-                        a.created_by_run, a.tainted, a.published
+                        a.created_by_run, a.tainted, a.published, a.executable
                    FROM cryo._run_artifacts(
                         p_run_id,
                         CASE WHEN NOT coalesce(p_cached, false) THEN cryo.artifact_scope(

@@ -137,16 +137,17 @@ COMMENT ON FUNCTION cryo.search_runs(text, text, text, text, text, text, timesta
     'Returns one page (at most 200) of a project''s runs, children included, newest first after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises nothing.';
 
 -- What the run page shows beside get_run: the sealed input (or the clear one an
--- application passed from SQL) and the parent that started the run.
+-- application passed from SQL), the parent or trigger that started the run, and its trust.
 CREATE OR REPLACE FUNCTION cryo.read_run_detail(p_run_id text)
 RETURNS TABLE (input bytea, input_clear jsonb, parent_run_id text, trigger_kind text,
-               trigger_name text, trigger_depth integer)
+               trigger_name text, trigger_depth integer, untrusted boolean)
 LANGUAGE sql STABLE AS $$
-    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth
+    SELECT r.input, r.input_clear, r.parent_run_id, r.trigger_kind, r.trigger_name, r.trigger_depth,
+           r.untrusted
       FROM cryo.runs r WHERE r.id = p_run_id
 $$;
 COMMENT ON FUNCTION cryo.read_run_detail(text) IS
-    'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id and the trigger (kind, name, handler depth) that started it; no row for an unknown run. Raises nothing.';
+    'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id, the trigger (kind, name, handler depth) that started it and whether it runs untrusted; no row for an unknown run. Raises nothing.';
 
 -- The entity cells a run touched, for the run page's State section: those it created or
 -- wrote last (a cell remembers no other writer). Values stay sealed.

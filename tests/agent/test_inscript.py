@@ -231,6 +231,26 @@ def test_step_exec_format_error_records_127(peer, tmp_path: Path,
     assert p.requests[1]["exit_code"] == 127
 
 
+@pytest.mark.parametrize("on_path", [False, True], ids=["by-path", "on-PATH"])
+def test_step_runs_a_script_without_a_shebang_with_sh(
+        peer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str], on_path: bool) -> None:
+    """The spec's `cryopg step charge -- ./charge.sh "$account"`, where charge.sh has no
+    `#!` line: exec says ENOEXEC, and /bin/sh reads it, as a shell (or execvp) would."""
+    script = tmp_path / "charge.sh"
+    script.write_text('echo "charged $1 key=$CRYO_IDEMPOTENCY_KEY"\nexit 5\n')
+    script.chmod(0o755)
+    if on_path:
+        monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    p = peer({"ok": True, "hit": False, "call_id": "c1", "idempotency_key": "k1"}, {"ok": True})
+    argv = ["charge.sh" if on_path else str(script), "acct-1"]
+    assert main(["step", "charge", "--", *argv]) == 5
+    out, err = capfd.readouterr()
+    assert (out, err) == ("charged acct-1 key=k1\n", "")
+    assert p.requests[1]["stdout"] == "charged acct-1 key=k1\n"
+    assert p.requests[1]["exit_code"] == 5
+
+
 def test_engine_error_reply_exits_1(peer, capfd: pytest.CaptureFixture[str]) -> None:
     message = "determinism error: position 0 was step/a/0 but this pass reached step/b/0"
     peer({"ok": False, "error": {"code": "determinism", "message": message}})

@@ -40,6 +40,8 @@ CASES: dict[str, tuple[list[str], list[dict | None], dict[str, str]]] = {
     "not executable": (["step", "x", "--", "/dev/null"], [MISS, {"ok": True}], {}),
     # {junk}: an executable file no kernel loader takes (exec format error)
     "exec format": (["step", "x", "--", "{junk}"], [MISS, {"ok": True}], {}),
+    # {script}: an executable text file without a `#!` line: /bin/sh runs it
+    "no shebang": (["step", "x", "--", "{script}", "acct-1"], [MISS, {"ok": True}], {}),
     "engine error": (["step", "b", "--", "true"],
                      [{"ok": False, "error": {"code": "determinism",
                                               "message": "determinism error: b"}}], {}),
@@ -70,7 +72,10 @@ def test_the_compiled_step_answers_as_the_python_one(
     junk = tmp_path / "junk"
     junk.write_bytes(b"\x00\x01 not a program\n")
     junk.chmod(0o755)
-    argv = [str(junk) if a == "{junk}" else a for a in argv]
+    script = tmp_path / "charge.sh"
+    script.write_text('echo "charged $1 key=$CRYO_IDEMPOTENCY_KEY"\n')
+    script.chmod(0o755)
+    argv = [{"{junk}": str(junk), "{script}": str(script)}.get(a, a) for a in argv]
     seen = []
     for name, client in CLIENTS.items():
         p = peer(*replies)
@@ -83,6 +88,8 @@ def test_the_compiled_step_answers_as_the_python_one(
     if case == "exec format":
         assert python[0] == 127
         assert python[2] == f"cryopg step: cannot run {junk}: exec format error\n".encode()
+    if case == "no shebang":
+        assert python[:3] == [0, f"charged acct-1 key={'k' * 32}\n".encode(), b""]
 
 
 def test_an_agent_puts_the_compiled_client_first_on_a_jobs_path(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
-"""The fenced code blocks of README.md and docs/, and how test_docs.py runs each one.
+"""The fenced code blocks of README.md, docs/ and every other README (the SDKs', sql/'s,
+each example's), and how test_docs.py runs each one. An example's README runs in a copy
+of its directory.
 
 A block runs as written unless the line right before its fence marks it:
 - `<!-- not run: REASON -->`: shown only (a deployment step, a syntax summary, a fragment
-  with placeholders); REASON says which.
+  with placeholders); REASON says which, in a few words (the test checks there are).
 - `<!-- file: NAME -->`: a document (JSON, YAML) saved as NAME in the page's working
   directory, where the page's later blocks use it; it is also checked like any document.
 
@@ -47,8 +49,23 @@ class Block:
         return self.lang in SHELL and any(ln.startswith("$ ") for ln in self.text.splitlines())
 
 
+# Not the checkout's pages: installed or vendored trees, and generated results.
+_SKIP = frozenset({".git", ".venv", "node_modules", "vendor", "target", ".cryopg", "results"})
+
+
 def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """README.md, every page under docs/, and every other README.md of the checkout (the
+    SDKs', sql/'s, each example's)."""
+    readmes = [p for p in ROOT.rglob("README.md")
+               if not _SKIP.intersection(p.relative_to(ROOT).parts) and p.parent != ROOT
+               and (ROOT / "docs") not in p.parents]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted(readmes)]
+
+
+def example_dir(page: Path) -> Path | None:
+    """An example's README runs in a copy of its directory, as a reader runs it there."""
+    rel = page.relative_to(ROOT).parts
+    return page.parent if rel[0] == "examples" and len(rel) > 2 else None
 
 
 def blocks(page: Path) -> list[Block]:

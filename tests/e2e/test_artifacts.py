@@ -63,3 +63,30 @@ print(sorted(a["name"] for a in script.artifact_list()), row["size"])
     logs = stack.cli("logs", run_id).stdout
     assert run["status"] == "succeeded", logs
     assert "['mine'] 15" in logs
+
+
+def test_a_tool_put_as_an_artifact_comes_back_executable(stack: Stack) -> None:
+    """Inside a run, through the agent socket: the CLI verb and the Python SDK keep the
+    file's executable bit (issue 42, item 5: it came back 0600)."""
+    path = script(stack.dir, "tool.sh", """set -e
+printf '#!/bin/sh\\necho tool ran\\n' > tool
+chmod 755 tool
+echo text > note.txt
+cryopg artifact put tool tool
+cryopg artifact put note note.txt
+cryopg artifact get tool got-tool
+cryopg artifact get note got-note
+./got-tool
+test ! -x got-note && echo "note not executable"
+python3 - <<'PY'
+import os
+from cryosleep import script
+script.artifact_get("tool", "sdk-tool")
+print("sdk", "executable" if os.access("sdk-tool", os.X_OK) else "NOT executable")
+PY
+""")
+    run_id = submit(stack, path)
+    run = _ended(stack, run_id)
+    logs = stack.cli("logs", run_id).stdout
+    assert run["status"] == "succeeded", logs
+    assert "tool ran" in logs and "note not executable" in logs and "sdk executable" in logs

@@ -48,7 +48,7 @@ def test_workflow_list_and_delete(stack: Any) -> None:
     assert head.split() == ["NAME", "KIND", "FILE", "TRIGGERS", "UPDATED"]
     assert row.split()[:5] == ["nightly", "script", "report.sh", "1", "schedule"]
     refused = stack.cli("workflow", "delete", "nightly")
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert refused.stderr == ("Error: workflow nightly is started by schedule poll; "
                               "delete those first\n")
     assert stack.cli("schedule", "delete", "poll").returncode == 0

@@ -33,7 +33,7 @@ echo "failed=$(cryopg activity-wait-all)"
     assert re.search(r"activity_completed\s+activity.collect/a1/0", shown), shown
     assert re.search(r"activities_completed\s+activity.wait-all//0", shown), shown
     # children list with their parent
-    listed = stack.cli("runs").stdout.splitlines()
+    listed = stack.cli("runs", "--all").stdout.splitlines()
     assert listed[0].split()[-1] == "PARENT"
     short = run_id.rsplit(":", 1)[-1]
     children = [line for line in listed if f"{short} (a" in line]

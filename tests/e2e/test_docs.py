@@ -1,9 +1,10 @@
-"""Every code block of README.md and docs/ runs as written (tests/e2e/docblocks.py says
-how, and how a block that cannot run is marked)."""
+"""Every code block of README.md, docs/ and every other README runs as written
+(tests/e2e/docblocks.py says how, and how a block that cannot run is marked)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,16 @@ import psycopg
 import pytest
 import yaml
 
-from tests.e2e.docblocks import KINDS, ROOT, SHELL, Block, blocks, pages, transcript
+from tests.e2e.docblocks import (
+    KINDS,
+    ROOT,
+    SHELL,
+    Block,
+    blocks,
+    example_dir,
+    pages,
+    transcript,
+)
 
 STEP = "@@cryopg-doc-step@@"
 
@@ -28,8 +38,17 @@ def test_every_block_is_run_or_marked() -> None:
                if b.not_run is None and b.lang not in KINDS]
     assert not unknown, ("blocks of a kind the docs test cannot run; mark each with "
                          f"<!-- not run: REASON --> on the line before: {unknown}")
-    assert all(b.not_run for p in pages() for b in blocks(p) if b.not_run is not None), \
-        "a <!-- not run --> mark gives its reason"
+    vague = [f"{b.where} ({b.not_run!r})" for p in pages() for b in blocks(p)
+             if b.not_run is not None and len(b.not_run.split()) < 3]
+    assert not vague, f"a <!-- not run: REASON --> says why in a few words: {vague}"
+
+
+def test_every_readme_and_example_is_a_page() -> None:
+    """Not only README.md and docs/: the SDKs', sql/'s and each example's README too."""
+    listed = {str(p.relative_to(ROOT)) for p in pages()}
+    assert {"sql/README.md", "sdks/go/README.md", "examples/preview-env/README.md",
+            "examples/per-record-lease/README.md", "examples/locked-counter/README.md"} <= listed
+    assert not any("node_modules" in p or p.startswith(".venv") for p in listed)
 
 
 def test_a_failing_block_fails(stack: Any, tmp_path: Path) -> None:
@@ -48,7 +67,11 @@ def test_a_failing_block_fails(stack: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize("page", _runnable_pages())
 def test_page_blocks_run(page: Path, stack: Any) -> None:
     work = stack.dir / "doc"  # below the stack's directory: the CLI finds its dev stack
-    work.mkdir()
+    example = example_dir(page)
+    if example is not None:  # its files beside it, as in the checkout
+        shutil.copytree(example, work)
+    else:
+        work.mkdir()
     for block in blocks(page):
         if block.not_run is None:
             _run(block, stack, work)

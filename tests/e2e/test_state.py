@@ -282,7 +282,7 @@ echo "deleted=[$(cryopg state get doc)]"
         assert refused.returncode == 2 and "send it a signal" in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     missing = stack.cli("state", "list", "--run", "run-0000000000000000")
-    assert missing.returncode == 1 and "no run" in missing.stderr
+    assert missing.returncode == 2 and "no run" in missing.stderr
 
     # Over HTTP: one key carries its version; unset keys, absent and foreign runs are 404.
     assert _http(stack, f"/runs/{run_id}/state/greeting")[1]["version"] == 1

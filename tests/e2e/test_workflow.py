@@ -156,7 +156,7 @@ def test_bad_input_gets_one_line_errors(stack: Any, tmp_path: Path) -> None:
                           "--follow")
     assert bad_sleep.returncode != 0 and "5x" in bad_sleep.stdout
     unknown_run = stack.cli("runs", "show", "run-0000000000000000")
-    assert unknown_run.returncode == 1 and "no run" in unknown_run.stderr
+    assert unknown_run.returncode == 2 and "no run" in unknown_run.stderr
     nowhere = dict(stack.env, CRYOPG_URL="http://127.0.0.1:9", CRYOPG_TOKEN="t")
     import subprocess
     import sys
@@ -180,7 +180,7 @@ try:
 except RuntimeError:
     print("caught")
 print("second=" + script.step_fn("second", lambda: "two"))
-script.sleep(0.2)
+script.sleep("200ms")
 print("end")
 """)
     done = stack.cli("submit", str(wf), "--follow", timeout=60)

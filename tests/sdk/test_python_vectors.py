@@ -3,6 +3,7 @@ on a fake agent socket; plus the connect-retry and JSON round-trip rules."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -45,6 +46,11 @@ def sockdir() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _duration(given: float | None) -> dt.timedelta | None:
+    """A vector's neutral seconds as this SDK takes a duration."""
+    return None if given is None else dt.timedelta(seconds=given)
+
+
 def _run(call: dict[str, Any], files: Path, counter: list[int]) -> Any:
     """Make the neutral call of a vector with the Python SDK; return its JSON-ish result."""
     verb = call["verb"]
@@ -62,9 +68,9 @@ def _run(call: dict[str, Any], files: Path, counter: list[int]) -> Any:
         r = script.step_unchecked(call["name"], call["argv"], label=call.get("label"))
         return {"exit_code": r.exit_code, "stdout": r.stdout}
     if verb == "sleep":
-        return script.sleep(call["seconds"])
+        return script.sleep(dt.timedelta(seconds=call["seconds"]))
     if verb in ("wait_signal", "wait_event"):
-        return getattr(script, verb)(call["name"], timeout=call.get("timeout"))
+        return getattr(script, verb)(call["name"], timeout=_duration(call.get("timeout")))
     if verb == "emit":
         payload = UNENCODABLE if call.get("payload_unencodable") else call.get("payload")
         return script.emit(call["name"], payload)
@@ -103,7 +109,7 @@ def _run(call: dict[str, Any], files: Path, counter: list[int]) -> Any:
         return script.state_incr(call["key"], call.get("by", 1), as_=call.get("as"), **opt)
     if verb in ("activity_submit", "activity"):
         return getattr(script, verb)(call["name"], call["argv"], retries=call.get("retries"),
-                                     retry_backoff=call.get("retry_backoff"),
+                                     retry_backoff=_duration(call.get("retry_backoff")),
                                      retry_on_exit=call.get("retry_on_exit"))
     if verb == "activity_collect":
         return script.activity_collect(call["name"])
@@ -253,7 +259,7 @@ def test_a_parking_call_flushes_stdout_first(
     previous = script._use(Client())
     try:
         print("before the park", end="")
-        script.sleep(1)
+        script.sleep("1s")
     finally:
         script._use(previous)
         agent.close()
@@ -322,12 +328,28 @@ def test_the_agent_puts_the_sdk_on_the_script_path() -> None:
     assert env["CRYO_PRELUDE"].endswith("sdks/bash/prelude.sh")
 
 
-@pytest.mark.parametrize(("given", "sent"), [(2, 2), (0.5, 0.5), ("1s", 1.0), ("500ms", 0.5),
-                                             ("5m", 300.0), ("1.5h", 5400.0), ("10", 10.0)])
-def test_durations_are_seconds_or_strings(given: object, sent: float) -> None:
+@pytest.mark.parametrize(("given", "sent"), [("1s", 1.0), ("500ms", 0.5), ("5m", 300.0),
+                                             ("1.5h", 5400.0), ("10", 10.0),
+                                             (dt.timedelta(seconds=2), 2.0),
+                                             (dt.timedelta(milliseconds=250), 0.25)])
+def test_durations_are_strings_with_units_or_timedeltas(given: object, sent: float) -> None:
     from cryosleep import script
 
     assert script.seconds(given) == sent
+
+
+@pytest.mark.parametrize("given", [1000, 2, 0.5])
+def test_a_bare_number_is_refused_not_guessed(given: object) -> None:
+    """sleep(1000) meant seconds here and milliseconds in TypeScript (issue 42, item 5):
+    one meaning across the SDKs, and an old call fails loudly instead of changing unit."""
+    from cryosleep import ScriptError, script
+
+    for call in (lambda: script.sleep(given), lambda: script.wait_signal("go", timeout=given),
+                 lambda: script.activity_submit("a", ["true"], retry_backoff=given)):
+        with pytest.raises(ScriptError) as exc:
+            call()
+        assert exc.value.code == "bad_request"
+        assert f"'{given}s' or '{given}ms'" in str(exc.value)
 
 
 @pytest.mark.parametrize("given", ["1x", "-1s", "", "soon", None, True])
@@ -337,3 +359,34 @@ def test_a_malformed_duration_is_a_script_error(given: object) -> None:
     with pytest.raises(ScriptError) as exc:
         script.wait_signal("go", timeout=given) if given is not None else script.seconds(given)
     assert exc.value.code == "bad_request"
+
+
+@pytest.mark.parametrize("content", ["shell", "binary"])
+def test_step_runs_a_script_without_a_shebang_with_sh(
+        content: str, sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """script.step(["./charge.sh", acct]) where charge.sh has no `#!` line runs it with
+    /bin/sh, as the CLI's step does (issue 42, item 1); a binary no kernel loader takes
+    records 127 instead of raising with the step begun and never finished."""
+    charge = sockdir / "charge.sh"
+    if content == "shell":
+        charge.write_text('echo "charged $1"\n')
+    else:
+        charge.write_bytes(b"\x00\x01 not a program\n")
+    charge.chmod(0o755)
+    path = str(sockdir / "agent.sock")
+    monkeypatch.setenv("CRYO_SOCKET", path)
+    previous = script._use(Client())
+    agent = FakeAgent(path, [
+        {"request": {}, "reply": {"ok": True, "hit": False, "call_id": "c1",
+                                  "idempotency_key": "k"}},
+        {"request": {}, "reply": {"ok": True}}])
+    try:
+        result = script.step_unchecked("charge", [str(charge), "acct-1"])
+    finally:
+        script._use(previous)
+        agent.close()
+    if content == "shell":
+        assert (result.exit_code, result.stdout) == (0, "charged acct-1\n")
+    else:
+        assert (result.exit_code, result.stdout) == (127, "")
+    assert agent.received[1]["exit_code"] == result.exit_code

@@ -115,7 +115,7 @@ async def test_deleting_a_project_takes_everything_in_it(srv: Server) -> None:
                 await dba.execute("SELECT * FROM cryo.get_run(%s)", (gone,))
             assert missing.value.sqlstate == "CR003"
     again = await srv.cli("project", "delete", "scratch", "--yes")
-    assert again.returncode == 1 and "scratch" in again.stderr
+    assert again.returncode == 2 and "scratch" in again.stderr  # an unknown name: refused
     # The other project is untouched.
     assert (await srv.user("GET", "/entities/e/state/n")).ok()["value"] == 2
     assert await srv.status(kept) == "succeeded"
@@ -214,6 +214,6 @@ async def test_a_run_past_retention_is_collected_and_reads_say_so(srv: Server) -
     (await srv.user("GET", f"/runs/{run_id}/state/k")).refused(404, "run_not_found")
     (await srv.user("GET", f"/runs/{run_id}/logs")).refused(404, "run_not_found")
     gone = await srv.cli("state", "get", "k", "--run", run_id)
-    assert gone.returncode == 1 and "no run" in gone.stderr
+    assert gone.returncode == 2 and "no run" in gone.stderr
     assert (await srv.user("GET", "/entities/keep/state/n")).ok()["value"] == 1
     assert await srv.status(live) == "pending"  # live runs are never collected

@@ -278,3 +278,27 @@ async def test_the_sweep_removes_bytes_no_index_knows(art_dir: Path, srv: Server
     later = _orphan(art_dir, b"later")
     await collect_round(srv.app)
     assert later.exists()
+
+
+async def test_artifact_get_keeps_the_executable_bit(art_dir: Path, tmp_path: Path,
+                                                     srv: Server) -> None:
+    """A tool kept as an artifact comes back executable; a plain file comes back with a
+    new file's mode, not 0600 (issue 42, item 5). Outside a run, over HTTP."""
+    tool, note = tmp_path / "tool.sh", tmp_path / "note.txt"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(0o755)
+    note.write_text("just text\n")
+    note.chmod(0o644)
+    umask = os.umask(0)
+    os.umask(umask)
+    for src, want in ((tool, 0o777 & ~umask), (note, 0o666 & ~umask)):
+        put = await srv.cli("artifact", "put", src.name, str(src), "--key", "k")
+        assert put.returncode == 0, put.stderr
+        back = tmp_path / f"back-{src.name}"
+        got = await srv.cli("artifact", "get", src.name, str(back), "--key", "k")
+        assert got.returncode == 0, got.stderr
+        assert back.read_bytes() == src.read_bytes()
+        assert back.stat().st_mode & 0o777 == want, oct(back.stat().st_mode)
+    listed = (await srv.user("GET", "/artifacts?key=k")).ok()
+    assert {a["name"]: a["executable"] for a in listed["artifacts"]} == {
+        "tool.sh": True, "note.txt": False}

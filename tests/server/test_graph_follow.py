@@ -240,8 +240,8 @@ async def test_refusals_exit_2(srv: Server) -> None:
     assert done.returncode == 2 and "reserved" in done.stderr, done
     outside = await srv.cli("state", "set", "k", "1", "--entity", "e")
     assert outside.returncode == 2 and "send it a signal" in outside.stderr, outside
-    missing = await srv.cli("logs", "run-nope")  # not a refusal of input: still 1
-    assert missing.returncode == 1, missing
+    missing = await srv.cli("logs", "run-nope")  # an unknown run: refused, as bad input is
+    assert missing.returncode == 2, missing
 
 
 async def test_following_a_graph_with_no_jobs_ends_with_the_run(srv: Server) -> None:

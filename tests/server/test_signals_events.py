@@ -22,9 +22,9 @@ async def test_signal_to_a_finished_or_unknown_run_is_an_error(srv: Server) -> N
     assert "no run" in (await srv.user("POST", f"/runs/{unknown}/signal/x", {})).refused(
         404, "run_not_found")
     late = await srv.cli("signal", finished, "late")
-    assert late.returncode == 1 and "already finished" in late.stderr
+    assert late.returncode == 2 and "already finished" in late.stderr
     lost = await srv.cli("signal", "run-ffffffffffffffff", "x")
-    assert lost.returncode == 1 and "no run" in lost.stderr
+    assert lost.returncode == 2 and "no run" in lost.stderr
     live = await srv.submit()
     elsewhere = f"/api/v1/orgs/dev/projects/other/runs/{live}/signal/x"
     async with await srv.connect() as conn:

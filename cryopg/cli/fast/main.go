@@ -168,6 +168,12 @@ func run(command []string, env []string) ([]byte, int) {
 	var out bytes.Buffer
 	cmd.Stdout = io.MultiWriter(&out, os.Stdout)
 	err := cmd.Run()
+	if errors.Is(err, syscall.ENOEXEC) && isText(cmd.Path) {
+		// A script without a `#!` line: /bin/sh reads it, as a shell (or execvp) would.
+		sh := exec.Command("/bin/sh", append([]string{cmd.Path}, command[1:]...)...)
+		sh.Env, sh.Stdin, sh.Stderr, sh.Stdout = env, os.Stdin, os.Stderr, cmd.Stdout
+		err = sh.Run()
+	}
 	if err == nil {
 		return out.Bytes(), 0
 	}
@@ -179,6 +185,23 @@ func run(command []string, env []string) ([]byte, int) {
 		return out.Bytes(), exit.ExitCode()
 	}
 	return nil, startFailure(command[0], err)
+}
+
+// isText is lean.shell_script's test: no NUL in the file's first line (of 256 bytes),
+// as bash checks before handing a file without `#!` to the shell.
+func isText(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 256)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if i := bytes.IndexByte(head, '\n'); i >= 0 {
+		head = head[:i]
+	}
+	return bytes.IndexByte(head, 0) < 0
 }
 
 func startFailure(name string, err error) int {

@@ -97,10 +97,10 @@ async def commit_put(request: web.Request) -> web.Response:
     name, key = str_field(body, "name"), optional_str_field(body, "key")
     sha256, size = check_digest(body.get("sha256")), int_field(body, "size", SIZE)
     max_bytes = request.app[ARTIFACTS].settings.max_bytes
-    public = flag(body, PUBLIC)
+    public, executable = flag(body, PUBLIC), flag(body, "executable")
     row = await commit(request.app, org, project, sha256, size, lambda conn:
                        index.put_run_artifact(conn, run_id, token, key, name, sha256, size,
-                                              max_bytes, public))
+                                              max_bytes, public, executable))
     return web.json_response(artifact_json(row))
 
 

@@ -107,7 +107,7 @@ async def put_cached(request: web.Request) -> web.Response:
     org, project = project_of(request)
     key = _key(request, required=True)
     name = check_text(request.match_info["name"], "name", 200)
-    public = query_flag(request, PUBLIC)
+    public, executable = query_flag(request, PUBLIC), query_flag(request, "executable")
     arts = request.app[ARTIFACTS]
     expect = request.headers.get(HASH_HEADER)
     if expect is not None:
@@ -119,7 +119,7 @@ async def put_cached(request: web.Request) -> web.Response:
     sha256, size = await receive_blob(request, org, project, expect=expect)
     row = await commit(request.app, org, project, sha256, size, lambda conn:
                        index.put_artifact(conn, org, project, key, name, sha256, size,
-                                          arts.settings.max_bytes, public))
+                                          arts.settings.max_bytes, public, executable))
     return web.json_response(_json(row), status=201)
 
 

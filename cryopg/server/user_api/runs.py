@@ -172,7 +172,8 @@ async def _detail(request: web.Request, run: engine.Run) -> dict[str, Any]:
     if detail.trigger_kind:
         extra["triggered_by"] = {"kind": detail.trigger_kind, "name": detail.trigger_name,
                                  "depth": detail.trigger_depth}
-    return {"input": opened, "parent_run_id": detail.parent_run_id, "trigger": trigger, **extra}
+    return {"input": opened, "parent_run_id": detail.parent_run_id, "trigger": trigger,
+            "untrusted": detail.untrusted, **extra}
 
 
 async def checkpoints(request: web.Request) -> web.Response:

@@ -38,12 +38,15 @@ def _reply(stream: Any, op: str) -> dict[str, Any]:
 
 def put(client: Client, name: str, path: str | os.PathLike[str],
         key: str | None = None, public: bool = False) -> dict[str, Any]:
-    size = os.path.getsize(path)
+    st = os.stat(path)
+    size = st.st_size
     sock = _connect(client.path)
     try:
         with sock, sock.makefile("rb") as stream, open(path, "rb") as fh:
             head = {"op": "artifact.put", "name": name, "key": key, "size": size,
-                    **({"public": True} if public else {})}
+                    **({"public": True} if public else {}),
+                    # the x bit is kept: a get makes an executable file executable again
+                    **({"executable": True} if st.st_mode & 0o100 else {})}
             sock.sendall(json.dumps(head).encode() + b"\n")
             left = size
             while left and (chunk := fh.read(min(CHUNK, left))):
@@ -81,6 +84,11 @@ def get(client: Client, name: str, path: str | os.PathLike[str] | None = None, *
                         left -= len(chunk)
                 if digest.hexdigest() != head["sha256"]:
                     raise AgentUnavailable("the artifact's bytes do not match its SHA-256")
+                # A new file's mode (mkstemp's is 0600), with x where r is when it was put
+                # executable.
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, (0o777 if head.get("executable") is True else 0o666) & ~umask)
                 os.replace(tmp, dest)
             except BaseException:
                 if os.path.exists(tmp):

@@ -10,8 +10,11 @@ nothing they could raise there is worth carrying on from.
 
 from __future__ import annotations
 
+import datetime as dt
+import errno
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -107,6 +110,18 @@ def step(name: str, command: Sequence[str] | str, *, label: str | None = None) -
     return result.stdout
 
 
+def _shell_script(argv: list[str], env: dict[str, str]) -> list[str] | None:
+    """["/bin/sh", PATH, args...] for a text file (no NUL in its first line, bash's test)
+    that exec refused with ENOEXEC; None for anything else."""
+    path = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    try:
+        with open(path or "", "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    return None if b"\0" in head.split(b"\n", 1)[0] else ["/bin/sh", str(path), *argv[1:]]
+
+
 def step_unchecked(name: str, command: Sequence[str] | str, *,
                    label: str | None = None) -> StepResult:
     """`step` that returns the exit code (and stdout) instead of raising StepFailed."""
@@ -120,7 +135,13 @@ def step_unchecked(name: str, command: Sequence[str] | str, *,
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRYO_")}
     env["CRYO_IDEMPOTENCY_KEY"] = str(reply.get("idempotency_key") or "")
     try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, env=env, check=False)
+        try:
+            done = subprocess.run(argv, stdout=subprocess.PIPE, env=env, check=False)
+        except OSError as e:
+            # A script without a `#!` line: /bin/sh reads it, as a shell (or execvp) would.
+            if e.errno != errno.ENOEXEC or (script := _shell_script(argv, env)) is None:
+                raise
+            done = subprocess.run(script, stdout=subprocess.PIPE, env=env, check=False)
         raw, code = done.stdout, done.returncode
         if code < 0:
             code = 128 - code  # killed by signal N reads as 128+N, as in a shell
@@ -128,6 +149,8 @@ def step_unchecked(name: str, command: Sequence[str] | str, *,
         raw, code = b"", 127
     except PermissionError:
         raw, code = b"", 126
+    except OSError:  # a binary the kernel refuses (exec format error) and the like
+        raw, code = b"", 127
     stdout = raw.decode("utf-8", errors="replace")
     _client.call({"op": "step.finish", "call_id": reply.get("call_id"), "stdout": stdout,
                   "exit_code": code})
@@ -137,41 +160,50 @@ def step_unchecked(name: str, command: Sequence[str] | str, *,
 # -- waiting ----------------------------------------------------------------------------
 
 
-Duration = int | float | str
+# A duration: a string with its unit as the CLI takes it ("30s", "5m", "1.5h", "500ms";
+# no unit is seconds), or a datetime.timedelta. Across the SDKs a bare number is
+# milliseconds (TypeScript's sleep(ms), timeoutMs); this SDK took it as seconds before,
+# so it refuses one rather than let an old sleep(5) silently become 5 ms.
+Duration = str | dt.timedelta
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def seconds(value: Duration, what: str = "duration") -> float:
-    """A duration as the CLI takes it, in seconds: a number of seconds (2, 0.5) or a
-    string with an optional unit ms, s, m, h or d ("30s", "5m", "1.5h", "500ms", "10").
-    A malformed string (or another type) is ScriptError bad_request."""
+    """A duration in seconds, as the agent takes it: a string with an optional unit ms,
+    s, m, h or d ("30s", "5m", "1.5h", "500ms", "10") or a timedelta. A bare number, a
+    malformed string or another type is ScriptError bad_request."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()  # checked by the agent, as every SDK's numbers are
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value  # checked by the agent, as every SDK's numbers are
+        raise ScriptError("bad_request", f"{what} {value!r} has no unit: write "
+                          f"'{value}s' or '{value}ms' (or a timedelta). A bare number is "
+                          "milliseconds in the TypeScript SDK and was seconds here, so it "
+                          "is refused rather than guessed")
     if isinstance(value, str):
         raw = value.strip().lower()
         unit = next((u for u in ("ms", "s", "m", "h", "d") if raw.endswith(u)), "")
         number = raw[: len(raw) - len(unit)].strip()
         if number.replace(".", "", 1).isdigit() and number.isascii():
             return float(number) * _UNITS.get(unit, 1.0)
-    raise ScriptError("bad_request", f"{what} must be a non-negative number of seconds or a "
-                      f"duration like 30s, 5m, 1.5h, 500ms; got {value!r}")
+    raise ScriptError("bad_request", f"{what} must be a duration like 30s, 5m, 1.5h, 500ms "
+                      f"or a timedelta; got {value!r}")
 
 
 def sleep(duration: Duration) -> None:
-    """Park the run for `duration` (seconds, or a string like "5m"; the agent is freed);
+    """Park the run for `duration` ("5m", "500ms" or a timedelta; the agent is freed);
     returns on the pass after it."""
     _client.call({"op": "sleep", "seconds": seconds(duration, "sleep")})
 
 
 def wait_signal(name: str, *, timeout: Duration | None = None) -> Any:
     """Wait for the next signal `name` sent to this run and return its payload. With a
-    timeout (seconds, or a string like "1s"), WaitSignalTimeout when none arrived by then."""
+    timeout ("1s" or a timedelta), WaitSignalTimeout when none arrived by then."""
     return _wait("signal", name, timeout)
 
 
 def wait_event(name: str, *, timeout: Duration | None = None, tainted: bool = False) -> Any:
     """Wait for the next project bus event `name` published after the wait began and return
-    its payload. With a timeout (seconds, or a string like "1s"), WaitEventTimeout when
+    its payload. With a timeout ("1s" or a timedelta), WaitEventTimeout when
     none arrived by then. A trusted run hears untrusted runs' events only with
     tainted=True (docs/security/trust.md); an untrusted run hears those and published ones."""
     return _wait("event", name, timeout, {"tainted": True} if tainted else {})
@@ -208,7 +240,7 @@ def activity_submit(name: str, argv: Sequence[str], *, retries: int | None = Non
                     retry_backoff: Duration | None = None,
                     retry_on_exit: Sequence[int] | None = None) -> str:
     """Start `argv` as a child job named `name` (unique per run) and return its run id.
-    retries: extra attempts after a failure, retry_backoff seconds apart, only for exit
+    retries: extra attempts after a failure, retry_backoff ("2s", a timedelta) apart, only for exit
     codes in retry_on_exit when given."""
     request: dict[str, Any] = {"op": "activity.submit", "name": name,
                                "argv": [str(a) for a in argv]}

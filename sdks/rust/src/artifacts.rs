@@ -6,6 +6,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -90,9 +91,12 @@ pub fn artifact_put(name: &str, path: impl AsRef<Path>, options: &ArtifactOption
     let path = path.as_ref();
     let bad = |e: io::Error| Error::script("bad_request", format!("{op}: {}: {e}", path.display()));
     let mut file = File::open(path).map_err(bad)?;
-    let size = file.metadata().map_err(bad)?.len();
-    let mut stream = open(op, &trust(json!({"op": op, "name": name, "key": opt(options.key.as_deref()), "size": size}),
-                                     "public", options.public))?;
+    let meta = file.metadata().map_err(bad)?;
+    let size = meta.len();
+    // The x bit is kept: a get makes an executable file executable again.
+    let executable = meta.permissions().mode() & 0o100 != 0;
+    let mut stream = open(op, &trust(trust(json!({"op": op, "name": name, "key": opt(options.key.as_deref()), "size": size}),
+                                           "public", options.public), "executable", executable))?;
     let mut buf = vec![0u8; CHUNK];
     let mut left = size;
     while left > 0 {
@@ -127,7 +131,9 @@ pub fn artifact_get(name: &str, path: Option<&Path>, options: &ArtifactOptions) 
     fs::create_dir_all(&dir).map_err(bad)?;
     let tmp = dir.join(format!(".artifact-{}-{}", std::process::id(), unique()));
     let result = (|| {
-        let mut out = File::create(&tmp).map_err(bad)?;
+        // A new file's mode less the umask, with x where r is for an executable artifact.
+        let mode = if reply.get("executable") == Some(&Value::Bool(true)) { 0o777 } else { 0o666 };
+        let mut out = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(bad)?;
         let mut digest = Sha256::new();
         let mut buf = vec![0u8; CHUNK];
         let mut left = size;

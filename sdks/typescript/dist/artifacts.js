@@ -77,11 +77,13 @@ async function session(op, body) {
  * the same bytes again, which the store keeps once. */
 export async function artifactPut(name, path, options = {}) {
     const op = "artifact.put";
-    const { size } = await stat(path);
+    const { size, mode } = await stat(path);
+    // The x bit is kept: a get makes an executable file executable again.
+    const executable = (mode & 0o100) !== 0;
     const file = await open(path, "r");
     try {
         return await session(op, async (sock, it) => {
-            await write(sock, JSON.stringify({ op, name, key: options.key ?? null, size, ...(options.public ? { public: true } : {}) }) + "\n");
+            await write(sock, JSON.stringify({ op, name, key: options.key ?? null, size, ...(options.public ? { public: true } : {}), ...(executable ? { executable: true } : {}) }) + "\n");
             const chunk = Buffer.alloc(CHUNK);
             let left = size;
             while (left > 0) {
@@ -109,7 +111,8 @@ export async function artifactGet(name, path, options = {}) {
         const { reply, rest } = await replyLine(op, it);
         await mkdir(dirname(dest) || ".", { recursive: true });
         const tmp = join(dirname(dest) || ".", `.artifact-${randomBytes(6).toString("hex")}`);
-        const out = await open(tmp, "wx");
+        // A new file's mode less the umask, with x where r is for an executable artifact.
+        const out = await open(tmp, "wx", reply.executable === true ? 0o777 : 0o666);
         try {
             const digest = createHash("sha256");
             let left = Number(reply.size);
