@@ -330,6 +330,51 @@ LANGUAGE sql STABLE AS $$
      WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
 $$;
 
+-- -- connector credentials -------------------------------------------------------------
+-- What a claim of a run may see (claim_grants and claim_secrets call this): the job of
+-- an http node sees only the project secrets its node names (its clear `secrets` list),
+-- so a credential reaches the connector agent doing that request and nothing else; any
+-- other run sees its project's secrets as before (cryo._grant_secrets). An untrusted
+-- run gets the names alone, either way. No secret is ever in a document or an input.
+CREATE OR REPLACE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text,
+                                                   p_untrusted boolean)
+RETURNS TABLE (name text, value bytea, withheld boolean)
+LANGUAGE sql STABLE AS $$
+    WITH node AS (
+        SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) AS names
+          FROM cryo.runs c
+          JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.id = p_run_id AND n.type = 'http'
+    )
+    SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
+     WHERE NOT EXISTS (SELECT 1 FROM node)
+        OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
+$$;
+
+-- What a grant carries beside the run itself, read for claim_grants: the run's
+-- recorded memos (the step cache the agent replays from; results sealed and
+-- base64-encoded, as read_journal lists them), the secrets the claim may see
+-- (cryo._grant_secrets, which claim_secrets serves too: sealed values, or names only for
+-- an untrusted run) and whether the run is untrusted. A set-returning SQL function, so
+-- the planner inlines it into its callers' statement.
+CREATE OR REPLACE FUNCTION cryo._grant_extras(p_run_id text)
+RETURNS TABLE (journal jsonb, secrets jsonb, untrusted boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = r.id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
+           r.untrusted
+      FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+
 -- What a live claim may see (see _grant_secrets).
 CREATE OR REPLACE FUNCTION cryo.claim_secrets(p_run_id text, p_token uuid)
 RETURNS TABLE (name text, value bytea, withheld boolean)

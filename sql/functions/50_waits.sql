@@ -53,14 +53,7 @@ BEGIN
     PERFORM cryo._app_run_check(p_run_id);
     PERFORM cryo._check_name('signal', p_name);
     SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%); it takes no signals', p_run_id, v_run.status
-            USING ERRCODE = 'CR006';
-    END IF;
+    v_run := cryo._run_row(p_run_id, true, p_why => 'it takes no signals');
     INSERT INTO cryo.signals (run_id, org, project, name, payload, payload_clear, sent_at)
     VALUES (p_run_id, v_run.org, v_run.project, p_name, p_sealed, v_clear, cryo.now())
     RETURNING id INTO v_id;
