@@ -21,7 +21,8 @@ class Vector:
 
     @property
     def label(self) -> str:
-        return f"{self.kind} {self.text[:60]!r}" + (f" x{len(self.text)}" if len(self.text) > 60 else "")
+        more = f" ({len(self.text)} characters)" if len(self.text) > 60 else ""
+        return f"{self.kind} {self.text[:60]!r}{more}"
 
 
 def load() -> tuple[frozenset[str], list[Vector]]:

@@ -36,7 +36,8 @@ def test_the_editor_agrees_with_the_vectors() -> None:
     program = (
         f"import {{ checkExpr, checkTemplate }} from {json.dumps(EXPR_JS.as_uri())};\n"
         "let s = ''; process.stdin.on('data', (d) => { s += d; });\n"
-        "process.stdin.on('end', () => { const [ids, vs] = JSON.parse(s); const set = new Set(ids);\n"
+        "process.stdin.on('end', () => {\n"
+        "  const [ids, vs] = JSON.parse(s); const set = new Set(ids);\n"
         "  process.stdout.write(JSON.stringify(vs.map(([k, t]) =>\n"
         "    (k === 'expr' ? checkExpr : checkTemplate)(t, set)))); });\n")
     sent = json.dumps([sorted(IDS), [[v.kind, v.text] for v in VECTORS]])

@@ -24,10 +24,10 @@
 --   96 operators         rerunning a run
 --   99 roles             grants for applications and DBAs
 --
--- A function calls functions of its own file or earlier ones, with these exceptions, each
--- a consequence of an ending: 10's _finalize ends a cancelled graph run's nodes (12) and
--- wakes a parent (60), 20's _admit cancels the holder it displaces (60), and a few calls
--- into 60, 82 and 85 listed by tests/sql/test_file_order.py.
+-- A function calls functions of its own file or earlier ones. The few calls the other
+-- way are what an ending or an event sets off (10's _finalize ends a cancelled graph
+-- run's nodes and wakes a parent, 20's _admit cancels the holder it displaces, 50's
+-- _publish_event starts handlers, ...); tests/sql/test_file_order.py lists them all.
 --
 -- A run is one row of cryo.runs. Its status moves
 --

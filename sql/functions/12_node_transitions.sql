@@ -30,56 +30,28 @@
 -- predecessors: that count is what makes a node ready, so nothing ends a node but here.
 
 -- -- the statuses ------------------------------------------------------------------------
--- SQL and immutable: the planner inlines each into its caller's query, so a partial
--- index whose predicate names the same list still serves it.
-
--- A node not yet ended.
-CREATE OR REPLACE FUNCTION cryo._node_live(p_status text)
+-- Whether a node's (or an instance's) status is in one of the sets the engine reads them
+-- by. SQL and immutable, and the set named by a constant: the planner inlines it into the
+-- caller's query as `status = ANY ('{...}')`, so a partial index whose predicate lists
+-- the same statuses still serves it.
+CREATE OR REPLACE FUNCTION cryo._node_status_in(p_status text, p_set text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_status IN ('pending', 'running', 'waiting')
-$$;
-
--- A node started and not ended (index node_states_live).
-CREATE OR REPLACE FUNCTION cryo._node_under_way(p_status text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_status IN ('running', 'waiting')
-$$;
-
--- A node that ended with its output: what expressions and the run's output read.
-CREATE OR REPLACE FUNCTION cryo._node_done(p_status text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_status IN ('succeeded', 'seeded')
-$$;
-
--- A node that ended well enough for a rerun to start after it.
-CREATE OR REPLACE FUNCTION cryo._node_ended_well(p_status text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_status IN ('succeeded', 'skipped', 'seeded')
-$$;
-
--- An instance not yet ended (index node_instances_live).
-CREATE OR REPLACE FUNCTION cryo._instance_live(p_status text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_status IN ('ready', 'running', 'waiting', 'retrying')
-$$;
-
--- An instance that counts against its node's max_parallel.
-CREATE OR REPLACE FUNCTION cryo._instance_active(p_status text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_status IN ('running', 'waiting')
-$$;
-
--- An instance with a deadline: a wait's timeout, a retry's backoff.
-CREATE OR REPLACE FUNCTION cryo._instance_timed(p_status text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_status IN ('waiting', 'retrying')
+    -- (A searched CASE of constants: the planner does not inline `CASE p_set WHEN`, nor a
+    -- cast of the CASE's text to text[], which is not immutable.)
+    SELECT p_status = ANY (CASE
+        -- a node: not yet ended; started and not ended; ended with its output; ended so
+        -- that a rerun may start after it
+        WHEN p_set = 'live' THEN '{pending,running,waiting}'::text[]
+        WHEN p_set = 'under way' THEN '{running,waiting}'::text[]
+        WHEN p_set = 'done' THEN '{succeeded,seeded}'::text[]
+        WHEN p_set = 'ended well' THEN '{succeeded,skipped,seeded}'::text[]
+        -- an instance: not yet ended; counted against max_parallel; with a deadline (a
+        -- wait's timeout, a retry's backoff)
+        WHEN p_set = 'instance live' THEN '{ready,running,waiting,retrying}'::text[]
+        WHEN p_set = 'instance active' THEN '{running,waiting}'::text[]
+        WHEN p_set = 'instance timed' THEN '{waiting,retrying}'::text[]
+        END)
 $$;
 
 -- -- nodes -------------------------------------------------------------------------------
@@ -191,7 +163,7 @@ BEGIN
              WHERE o.run_id = p_run_id AND o.node_id = p_node) was
      WHERE n.run_id = p_run_id AND n.node_id = p_node
     RETURNING was.status INTO v_was;
-    IF cryo._node_live(v_was) THEN
+    IF cryo._node_status_in(v_was, 'live') THEN
         PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
     END IF;
 END
@@ -308,14 +280,14 @@ BEGIN
        AND n.node_id = ANY (p_up);
     UPDATE cryo.node_states n
        SET open_deps = (SELECT count(*) FROM cryo.node_states m WHERE m.run_id = p_new
-                           AND m.node_id = ANY (n.deps) AND cryo._node_live(m.status))
+                           AND m.node_id = ANY (n.deps) AND cryo._node_status_in(m.status, 'live'))
      WHERE n.run_id = p_new;
     INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
                                      output_clear, started_at, finished_at)
     SELECT p_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
            i.output_clear, cryo.now(), cryo.now()
       FROM cryo.node_instances i
-     WHERE i.run_id = p_old AND i.node_id = ANY (p_up) AND cryo._node_done(i.status);
+     WHERE i.run_id = p_old AND i.node_id = ANY (p_up) AND cryo._node_status_in(i.status, 'done');
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
                               key_ordinal, created_at)
     SELECT p_new, r.org, r.project, 'node_seeded', 'run', 'node', u, 0, cryo.now()
@@ -332,11 +304,12 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE cryo.node_instances i
        SET status = 'cancelled', finished_at = cryo.now(), wait_kind = NULL
-     WHERE i.run_id = p_run_id AND cryo._instance_live(i.status);
+     WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance live');
     WITH ended AS (
         UPDATE cryo.node_states n SET status = 'cancelled', finished_at = cryo.now()
          WHERE n.run_id = p_run_id
-           AND (cryo._node_under_way(n.status) OR (n.status = 'pending' AND NOT p_started_only))
+           AND (cryo._node_status_in(n.status, 'under way')
+                OR (n.status = 'pending' AND NOT p_started_only))
         RETURNING n.run_id, n.org, n.project, n.node_id, n.started_at
     )
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
@@ -465,7 +438,7 @@ BEGIN
     IF NOT FOUND OR v_def IS NULL THEN
         RAISE EXCEPTION 'run % has no started instance %/%', p_run_id, p_node, p_item USING ERRCODE = 'CR005';
     END IF;
-    IF NOT cryo._instance_live(v_inst.status) THEN
+    IF NOT cryo._node_status_in(v_inst.status, 'instance live') THEN
         RETURN v_inst.status;  -- recorded already
     END IF;
     v_retry := v_def -> 'retry';
@@ -494,7 +467,7 @@ BEGIN
     IF p_outcome = 'failed' THEN
         v_status := 'failed';
     ELSIF (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
-              AND cryo._node_done(i.status)) = coalesce(v_node.items, 1) THEN
+              AND cryo._node_status_in(i.status, 'done')) = coalesce(v_node.items, 1) THEN
         v_status := 'succeeded';
     END IF;
     IF v_status IS NOT NULL THEN

@@ -118,7 +118,7 @@ BEGIN
             UNION ALL
             SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
                                      WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
-                                       AND cryo._instance_live(l.status)
+                                       AND cryo._node_status_in(l.status, 'instance live')
                                        AND NOT (l.node_id = ANY (p_nodes))) k
              CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
                                   WHERE m.run_id = p_run_id AND m.node_id = k.node_id OFFSET 0) n
@@ -143,7 +143,7 @@ BEGIN
           LEFT JOIN LATERAL (
               SELECT x.* FROM cryo.node_instances x
                WHERE x.run_id = p_run_id AND x.node_id = n.node_id
-                 AND (n.whole OR cryo._instance_live(x.status))
+                 AND (n.whole OR cryo._node_status_in(x.status, 'instance live'))
               OFFSET 0) i ON true
           LEFT JOIN LATERAL (SELECT c.status, c.exit_code, c.error FROM cryo.runs c
                               WHERE c.id = i.job_run_id OFFSET 0) j ON true
@@ -451,24 +451,25 @@ $$;
 -- shape: it is a state node's). sealed says whether any is.
 CREATE OR REPLACE FUNCTION cryo._graph_default_output(p_run_id text, OUT answer jsonb,
                                                       OUT sealed boolean)
+RETURNS record
 -- PL/pgSQL: its query is planned once a session, not on every call.
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     SELECT coalesce(jsonb_object_agg(n.node_id, CASE
-               WHEN n.items IS NULL THEN CASE WHEN cryo._node_done(n.status)
+               WHEN n.items IS NULL THEN CASE WHEN cryo._node_status_in(n.status, 'done')
                                               THEN cryo._graph_output(n.output, n.output_clear)
                                               ELSE 'null' END
-               ELSE (SELECT coalesce(jsonb_agg(CASE WHEN cryo._node_done(i.status)
+               ELSE (SELECT coalesce(jsonb_agg(CASE WHEN cryo._node_status_in(i.status, 'done')
                                                     THEN cryo._graph_output(i.output, i.output_clear)
                                                     ELSE 'null' END ORDER BY g.k), '[]')
                        FROM generate_series(0, n.items - 1) AS g(k)
                        LEFT JOIN cryo.node_instances i
                               ON i.run_id = n.run_id AND i.node_id = n.node_id AND i.item = g.k)
                END), '{}'),
-           coalesce(bool_or(n.output IS NOT NULL AND cryo._node_done(n.status)) OR bool_or(
+           coalesce(bool_or(n.output IS NOT NULL AND cryo._node_status_in(n.status, 'done')) OR bool_or(
                n.items IS NOT NULL AND EXISTS (SELECT 1 FROM cryo.node_instances i
                    WHERE i.run_id = n.run_id AND i.node_id = n.node_id AND i.output IS NOT NULL
-                     AND cryo._node_done(i.status))), false)
+                     AND cryo._node_status_in(i.status, 'done'))), false)
       INTO answer, sealed
       FROM cryo.node_states n
      WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0;
@@ -564,7 +565,7 @@ BEGIN
         -- Start what can start: new instances of running nodes (up to max_parallel), and
         -- instances whose retry backoff has passed or whose concurrency group came free.
         FOR v_node IN SELECT * FROM cryo.node_states n
-                       WHERE n.run_id = p_run_id AND cryo._node_under_way(n.status)
+                       WHERE n.run_id = p_run_id AND cryo._node_status_in(n.status, 'under way')
                        ORDER BY n.ord LOOP
             v_failing := cryo._graph_failing(p_run_id);
             CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
@@ -649,12 +650,12 @@ BEGIN
     IF v_failing THEN
         -- Over when no always node or failure branch node is left to run.
         v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                                 AND cryo._node_live(n.status)
+                                 AND cryo._node_status_in(n.status, 'live')
                                  AND cryo._graph_runs_on_failure(n.def));
     ELSE
         -- Over when nothing is open but the failure branch, which is then skipped.
         v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                                 AND cryo._node_live(n.status)
+                                 AND cryo._node_status_in(n.status, 'live')
                                  AND NOT (n.status = 'pending'
                                           AND coalesce((n.def ->> 'on_failure')::boolean, false)));
         IF v_done THEN
@@ -866,7 +867,7 @@ BEGIN
             'node', jsonb_build_object('id', v_node)));
     END IF;
     SELECT count(*) INTO v_active FROM cryo.node_instances i
-     WHERE i.run_id = v_run_id AND i.node_id = v_node AND cryo._instance_active(i.status);
+     WHERE i.run_id = v_run_id AND i.node_id = v_node AND cryo._node_status_in(i.status, 'instance active');
     v_next := coalesce((SELECT i.item + 1 FROM cryo.node_instances i
                          WHERE i.run_id = v_run_id AND i.node_id = v_node
                          ORDER BY i.item DESC LIMIT 1), 0);
@@ -1060,11 +1061,11 @@ BEGIN
                 ELSE 'retry-backoff' END
       INTO v_reason
       FROM cryo.node_instances i WHERE i.run_id = p_run_id
-       AND cryo._instance_live(i.status);
+       AND cryo._node_status_in(i.status, 'instance live');
     UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
                        (SELECT min(i.due_at) FROM cryo.node_instances i
-                         WHERE i.run_id = p_run_id AND cryo._instance_timed(i.status)));
+                         WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance timed')));
     RETURN 'parked';
 END
 $$;
@@ -1249,7 +1250,7 @@ LANGUAGE sql STABLE AS $$
                     WHEN i.wait_kind = 'sleep' THEN 'timer_fired'
                     ELSE 'wait_timed_out' END
           FROM cryo.node_instances i
-         WHERE i.run_id = p_run_id AND cryo._instance_timed(i.status) AND i.due_at IS NOT NULL
+         WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance timed') AND i.due_at IS NOT NULL
          ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
 $$;
 
@@ -1278,9 +1279,9 @@ BEGIN
         RAISE EXCEPTION 'a graph call''s family is graph.call or node.call, not %', coalesce(p_family, 'null')
             USING ERRCODE = 'CR004';
     END IF;
-    v_path := cryo.call_path(p_family, p_name, p_ordinal, p_path);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL THEN
+    v_memo := cryo._replay(p_run_id, p_family, p_name, p_ordinal, p_path);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.ref_run_id, v_memo.answer_clear ->> 'status',
                             v_memo.exit_code, v_memo.result, v_memo.answer_clear ->> 'error';
         RETURN;

@@ -85,7 +85,7 @@ BEGIN
     )
     SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
     IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
-                  AND NOT cryo._node_ended_well(n.status)) THEN
+                  AND NOT cryo._node_status_in(n.status, 'ended well')) THEN
         RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
             USING ERRCODE = 'CR004';
     END IF;

@@ -21,11 +21,13 @@ NODE_TRANSITIONS = set(re.findall(r"CREATE OR REPLACE FUNCTION cryo\.(\w+)\(", L
 REMOVERS = {"_delete_runs"}
 WRITES = re.compile(
     r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.node_(states|instances)\b", re.I)
-STATUS = r"'(?:pending|running|waiting|ready|retrying|succeeded|failed|skipped|seeded|cancelled)'"
-STATUS_LIST = re.compile(rf"{STATUS}(?:\s*,\s*{STATUS})+")
+WORD = r"(?:pending|running|waiting|ready|retrying|succeeded|failed|skipped|seeded|cancelled)"
+STATUS = rf"'{WORD}'"
+WORD = r"(?:pending|running|waiting|ready|retrying|succeeded|failed|skipped|seeded|cancelled)"
+STATUS_LIST = re.compile(rf"{STATUS}(?:\s*,\s*{STATUS})+|'\{{{WORD}(?:,\s*{WORD})+\}}'")
 # Words only a node or an instance has: a list holding one is a list of node statuses
 # (a run's statuses overlap the rest).
-NODE_ONLY = re.compile(r"'(waiting|ready|retrying|skipped|seeded)'")
+NODE_ONLY = re.compile(r"\b(waiting|ready|retrying|skipped|seeded)\b")
 
 
 def _functions(db: psycopg.Connection) -> list[tuple[str, str]]:
