@@ -63,10 +63,11 @@ def _submit(db: psycopg.Connection, doc: dict[str, Any]) -> str:
 
 
 def _turn(db: psycopg.Connection, run_id: str,
-          record: dict[str, str] | None = None) -> list[tuple[str, str | None]]:
-    """One driver turn: takes the run, records the outcomes given ({node: outcome}) of its
-    started instances, plans (every node's config sent), makes an approval node wait,
-    and settles. Returns the plan's (action, node) rows."""
+          record: dict[str, Any] | None = None) -> list[tuple[str, str | None]]:
+    """One driver turn: takes the run, records the outcomes given of its started
+    instances ({node: outcome, or (outcome, sealed output, clear output)}), plans (every
+    node's config sent), makes an approval node wait, and settles. Returns the plan's
+    (action, node) rows."""
     record = dict(record or {})
     got: list[tuple[str, str | None]] = []
     with db.transaction():
@@ -75,8 +76,9 @@ def _turn(db: psycopg.Connection, run_id: str,
         taken = db.execute("SELECT run_id, claim_token FROM cryo.drive_graphs('d', 5)").fetchall()
         token = next(t for r, t in taken if r == run_id)
         for node, outcome in record.items():
-            db.execute("SELECT cryo.graph_record_item(%s, %s, %s, 0, %s)",
-                       (run_id, token, node, outcome))
+            how, sealed, clear = outcome if isinstance(outcome, tuple) else (outcome, None, None)
+            db.execute("SELECT cryo.graph_record_item(%s, %s, %s, 0, %s, %s, NULL, NULL, %s)",
+                       (run_id, token, node, how, sealed, None if clear is None else Jsonb(clear)))
         configs = {n: {} for (n,) in db.execute(
             "SELECT node_id FROM cryo.node_states WHERE run_id = %s", (run_id,)).fetchall()}
         settled = False
@@ -166,3 +168,29 @@ def test_a_node_waiting_on_its_lock_says_it_waits(db: psycopg.Connection) -> Non
     row = db.execute("SELECT status, item_status, wait_kind FROM cryo.read_graph_nodes(%s)",
                      (run_id,)).fetchone()
     assert row == ("running", "running", None)
+
+
+def test_the_default_output_is_made_in_sql(db: psycopg.Connection) -> None:
+    """The outputs of the nodes nothing depends on, by id (a skipped one is null): all
+    clear, SQL settles the run with them; one sealed, it hands them to the driver to
+    open, as {"$sealed": hex} (the driver made this answer itself before)."""
+    doc = {"nodes": [{"id": "a", "type": "shell", "config": {"run": "true"}},
+                     {"id": "b", "type": "shell", "config": {"run": "true"}},
+                     {"id": "c", "type": "shell", "config": {"run": "true"}, "if": "false"}]}
+    clear = _submit(db, doc)
+    _turn(db, clear)
+    _turn(db, clear, {"a": ("succeeded", None, {"n": 1}), "b": ("succeeded", None, [2])})
+    assert db.execute("SELECT o.value_clear, r.status FROM cryo.run_outputs o JOIN cryo.runs r"
+                      " ON r.id = o.run_id WHERE o.run_id = %s", (clear,)).fetchone() == (
+        {"answer": {"a": {"n": 1}, "b": [2], "c": None}}, "succeeded")
+    sealed = _submit(db, doc)
+    _turn(db, sealed)
+    db.execute("SELECT cryo._graph_poke(%s, 'node_job_ended')", (sealed,))
+    with db.transaction(force_rollback=True):
+        (token,) = db.execute("SELECT claim_token FROM cryo.drive_graphs('d', 5)").fetchone()
+        for node, out in (("a", b"\x01\x02"), ("b", None)):
+            db.execute("SELECT cryo.graph_record_item(%s, %s, %s, 0, 'succeeded', %s, NULL, NULL,"
+                       " %s)", (sealed, token, node, out, None if out else Jsonb(7)))
+        plan = db.execute("SELECT action, type, output FROM cryo.graph_plan(%s, %s, '{}', %s)",
+                          (sealed, token, Jsonb({"nodes": {}, "run": {"id": sealed}}))).fetchall()
+        assert plan[-1] == ("finish", "default", {"a": {"$sealed": "0102"}, "b": 7, "c": None})
