@@ -41,7 +41,7 @@ COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, intege
 
 -- What the server calls for agents waiting on long-polls: claims one run for each
 -- listed agent (fewer when fewer are pending), and returns with each claim everything
--- its grant needs (cryo._grant_extras, in 75_graphs.sql beside the secrets it reads). One
+-- its grant needs (cryo._grant_extras, below beside the secrets it reads). One
 -- call, one commit, however many agents were waiting.
 -- p_agent_tokens, parallel to p_agent_ids, names the agent token each agent called
 -- with; each claim is bound to its agent's token (see cryo._bind_claim).
