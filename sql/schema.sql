@@ -981,6 +981,7 @@ DECLARE
     v_n integer;
     v_changed boolean := true;
     v_handler boolean;
+    v_why text;
     v_failed_here boolean := false;
     -- Whether any node of the run was skipped: only then can a node's predecessors all
     -- have been, and only then are they read (each ready node otherwise costs a query).
@@ -1005,45 +1006,37 @@ BEGIN
                        WHERE n.run_id = v_run_id AND n.status = 'pending' AND n.open_deps = 0
                        ORDER BY n.ord LOOP
             v_handler := cryo._graph_runs_on_failure(v_node.def);
-            IF p_failing AND NOT v_handler THEN
-                -- The run is failing: what is not an always node or the failure branch
-                -- will not run, and its skip lets those after it be decided.
-                v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
-                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
-                RETURN NEXT;
-                v_changed := true;
-                CONTINUE;
-            END IF;
             IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
+            -- Why the node is skipped, if it is: the run is failing (what is not an always
+            -- node or the failure branch will not run, and its skip lets those after it be
+            -- decided), its predecessors were all skipped, or its `if` is false.
+            v_why := CASE WHEN p_failing AND NOT v_handler THEN 'the run failed' END;
             -- Each predecessor by its primary key (see _graph_node_ended).
-            IF v_any_skipped AND cardinality(v_node.deps) > 0 AND NOT v_handler THEN
+            IF v_why IS NULL AND v_any_skipped AND cardinality(v_node.deps) > 0
+               AND NOT v_handler THEN
                 v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
                                                WHERE n.run_id = v_run_id AND n.node_id = d)
                                         FROM unnest(v_node.deps) AS d);
-            ELSE
-                v_dep_status := '{}';
+                -- (A failed predecessor here failed with continue_on_error: it ended.)
+                IF NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                    v_why := 'its predecessors were all skipped';
+                END IF;
             END IF;
-            -- (A failed predecessor here failed with continue_on_error: it ended.)
-            IF cardinality(v_dep_status) > 0
-               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
-                v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
-                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
-                RETURN NEXT;
-                v_changed := true;
-                CONTINUE;
-            END IF;
-            IF v_node.def ? 'if' OR v_node.def ? 'fan_out' THEN  -- only these read it
+            -- (Only an `if` and a fan-out read the node's scope.)
+            IF v_why IS NULL AND (v_node.def ? 'if' OR v_node.def ? 'fan_out') THEN
                 v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
                     'id', v_node.node_id,
                     'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+                IF v_node.def ? 'if'
+                   AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                    v_why := 'if was false';
+                END IF;
             END IF;
-            IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+            IF v_why IS NOT NULL THEN
                 v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, v_why);
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
                 v_changed := true;
