@@ -825,7 +825,7 @@ $$;
 
 CREATE FUNCTION cryo._graph_default_output(p_run_id text, OUT answer jsonb, OUT sealed boolean) RETURNS record
     LANGUAGE plpgsql STABLE
-    AS $$
+    AS $_$
 BEGIN
     SELECT coalesce(jsonb_object_agg(n.node_id, CASE
                WHEN n.items IS NULL THEN CASE WHEN cryo._node_status_in(n.status, 'done')
@@ -837,16 +837,13 @@ BEGIN
                        FROM generate_series(0, n.items - 1) AS g(k)
                        LEFT JOIN cryo.node_instances i
                               ON i.run_id = n.run_id AND i.node_id = n.node_id AND i.item = g.k)
-               END), '{}'),
-           coalesce(bool_or(n.output IS NOT NULL AND cryo._node_status_in(n.status, 'done')) OR bool_or(
-               n.items IS NOT NULL AND EXISTS (SELECT 1 FROM cryo.node_instances i
-                   WHERE i.run_id = n.run_id AND i.node_id = n.node_id AND i.output IS NOT NULL
-                     AND cryo._node_status_in(i.status, 'done'))), false)
-      INTO answer, sealed
+               END), '{}')
+      INTO answer
       FROM cryo.node_states n
      WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0;
+    sealed := jsonb_path_exists(answer, 'lax $.**."$sealed"');
 END
-$$;
+$_$;
 
 CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
     LANGUAGE sql STABLE
@@ -856,7 +853,8 @@ CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
                     WHEN i.wait_kind = 'sleep' THEN 'timer_fired'
                     ELSE 'wait_timed_out' END
           FROM cryo.node_instances i
-         WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance timed') AND i.due_at IS NOT NULL
+         WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance timed')
+           AND i.due_at IS NOT NULL
          ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
 $$;
 
@@ -1164,7 +1162,8 @@ BEGIN
             'node', jsonb_build_object('id', v_node)));
     END IF;
     SELECT count(*) INTO v_active FROM cryo.node_instances i
-     WHERE i.run_id = v_run_id AND i.node_id = v_node AND cryo._node_status_in(i.status, 'instance active');
+     WHERE i.run_id = v_run_id AND i.node_id = v_node
+       AND cryo._node_status_in(i.status, 'instance active');
     v_next := coalesce((SELECT i.item + 1 FROM cryo.node_instances i
                          WHERE i.run_id = v_run_id AND i.node_id = v_node
                          ORDER BY i.item DESC LIMIT 1), 0);
@@ -4765,7 +4764,8 @@ BEGIN
     UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
                        (SELECT min(i.due_at) FROM cryo.node_instances i
-                         WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance timed')));
+                         WHERE i.run_id = p_run_id
+                           AND cryo._node_status_in(i.status, 'instance timed')));
     RETURN 'parked';
 END
 $$;
