@@ -92,6 +92,78 @@ BEGIN
 END
 $$;
 
+CREATE TABLE cryo.runs (
+    id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    workflow text,
+    filename text NOT NULL,
+    interpreter text,
+    source bytea NOT NULL,
+    input bytea,
+    input_clear jsonb,
+    idempotency_key text,
+    required_caps text[] DEFAULT '{shell}'::text[] NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    substate text,
+    attempt integer DEFAULT 0 NOT NULL,
+    exit_code integer,
+    error text,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    updated_at timestamp with time zone NOT NULL,
+    parent_run_id text,
+    activity_name text,
+    retries_left integer DEFAULT 0 NOT NULL,
+    retry_backoff double precision DEFAULT 0 NOT NULL,
+    retry_on integer[],
+    untrusted boolean DEFAULT false NOT NULL,
+    concurrency_group text,
+    watched boolean DEFAULT false NOT NULL,
+    kind text DEFAULT 'script'::text NOT NULL,
+    graph jsonb,
+    graph_node text,
+    graph_item integer,
+    workdir text,
+    trigger_kind text,
+    trigger_name text,
+    trigger_depth integer,
+    drive_failures integer DEFAULT 0 NOT NULL,
+    log_context bytea,
+    log_claim uuid,
+    log_end bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
+    CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
+)
+WITH (fillfactor='85');
+
+COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims carry no secrets, and a step that needs one fails.';
+
+COMMENT ON COLUMN cryo.runs.graph IS 'A graph run''s clear structure: node ids, types, edges, compiled if/fan_out/concurrency/output expressions. Node configs stay sealed in source.';
+
+COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from (absolute; NULL when not given). Agents for local work run the script there; others run it in a scratch directory.';
+
+COMMENT ON COLUMN cryo.runs.drive_failures IS 'For a graph run: how many driver turns in a row failed (each backs off longer).';
+
+COMMENT ON COLUMN cryo.runs.log_context IS 'Sealed: the last bytes of the run''s log when they may begin a secret, for the next pass''s log masker. NULL when there are none.';
+
+COMMENT ON COLUMN cryo.runs.log_claim IS 'The claim (token) whose pass log_end counts: a chunk posted under another claim starts a new pass at byte 0.';
+
+COMMENT ON COLUMN cryo.runs.log_end IS 'How many (plain) log bytes the pass of log_claim has stored with an offset: the only offset the next chunk may start at (cryo._log_take).';
+
+CREATE FUNCTION cryo._approvable(p_run_id text) RETURNS cryo.runs
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs := cryo._run_row(p_run_id, true);
+BEGIN
+    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
+    RETURN v_run;
+END
+$$;
+
 CREATE FUNCTION cryo._bind_claim(p_token uuid, p_agent_token text) RETURNS uuid
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -766,11 +838,12 @@ CREATE FUNCTION cryo._graph_cancel_nodes(p_run_id text, p_started_only boolean) 
 BEGIN
     UPDATE cryo.node_instances i
        SET status = 'cancelled', finished_at = cryo.now(), wait_kind = NULL
-     WHERE i.run_id = p_run_id AND i.status IN ('ready', 'running', 'waiting', 'retrying');
+     WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance live');
     WITH ended AS (
         UPDATE cryo.node_states n SET status = 'cancelled', finished_at = cryo.now()
          WHERE n.run_id = p_run_id
-           AND (n.status IN ('running', 'waiting') OR (n.status = 'pending' AND NOT p_started_only))
+           AND (cryo._node_status_in(n.status, 'under way')
+                OR (n.status = 'pending' AND NOT p_started_only))
         RETURNING n.run_id, n.org, n.project, n.node_id, n.started_at
     )
     INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
@@ -830,21 +903,27 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._graph_default_output(p_run_id text) RETURNS jsonb
+CREATE FUNCTION cryo._graph_default_output(p_run_id text, OUT answer jsonb, OUT sealed boolean) RETURNS record
     LANGUAGE plpgsql STABLE
-    AS $$
+    AS $_$
 BEGIN
-    RETURN (SELECT CASE WHEN bool_or(n.items IS NOT NULL
-                             OR (n.status IN ('succeeded', 'seeded') AND n.output IS NOT NULL))
-                THEN NULL
-                ELSE coalesce(jsonb_object_agg(n.node_id,
-                         CASE WHEN n.status IN ('succeeded', 'seeded')
-                              THEN coalesce(n.output_clear, 'null') ELSE 'null' END),
-                     '{}') END
+    SELECT coalesce(jsonb_object_agg(n.node_id, CASE
+               WHEN n.items IS NULL THEN CASE WHEN cryo._node_status_in(n.status, 'done')
+                                              THEN cryo._graph_output(n.output, n.output_clear)
+                                              ELSE 'null' END
+               ELSE (SELECT coalesce(jsonb_agg(CASE WHEN cryo._node_status_in(i.status, 'done')
+                                                    THEN cryo._graph_output(i.output, i.output_clear)
+                                                    ELSE 'null' END ORDER BY g.k), '[]')
+                       FROM generate_series(0, n.items - 1) AS g(k)
+                       LEFT JOIN cryo.node_instances i
+                              ON i.run_id = n.run_id AND i.node_id = n.node_id AND i.item = g.k)
+               END), '{}')
+      INTO answer
       FROM cryo.node_states n
-     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0);
+     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0;
+    sealed := jsonb_path_exists(answer, 'lax $.**."$sealed"');
 END
-$$;
+$_$;
 
 CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
     LANGUAGE sql STABLE
@@ -854,7 +933,8 @@ CREATE FUNCTION cryo._graph_due_kind(p_run_id text) RETURNS text
                     WHEN i.wait_kind = 'sleep' THEN 'timer_fired'
                     ELSE 'wait_timed_out' END
           FROM cryo.node_instances i
-         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying') AND i.due_at IS NOT NULL
+         WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance timed')
+           AND i.due_at IS NOT NULL
          ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
 $$;
 
@@ -927,6 +1007,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_output(p_sealed bytea, p_clear jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT CASE WHEN p_sealed IS NOT NULL THEN jsonb_build_object('$sealed', encode(p_sealed, 'hex'))
+                ELSE coalesce(p_clear, 'null') END
+$_$;
+
 CREATE FUNCTION cryo._graph_poke(p_run_id text, p_kind text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -972,6 +1059,7 @@ DECLARE
     v_n integer;
     v_changed boolean := true;
     v_handler boolean;
+    v_why text;
     v_failed_here boolean := false;
     -- Whether any node of the run was skipped: only then can a node's predecessors all
     -- have been, and only then are they read (each ready node otherwise costs a query).
@@ -996,45 +1084,37 @@ BEGIN
                        WHERE n.run_id = v_run_id AND n.status = 'pending' AND n.open_deps = 0
                        ORDER BY n.ord LOOP
             v_handler := cryo._graph_runs_on_failure(v_node.def);
-            IF p_failing AND NOT v_handler THEN
-                -- The run is failing: what is not an always node or the failure branch
-                -- will not run, and its skip lets those after it be decided.
-                v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
-                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
-                RETURN NEXT;
-                v_changed := true;
-                CONTINUE;
-            END IF;
             IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
+            -- Why the node is skipped, if it is: the run is failing (what is not an always
+            -- node or the failure branch will not run, and its skip lets those after it be
+            -- decided), its predecessors were all skipped, or its `if` is false.
+            v_why := CASE WHEN p_failing AND NOT v_handler THEN 'the run failed' END;
             -- Each predecessor by its primary key (see _graph_node_ended).
-            IF v_any_skipped AND cardinality(v_node.deps) > 0 AND NOT v_handler THEN
+            IF v_why IS NULL AND v_any_skipped AND cardinality(v_node.deps) > 0
+               AND NOT v_handler THEN
                 v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
                                                WHERE n.run_id = v_run_id AND n.node_id = d)
                                         FROM unnest(v_node.deps) AS d);
-            ELSE
-                v_dep_status := '{}';
+                -- (A failed predecessor here failed with continue_on_error: it ended.)
+                IF NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                    v_why := 'its predecessors were all skipped';
+                END IF;
             END IF;
-            -- (A failed predecessor here failed with continue_on_error: it ended.)
-            IF cardinality(v_dep_status) > 0
-               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
-                v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
-                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
-                RETURN NEXT;
-                v_changed := true;
-                CONTINUE;
-            END IF;
-            IF v_node.def ? 'if' OR v_node.def ? 'fan_out' THEN  -- only these read it
+            -- (Only an `if` and a fan-out read the node's scope.)
+            IF v_why IS NULL AND (v_node.def ? 'if' OR v_node.def ? 'fan_out') THEN
                 v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
                     'id', v_node.node_id,
                     'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+                IF v_node.def ? 'if'
+                   AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                    v_why := 'if was false';
+                END IF;
             END IF;
-            IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+            IF v_why IS NOT NULL THEN
                 v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, v_why);
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
                 v_changed := true;
@@ -1044,11 +1124,8 @@ BEGIN
             IF v_node.def ? 'fan_out' THEN
                 v_items := cryo._eval(v_node.def -> 'fan_out', v_scope);
                 IF jsonb_typeof(v_items) <> 'array' THEN
-                    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
-                           error = 'fan_out items is not a list',
-                           tolerated = coalesce((n.def ->> 'continue_on_error')::boolean, false)
-                     WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
-                    PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+                    PERFORM cryo._node_end(v_run_id, v_node.node_id, 'failed',
+                                           'fan_out items is not a list');
                     PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
                                           v_node.node_id, 0);
                     v_changed := true;
@@ -1075,14 +1152,7 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
-             WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
-            PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
-                                  v_node.node_id, 0);
-            IF v_n = 0 THEN  -- an empty fan-out is done at once, with an empty list
-                UPDATE cryo.node_states n SET status = 'succeeded', finished_at = cryo.now()
-                 WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
-                PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+            IF cryo._node_start(p_q, v_node.node_id, v_n) THEN  -- an empty fan-out
                 v_changed := true;
             END IF;
         END LOOP;
@@ -1097,7 +1167,7 @@ BEGIN
     UPDATE cryo.node_states n
        SET state_call = c.call - 'value',
            state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
-      FROM jsonb_each(cryo._graph_checked_calls(p_run_id, p_calls)) AS c(node_id, call)
+      FROM jsonb_each(p_calls) AS c(node_id, call)
      WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
        AND n.status = 'pending';
 END
@@ -1107,9 +1177,7 @@ CREATE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text) RETURN
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE cryo.node_states n SET status = 'skipped', error = p_why, finished_at = cryo.now()
-     WHERE n.run_id = p_q.run_id AND n.node_id = p_node;
-    PERFORM cryo._graph_node_ended(p_q.run_id, p_node);
+    PERFORM cryo._node_end(p_q.run_id, p_node, 'skipped', p_why);
     PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_skipped', 'node', p_node, 0);
 END
 $$;
@@ -1174,7 +1242,8 @@ BEGIN
             'node', jsonb_build_object('id', v_node)));
     END IF;
     SELECT count(*) INTO v_active FROM cryo.node_instances i
-     WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.status IN ('running', 'waiting');
+     WHERE i.run_id = v_run_id AND i.node_id = v_node
+       AND cryo._node_status_in(i.status, 'instance active');
     v_next := coalesce((SELECT i.item + 1 FROM cryo.node_instances i
                          WHERE i.run_id = v_run_id AND i.node_id = v_node
                          ORDER BY i.item DESC LIMIT 1), 0);
@@ -1193,9 +1262,7 @@ BEGIN
         IF v_fan THEN
             v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
         END IF;
-        INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
-        VALUES (v_run_id, p_q.org, p_q.project, v_node, v_n, 'ready', cryo.now())
-        ON CONFLICT ON CONSTRAINT node_instances_pkey DO NOTHING;
+        PERFORM cryo._instance_open(p_q, v_node, v_n);
         v_group := NULL;
         -- A node's concurrency group is the same project lease scripts and submits use,
         -- held by this run for as long as the instance runs. When the run was admitted
@@ -1226,19 +1293,14 @@ BEGIN
                     PERFORM cryo._queue_for_lease(p_q.org, p_q.project, v_group, v_run_id,
                                                   'graph', v_path, true);
                 END IF;
-                UPDATE cryo.node_instances i SET lease_group = v_group
-                 WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n;
+                PERFORM cryo._instance_await_lease(v_run_id, v_node, v_n, v_group);
                 CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
             END IF;
             IF v_holder IS NULL THEN
                 PERFORM cryo._take_lease(p_q.org, p_q.project, v_group, v_run_id, 'graph', v_path, true);
             END IF;
         END IF;
-        UPDATE cryo.node_instances i
-           SET status = 'running', lease_group = v_group, job_run_id = NULL,
-               started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
-         WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n
-        RETURNING * INTO v_inst;
+        v_inst := cryo._instance_run(v_run_id, v_node, v_n, v_group);
         v_active := v_active + 1;
         item := v_n;
         attempt := v_inst.attempt;
@@ -1256,7 +1318,6 @@ CREATE FUNCTION cryo._graph_state_batch(p_q cryo.queue, p_calls jsonb) RETURNS b
     AS $$
 DECLARE
     v_run_id text := p_q.run_id;
-    v_now timestamptz := cryo.now();
     v_order text[];
     v_outs jsonb[] := '{}';
     v_node cryo.node_states;
@@ -1319,21 +1380,7 @@ BEGIN
             v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
         END LOOP;
     END IF;
-    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
-                                     started_at, finished_at)
-    SELECT v_run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now
-      FROM unnest(v_order, v_outs) AS u(id, out);
-    UPDATE cryo.node_states n
-       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = u.out,
-           open_deps = 0, state_call = (p_calls -> u.id) - 'value',
-           state_value = decode(p_calls -> u.id ->> 'value', 'hex')
-      FROM unnest(v_order, v_outs) AS u(id, out)
-     WHERE n.run_id = v_run_id AND n.node_id = u.id;
-    -- As cryo._history writes them, in the order the nodes ran.
-    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                              key_ordinal, attempt, created_at)
-    SELECT v_run_id, p_q.org, p_q.project, 'node_completed', 'run', 'node', u.id, 0, 1, v_now
-      FROM unnest(v_order) WITH ORDINALITY AS u(id, i) ORDER BY u.i;
+    PERFORM cryo._nodes_ran_now(p_q, v_order, v_outs, p_calls);
     RETURN true;
 END
 $$;
@@ -1374,8 +1421,6 @@ CREATE FUNCTION cryo._graph_state_now(p_q cryo.queue, p_node cryo.node_states) R
     AS $$
 DECLARE
     v_out jsonb;
-    v_now timestamptz := cryo.now();
-    v_id text;
 BEGIN
     IF (p_node.state_call ->> 'checked') = 'true' THEN
         v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
@@ -1389,21 +1434,7 @@ BEGIN
             RETURN NULL;
         END;
     END IF;
-    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
-                                     started_at, finished_at)
-    VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
-            v_now, v_now);
-    UPDATE cryo.node_states n
-       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = v_out
-     WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
-    -- What _graph_node_ended does, with the dependents the row already carries.
-    FOREACH v_id IN ARRAY coalesce(p_node.dependents, '{}') LOOP
-        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-         WHERE n.run_id = p_q.run_id AND n.node_id = v_id;
-    END LOOP;
-    -- Scheduled and completed in the same instant: one event says both.
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
-                          p_node.node_id, 0, 1);
+    PERFORM cryo._node_ran_now(p_q, p_node, v_out);
     RETURN v_out;
 END
 $$;
@@ -1560,6 +1591,186 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._instance_answer(p_run_id text, p_node text, p_answer bytea, p_by text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_instances i SET output = p_answer, wait_name = p_by
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
+       AND i.wait_kind = 'approval' AND i.output IS NULL;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION cryo._instance_await_lease(p_run_id text, p_node text, p_item integer, p_group text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_instances i SET lease_group = p_group, wait_kind = 'lease'
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+    PERFORM cryo._node_waits(p_run_id, p_node);
+END
+$$;
+
+CREATE FUNCTION cryo._instance_ended(p_run_id text, p_org text, p_project text, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb, p_retry boolean DEFAULT true, p_event text DEFAULT NULL::text, p_payload bytea DEFAULT NULL::bytea) RETURNS text
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    v_def jsonb;
+    v_inst cryo.node_instances;
+    v_node cryo.node_states;
+    v_retry jsonb;
+    v_status text;
+BEGIN
+    IF p_outcome NOT IN ('succeeded', 'failed') THEN
+        RAISE EXCEPTION 'an instance ends succeeded or failed, not %', p_outcome USING ERRCODE = 'CR004';
+    END IF;
+    SELECT n.def INTO v_def FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node;
+    SELECT * INTO v_inst FROM cryo.node_instances i
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item FOR UPDATE;
+    IF NOT FOUND OR v_def IS NULL THEN
+        RAISE EXCEPTION 'run % has no started instance %/%', p_run_id, p_node, p_item USING ERRCODE = 'CR005';
+    END IF;
+    IF NOT cryo._node_status_in(v_inst.status, 'instance live') THEN
+        RETURN v_inst.status;  -- recorded already
+    END IF;
+    v_retry := v_def -> 'retry';
+    IF p_outcome = 'failed' AND p_retry AND v_retry IS NOT NULL
+       AND v_inst.attempt < coalesce((v_retry ->> 'attempts')::integer, 1)
+       AND (v_retry -> 'on_exit' IS NULL OR p_exit_code IS NULL
+            OR v_retry -> 'on_exit' @> to_jsonb(p_exit_code)) THEN
+        UPDATE cryo.node_instances i
+           SET status = 'retrying', attempt = i.attempt + 1, error = p_error, job_run_id = NULL,
+               due_at = cryo.now() + make_interval(secs => coalesce((v_retry ->> 'backoff')::float8, 0))
+         WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+        PERFORM cryo._history(p_run_id, p_org, p_project, 'node_retry_scheduled', 'node', p_node,
+                              p_item, v_inst.attempt);
+        RETURN 'retrying';
+    END IF;
+    UPDATE cryo.node_instances i
+       SET status = p_outcome, output = p_output, output_clear = p_output_clear, error = p_error,
+           finished_at = cryo.now(), wait_kind = NULL
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+    IF v_inst.lease_group IS NOT NULL THEN  -- only an instance with a group holds or waits
+        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
+    END IF;
+    SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
+       FOR UPDATE;
+    IF p_outcome = 'failed' THEN
+        v_status := 'failed';
+    ELSIF (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
+              AND cryo._node_status_in(i.status, 'done')) = coalesce(v_node.items, 1) THEN
+        v_status := 'succeeded';
+    END IF;
+    IF v_status IS NOT NULL THEN
+        PERFORM cryo._node_end(p_run_id, p_node, v_status, p_error, p_output, p_output_clear);
+        PERFORM cryo._history(p_run_id, p_org, p_project,
+                              coalesce(p_event, CASE v_status WHEN 'failed' THEN 'node_failed'
+                                                              ELSE 'node_completed' END),
+                              'node', p_node, p_item, v_inst.attempt, coalesce(p_payload, p_output));
+    ELSE
+        PERFORM cryo._node_waits(p_run_id, p_node);
+    END IF;
+    RETURN p_outcome;
+END
+$$;
+
+CREATE FUNCTION cryo._instance_job(p_run_id text, p_node text, p_item integer, p_child text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_instances i SET job_run_id = p_child, status = 'running'
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+END
+$$;
+
+CREATE FUNCTION cryo._instance_open(p_q cryo.queue, p_node text, p_item integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
+    VALUES (p_q.run_id, p_q.org, p_q.project, p_node, p_item, 'ready', cryo.now())
+    ON CONFLICT ON CONSTRAINT node_instances_pkey DO NOTHING;
+END
+$$;
+
+CREATE FUNCTION cryo._instance_reject(p_run_id text, p_org text, p_project text, p_node text, p_by text, p_payload bytea) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_item integer;
+    v_found boolean := false;
+BEGIN
+    FOR v_item IN UPDATE cryo.node_instances i SET wait_name = p_by
+                   WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
+                     AND i.wait_kind = 'approval' AND i.output IS NULL
+                  RETURNING i.item LOOP
+        PERFORM cryo._instance_ended(p_run_id, p_org, p_project, p_node, v_item, 'failed', NULL,
+                                     left('rejected by ' || p_by, 200), NULL, NULL, false,
+                                     'node_rejected', p_payload);
+        v_found := true;
+    END LOOP;
+    RETURN v_found;
+END
+$$;
+
+CREATE TABLE cryo.node_instances (
+    run_id text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    node_id text NOT NULL,
+    item integer NOT NULL,
+    status text NOT NULL,
+    attempt integer DEFAULT 1 NOT NULL,
+    output bytea,
+    error text,
+    job_run_id text,
+    wait_kind text,
+    wait_name text,
+    due_at timestamp with time zone,
+    lease_group text,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    output_clear jsonb,
+    CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text, 'cancelled'::text])))
+);
+
+COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
+
+COMMENT ON COLUMN cryo.node_instances.output_clear IS 'An instance output holding no user data, in the clear; output is NULL then.';
+
+CREATE FUNCTION cryo._instance_run(p_run_id text, p_node text, p_item integer, p_group text) RETURNS cryo.node_instances
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_inst cryo.node_instances;
+BEGIN
+    UPDATE cryo.node_instances i
+       SET status = 'running', lease_group = p_group, job_run_id = NULL, wait_kind = NULL,
+           started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item
+    RETURNING * INTO v_inst;
+    UPDATE cryo.node_states n SET status = 'running'
+     WHERE n.run_id = p_run_id AND n.node_id = p_node AND n.status = 'waiting';
+    RETURN v_inst;
+END
+$$;
+
+CREATE FUNCTION cryo._instance_wait(p_q cryo.queue, p_node text, p_item integer, p_kind text, p_name text, p_seconds double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_instances i
+       SET status = 'waiting', wait_kind = p_kind, wait_name = p_name,
+           due_at = cryo.now() + make_interval(secs => p_seconds)
+     WHERE i.run_id = p_q.run_id AND i.node_id = p_node AND i.item = p_item;
+    PERFORM cryo._node_waits(p_q.run_id, p_node);
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_waiting', 'node', p_node, p_item);
+END
+$$;
+
 CREATE FUNCTION cryo._leave_lease_queues(p_run_id text, p_path text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1633,6 +1844,175 @@ BEGIN
         RETURN p_position;
     END IF;
     RETURN (SELECT coalesce(max(j.seq) + 1, 0) FROM cryo.journal j WHERE j.run_id = p_run_id);
+END
+$$;
+
+CREATE FUNCTION cryo._no_run(p_run_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+END
+$$;
+
+CREATE FUNCTION cryo._node_end(p_run_id text, p_node text, p_status text, p_error text, p_output bytea DEFAULT NULL::bytea, p_output_clear jsonb DEFAULT NULL::jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_was text;
+BEGIN
+    UPDATE cryo.node_states n
+       SET status = p_status, error = p_error, finished_at = cryo.now(),
+           output = CASE WHEN n.items IS NULL THEN p_output END,
+           output_clear = CASE WHEN n.items IS NULL THEN p_output_clear END,
+           tolerated = p_status = 'failed'
+                       AND coalesce((n.def ->> 'continue_on_error')::boolean, false)
+      FROM (SELECT o.status FROM cryo.node_states o
+             WHERE o.run_id = p_run_id AND o.node_id = p_node) was
+     WHERE n.run_id = p_run_id AND n.node_id = p_node
+    RETURNING was.status INTO v_was;
+    IF cryo._node_status_in(v_was, 'live') THEN
+        PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
+    END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._node_ran_now(p_q cryo.queue, p_node cryo.node_states, p_out jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+    v_id text;
+BEGIN
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
+                                     started_at, finished_at)
+    VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', p_out,
+            v_now, v_now);
+    UPDATE cryo.node_states n
+       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = p_out
+     WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
+    -- What _graph_node_ended does, with the dependents the row already carries.
+    FOREACH v_id IN ARRAY coalesce(p_node.dependents, '{}') LOOP
+        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
+         WHERE n.run_id = p_q.run_id AND n.node_id = v_id;
+    END LOOP;
+    -- Scheduled and completed in the same instant: one event says both.
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
+                          p_node.node_id, 0, 1);
+END
+$$;
+
+CREATE FUNCTION cryo._node_start(p_q cryo.queue, p_node text, p_items integer) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_states n SET status = 'running', items = p_items, started_at = cryo.now()
+     WHERE n.run_id = p_q.run_id AND n.node_id = p_node;
+    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_scheduled', 'node', p_node, 0);
+    IF p_items = 0 THEN
+        PERFORM cryo._node_end(p_q.run_id, p_node, 'succeeded', NULL);
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+CREATE FUNCTION cryo._node_status_in(p_status text, p_set text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    -- (A searched CASE of constants: the planner does not inline `CASE p_set WHEN`, nor a
+    -- cast of the CASE's text to text[], which is not immutable.)
+    SELECT p_status = ANY (CASE
+        -- a node: not yet ended; started and not ended; ended with its output; ended so
+        -- that a rerun may start after it
+        WHEN p_set = 'live' THEN '{pending,running,waiting}'::text[]
+        WHEN p_set = 'under way' THEN '{running,waiting}'::text[]
+        WHEN p_set = 'done' THEN '{succeeded,seeded}'::text[]
+        WHEN p_set = 'ended well' THEN '{succeeded,skipped,seeded}'::text[]
+        -- an instance: not yet ended; counted against max_parallel; with a deadline (a
+        -- wait's timeout, a retry's backoff)
+        WHEN p_set = 'instance live' THEN '{ready,running,waiting,retrying}'::text[]
+        WHEN p_set = 'instance active' THEN '{running,waiting}'::text[]
+        WHEN p_set = 'instance timed' THEN '{waiting,retrying}'::text[]
+        END)
+$$;
+
+CREATE FUNCTION cryo._node_waits(p_run_id text, p_node text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_states n SET status = 'waiting'
+     WHERE n.run_id = p_run_id AND n.node_id = p_node AND n.status = 'running'
+       AND NOT EXISTS (SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id
+                          AND i.node_id = p_node AND i.status = 'running')
+       AND EXISTS (SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id
+                      AND i.node_id = p_node
+                      AND (i.status = 'waiting' OR (i.status = 'ready' AND i.wait_kind = 'lease')));
+END
+$$;
+
+CREATE FUNCTION cryo._nodes_ran_now(p_q cryo.queue, p_order text[], p_outs jsonb[], p_calls jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
+                                     started_at, finished_at)
+    SELECT p_q.run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now
+      FROM unnest(p_order, p_outs) AS u(id, out);
+    UPDATE cryo.node_states n
+       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = u.out,
+           open_deps = 0, state_call = (p_calls -> u.id) - 'value',
+           state_value = decode(p_calls -> u.id ->> 'value', 'hex')
+      FROM unnest(p_order, p_outs) AS u(id, out)
+     WHERE n.run_id = p_q.run_id AND n.node_id = u.id;
+    -- As cryo._history writes them, in the order the nodes ran.
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, attempt, created_at)
+    SELECT p_q.run_id, p_q.org, p_q.project, 'node_completed', 'run', 'node', u.id, 0, 1, v_now
+      FROM unnest(p_order) WITH ORDINALITY AS u(id, i) ORDER BY u.i;
+END
+$$;
+
+CREATE FUNCTION cryo._nodes_seed(p_new text, p_old text, p_up text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_states n
+       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
+           items = o.items, output = o.output, output_clear = o.output_clear,
+           started_at = cryo.now(), finished_at = cryo.now()
+      FROM cryo.node_states o
+     WHERE n.run_id = p_new AND o.run_id = p_old AND o.node_id = n.node_id
+       AND n.node_id = ANY (p_up);
+    UPDATE cryo.node_states n
+       SET open_deps = (SELECT count(*) FROM cryo.node_states m WHERE m.run_id = p_new
+                           AND m.node_id = ANY (n.deps) AND cryo._node_status_in(m.status, 'live'))
+     WHERE n.run_id = p_new;
+    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
+                                     output_clear, started_at, finished_at)
+    SELECT p_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
+           i.output_clear, cryo.now(), cryo.now()
+      FROM cryo.node_instances i
+     WHERE i.run_id = p_old AND i.node_id = ANY (p_up) AND cryo._node_status_in(i.status, 'done');
+    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                              key_ordinal, created_at)
+    SELECT p_new, r.org, r.project, 'node_seeded', 'run', 'node', u, 0, cryo.now()
+      FROM unnest(p_up) u, cryo.runs r WHERE r.id = p_new;
+END
+$$;
+
+CREATE FUNCTION cryo._nodes_skip_unstarted(p_q cryo.queue, p_why text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_node text;
+BEGIN
+    FOR v_node IN SELECT n.node_id FROM cryo.node_states n
+                   WHERE n.run_id = p_q.run_id AND n.status = 'pending' ORDER BY n.ord LOOP
+        PERFORM cryo._graph_skip(p_q, v_node, p_why);
+    END LOOP;
 END
 $$;
 
@@ -2063,6 +2443,18 @@ BEGIN
 END
 $_$;
 
+CREATE FUNCTION cryo._replay(p_run_id text, p_family text, p_name text, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS cryo.journal
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_path text := cryo.call_path(p_family, p_name, p_ordinal, p_path);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+BEGIN
+    v_memo.path := v_path;
+    RETURN v_memo;
+END
+$$;
+
 CREATE FUNCTION cryo._require_project(p_org text, p_project text) RETURNS void
     LANGUAGE plpgsql STABLE
     AS $$
@@ -2200,6 +2592,28 @@ CREATE FUNCTION cryo._run_project(p_run_id text) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT split_part(p_run_id, ':', 2)
+$$;
+
+CREATE FUNCTION cryo._run_row(p_run_id text, p_live boolean DEFAULT false, p_lock boolean DEFAULT false, p_why text DEFAULT NULL::text) RETURNS cryo.runs
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    IF p_lock THEN
+        SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
+    ELSE
+        SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    END IF;
+    IF NOT FOUND THEN
+        PERFORM cryo._no_run(p_run_id);
+    END IF;
+    IF p_live AND cryo.is_terminal(v_run.status) THEN
+        RAISE EXCEPTION 'run % already finished (%)%', p_run_id, v_run.status,
+            coalesce('; ' || p_why, '') USING ERRCODE = 'CR006';
+    END IF;
+    RETURN v_run;
+END
 $$;
 
 CREATE FUNCTION cryo._run_untrusted(p_run_id text) RETURNS boolean
@@ -2456,67 +2870,6 @@ BEGIN
 END
 $$;
 
-CREATE TABLE cryo.runs (
-    id text NOT NULL,
-    org text NOT NULL,
-    project text NOT NULL,
-    workflow text,
-    filename text NOT NULL,
-    interpreter text,
-    source bytea NOT NULL,
-    input bytea,
-    input_clear jsonb,
-    idempotency_key text,
-    required_caps text[] DEFAULT '{shell}'::text[] NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL,
-    substate text,
-    attempt integer DEFAULT 0 NOT NULL,
-    exit_code integer,
-    error text,
-    cancel_requested boolean DEFAULT false NOT NULL,
-    created_at timestamp with time zone NOT NULL,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    updated_at timestamp with time zone NOT NULL,
-    parent_run_id text,
-    activity_name text,
-    retries_left integer DEFAULT 0 NOT NULL,
-    retry_backoff double precision DEFAULT 0 NOT NULL,
-    retry_on integer[],
-    untrusted boolean DEFAULT false NOT NULL,
-    concurrency_group text,
-    watched boolean DEFAULT false NOT NULL,
-    kind text DEFAULT 'script'::text NOT NULL,
-    graph jsonb,
-    graph_node text,
-    graph_item integer,
-    workdir text,
-    trigger_kind text,
-    trigger_name text,
-    trigger_depth integer,
-    drive_failures integer DEFAULT 0 NOT NULL,
-    log_context bytea,
-    log_claim uuid,
-    log_end bigint DEFAULT 0 NOT NULL,
-    CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
-    CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
-)
-WITH (fillfactor='85');
-
-COMMENT ON COLUMN cryo.runs.untrusted IS 'Submitted as untrusted: its claims carry no secrets, and a step that needs one fails.';
-
-COMMENT ON COLUMN cryo.runs.graph IS 'A graph run''s clear structure: node ids, types, edges, compiled if/fan_out/concurrency/output expressions. Node configs stay sealed in source.';
-
-COMMENT ON COLUMN cryo.runs.workdir IS 'The directory the run was submitted from (absolute; NULL when not given). Agents for local work run the script there; others run it in a scratch directory.';
-
-COMMENT ON COLUMN cryo.runs.drive_failures IS 'For a graph run: how many driver turns in a row failed (each backs off longer).';
-
-COMMENT ON COLUMN cryo.runs.log_context IS 'Sealed: the last bytes of the run''s log when they may begin a secret, for the next pass''s log masker. NULL when there are none.';
-
-COMMENT ON COLUMN cryo.runs.log_claim IS 'The claim (token) whose pass log_end counts: a chunk posted under another claim starts a new pass at byte 0.';
-
-COMMENT ON COLUMN cryo.runs.log_end IS 'How many (plain) log bytes the pass of log_claim has stored with an offset: the only offset the next chunk may start at (cryo._log_take).';
-
 CREATE FUNCTION cryo._uncollected(p_run_id text) RETURNS SETOF cryo.runs
     LANGUAGE sql STABLE
     AS $$
@@ -2745,20 +3098,9 @@ CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_run cryo.runs;
+    v_run cryo.runs := cryo._approvable(p_run_id);
 BEGIN
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
-    END IF;
-    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
-    UPDATE cryo.node_instances i SET output = p_answer, wait_name = p_by
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
-       AND i.wait_kind = 'approval' AND i.output IS NULL;
-    IF NOT FOUND THEN
+    IF NOT cryo._instance_answer(p_run_id, p_node, p_answer, p_by) THEN
         RETURN false;
     END IF;
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
@@ -3023,9 +3365,9 @@ BEGIN
         RAISE EXCEPTION 'a graph call''s family is graph.call or node.call, not %', coalesce(p_family, 'null')
             USING ERRCODE = 'CR004';
     END IF;
-    v_path := cryo.call_path(p_family, p_name, p_ordinal, p_path);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL THEN
+    v_memo := cryo._replay(p_run_id, p_family, p_name, p_ordinal, p_path);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.ref_run_id, v_memo.answer_clear ->> 'status',
                             v_memo.exit_code, v_memo.result, v_memo.answer_clear ->> 'error';
         RETURN;
@@ -3088,13 +3430,7 @@ DECLARE
     v_child record;
 BEGIN
     PERFORM cryo._app_run_check(p_run_id);
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
-    END IF;
+    v_run := cryo._run_row(p_run_id, true, true);
     -- Children go first, so a parent collecting them is not woken only to be cancelled.
     FOR v_child IN
         SELECT c.id FROM cryo.runs c
@@ -3300,11 +3636,11 @@ CREATE FUNCTION cryo.collect_activity(p_run_id text, p_token uuid, p_position in
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('activity.collect', p_name, p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'activity.collect', p_name, p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_child cryo.runs;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.ref_run_id, v_memo.exit_code;
         RETURN;
     END IF;
@@ -3789,11 +4125,11 @@ CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integ
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('emit', '', p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'emit', '', p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_id bigint;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN (v_memo.answer_clear ->> 'event_id')::bigint;
     END IF;
     v_id := cryo._publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id,
@@ -4232,7 +4568,7 @@ BEGIN
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+        PERFORM cryo._no_run(p_run_id);
     END IF;
 END
 $$;
@@ -4327,7 +4663,6 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_node cryo.node_states;
     v_start record;
-    v_skipped text;
     v_failing boolean;
     v_done boolean;
     v_again boolean;
@@ -4338,9 +4673,12 @@ DECLARE
     v_err text;
     v_run cryo.runs;
     v_answer jsonb;
+    v_output jsonb;
+    v_default jsonb;
+    v_sealed boolean;
 BEGIN
     IF p_calls IS NOT NULL THEN
-        PERFORM cryo._graph_set_calls(p_run_id, p_calls);
+        PERFORM cryo._graph_set_calls(p_run_id, cryo._graph_checked_calls(p_run_id, p_calls));
     END IF;
     LOOP
         v_again := false;
@@ -4370,7 +4708,7 @@ BEGIN
         -- Start what can start: new instances of running nodes (up to max_parallel), and
         -- instances whose retry backoff has passed or whose concurrency group came free.
         FOR v_node IN SELECT * FROM cryo.node_states n
-                       WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                       WHERE n.run_id = p_run_id AND cryo._node_status_in(n.status, 'under way')
                        ORDER BY n.ord LOOP
             v_failing := cryo._graph_failing(p_run_id);
             CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
@@ -4455,19 +4793,16 @@ BEGIN
     IF v_failing THEN
         -- Over when no always node or failure branch node is left to run.
         v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._node_status_in(n.status, 'live')
                                  AND cryo._graph_runs_on_failure(n.def));
     ELSE
         -- Over when nothing is open but the failure branch, which is then skipped.
         v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._node_status_in(n.status, 'live')
                                  AND NOT (n.status = 'pending'
                                           AND coalesce((n.def ->> 'on_failure')::boolean, false)));
         IF v_done THEN
-            FOR v_skipped IN SELECT n.node_id FROM cryo.node_states n
-                              WHERE n.run_id = p_run_id AND n.status = 'pending' ORDER BY n.ord LOOP
-                PERFORM cryo._graph_skip(v_q, v_skipped, 'the run did not fail');
-            END LOOP;
+            PERFORM cryo._nodes_skip_unstarted(v_q, 'the run did not fail');
         END IF;
     END IF;
     IF v_done THEN
@@ -4478,9 +4813,18 @@ BEGIN
         -- An answer holding no user data is settled here: a failed run's (null), or the
         -- default output made of clear outputs. Not for a script's graph call, whose memo
         -- carries the sealed form.
+        IF node_id IS NULL THEN
+            v_output := CASE WHEN v_run.graph ? 'output'
+                             THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
+            -- (An output expression that gives null gives the default output too.)
+            IF v_output IS NULL OR v_output = 'null'::jsonb THEN
+                SELECT d.answer, d.sealed INTO v_default, v_sealed
+                  FROM cryo._graph_default_output(p_run_id) d;
+            END IF;
+        END IF;
         IF node_id IS NOT NULL OR NOT v_run.graph ? 'output' THEN
             v_answer := CASE WHEN node_id IS NOT NULL THEN 'null'::jsonb
-                             ELSE cryo._graph_default_output(p_run_id) END;
+                             WHEN NOT v_sealed THEN v_default END;
             IF v_answer IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM cryo.runs p WHERE p.id = v_run.parent_run_id AND p.kind = 'script') THEN
                 action := 'settled';
@@ -4492,91 +4836,28 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
+        -- The driver seals the answer: the output expression's value, or (type 'default')
+        -- the default output, whose sealed outputs it opens first.
         action := 'finish';
-        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+        type := CASE WHEN v_default IS NOT NULL THEN 'default' END;
+        item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
-        output := CASE WHEN node_id IS NULL AND v_run.graph ? 'output'
-                       THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
+        output := coalesce(v_default, v_output);
         RETURN NEXT;
     END IF;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; output is the graph''s output expression when it succeeded). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
+COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; when it succeeded, output is the graph''s output expression, or with type ''default'' its default output: the outputs of the nodes nothing depends on, a sealed one as {"$sealed": hex}). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer, p_output_clear jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_def jsonb;
-    v_inst cryo.node_instances;
-    v_node cryo.node_states;
-    v_retry jsonb;
-    v_status text;
 BEGIN
-    IF p_outcome NOT IN ('succeeded', 'failed') THEN
-        RAISE EXCEPTION 'an instance ends succeeded or failed, not %', p_outcome USING ERRCODE = 'CR004';
-    END IF;
-    SELECT n.def INTO v_def FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node;
-    SELECT * INTO v_inst FROM cryo.node_instances i
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item FOR UPDATE;
-    IF NOT FOUND OR v_def IS NULL THEN
-        RAISE EXCEPTION 'run % has no started instance %/%', p_run_id, p_node, p_item USING ERRCODE = 'CR005';
-    END IF;
-    IF v_inst.status IN ('succeeded', 'failed', 'seeded') THEN
-        RETURN v_inst.status;  -- recorded already
-    END IF;
-    v_retry := v_def -> 'retry';
-    IF p_outcome = 'failed' AND v_retry IS NOT NULL
-       AND v_inst.attempt < coalesce((v_retry ->> 'attempts')::integer, 1)
-       AND (v_retry -> 'on_exit' IS NULL OR p_exit_code IS NULL
-            OR v_retry -> 'on_exit' @> to_jsonb(p_exit_code)) THEN
-        UPDATE cryo.node_instances i
-           SET status = 'retrying', attempt = i.attempt + 1, error = p_error, job_run_id = NULL,
-               due_at = cryo.now() + make_interval(secs => coalesce((v_retry ->> 'backoff')::float8, 0))
-         WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
-        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_retry_scheduled', 'node', p_node,
-                              p_item, v_inst.attempt);
-        RETURN 'retrying';
-    END IF;
-    UPDATE cryo.node_instances i
-       SET status = p_outcome, output = p_output, output_clear = p_output_clear, error = p_error,
-           finished_at = cryo.now(), wait_kind = NULL
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    IF v_inst.lease_group IS NOT NULL THEN  -- only an instance with a group holds or waits
-        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
-    END IF;
-    SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
-       FOR UPDATE;
-    IF p_outcome = 'failed' THEN
-        v_status := 'failed';
-    ELSIF (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
-              AND i.status IN ('succeeded', 'seeded')) = coalesce(v_node.items, 1) THEN
-        v_status := 'succeeded';
-    END IF;
-    IF v_status IS NOT NULL THEN
-        UPDATE cryo.node_states n
-           SET status = v_status, error = p_error, finished_at = cryo.now(),
-               output = CASE WHEN n.items IS NULL THEN p_output END,
-               output_clear = CASE WHEN n.items IS NULL THEN p_output_clear END,
-               tolerated = v_status = 'failed'
-                           AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
-         WHERE n.run_id = p_run_id AND n.node_id = p_node;
-        IF v_node.status IN ('pending', 'running', 'waiting') THEN
-            PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
-        END IF;
-        PERFORM cryo._history(p_run_id, v_q.org, v_q.project,
-                              CASE v_status WHEN 'failed' THEN 'node_failed' ELSE 'node_completed' END,
-                              'node', p_node, p_item, v_inst.attempt, p_output);
-    ELSIF v_node.status = 'running' AND NOT EXISTS (
-            SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
-               AND i.status = 'running') THEN
-        UPDATE cryo.node_states n SET status = 'running' WHERE n.run_id = p_run_id AND n.node_id = p_node;
-    END IF;
-    RETURN p_outcome;
+    RETURN cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
+                                p_output, p_error, p_exit_code, p_output_clear);
 END
 $$;
 
@@ -4624,8 +4905,10 @@ BEGIN
                    updated_at = excluded.updated_at;
         END IF;
         IF v_failed.node_id IS NOT NULL THEN
-            -- What was still running was cancelled above: its nodes say so.
+            -- What was still running was cancelled above: its nodes say so; and what
+            -- never started is skipped, so no node of a finished run is left pending.
             PERFORM cryo._graph_cancel_nodes(p_run_id, true);
+            PERFORM cryo._nodes_skip_unstarted(v_q, 'the run failed');
             -- The run exits as its failing node's job did (1 when no job ran it).
             PERFORM cryo._finalize(p_run_id, 'failed',
                 coalesce((SELECT c.exit_code FROM cryo.node_instances i
@@ -4648,11 +4931,12 @@ BEGIN
                 ELSE 'retry-backoff' END
       INTO v_reason
       FROM cryo.node_instances i WHERE i.run_id = p_run_id
-       AND i.status IN ('running', 'waiting', 'retrying', 'ready');
+       AND cryo._node_status_in(i.status, 'instance live');
     UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
                        (SELECT min(i.due_at) FROM cryo.node_instances i
-                         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying')));
+                         WHERE i.run_id = p_run_id
+                           AND cryo._node_status_in(i.status, 'instance timed')));
     RETURN 'parked';
 END
 $$;
@@ -4670,8 +4954,7 @@ BEGIN
         v_q.org, v_q.project, p_filename, p_interpreter, p_source, p_input, NULL,
         p_required_caps, p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph) s;
     UPDATE cryo.runs SET graph_node = p_node, graph_item = p_item WHERE id = v_child;
-    UPDATE cryo.node_instances i SET job_run_id = v_child, status = 'running'
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+    PERFORM cryo._instance_job(p_run_id, p_node, p_item, v_child);
     RETURN v_child;
 END
 $$;
@@ -4704,7 +4987,7 @@ BEGIN
             UNION ALL
             SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
                                      WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
-                                       AND l.status IN ('ready', 'running', 'waiting', 'retrying')
+                                       AND cryo._node_status_in(l.status, 'instance live')
                                        AND NOT (l.node_id = ANY (p_nodes))) k
              CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
                                   WHERE m.run_id = p_run_id AND m.node_id = k.node_id OFFSET 0) n
@@ -4729,7 +5012,7 @@ BEGIN
           LEFT JOIN LATERAL (
               SELECT x.* FROM cryo.node_instances x
                WHERE x.run_id = p_run_id AND x.node_id = n.node_id
-                 AND (n.whole OR x.status IN ('ready', 'running', 'waiting', 'retrying'))
+                 AND (n.whole OR cryo._node_status_in(x.status, 'instance live'))
               OFFSET 0) i ON true
           LEFT JOIN LATERAL (SELECT c.status, c.exit_code, c.error FROM cryo.runs c
                               WHERE c.id = i.job_run_id OFFSET 0) j ON true
@@ -4765,15 +5048,7 @@ BEGIN
             USING ERRCODE = 'CR004';
     END IF;
     PERFORM cryo._check_timeout(p_seconds);
-    UPDATE cryo.node_instances i
-       SET status = 'waiting', wait_kind = p_kind, wait_name = p_name,
-           due_at = cryo.now() + make_interval(secs => p_seconds)
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    UPDATE cryo.node_states n SET status = 'waiting'
-     WHERE n.run_id = p_run_id AND n.node_id = p_node AND n.status = 'running'
-       AND NOT EXISTS (SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id
-                          AND i.node_id = p_node AND i.status = 'running');
-    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_waiting', 'node', p_node, p_item);
+    PERFORM cryo._instance_wait(v_q, p_node, p_item, p_kind, p_name, p_seconds);
 END
 $$;
 
@@ -5853,33 +6128,17 @@ CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_run cryo.runs;
+    v_run cryo.runs := cryo._approvable(p_run_id);
 BEGIN
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
-    END IF;
-    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
-    UPDATE cryo.node_instances i SET status = 'failed', finished_at = cryo.now(), wait_name = p_by
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
-       AND i.wait_kind = 'approval' AND i.output IS NULL;
-    IF NOT FOUND THEN
+    IF NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by, p_payload) THEN
         RETURN false;
     END IF;
-    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
-           error = left('rejected by ' || p_by, 200)
-     WHERE n.run_id = p_run_id AND n.node_id = p_node;
-    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_rejected', 'node', p_node, 0,
-                          p_payload => p_payload);
     PERFORM cryo._graph_poke(p_run_id, 'approval_received');
     RETURN true;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) IS 'Turns down a waiting approval node of a graph run (rejected by p_by, with a sealed payload holding the comment): the node fails, so the run fails; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
+COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) IS 'Turns down a waiting approval node of a graph run (rejected by p_by, with a sealed payload holding the comment): the node fails, so the run fails (its always nodes still run); returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
 
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql
@@ -6028,10 +6287,7 @@ DECLARE
     v_new text;
     v_up text[];
 BEGIN
-    SELECT * INTO v_old FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
+    v_old := cryo._run_row(p_run_id);
     IF v_old.kind <> 'graph' THEN
         RAISE EXCEPTION 'run % is not a graph run; only graph runs rerun from a node', p_run_id
             USING ERRCODE = 'CR004';
@@ -6046,7 +6302,7 @@ BEGIN
     )
     SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
     IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
-                  AND n.status NOT IN ('succeeded', 'skipped', 'seeded')) THEN
+                  AND NOT cryo._node_status_in(n.status, 'ended well')) THEN
         RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
             USING ERRCODE = 'CR004';
     END IF;
@@ -6054,27 +6310,7 @@ BEGIN
         v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
         NULL, '{graph}', v_old.workflow, v_old.input_clear, p_untrusted => v_old.untrusted,
         p_graph => v_old.graph) s;
-    UPDATE cryo.node_states n
-       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
-           items = o.items, output = o.output, output_clear = o.output_clear,
-           started_at = cryo.now(), finished_at = cryo.now()
-      FROM cryo.node_states o
-     WHERE n.run_id = v_new AND o.run_id = p_run_id AND o.node_id = n.node_id
-       AND n.node_id = ANY (v_up);
-    UPDATE cryo.node_states n
-       SET open_deps = (SELECT count(*) FROM cryo.node_states m WHERE m.run_id = v_new
-                           AND m.node_id = ANY (n.deps) AND m.status IN ('pending', 'running', 'waiting'))
-     WHERE n.run_id = v_new;
-    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
-                                  output_clear, started_at, finished_at)
-    SELECT v_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
-           i.output_clear, cryo.now(), cryo.now()
-      FROM cryo.node_instances i
-     WHERE i.run_id = p_run_id AND i.node_id = ANY (v_up) AND i.status IN ('succeeded', 'seeded');
-    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                              key_ordinal, created_at)
-    SELECT v_new, v_old.org, v_old.project, 'node_seeded', 'run', 'node', u, 0, cryo.now()
-      FROM unnest(v_up) u;
+    PERFORM cryo._nodes_seed(v_new, p_run_id, v_up);
     RETURN v_new;
 END
 $$;
@@ -6088,10 +6324,7 @@ DECLARE
     v_old cryo.runs;
     v_new text;
 BEGIN
-    SELECT * INTO v_old FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
+    v_old := cryo._run_row(p_run_id);
     SELECT s.run_id INTO v_new FROM cryo.submit_script(
         v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
         NULL, v_old.required_caps, v_old.workflow, v_old.input_clear,
@@ -6278,14 +6511,7 @@ BEGIN
     PERFORM cryo._app_run_check(p_run_id);
     PERFORM cryo._check_name('signal', p_name);
     SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%); it takes no signals', p_run_id, v_run.status
-            USING ERRCODE = 'CR006';
-    END IF;
+    v_run := cryo._run_row(p_run_id, true, p_why => 'it takes no signals');
     INSERT INTO cryo.signals (run_id, org, project, name, payload, payload_clear, sent_at)
     VALUES (p_run_id, v_run.org, v_run.project, p_name, p_sealed, v_clear, cryo.now())
     RETURNING id INTO v_id;
@@ -6422,11 +6648,11 @@ CREATE FUNCTION cryo.spawn_run(p_run_id text, p_token uuid, p_position integer, 
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('spawn', '', p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'spawn', '', p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_child text;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN v_memo.ref_run_id;
     END IF;
     SELECT s.run_id INTO v_child FROM cryo.submit_script(
@@ -6692,9 +6918,9 @@ DECLARE
     v_child text;
 BEGIN
     PERFORM cryo._check_name('activity', p_name);
-    v_path := cryo.call_path('activity', p_name, 0);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL AND coalesce(p_path, v_path) = v_path THEN
+    v_memo := cryo._replay(p_run_id, 'activity', p_name, 0);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' AND coalesce(p_path, v_path) = v_path THEN
         RETURN v_memo.ref_run_id;
     END IF;
     IF EXISTS (SELECT 1 FROM cryo.runs WHERE parent_run_id = p_run_id AND activity_name = p_name) THEN
@@ -6758,7 +6984,7 @@ BEGIN
         p_calls := cryo._graph_checked_calls(v_id, p_calls);
         IF cryo._graph_state_batch(cryo._claimed_row(v_id, v_token), p_calls) THEN
             PERFORM cryo.graph_settle(v_id, v_token, true, NULL, jsonb_build_object(
-                'answer', cryo._graph_default_output(v_id)));
+                'answer', (cryo._graph_default_output(v_id)).answer));
             v_token := NULL;
         END IF;
     END IF;
@@ -7061,11 +7287,11 @@ CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('activity.wait-all', '', p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'activity.wait-all', '', p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_failed integer;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, (v_memo.answer_clear ->> 'failed')::integer;
         RETURN;
     END IF;
@@ -7092,13 +7318,13 @@ CREATE FUNCTION cryo.wait_event(p_run_id text, p_token uuid, p_position integer,
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_family text := CASE WHEN p_tainted THEN 'event.tainted' ELSE 'event' END;
-    v_path text;
     v_memo cryo.journal;
+    v_path text;
 BEGIN
     PERFORM cryo._check_name('event', p_name);
-    v_path := cryo.call_path(v_family, p_name, p_ordinal, p_path);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL THEN
+    v_memo := cryo._replay(p_run_id, v_family, p_name, p_ordinal, p_path);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
@@ -7119,14 +7345,14 @@ CREATE FUNCTION cryo.wait_signal(p_run_id text, p_token uuid, p_position integer
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text;
     v_memo cryo.journal;
+    v_path text;
     v_sig cryo.signals;
 BEGIN
     PERFORM cryo._check_name('signal', p_name);
-    v_path := cryo.call_path('signal', p_name, p_ordinal, p_path);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL THEN
+    v_memo := cryo._replay(p_run_id, 'signal', p_name, p_ordinal, p_path);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
@@ -7290,31 +7516,6 @@ CREATE SEQUENCE cryo.events_id_seq
     CACHE 1;
 
 ALTER SEQUENCE cryo.events_id_seq OWNED BY cryo.events.id;
-
-CREATE TABLE cryo.node_instances (
-    run_id text NOT NULL,
-    org text NOT NULL,
-    project text NOT NULL,
-    node_id text NOT NULL,
-    item integer NOT NULL,
-    status text NOT NULL,
-    attempt integer DEFAULT 1 NOT NULL,
-    output bytea,
-    error text,
-    job_run_id text,
-    wait_kind text,
-    wait_name text,
-    due_at timestamp with time zone,
-    lease_group text,
-    started_at timestamp with time zone NOT NULL,
-    finished_at timestamp with time zone,
-    output_clear jsonb,
-    CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text, 'cancelled'::text])))
-);
-
-COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
-
-COMMENT ON COLUMN cryo.node_instances.output_clear IS 'An instance output holding no user data, in the clear; output is NULL then.';
 
 CREATE VIEW cryo.graph_nodes WITH (security_barrier='true') AS
  SELECT n.run_id,

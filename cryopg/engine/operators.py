@@ -1,5 +1,6 @@
 """What an operator does beyond submit, signal and cancel: search runs, run one again,
-turn down an approval (sql/functions/96_operators.sql, cryo.search_runs in 95_reads)."""
+turn down an approval (sql/functions/96_operators.sql and 76_graph_operators.sql,
+cryo.search_runs in 95_reads)."""
 
 from __future__ import annotations
 

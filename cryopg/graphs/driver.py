@@ -159,10 +159,8 @@ async def advance(host: Host, conn: Any, g: Driven) -> str:
                 touched.add(p.node_id)
         if finish is not None and not started:
             output = finish.output
-            if output is None and finish.node_id is None:
-                every = await engine.graph_state(conn, g.run_id, g.claim_token)
-                output = _default_output(pin.graph, scope_of(g.run_id, input_value, every,
-                                                           open_json))
+            if finish.type == "default":  # the default output SQL made: open what is sealed
+                output = unsealed(output, open_json)
             return await engine.graph_settle(conn, g.run_id, g.claim_token, True,
                                              sealer.seal_json({"answer": output}))
         if not asked and not touched - {p.node_id for p in plan if p.action == "skip"} and not any(
@@ -261,12 +259,16 @@ def _merge(scope: dict[str, Any], run_id: str, input_value: Any, open_json: Any,
     scope["nodes"].update(scope_of(run_id, input_value, rows, open_json, nodes)["nodes"])
 
 
-def _default_output(graph: dict[str, Any], scope: dict[str, Any]) -> Any:
-    """Without an output expression: the outputs of the nodes no other node depends on."""
-    ids = [n["id"] for n in graph.get("nodes", [])]
-    needed = {d for n in graph.get("nodes", []) for d in n.get("deps", [])}
-    sinks = [i for i in ids if i not in needed]
-    return {i: scope["nodes"].get(i, {}).get("output") for i in sinks}
+def unsealed(value: Any, open_json: Any) -> Any:
+    """A run's default output as cryo.graph_plan gives it (cryo._graph_default_output, the
+    one place it is made), each sealed output in it ({"$sealed": hex}) opened."""
+    if isinstance(value, dict):
+        if set(value) == {"$sealed"}:
+            return open_json(bytes.fromhex(value["$sealed"]))
+        return {k: unsealed(v, open_json) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unsealed(v, open_json) for v in value]
+    return value
 
 
 async def drive_once(host: Host) -> int:

@@ -34,7 +34,7 @@ MAX_HOLES = 1000
 ROOTS = frozenset({"input", "nodes", "node", "item", "item_index", "run", "trigger"})
 COMPARE = ("==", "!=", "<=", ">=", "<", ">")
 _TOKEN = re.compile(r"""\s*(?:
-    (?P<num>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+    (?P<num>-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)
   | (?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
   | (?P<op>==|!=|<=|>=|<|>|\(|\)|\.|\[|\])
   | (?P<name>[A-Za-z_][A-Za-z0-9_-]*)
@@ -220,6 +220,7 @@ def parse_template(text: Any, node_ids: frozenset[str]) -> dict[str, Any]:
     if len(text) > MAX_TEMPLATE:
         raise ExprError(f"a template is at most {MAX_TEMPLATE} characters")
     parts: list[Any] = []
+    holes = 0
     pos = 0
     # Each {{ must open a hole right there: matching only at the next {{ (rather than
     # searching the rest of the text from every position) keeps this linear.
@@ -227,7 +228,8 @@ def parse_template(text: Any, node_ids: frozenset[str]) -> dict[str, Any]:
         m = _HOLE.match(text, start)
         if m is None:
             raise ExprError(f"unbalanced {{{{ }}}} in template {_short(text[start:])}")
-        if len(parts) >= 2 * MAX_HOLES:
+        holes += 1
+        if holes > MAX_HOLES:
             raise ExprError(f"a template has at most {MAX_HOLES} {{{{ }}}} holes")
         if start > pos:
             parts.append(text[pos:start])

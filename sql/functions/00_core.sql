@@ -1,19 +1,34 @@
 -- cryopg's engine, in the order a run lives. Read the files by name:
 --
---   00 core         the clock, the error catalogue, what "terminal" means, call identity
---   10 transitions  the only writers of a run's status, its queue row and its journal
---   20 submit       creating runs, and admission to a concurrency group
---   30 claim        agents taking runs, keeping and handing back their claims, logs
---   40 journal      durable calls: recording memos, reading them back, history
---   50 waits        parking and waking: sleep, signals, events, leases, children
---   60 finish       a run's end: outcome, retry, cancel, and what an end sets off
---   70 state        cells of run and entity scope, add / cas / incr
---   75 graphs       the graph interpreter: expressions, plans, node instances
---   80 sweeps       tick (the poll behind every push), retention, project removal
---   85 triggers     schedules, webhooks, event handlers and cancel_on: runs nobody submitted
---   90 tenancy      orgs, keys, tokens, members, secrets
---   95 reads        what the server and DBAs read: runs, logs, events, views
---   99 roles        grants for applications and DBAs
+--   00 core              the clock, the error catalogue, what "terminal" means, call identity
+--   10 transitions       the only writers of a run's status, its queue row, its journal
+--                        and concurrency-group leases
+--   12 node transitions  the only writers of a graph run's node rows, and its node statuses
+--   15 expressions       graph expressions and templates, evaluated over a scope
+--   20 submit            creating runs, and admission to a concurrency group
+--   30 claim             agents taking runs, keeping and handing back their claims, logs
+--   40 journal           durable calls: recording memos, reading them back, history
+--   50 waits             parking and waking: sleep, signals, events, leases, children
+--   60 finish            a run's end: outcome, retry, cancel, and what an end sets off
+--   70 state             cells of run and entity scope, add / cas / incr
+--   75 graphs            the graph interpreter: driving a run, planning, starting nodes
+--   76 graph operators   approving and rejecting approvals, rerunning from a node
+--   77 graph reads       a graph run's nodes, document, jobs and their logs
+--   78 artifacts         files runs put and get: the index over content-addressed blobs
+--   79 connections       a project's stored connections, which connector nodes call
+--   80 sweeps            tick (the poll behind every push), retention, project removal
+--   82 log store         moving finished runs' logs to the object store, and back
+--   85 triggers          schedules, webhooks, event handlers and cancel_on: runs nobody submitted
+--   90 tenancy           orgs, keys, tokens, members, secrets
+--   92 sessions          browser sign-in, OIDC and CLI sessions
+--   95 reads             what the server and DBAs read: runs, logs, events, views
+--   96 operators         rerunning a run
+--   99 roles             grants for applications and DBAs
+--
+-- A function calls functions of its own file or earlier ones. The few calls the other
+-- way are what an ending or an event sets off (10's _finalize ends a cancelled graph
+-- run's nodes and wakes a parent, 20's _admit cancels the holder it displaces, 50's
+-- _publish_event starts handlers, ...); tests/sql/test_file_order.py lists them all.
 --
 -- A run is one row of cryo.runs. Its status moves
 --
@@ -218,6 +233,41 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.is_terminal(text) IS
     'Returns true for the statuses a run never leaves (succeeded, failed, cancelled, unreadable). Raises nothing.';
+
+-- The one refusal of an unknown run (CR003).
+CREATE OR REPLACE FUNCTION cryo._no_run(p_run_id text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+END
+$$;
+
+-- A run's row, or the refusal: CR003 for an unknown run and, with p_live, CR006 for one
+-- that has finished (p_why says what it no longer takes). With p_lock the row is locked
+-- (FOR UPDATE).
+CREATE OR REPLACE FUNCTION cryo._run_row(p_run_id text, p_live boolean DEFAULT false,
+                                         p_lock boolean DEFAULT false, p_why text DEFAULT NULL)
+RETURNS cryo.runs
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run cryo.runs;
+BEGIN
+    IF p_lock THEN
+        SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
+    ELSE
+        SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    END IF;
+    IF NOT FOUND THEN
+        PERFORM cryo._no_run(p_run_id);
+    END IF;
+    IF p_live AND cryo.is_terminal(v_run.status) THEN
+        RAISE EXCEPTION 'run % already finished (%)%', p_run_id, v_run.status,
+            coalesce('; ' || p_why, '') USING ERRCODE = 'CR006';
+    END IF;
+    RETURN v_run;
+END
+$$;
 
 -- The one rule for the exit code a finished run reports: to a parent collecting it,
 -- and (as get_run's outcome_code) to `cryopg run`, `submit --follow` and `logs

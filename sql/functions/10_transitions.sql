@@ -13,11 +13,13 @@
 --   _park          running            -> parked, claim ended
 --   _park_on       running            -> parked on a pending marker (every durable wait)
 --   _wake          parked             -> pending, the marker it waited on completed
+--   _graph_poke    parked (graph)     -> pending: something a node waits for happened
 --   _finalize      any live status    -> terminal, queue row gone
 --   _record        a done memo at a position       (journal)
 --   _mark          a pending marker at a position  (journal): a park's, or a running step's
 --   _forget        every journal row of a run      (journal; an activity retry)
--- and, for concurrency groups, the only writers of cryo.leases and cryo.lease_waiters:
+-- and, for concurrency groups (each serialised by _lock_group; _group_holder reads who
+-- holds one), the only writers of cryo.leases and cryo.lease_waiters:
 --   _take_lease          grant: the run holds the group
 --   _queue_for_lease     queue: the run waits in the group's FIFO
 --   _leave_lease_queues  a run (or one graph node instance) gives up its places
@@ -453,6 +455,24 @@ BEGIN
 END
 $$;
 
+-- Wakes a graph run parked on its nodes (a child ended, a signal, event, approval or
+-- lease arrived). The queue row is locked whatever its state: a run being driven right
+-- now is waited for (then woken if it parked), and a pending one cannot be taken by a
+-- driver until this transaction commits, so no driver decides without what happened here.
+CREATE OR REPLACE FUNCTION cryo._graph_poke(p_run_id text, p_kind text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_state text;
+BEGIN
+    SELECT q.state INTO v_state FROM cryo.queue q
+     WHERE q.run_id = p_run_id AND q.required_caps = '{graph}' FOR UPDATE;
+    IF v_state = 'parked' THEN
+        PERFORM cryo._wake(ARRAY[p_run_id], p_kind);
+    END IF;
+END
+$$;
+
 -- Ends a run: terminal status, queue row gone, and what an ending sets off (its
 -- leases go to their next waiters, its parent may be waiting to collect it; both in
 -- 60_finish.sql). Every way a run ends comes through here, so that happens once.
@@ -589,6 +609,22 @@ $$;
 -- A group (one per name per project) has at most one holder, a run, and a FIFO of
 -- waiters: queued submits ('admission'), scripts parked on `lock` ('script') and graph
 -- node instances ('graph'). Callers hold the group's lock (cryo._lock_group) first.
+
+-- Serialises every acquire, enqueue and hand-over of one group.
+CREATE OR REPLACE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text)
+RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
+$$;
+
+-- The live holder of a group, or NULL. A holder that already ended counts as none.
+CREATE OR REPLACE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+     WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+       AND NOT cryo.is_terminal(r.status)
+$$;
 
 -- Grant: the run holds the group from now (a hold left by an ended run is replaced).
 CREATE OR REPLACE FUNCTION cryo._take_lease(

@@ -6,23 +6,8 @@
 -- Whatever ends a holder's lease (release_lease, or the run ending in any way) hands
 -- the group to the oldest waiter in the same transaction; tick() reconciles groups such
 -- a hook could have missed. The writes themselves are the lease transitions in
--- 10_transitions.sql (_take_lease, _queue_for_lease, _hand_on_lease, _release_lease).
-
--- Serialises every acquire, enqueue and hand-over of one group.
-CREATE OR REPLACE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text)
-RETURNS void
-LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
-$$;
-
--- The live holder of a group, or NULL. A holder that already ended counts as none.
-CREATE OR REPLACE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text)
-RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
-     WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
-       AND NOT cryo.is_terminal(r.status)
-$$;
+-- 10_transitions.sql (_take_lease, _queue_for_lease, _hand_on_lease, _release_lease),
+-- beside the group's lock (_lock_group) and who holds it (_group_holder).
 
 -- Submit-time admission, with the group already locked and the new run inserted.
 -- Returns what the run does next: 'pending' (it holds the group) or 'queued'.

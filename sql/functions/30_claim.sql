@@ -41,7 +41,7 @@ COMMENT ON FUNCTION cryo.claim_jobs(text, text, text[], double precision, intege
 
 -- What the server calls for agents waiting on long-polls: claims one run for each
 -- listed agent (fewer when fewer are pending), and returns with each claim everything
--- its grant needs (cryo._grant_extras, in 75_graphs.sql beside the secrets it reads). One
+-- its grant needs (cryo._grant_extras, below beside the secrets it reads). One
 -- call, one commit, however many agents were waiting.
 -- p_agent_tokens, parallel to p_agent_ids, names the agent token each agent called
 -- with; each claim is bound to its agent's token (see cryo._bind_claim).
@@ -328,6 +328,54 @@ LANGUAGE sql STABLE AS $$
     SELECT s.name, CASE WHEN p_untrusted THEN NULL ELSE s.value END, p_untrusted
       FROM cryo.secrets s
      WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
+$$;
+
+-- -- connector credentials -------------------------------------------------------------
+-- What a claim of a run may see (claim_grants and claim_secrets call this): the job of
+-- an http node sees only the project secrets its node names (its clear `secrets` list;
+-- a connector node: its connection's secret, cryo.connections),
+-- so a credential reaches the connector agent doing that request and nothing else; any
+-- other run sees its project's secrets as before (cryo._grant_secrets). An untrusted
+-- run gets the names alone, either way. No secret is ever in a document or an input.
+CREATE OR REPLACE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text,
+                                                   p_untrusted boolean)
+RETURNS TABLE (name text, value bytea, withheld boolean)
+LANGUAGE sql STABLE AS $$
+    WITH node AS (
+        SELECT CASE WHEN n.type = 'connector' THEN ARRAY(SELECT k.secret FROM cryo.connections k
+                     WHERE k.org = c.org AND k.project = c.project AND k.name = n.def ->> 'connection')
+               ELSE ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) END AS names
+          FROM cryo.runs c
+          JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
+         WHERE c.id = p_run_id AND n.type IN ('http', 'connector')
+    )
+    SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
+     WHERE NOT EXISTS (SELECT 1 FROM node)
+        OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
+$$;
+
+-- What a grant carries beside the run itself, read for claim_grants: the run's
+-- recorded memos (the step cache the agent replays from; results sealed and
+-- base64-encoded, as read_journal lists them), the secrets the claim may see
+-- (cryo._grant_secrets, which claim_secrets serves too: sealed values, or names only for
+-- an untrusted run) and whether the run is untrusted. A set-returning SQL function, so
+-- the planner inlines it into its callers' statement.
+CREATE OR REPLACE FUNCTION cryo._grant_extras(p_run_id text)
+RETURNS TABLE (journal jsonb, secrets jsonb, untrusted boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
+                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
+                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
+                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
+                       ORDER BY j.seq), '[]'::jsonb)
+              FROM cryo.journal j WHERE j.run_id = r.id),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'value', encode(s.value, 'base64'),
+                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
+              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
+           r.untrusted
+      FROM cryo.runs r WHERE r.id = p_run_id
 $$;
 
 -- What a live claim may see (see _grant_secrets).

@@ -25,6 +25,22 @@ LANGUAGE sql STABLE AS $$
     SELECT * FROM cryo.journal WHERE run_id = p_run_id AND path = p_path AND status = 'done'
 $$;
 
+-- Where every durable call that answers from its memo starts: the call's path (derived
+-- from its identity, and checked against p_path: cryo.call_path) and its recorded memo.
+-- Returns the memo (status 'done'), or a row holding only the path when there is none.
+CREATE OR REPLACE FUNCTION cryo._replay(p_run_id text, p_family text, p_name text,
+                                        p_ordinal integer, p_path text DEFAULT NULL)
+RETURNS cryo.journal
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_path text := cryo.call_path(p_family, p_name, p_ordinal, p_path);
+    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+BEGIN
+    v_memo.path := v_path;
+    RETURN v_memo;
+END
+$$;
+
 -- Pins a pending marker at a step's position before its command runs, so readers (the
 -- run page) see which step is running now and where it sits among the checkpoints.
 -- cryo.record_step completes it in place. Idempotent: a marker or memo already at the

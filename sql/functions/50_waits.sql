@@ -53,14 +53,7 @@ BEGIN
     PERFORM cryo._app_run_check(p_run_id);
     PERFORM cryo._check_name('signal', p_name);
     SELECT * INTO v_q FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%); it takes no signals', p_run_id, v_run.status
-            USING ERRCODE = 'CR006';
-    END IF;
+    v_run := cryo._run_row(p_run_id, true, p_why => 'it takes no signals');
     INSERT INTO cryo.signals (run_id, org, project, name, payload, payload_clear, sent_at)
     VALUES (p_run_id, v_run.org, v_run.project, p_name, p_sealed, v_clear, cryo.now())
     RETURNING id INTO v_id;
@@ -110,14 +103,14 @@ RETURNS TABLE (parked boolean, payload bytea, payload_clear jsonb, timed_out boo
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text;
     v_memo cryo.journal;
+    v_path text;
     v_sig cryo.signals;
 BEGIN
     PERFORM cryo._check_name('signal', p_name);
-    v_path := cryo.call_path('signal', p_name, p_ordinal, p_path);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL THEN
+    v_memo := cryo._replay(p_run_id, 'signal', p_name, p_ordinal, p_path);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
@@ -225,11 +218,11 @@ RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('emit', '', p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'emit', '', p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_id bigint;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN (v_memo.answer_clear ->> 'event_id')::bigint;
     END IF;
     v_id := cryo._publish_event(v_q.org, v_q.project, p_name, p_payload, NULL, p_run_id,
@@ -255,13 +248,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_family text := CASE WHEN p_tainted THEN 'event.tainted' ELSE 'event' END;
-    v_path text;
     v_memo cryo.journal;
+    v_path text;
 BEGIN
     PERFORM cryo._check_name('event', p_name);
-    v_path := cryo.call_path(v_family, p_name, p_ordinal, p_path);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL THEN
+    v_memo := cryo._replay(p_run_id, v_family, p_name, p_ordinal, p_path);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.result, v_memo.answer_clear, v_memo.exit_code = 124;
         RETURN;
     END IF;
@@ -356,11 +349,11 @@ RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('spawn', '', p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'spawn', '', p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_child text;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN v_memo.ref_run_id;
     END IF;
     SELECT s.run_id INTO v_child FROM cryo.submit_script(
@@ -389,9 +382,9 @@ DECLARE
     v_child text;
 BEGIN
     PERFORM cryo._check_name('activity', p_name);
-    v_path := cryo.call_path('activity', p_name, 0);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL AND coalesce(p_path, v_path) = v_path THEN
+    v_memo := cryo._replay(p_run_id, 'activity', p_name, 0);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' AND coalesce(p_path, v_path) = v_path THEN
         RETURN v_memo.ref_run_id;
     END IF;
     IF EXISTS (SELECT 1 FROM cryo.runs WHERE parent_run_id = p_run_id AND activity_name = p_name) THEN
@@ -425,11 +418,11 @@ RETURNS TABLE (parked boolean, child_run_id text, exit_code integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('activity.collect', p_name, p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'activity.collect', p_name, p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_child cryo.runs;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.ref_run_id, v_memo.exit_code;
         RETURN;
     END IF;
@@ -472,11 +465,11 @@ RETURNS TABLE (parked boolean, failed integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_path text := cryo.call_path('activity.wait-all', '', p_ordinal, p_path);
-    v_memo cryo.journal := cryo._done_memo(p_run_id, v_path);
+    v_memo cryo.journal := cryo._replay(p_run_id, 'activity.wait-all', '', p_ordinal, p_path);
+    v_path text := v_memo.path;
     v_failed integer;
 BEGIN
-    IF v_memo.path IS NOT NULL THEN
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, (v_memo.answer_clear ->> 'failed')::integer;
         RETURN;
     END IF;

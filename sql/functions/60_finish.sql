@@ -165,13 +165,7 @@ DECLARE
     v_child record;
 BEGIN
     PERFORM cryo._app_run_check(p_run_id);
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
-    END IF;
+    v_run := cryo._run_row(p_run_id, true, true);
     -- Children go first, so a parent collecting them is not woken only to be cancelled.
     FOR v_child IN
         SELECT c.id FROM cryo.runs c
@@ -191,6 +185,19 @@ END
 $$;
 COMMENT ON FUNCTION cryo.cancel_run(text) IS
     'Cancels a run and its unfinished children; returns ''cancelled'' when it ended at once or ''cancelling'' when its agent must stop it. Raises CR003 for an unknown run, CR006 for a finished one, CR021 when the caller is an application role of another tenant (or of none).';
+
+-- The memo a finished child graph run leaves its caller: its sealed output (the run
+-- output 'output', sealed as {"answer": v}; none when it failed), its run id, status and
+-- error in the clear, and the exit code a caller would see.
+CREATE OR REPLACE FUNCTION cryo._graph_call_memo(p_child_id text)
+RETURNS TABLE (result bytea, answer jsonb, exit_code integer)
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN c.status = 'succeeded' THEN
+                (SELECT o.value FROM cryo.run_outputs o WHERE o.run_id = c.id AND o.key = 'output') END,
+           jsonb_build_object('run_id', c.id, 'status', c.status, 'error', c.error),
+           cryo._outcome_code(c.status, c.exit_code)
+      FROM cryo.runs c WHERE c.id = p_child_id
+$$;
 
 -- Set off by a child's ending: its parent may be parked collecting it, waiting for
 -- all its activities, or waiting for the output of a graph it called.

@@ -14,175 +14,9 @@
 -- driver that dies rolls its transaction back and the run is pending again: any replica
 -- can advance any run, none can advance one twice, and no ownership lease is needed.
 --
--- Expressions arrive compiled (the server's compiler checks them at submit) as jsonb:
--- {"lit": v}, {"path": [k, ...]}, {"op": "==|!=|<|<=|>|>=|and|or", "a": e, "b": e},
--- {"op": "not", "a": e} and templates {"tpl": ["text", e, ...]}.
-
--- A JSON value taken as a condition: false, null, 0, "" and a missing value are false.
-CREATE OR REPLACE FUNCTION cryo._truthy(p_value jsonb)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_value IS NULL THEN false
-                ELSE CASE jsonb_typeof(p_value)
-                        WHEN 'null' THEN false
-                        WHEN 'boolean' THEN p_value = 'true'::jsonb
-                        WHEN 'number' THEN p_value <> '0'::jsonb
-                        WHEN 'string' THEN p_value <> '""'::jsonb
-                        ELSE true END END
-$$;
-
--- A hole of a name the engine stores in the clear (a concurrency group, a state cell's
--- key or entity), rendered from sealed input: 'h_' and 24 hex digits of a SHA-256 of its
--- value instead of the value, so equal inputs still share one group or cell while the
--- value is not stored. NULL renders as nothing, as in any template. Python's twin is
--- cryopg.graphs.document.digest_part.
-CREATE OR REPLACE FUNCTION cryo._digest(p_value jsonb)
-RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN ''
-                ELSE 'h_' || left(encode(sha256(convert_to('cryopg-digest/v1|' ||
-                    CASE jsonb_typeof(p_value) WHEN 'string' THEN p_value #>> '{}'
-                                               ELSE p_value::text END, 'UTF8')), 'hex'), 24)
-           END
-$$;
-
--- Evaluates a compiled expression over a scope; a missing path is JSON null.
-CREATE OR REPLACE FUNCTION cryo._eval(p_expr jsonb, p_scope jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    v_a jsonb;
-    v_b jsonb;
-    v_op text := p_expr ->> 'op';
-    v_part jsonb;
-    v_text text := '';
-BEGIN
-    IF p_expr ? 'lit' THEN
-        RETURN p_expr -> 'lit';
-    ELSIF p_expr ? 'path' THEN
-        v_a := p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path'));
-        -- The driver leaves out the nodes it reads that have not started (they would make
-        -- every turn's scope the graph's size): one missing reads as pending.
-        IF v_a IS NULL AND p_expr #>> '{path,0}' = 'nodes' AND p_expr #>> '{path,2}' = 'status'
-           AND NOT coalesce((p_scope -> 'nodes') ? (p_expr #>> '{path,1}'), false) THEN
-            RETURN '"pending"'::jsonb;
-        END IF;
-        RETURN coalesce(v_a, 'null'::jsonb);
-    ELSIF p_expr ? 'tpl' THEN
-        FOR v_part IN SELECT * FROM jsonb_array_elements(p_expr -> 'tpl') LOOP
-            IF jsonb_typeof(v_part) = 'string' THEN
-                v_text := v_text || (v_part #>> '{}');
-            ELSE
-                v_a := cryo._eval(v_part, p_scope);
-                v_text := v_text || CASE jsonb_typeof(v_a) WHEN 'string' THEN v_a #>> '{}'
-                                                            WHEN 'null' THEN ''
-                                                            ELSE v_a::text END;
-            END IF;
-        END LOOP;
-        RETURN to_jsonb(v_text);
-    END IF;
-    v_a := cryo._eval(p_expr -> 'a', p_scope);
-    IF v_op = 'digest' THEN
-        RETURN to_jsonb(cryo._digest(v_a));
-    ELSIF v_op = 'not' THEN
-        RETURN to_jsonb(NOT cryo._truthy(v_a));
-    ELSIF v_op = 'and' THEN
-        RETURN to_jsonb(cryo._truthy(v_a) AND cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
-    ELSIF v_op = 'or' THEN
-        RETURN to_jsonb(cryo._truthy(v_a) OR cryo._truthy(cryo._eval(p_expr -> 'b', p_scope)));
-    END IF;
-    v_b := cryo._eval(p_expr -> 'b', p_scope);
-    IF v_op = '==' THEN
-        RETURN to_jsonb(v_a = v_b);
-    ELSIF v_op = '!=' THEN
-        RETURN to_jsonb(v_a <> v_b);
-    END IF;
-    -- Ordering compares numbers with numbers and strings with strings; else false.
-    IF jsonb_typeof(v_a) = 'number' AND jsonb_typeof(v_b) = 'number' THEN
-        RETURN to_jsonb(CASE v_op WHEN '<' THEN v_a::numeric < v_b::numeric
-                                  WHEN '<=' THEN v_a::numeric <= v_b::numeric
-                                  WHEN '>' THEN v_a::numeric > v_b::numeric
-                                  WHEN '>=' THEN v_a::numeric >= v_b::numeric END);
-    ELSIF jsonb_typeof(v_a) = 'string' AND jsonb_typeof(v_b) = 'string' THEN
-        RETURN to_jsonb(CASE v_op WHEN '<' THEN (v_a #>> '{}') < (v_b #>> '{}')
-                                  WHEN '<=' THEN (v_a #>> '{}') <= (v_b #>> '{}')
-                                  WHEN '>' THEN (v_a #>> '{}') > (v_b #>> '{}')
-                                  WHEN '>=' THEN (v_a #>> '{}') >= (v_b #>> '{}') END);
-    END IF;
-    RETURN 'false'::jsonb;
-END
-$$;
-
--- Renders a node config: every {"$expr": e} becomes its value and every
--- {"$template": t} its string; everything else is copied.
-CREATE OR REPLACE FUNCTION cryo._render(p_config jsonb, p_scope jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    v_out jsonb;
-BEGIN
-    CASE jsonb_typeof(p_config)
-    WHEN 'object' THEN
-        IF p_config ? '$expr' THEN
-            RETURN cryo._eval(p_config -> '$expr', p_scope);
-        ELSIF p_config ? '$template' THEN
-            RETURN cryo._eval(p_config -> '$template', p_scope);
-        END IF;
-        SELECT coalesce(jsonb_object_agg(k, cryo._render(v, p_scope)), '{}'::jsonb) INTO v_out
-          FROM jsonb_each(p_config) AS e(k, v);
-        RETURN v_out;
-    WHEN 'array' THEN
-        SELECT coalesce(jsonb_agg(cryo._render(v, p_scope) ORDER BY n), '[]'::jsonb) INTO v_out
-          FROM jsonb_array_elements(p_config) WITH ORDINALITY AS e(v, n);
-        RETURN v_out;
-    ELSE
-        RETURN p_config;
-    END CASE;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION cryo.eval_expression(p_expr jsonb, p_scope jsonb)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT cryo._eval(p_expr, p_scope)
-$$;
-COMMENT ON FUNCTION cryo.eval_expression(jsonb, jsonb) IS
-    'Returns the value of a compiled graph expression over a scope (a missing path is null). Raises nothing.';
-
--- The node ids of a graph structure, in document order, with what each depends on.
-CREATE OR REPLACE FUNCTION cryo._graph_node_defs(p_graph jsonb)
-RETURNS TABLE (ord bigint, node_id text, type text, deps text[], def jsonb)
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT n.ord, n.def ->> 'id', n.def ->> 'type',
-           ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'deps', '[]'))), n.def
-      FROM jsonb_array_elements(p_graph -> 'nodes') WITH ORDINALITY AS n(def, ord)
-$$;
-
--- Creates the node rows of a new graph run (and, for a rerun, seeds some of them).
-CREATE OR REPLACE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb)
-RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF jsonb_typeof(p_graph -> 'nodes') IS DISTINCT FROM 'array'
-       OR jsonb_array_length(p_graph -> 'nodes') = 0 THEN
-        RAISE EXCEPTION 'a graph needs at least one node' USING ERRCODE = 'CR004';
-    END IF;
-    -- Each node carries its definition, edges both ways and a count of predecessors
-    -- still open, so a turn finds what is ready by key (V0017).
-    WITH defs AS (
-        SELECT d.ord, d.node_id, d.type, d.def, ARRAY(SELECT DISTINCT x FROM unnest(d.deps) x) AS deps
-          FROM cryo._graph_node_defs(p_graph) d
-    ), back AS (
-        SELECT x.dep, array_agg(e.node_id ORDER BY e.ord) AS dependents
-          FROM defs e, unnest(e.deps) AS x(dep) GROUP BY x.dep
-    )
-    INSERT INTO cryo.node_states (run_id, org, project, node_id, type, ord, def, deps,
-                                  dependents, open_deps)
-    SELECT p_run_id, p_org, p_project, d.node_id, d.type, d.ord, d.def, d.deps,
-           coalesce(b.dependents, '{}'), cardinality(d.deps)
-      FROM defs d LEFT JOIN back b ON b.dep = d.node_id;
-END
-$$;
+-- The writes go through the node transitions (12_node_transitions.sql) and the
+-- expressions are 15_expressions.sql's; approvals, reruns and reads of nodes are in
+-- 76_graph_operators.sql and 77_graph_reads.sql.
 
 -- The key a node instance hands to the outside world: the same across retries, replay
 -- and re-dispatch, distinct per node and per fan-out item.
@@ -284,7 +118,7 @@ BEGIN
             UNION ALL
             SELECT n.*, false FROM (SELECT DISTINCT l.node_id FROM cryo.node_instances l
                                      WHERE p_nodes IS NOT NULL AND l.run_id = p_run_id
-                                       AND l.status IN ('ready', 'running', 'waiting', 'retrying')
+                                       AND cryo._node_status_in(l.status, 'instance live')
                                        AND NOT (l.node_id = ANY (p_nodes))) k
              CROSS JOIN LATERAL (SELECT * FROM cryo.node_states m
                                   WHERE m.run_id = p_run_id AND m.node_id = k.node_id OFFSET 0) n
@@ -309,7 +143,7 @@ BEGIN
           LEFT JOIN LATERAL (
               SELECT x.* FROM cryo.node_instances x
                WHERE x.run_id = p_run_id AND x.node_id = n.node_id
-                 AND (n.whole OR x.status IN ('ready', 'running', 'waiting', 'retrying'))
+                 AND (n.whole OR cryo._node_status_in(x.status, 'instance live'))
               OFFSET 0) i ON true
           LEFT JOIN LATERAL (SELECT c.status, c.exit_code, c.error FROM cryo.runs c
                               WHERE c.id = i.job_run_id OFFSET 0) j ON true
@@ -335,29 +169,6 @@ END
 $$;
 COMMENT ON FUNCTION cryo.graph_take_signal(text, uuid, bigint, text, integer) IS
     'Consumes a queued signal for a waiting node instance of the driven graph run; returns its payload (sealed, or clear from SQL), no row when it was taken already. Raises CR002 for a stale token.';
-
--- The constant state calls of a run, handed over by the driver once (it holds the key
--- that seals their values): {node: {op, key, entity, expected, read, value: hex}}. From
--- then on graph_plan runs those nodes itself. `read` says an expression reads the node,
--- so its output goes into the plan's scope.
---
--- A set or delete whose key and entity pass the checks a state write makes is marked
--- `checked`: nothing but a lost claim can make it fail then, so it runs without a
--- subtransaction of its own (cryo._graph_state_now). The checks of all of a run's calls
--- run in one block; when one fails, each call is checked alone, and only the one that
--- fails keeps its own block (and fails its node with the reason).
-CREATE OR REPLACE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb)
-RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE cryo.node_states n
-       SET state_call = c.call - 'value',
-           state_value = CASE WHEN c.call ? 'value' THEN decode(c.call ->> 'value', 'hex') END
-      FROM jsonb_each(cryo._graph_checked_calls(p_run_id, p_calls)) AS c(node_id, call)
-     WHERE n.run_id = p_run_id AND n.node_id = c.node_id AND n.type = 'state'
-       AND n.status = 'pending';
-END
-$$;
 
 -- The calls, each set or delete that passes the checks its write makes marked
 -- `"checked": true` (see _graph_set_calls).
@@ -461,8 +272,6 @@ RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_out jsonb;
-    v_now timestamptz := cryo.now();
-    v_id text;
 BEGIN
     IF (p_node.state_call ->> 'checked') = 'true' THEN
         v_out := cryo._graph_state_call(p_q, p_node, 0, 1);
@@ -476,21 +285,7 @@ BEGIN
             RETURN NULL;
         END;
     END IF;
-    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
-                                     started_at, finished_at)
-    VALUES (p_q.run_id, p_q.org, p_q.project, p_node.node_id, 0, 'succeeded', v_out,
-            v_now, v_now);
-    UPDATE cryo.node_states n
-       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = v_out
-     WHERE n.run_id = p_q.run_id AND n.node_id = p_node.node_id;
-    -- What _graph_node_ended does, with the dependents the row already carries.
-    FOREACH v_id IN ARRAY coalesce(p_node.dependents, '{}') LOOP
-        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-         WHERE n.run_id = p_q.run_id AND n.node_id = v_id;
-    END LOOP;
-    -- Scheduled and completed in the same instant: one event says both.
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
-                          p_node.node_id, 0, 1);
+    PERFORM cryo._node_ran_now(p_q, p_node, v_out);
     RETURN v_out;
 END
 $$;
@@ -581,7 +376,6 @@ RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_run_id text := p_q.run_id;
-    v_now timestamptz := cryo.now();
     v_order text[];
     v_outs jsonb[] := '{}';
     v_node cryo.node_states;
@@ -644,43 +438,66 @@ BEGIN
             v_outs := v_outs || cryo._graph_state_call(p_q, v_node, 0, 1);
         END LOOP;
     END IF;
-    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, output_clear,
-                                     started_at, finished_at)
-    SELECT v_run_id, p_q.org, p_q.project, u.id, 0, 'succeeded', u.out, v_now, v_now
-      FROM unnest(v_order, v_outs) AS u(id, out);
-    UPDATE cryo.node_states n
-       SET status = 'succeeded', started_at = v_now, finished_at = v_now, output_clear = u.out,
-           open_deps = 0, state_call = (p_calls -> u.id) - 'value',
-           state_value = decode(p_calls -> u.id ->> 'value', 'hex')
-      FROM unnest(v_order, v_outs) AS u(id, out)
-     WHERE n.run_id = v_run_id AND n.node_id = u.id;
-    -- As cryo._history writes them, in the order the nodes ran.
-    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                              key_ordinal, attempt, created_at)
-    SELECT v_run_id, p_q.org, p_q.project, 'node_completed', 'run', 'node', u.id, 0, 1, v_now
-      FROM unnest(v_order) WITH ORDINALITY AS u(id, i) ORDER BY u.i;
+    PERFORM cryo._nodes_ran_now(p_q, v_order, v_outs, p_calls);
     RETURN true;
 END
 $$;
 
--- The run's default output (no output expression): the outputs of the nodes nothing
--- depends on, by node id. NULL (SQL) when one of them is sealed or a fan-out: then the
--- driver, which holds the key, builds it.
-CREATE OR REPLACE FUNCTION cryo._graph_default_output(p_run_id text)
-RETURNS jsonb
+-- The run's default output (no output expression; the one place it is made): the
+-- outputs of the nodes nothing depends on, by node id -- a fan-out's as the list of its
+-- items' outputs -- and null for a node (or item) that did not end with one. An output
+-- holding no user data is there in the clear; a sealed one as {"$sealed": hex}, for the
+-- driver, which holds the key, to open in place (an output in the clear never has that
+-- shape: it is a state node's). sealed says whether any is.
+CREATE OR REPLACE FUNCTION cryo._graph_default_output(p_run_id text, OUT answer jsonb,
+                                                      OUT sealed boolean)
+RETURNS record
 -- PL/pgSQL: its query is planned once a session, not on every call.
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN (SELECT CASE WHEN bool_or(n.items IS NOT NULL
-                             OR (n.status IN ('succeeded', 'seeded') AND n.output IS NOT NULL))
-                THEN NULL
-                ELSE coalesce(jsonb_object_agg(n.node_id,
-                         CASE WHEN n.status IN ('succeeded', 'seeded')
-                              THEN coalesce(n.output_clear, 'null') ELSE 'null' END),
-                     '{}') END
+    SELECT coalesce(jsonb_object_agg(n.node_id, CASE
+               WHEN n.items IS NULL THEN CASE WHEN cryo._node_status_in(n.status, 'done')
+                                              THEN cryo._graph_output(n.output, n.output_clear)
+                                              ELSE 'null' END
+               ELSE (SELECT coalesce(jsonb_agg(CASE WHEN cryo._node_status_in(i.status, 'done')
+                                                    THEN cryo._graph_output(i.output, i.output_clear)
+                                                    ELSE 'null' END ORDER BY g.k), '[]')
+                       FROM generate_series(0, n.items - 1) AS g(k)
+                       LEFT JOIN cryo.node_instances i
+                              ON i.run_id = n.run_id AND i.node_id = n.node_id AND i.item = g.k)
+               END), '{}')
+      INTO answer
       FROM cryo.node_states n
-     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0);
+     WHERE n.run_id = p_run_id AND cardinality(n.dependents) = 0;
+    sealed := jsonb_path_exists(answer, 'lax $.**."$sealed"');
 END
+$$;
+
+-- An output as the run's output carries it: in the clear, or sealed as {"$sealed": hex}.
+CREATE OR REPLACE FUNCTION cryo._graph_output(p_sealed bytea, p_clear jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_sealed IS NOT NULL THEN jsonb_build_object('$sealed', encode(p_sealed, 'hex'))
+                ELSE coalesce(p_clear, 'null') END
+$$;
+
+-- Whether a node of the run has failed for good (the run is failing); a node that failed
+-- with continue_on_error does not count.
+CREATE OR REPLACE FUNCTION cryo._graph_failing(p_run_id text)
+RETURNS boolean
+-- PL/pgSQL: its query is planned once a session, not on every call.
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
+                      AND NOT n.tolerated);
+END
+$$;
+
+-- Whether a node runs when the run is failing: always nodes, and the failure branch.
+CREATE OR REPLACE FUNCTION cryo._graph_runs_on_failure(p_def jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
 $$;
 
 -- The interpreter's step: with the scope the driver built (input, nodes.<id>.output and
@@ -700,7 +517,6 @@ DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_node cryo.node_states;
     v_start record;
-    v_skipped text;
     v_failing boolean;
     v_done boolean;
     v_again boolean;
@@ -711,9 +527,12 @@ DECLARE
     v_err text;
     v_run cryo.runs;
     v_answer jsonb;
+    v_output jsonb;
+    v_default jsonb;
+    v_sealed boolean;
 BEGIN
     IF p_calls IS NOT NULL THEN
-        PERFORM cryo._graph_set_calls(p_run_id, p_calls);
+        PERFORM cryo._graph_set_calls(p_run_id, cryo._graph_checked_calls(p_run_id, p_calls));
     END IF;
     LOOP
         v_again := false;
@@ -743,7 +562,7 @@ BEGIN
         -- Start what can start: new instances of running nodes (up to max_parallel), and
         -- instances whose retry backoff has passed or whose concurrency group came free.
         FOR v_node IN SELECT * FROM cryo.node_states n
-                       WHERE n.run_id = p_run_id AND n.status IN ('running', 'waiting')
+                       WHERE n.run_id = p_run_id AND cryo._node_status_in(n.status, 'under way')
                        ORDER BY n.ord LOOP
             v_failing := cryo._graph_failing(p_run_id);
             CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
@@ -828,19 +647,16 @@ BEGIN
     IF v_failing THEN
         -- Over when no always node or failure branch node is left to run.
         v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._node_status_in(n.status, 'live')
                                  AND cryo._graph_runs_on_failure(n.def));
     ELSE
         -- Over when nothing is open but the failure branch, which is then skipped.
         v_done := NOT EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id
-                                 AND n.status IN ('pending', 'running', 'waiting')
+                                 AND cryo._node_status_in(n.status, 'live')
                                  AND NOT (n.status = 'pending'
                                           AND coalesce((n.def ->> 'on_failure')::boolean, false)));
         IF v_done THEN
-            FOR v_skipped IN SELECT n.node_id FROM cryo.node_states n
-                              WHERE n.run_id = p_run_id AND n.status = 'pending' ORDER BY n.ord LOOP
-                PERFORM cryo._graph_skip(v_q, v_skipped, 'the run did not fail');
-            END LOOP;
+            PERFORM cryo._nodes_skip_unstarted(v_q, 'the run did not fail');
         END IF;
     END IF;
     IF v_done THEN
@@ -851,9 +667,18 @@ BEGIN
         -- An answer holding no user data is settled here: a failed run's (null), or the
         -- default output made of clear outputs. Not for a script's graph call, whose memo
         -- carries the sealed form.
+        IF node_id IS NULL THEN
+            v_output := CASE WHEN v_run.graph ? 'output'
+                             THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
+            -- (An output expression that gives null gives the default output too.)
+            IF v_output IS NULL OR v_output = 'null'::jsonb THEN
+                SELECT d.answer, d.sealed INTO v_default, v_sealed
+                  FROM cryo._graph_default_output(p_run_id) d;
+            END IF;
+        END IF;
         IF node_id IS NOT NULL OR NOT v_run.graph ? 'output' THEN
             v_answer := CASE WHEN node_id IS NOT NULL THEN 'null'::jsonb
-                             ELSE cryo._graph_default_output(p_run_id) END;
+                             WHEN NOT v_sealed THEN v_default END;
             IF v_answer IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM cryo.runs p WHERE p.id = v_run.parent_run_id AND p.kind = 'script') THEN
                 action := 'settled';
@@ -865,55 +690,19 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
+        -- The driver seals the answer: the output expression's value, or (type 'default')
+        -- the default output, whose sealed outputs it opens first.
         action := 'finish';
-        type := NULL; item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+        type := CASE WHEN v_default IS NOT NULL THEN 'default' END;
+        item := NULL; attempt := NULL; config := NULL; item_value := NULL;
         idempotency_key := NULL;
-        output := CASE WHEN node_id IS NULL AND v_run.graph ? 'output'
-                       THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
+        output := coalesce(v_default, v_output);
         RETURN NEXT;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_plan(text, uuid, jsonb, jsonb, jsonb) IS
-    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; output is the graph''s output expression when it succeeded). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
-
--- Whether a node of the run has failed for good (the run is failing); a node that failed
--- with continue_on_error does not count.
-CREATE OR REPLACE FUNCTION cryo._graph_failing(p_run_id text)
-RETURNS boolean
--- PL/pgSQL: its query is planned once a session, not on every call.
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    RETURN EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
-                      AND NOT n.tolerated);
-END
-$$;
-
--- Whether a node runs when the run is failing: always nodes, and the failure branch.
-CREATE OR REPLACE FUNCTION cryo._graph_runs_on_failure(p_def jsonb)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce((p_def ->> 'always')::boolean, false) OR coalesce((p_def ->> 'on_failure')::boolean, false)
-$$;
-
--- A node has ended (succeeded, failed, skipped, seeded): each node depending on it has
--- one open predecessor fewer. Called once per node, on the transition that ends it.
-CREATE OR REPLACE FUNCTION cryo._graph_node_ended(p_run_id text, p_node text)
-RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_next text[] := (SELECT e.dependents FROM cryo.node_states e
-                       WHERE e.run_id = p_run_id AND e.node_id = p_node);
-    v_id text;
-BEGIN
-    -- One row by its whole primary key at a time: `node_id = ANY (...)` let a generic
-    -- plan read every node of the run and filter.
-    FOREACH v_id IN ARRAY coalesce(v_next, '{}') LOOP
-        UPDATE cryo.node_states n SET open_deps = n.open_deps - 1
-         WHERE n.run_id = p_run_id AND n.node_id = v_id;
-    END LOOP;
-END
-$$;
+    'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; when it succeeded, output is the graph''s output expression, or with type ''default'' its default output: the outputs of the nodes nothing depends on, a sealed one as {"$sealed": hex}). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 
 -- Decides the ready nodes (pending, every predecessor ended): skipped when their
 -- predecessors were all skipped or their `if` is false, else running (with their fan-out
@@ -937,6 +726,7 @@ DECLARE
     v_n integer;
     v_changed boolean := true;
     v_handler boolean;
+    v_why text;
     v_failed_here boolean := false;
     -- Whether any node of the run was skipped: only then can a node's predecessors all
     -- have been, and only then are they read (each ready node otherwise costs a query).
@@ -961,45 +751,37 @@ BEGIN
                        WHERE n.run_id = v_run_id AND n.status = 'pending' AND n.open_deps = 0
                        ORDER BY n.ord LOOP
             v_handler := cryo._graph_runs_on_failure(v_node.def);
-            IF p_failing AND NOT v_handler THEN
-                -- The run is failing: what is not an always node or the failure branch
-                -- will not run, and its skip lets those after it be decided.
-                v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'the run failed');
-                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
-                RETURN NEXT;
-                v_changed := true;
-                CONTINUE;
-            END IF;
             IF NOT p_failing AND coalesce((v_node.def ->> 'on_failure')::boolean, false) THEN
                 CONTINUE;  -- the failure branch waits for a failure (skipped at the end)
             END IF;
+            -- Why the node is skipped, if it is: the run is failing (what is not an always
+            -- node or the failure branch will not run, and its skip lets those after it be
+            -- decided), its predecessors were all skipped, or its `if` is false.
+            v_why := CASE WHEN p_failing AND NOT v_handler THEN 'the run failed' END;
             -- Each predecessor by its primary key (see _graph_node_ended).
-            IF v_any_skipped AND cardinality(v_node.deps) > 0 AND NOT v_handler THEN
+            IF v_why IS NULL AND v_any_skipped AND cardinality(v_node.deps) > 0
+               AND NOT v_handler THEN
                 v_dep_status := ARRAY(SELECT (SELECT n.status FROM cryo.node_states n
                                                WHERE n.run_id = v_run_id AND n.node_id = d)
                                         FROM unnest(v_node.deps) AS d);
-            ELSE
-                v_dep_status := '{}';
+                -- (A failed predecessor here failed with continue_on_error: it ended.)
+                IF NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
+                    v_why := 'its predecessors were all skipped';
+                END IF;
             END IF;
-            -- (A failed predecessor here failed with continue_on_error: it ended.)
-            IF cardinality(v_dep_status) > 0
-               AND NOT EXISTS (SELECT 1 FROM unnest(v_dep_status) s WHERE s <> 'skipped') THEN
-                v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'its predecessors were all skipped');
-                action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
-                RETURN NEXT;
-                v_changed := true;
-                CONTINUE;
-            END IF;
-            IF v_node.def ? 'if' OR v_node.def ? 'fan_out' THEN  -- only these read it
+            -- (Only an `if` and a fan-out read the node's scope.)
+            IF v_why IS NULL AND (v_node.def ? 'if' OR v_node.def ? 'fan_out') THEN
                 v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
                     'id', v_node.node_id,
                     'idempotency_key', cryo._graph_key(v_run_id, v_node.node_id, 0, false)));
+                IF v_node.def ? 'if'
+                   AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+                    v_why := 'if was false';
+                END IF;
             END IF;
-            IF v_node.def ? 'if' AND NOT cryo._truthy(cryo._eval(v_node.def -> 'if', v_scope)) THEN
+            IF v_why IS NOT NULL THEN
                 v_any_skipped := true;
-                PERFORM cryo._graph_skip(p_q, v_node.node_id, 'if was false');
+                PERFORM cryo._graph_skip(p_q, v_node.node_id, v_why);
                 action := 'skip'; node_id := v_node.node_id; output := NULL; is_read := NULL;
                 RETURN NEXT;
                 v_changed := true;
@@ -1009,11 +791,8 @@ BEGIN
             IF v_node.def ? 'fan_out' THEN
                 v_items := cryo._eval(v_node.def -> 'fan_out', v_scope);
                 IF jsonb_typeof(v_items) <> 'array' THEN
-                    UPDATE cryo.node_states n SET status = 'failed', finished_at = cryo.now(),
-                           error = 'fan_out items is not a list',
-                           tolerated = coalesce((n.def ->> 'continue_on_error')::boolean, false)
-                     WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
-                    PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+                    PERFORM cryo._node_end(v_run_id, v_node.node_id, 'failed',
+                                           'fan_out items is not a list');
                     PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
                                           v_node.node_id, 0);
                     v_changed := true;
@@ -1040,14 +819,7 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            UPDATE cryo.node_states n SET status = 'running', items = v_n, started_at = cryo.now()
-             WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
-            PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_scheduled', 'node',
-                                  v_node.node_id, 0);
-            IF v_n = 0 THEN  -- an empty fan-out is done at once, with an empty list
-                UPDATE cryo.node_states n SET status = 'succeeded', finished_at = cryo.now()
-                 WHERE n.run_id = v_run_id AND n.node_id = v_node.node_id;
-                PERFORM cryo._graph_node_ended(v_run_id, v_node.node_id);
+            IF cryo._node_start(p_q, v_node.node_id, v_n) THEN  -- an empty fan-out
                 v_changed := true;
             END IF;
         END LOOP;
@@ -1085,7 +857,8 @@ BEGIN
             'node', jsonb_build_object('id', v_node)));
     END IF;
     SELECT count(*) INTO v_active FROM cryo.node_instances i
-     WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.status IN ('running', 'waiting');
+     WHERE i.run_id = v_run_id AND i.node_id = v_node
+       AND cryo._node_status_in(i.status, 'instance active');
     v_next := coalesce((SELECT i.item + 1 FROM cryo.node_instances i
                          WHERE i.run_id = v_run_id AND i.node_id = v_node
                          ORDER BY i.item DESC LIMIT 1), 0);
@@ -1104,9 +877,7 @@ BEGIN
         IF v_fan THEN
             v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
         END IF;
-        INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, started_at)
-        VALUES (v_run_id, p_q.org, p_q.project, v_node, v_n, 'ready', cryo.now())
-        ON CONFLICT ON CONSTRAINT node_instances_pkey DO NOTHING;
+        PERFORM cryo._instance_open(p_q, v_node, v_n);
         v_group := NULL;
         -- A node's concurrency group is the same project lease scripts and submits use,
         -- held by this run for as long as the instance runs. When the run was admitted
@@ -1137,19 +908,14 @@ BEGIN
                     PERFORM cryo._queue_for_lease(p_q.org, p_q.project, v_group, v_run_id,
                                                   'graph', v_path, true);
                 END IF;
-                UPDATE cryo.node_instances i SET lease_group = v_group
-                 WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n;
+                PERFORM cryo._instance_await_lease(v_run_id, v_node, v_n, v_group);
                 CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
             END IF;
             IF v_holder IS NULL THEN
                 PERFORM cryo._take_lease(p_q.org, p_q.project, v_group, v_run_id, 'graph', v_path, true);
             END IF;
         END IF;
-        UPDATE cryo.node_instances i
-           SET status = 'running', lease_group = v_group, job_run_id = NULL,
-               started_at = CASE WHEN i.status = 'ready' THEN cryo.now() ELSE i.started_at END
-         WHERE i.run_id = v_run_id AND i.node_id = v_node AND i.item = v_n
-        RETURNING * INTO v_inst;
+        v_inst := cryo._instance_run(v_run_id, v_node, v_n, v_group);
         v_active := v_active + 1;
         item := v_n;
         attempt := v_inst.attempt;
@@ -1162,17 +928,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION cryo._graph_skip(p_q cryo.queue, p_node text, p_why text)
-RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE cryo.node_states n SET status = 'skipped', error = p_why, finished_at = cryo.now()
-     WHERE n.run_id = p_q.run_id AND n.node_id = p_node;
-    PERFORM cryo._graph_node_ended(p_q.run_id, p_node);
-    PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_skipped', 'node', p_node, 0);
-END
-$$;
-
 -- Records how an instance ended. A failure with attempts left (and an exit code the
 -- node's retry covers) schedules the instance again after its backoff, with a fresh
 -- child run, so it re-runs memos and all under the same idempotency key. Returns the
@@ -1182,78 +937,12 @@ CREATE OR REPLACE FUNCTION cryo.graph_record_item(
     p_output bytea DEFAULT NULL, p_error text DEFAULT NULL, p_exit_code integer DEFAULT NULL,
     p_output_clear jsonb DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql
--- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
-SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
-    v_def jsonb;
-    v_inst cryo.node_instances;
-    v_node cryo.node_states;
-    v_retry jsonb;
-    v_status text;
 BEGIN
-    IF p_outcome NOT IN ('succeeded', 'failed') THEN
-        RAISE EXCEPTION 'an instance ends succeeded or failed, not %', p_outcome USING ERRCODE = 'CR004';
-    END IF;
-    SELECT n.def INTO v_def FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node;
-    SELECT * INTO v_inst FROM cryo.node_instances i
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item FOR UPDATE;
-    IF NOT FOUND OR v_def IS NULL THEN
-        RAISE EXCEPTION 'run % has no started instance %/%', p_run_id, p_node, p_item USING ERRCODE = 'CR005';
-    END IF;
-    IF v_inst.status IN ('succeeded', 'failed', 'seeded') THEN
-        RETURN v_inst.status;  -- recorded already
-    END IF;
-    v_retry := v_def -> 'retry';
-    IF p_outcome = 'failed' AND v_retry IS NOT NULL
-       AND v_inst.attempt < coalesce((v_retry ->> 'attempts')::integer, 1)
-       AND (v_retry -> 'on_exit' IS NULL OR p_exit_code IS NULL
-            OR v_retry -> 'on_exit' @> to_jsonb(p_exit_code)) THEN
-        UPDATE cryo.node_instances i
-           SET status = 'retrying', attempt = i.attempt + 1, error = p_error, job_run_id = NULL,
-               due_at = cryo.now() + make_interval(secs => coalesce((v_retry ->> 'backoff')::float8, 0))
-         WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
-        PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_retry_scheduled', 'node', p_node,
-                              p_item, v_inst.attempt);
-        RETURN 'retrying';
-    END IF;
-    UPDATE cryo.node_instances i
-       SET status = p_outcome, output = p_output, output_clear = p_output_clear, error = p_error,
-           finished_at = cryo.now(), wait_kind = NULL
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    IF v_inst.lease_group IS NOT NULL THEN  -- only an instance with a group holds or waits
-        PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
-    END IF;
-    SELECT * INTO v_node FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = p_node
-       FOR UPDATE;
-    IF p_outcome = 'failed' THEN
-        v_status := 'failed';
-    ELSIF (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
-              AND i.status IN ('succeeded', 'seeded')) = coalesce(v_node.items, 1) THEN
-        v_status := 'succeeded';
-    END IF;
-    IF v_status IS NOT NULL THEN
-        UPDATE cryo.node_states n
-           SET status = v_status, error = p_error, finished_at = cryo.now(),
-               output = CASE WHEN n.items IS NULL THEN p_output END,
-               output_clear = CASE WHEN n.items IS NULL THEN p_output_clear END,
-               tolerated = v_status = 'failed'
-                           AND coalesce((v_def ->> 'continue_on_error')::boolean, false)
-         WHERE n.run_id = p_run_id AND n.node_id = p_node;
-        IF v_node.status IN ('pending', 'running', 'waiting') THEN
-            PERFORM cryo._graph_node_ended(p_run_id, p_node);  -- once, as it ends
-        END IF;
-        PERFORM cryo._history(p_run_id, v_q.org, v_q.project,
-                              CASE v_status WHEN 'failed' THEN 'node_failed' ELSE 'node_completed' END,
-                              'node', p_node, p_item, v_inst.attempt, p_output);
-    ELSIF v_node.status = 'running' AND NOT EXISTS (
-            SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
-               AND i.status = 'running') THEN
-        UPDATE cryo.node_states n SET status = 'running' WHERE n.run_id = p_run_id AND n.node_id = p_node;
-    END IF;
-    RETURN p_outcome;
+    RETURN cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
+                                p_output, p_error, p_exit_code, p_output_clear);
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_record_item(text, uuid, text, integer, text, bytea, text, integer, jsonb) IS
@@ -1274,8 +963,7 @@ BEGIN
         v_q.org, v_q.project, p_filename, p_interpreter, p_source, p_input, NULL,
         p_required_caps, p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph) s;
     UPDATE cryo.runs SET graph_node = p_node, graph_item = p_item WHERE id = v_child;
-    UPDATE cryo.node_instances i SET job_run_id = v_child, status = 'running'
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+    PERFORM cryo._instance_job(p_run_id, p_node, p_item, v_child);
     RETURN v_child;
 END
 $$;
@@ -1296,15 +984,7 @@ BEGIN
             USING ERRCODE = 'CR004';
     END IF;
     PERFORM cryo._check_timeout(p_seconds);
-    UPDATE cryo.node_instances i
-       SET status = 'waiting', wait_kind = p_kind, wait_name = p_name,
-           due_at = cryo.now() + make_interval(secs => p_seconds)
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
-    UPDATE cryo.node_states n SET status = 'waiting'
-     WHERE n.run_id = p_run_id AND n.node_id = p_node AND n.status = 'running'
-       AND NOT EXISTS (SELECT 1 FROM cryo.node_instances i WHERE i.run_id = p_run_id
-                          AND i.node_id = p_node AND i.status = 'running');
-    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'node_waiting', 'node', p_node, p_item);
+    PERFORM cryo._instance_wait(v_q, p_node, p_item, p_kind, p_name, p_seconds);
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_wait_item(text, uuid, text, integer, text, text, double precision) IS
@@ -1346,8 +1026,10 @@ BEGIN
                    updated_at = excluded.updated_at;
         END IF;
         IF v_failed.node_id IS NOT NULL THEN
-            -- What was still running was cancelled above: its nodes say so.
+            -- What was still running was cancelled above: its nodes say so; and what
+            -- never started is skipped, so no node of a finished run is left pending.
             PERFORM cryo._graph_cancel_nodes(p_run_id, true);
+            PERFORM cryo._nodes_skip_unstarted(v_q, 'the run failed');
             -- The run exits as its failing node's job did (1 when no job ran it).
             PERFORM cryo._finalize(p_run_id, 'failed',
                 coalesce((SELECT c.exit_code FROM cryo.node_instances i
@@ -1370,11 +1052,12 @@ BEGIN
                 ELSE 'retry-backoff' END
       INTO v_reason
       FROM cryo.node_instances i WHERE i.run_id = p_run_id
-       AND i.status IN ('running', 'waiting', 'retrying', 'ready');
+       AND cryo._node_status_in(i.status, 'instance live');
     UPDATE cryo.runs r SET drive_failures = 0 WHERE r.id = p_run_id AND r.drive_failures <> 0;
     PERFORM cryo._park(p_run_id, coalesce(v_reason, 'running-nodes'), NULL, NULL,
                        (SELECT min(i.due_at) FROM cryo.node_instances i
-                         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying')));
+                         WHERE i.run_id = p_run_id
+                           AND cryo._node_status_in(i.status, 'instance timed')));
     RETURN 'parked';
 END
 $$;
@@ -1459,7 +1142,7 @@ BEGIN
         p_calls := cryo._graph_checked_calls(v_id, p_calls);
         IF cryo._graph_state_batch(cryo._claimed_row(v_id, v_token), p_calls) THEN
             PERFORM cryo.graph_settle(v_id, v_token, true, NULL, jsonb_build_object(
-                'answer', cryo._graph_default_output(v_id)));
+                'answer', (cryo._graph_default_output(v_id)).answer));
             v_token := NULL;
         END IF;
     END IF;
@@ -1549,29 +1232,6 @@ $$;
 COMMENT ON FUNCTION cryo.wake_due_graphs(integer) IS
     'Wakes up to p_batch parked graph runs whose timer, retry or backoff is due on the database clock; returns the seconds until the next such deadline, NULL when none. Raises nothing of its own.';
 
--- Ends the nodes of a graph run that had not ended: its running and waiting ones (with
--- p_started_only, when a failed node ends the run and its running jobs were cancelled),
--- or every one (the run itself was cancelled, from cryo._finalize), as 'cancelled'.
-CREATE OR REPLACE FUNCTION cryo._graph_cancel_nodes(p_run_id text, p_started_only boolean)
-RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE cryo.node_instances i
-       SET status = 'cancelled', finished_at = cryo.now(), wait_kind = NULL
-     WHERE i.run_id = p_run_id AND i.status IN ('ready', 'running', 'waiting', 'retrying');
-    WITH ended AS (
-        UPDATE cryo.node_states n SET status = 'cancelled', finished_at = cryo.now()
-         WHERE n.run_id = p_run_id
-           AND (n.status IN ('running', 'waiting') OR (n.status = 'pending' AND NOT p_started_only))
-        RETURNING n.run_id, n.org, n.project, n.node_id, n.started_at
-    )
-    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                              key_ordinal, created_at)
-    SELECT e.run_id, e.org, e.project, 'node_cancelled', 'run', 'node', e.node_id, 0, cryo.now()
-      FROM ended e WHERE e.started_at IS NOT NULL;
-END
-$$;
-
 -- How tick() names the wake of a graph run whose earliest timer is due: a sleep node's
 -- timer fired, a node's retry backoff passed, or a wait node's timeout ran out.
 CREATE OR REPLACE FUNCTION cryo._graph_due_kind(p_run_id text)
@@ -1582,269 +1242,9 @@ LANGUAGE sql STABLE AS $$
                     WHEN i.wait_kind = 'sleep' THEN 'timer_fired'
                     ELSE 'wait_timed_out' END
           FROM cryo.node_instances i
-         WHERE i.run_id = p_run_id AND i.status IN ('waiting', 'retrying') AND i.due_at IS NOT NULL
+         WHERE i.run_id = p_run_id AND cryo._node_status_in(i.status, 'instance timed')
+           AND i.due_at IS NOT NULL
          ORDER BY i.due_at LIMIT 1), 'wait_timed_out')
-$$;
-
--- Wakes a graph run parked on its nodes (a child ended, a signal, event, approval or
--- lease arrived). The queue row is locked whatever its state: a run being driven right
--- now is waited for (then woken if it parked), and a pending one cannot be taken by a
--- driver until this transaction commits, so no driver decides without what happened here.
-CREATE OR REPLACE FUNCTION cryo._graph_poke(p_run_id text, p_kind text)
-RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_state text;
-BEGIN
-    SELECT q.state INTO v_state FROM cryo.queue q
-     WHERE q.run_id = p_run_id AND q.required_caps = '{graph}' FOR UPDATE;
-    IF v_state = 'parked' THEN
-        PERFORM cryo._wake(ARRAY[p_run_id], p_kind);
-    END IF;
-END
-$$;
-
--- An approver's answer for a waiting approval node (validated against its fields by
--- the server first). Returns false when the node is not waiting for one.
-CREATE OR REPLACE FUNCTION cryo.approve_node(
-    p_run_id text, p_node text, p_answer bytea, p_by text)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_run cryo.runs;
-BEGIN
-    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF cryo.is_terminal(v_run.status) THEN
-        RAISE EXCEPTION 'run % already finished (%)', p_run_id, v_run.status USING ERRCODE = 'CR006';
-    END IF;
-    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
-    UPDATE cryo.node_instances i SET output = p_answer, wait_name = p_by
-     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
-       AND i.wait_kind = 'approval' AND i.output IS NULL;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
-                          p_payload => p_answer);
-    -- The wake says why in history under its own kind: node_approved is written once.
-    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION cryo.approve_node(text, text, bytea, text) IS
-    'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
-
--- A new run of a finished graph run's pinned definition and input. Nodes upstream of
--- p_from (those it depends on, transitively) are not run again: they are seeded with
--- what the old run recorded.
-CREATE OR REPLACE FUNCTION cryo.rerun_graph(p_run_id text, p_from text)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_old cryo.runs;
-    v_new text;
-    v_up text[];
-BEGIN
-    SELECT * INTO v_old FROM cryo.runs WHERE id = p_run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
-    END IF;
-    IF v_old.kind <> 'graph' THEN
-        RAISE EXCEPTION 'run % is not a graph run; only graph runs rerun from a node', p_run_id
-            USING ERRCODE = 'CR004';
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM cryo._graph_node_defs(v_old.graph) d WHERE d.node_id = p_from) THEN
-        RAISE EXCEPTION 'run % has no node %', p_run_id, p_from USING ERRCODE = 'CR005';
-    END IF;
-    WITH RECURSIVE up(node_id) AS (
-        SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d WHERE d.node_id = p_from
-        UNION
-        SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d JOIN up ON up.node_id = d.node_id
-    )
-    SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
-    IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
-                  AND n.status NOT IN ('succeeded', 'skipped', 'seeded')) THEN
-        RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
-            USING ERRCODE = 'CR004';
-    END IF;
-    SELECT s.run_id INTO v_new FROM cryo.submit_script(
-        v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
-        NULL, '{graph}', v_old.workflow, v_old.input_clear, p_untrusted => v_old.untrusted,
-        p_graph => v_old.graph) s;
-    UPDATE cryo.node_states n
-       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
-           items = o.items, output = o.output, output_clear = o.output_clear,
-           started_at = cryo.now(), finished_at = cryo.now()
-      FROM cryo.node_states o
-     WHERE n.run_id = v_new AND o.run_id = p_run_id AND o.node_id = n.node_id
-       AND n.node_id = ANY (v_up);
-    UPDATE cryo.node_states n
-       SET open_deps = (SELECT count(*) FROM cryo.node_states m WHERE m.run_id = v_new
-                           AND m.node_id = ANY (n.deps) AND m.status IN ('pending', 'running', 'waiting'))
-     WHERE n.run_id = v_new;
-    INSERT INTO cryo.node_instances (run_id, org, project, node_id, item, status, attempt, output,
-                                  output_clear, started_at, finished_at)
-    SELECT v_new, i.org, i.project, i.node_id, i.item, 'seeded', i.attempt, i.output,
-           i.output_clear, cryo.now(), cryo.now()
-      FROM cryo.node_instances i
-     WHERE i.run_id = p_run_id AND i.node_id = ANY (v_up) AND i.status IN ('succeeded', 'seeded');
-    INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                              key_ordinal, created_at)
-    SELECT v_new, v_old.org, v_old.project, 'node_seeded', 'run', 'node', u, 0, cryo.now()
-      FROM unnest(v_up) u;
-    RETURN v_new;
-END
-$$;
-COMMENT ON FUNCTION cryo.rerun_graph(text, text) IS
-    'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
-
--- Nodes of graph runs, for reading (runs show, the UI) and for DBAs.
-CREATE OR REPLACE FUNCTION cryo.read_graph_nodes(p_run_id text)
-RETURNS TABLE (node_id text, type text, status text, items integer, item integer,
-               item_status text, attempt integer, output bytea, error text, job_run_id text,
-               wait_kind text, started_at timestamptz, finished_at timestamptz,
-               output_clear jsonb)
-LANGUAGE sql STABLE AS $$
-    SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
-           coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
-           i.job_run_id, i.wait_kind, n.started_at, n.finished_at,
-           coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
-      FROM cryo.node_states n
-      LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
-     WHERE n.run_id = p_run_id
-     ORDER BY n.node_id, i.item
-$$;
-COMMENT ON FUNCTION cryo.read_graph_nodes(text) IS
-    'Returns every node of a graph run with each started instance: status, attempt, sealed output (or output_clear, for one holding no user data), error and the child run doing it. Raises nothing.';
-
-CREATE OR REPLACE VIEW cryo.graph_nodes WITH (security_barrier) AS
-SELECT n.run_id, n.org, n.project, n.node_id, n.type, n.status, n.items,
-       (SELECT max(i.attempt) FROM cryo.node_instances i
-         WHERE i.run_id = n.run_id AND i.node_id = n.node_id) AS attempt,
-       n.started_at, n.finished_at, n.error
-  FROM cryo.node_states n JOIN cryo.runs r ON r.id = n.run_id
- WHERE NOT cryo.is_terminal(r.status)
-   AND n.org || ':' || n.project || ':' LIKE (SELECT cryo._app_tenant());  -- an application role sees its tenant only (95_reads.sql)
-COMMENT ON VIEW cryo.graph_nodes IS 'One row per node of every live graph run: type, status, fan-out size, attempt, times.';
-
-CREATE OR REPLACE FUNCTION cryo.render_config(p_config jsonb, p_scope jsonb)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT cryo._render(p_config, p_scope)
-$$;
-COMMENT ON FUNCTION cryo.render_config(jsonb, jsonb) IS
-    'Returns a compiled node config with its $expr and $template values rendered over a scope. Raises nothing.';
-
-CREATE OR REPLACE FUNCTION cryo.read_graph(p_run_id text)
-RETURNS TABLE (graph jsonb, source bytea)
-LANGUAGE sql STABLE AS $$
-    SELECT r.graph, r.source FROM cryo.runs r WHERE r.id = p_run_id AND r.kind = 'graph'
-$$;
-COMMENT ON FUNCTION cryo.read_graph(text) IS
-    'Returns a graph run''s clear structure and its sealed document; no row for a script run. Raises nothing.';
-
--- The jobs that did the nodes of a graph run, oldest first: each child run an agent ran
--- for a node instance (a retry is another), and those of the graph runs its workflow
--- nodes started, nested. label names the node as a log prefix: its id, '#item' for a
--- fan-out instance, 'outer/inner' inside a workflow node; attempt counts the jobs
--- of one label. Log followers read their logs with cryo.read_graph_logs.
-CREATE OR REPLACE FUNCTION cryo.graph_jobs(p_run_id text)
-RETURNS TABLE (job_run_id text, label text, attempt bigint, status text, exit_code integer,
-               error text, finished boolean, created_at timestamptz)
-LANGUAGE sql STABLE AS $$
-    WITH RECURSIVE jobs AS (
-        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
-               c.graph_node || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END AS label,
-               1 AS depth
-          FROM cryo.runs c
-          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
-         WHERE c.parent_run_id = p_run_id AND c.graph_node IS NOT NULL
-        UNION ALL
-        SELECT c.id, c.kind, c.status, c.exit_code, c.error, c.created_at,
-               j.label || '/' || c.graph_node
-                   || CASE WHEN n.items IS NULL THEN '' ELSE '#' || c.graph_item END,
-               j.depth + 1
-          FROM jobs j
-          JOIN cryo.runs c ON c.parent_run_id = j.id AND c.graph_node IS NOT NULL
-          LEFT JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
-         WHERE j.kind = 'graph' AND j.depth < 16
-    )
-    SELECT j.id, j.label, row_number() OVER (PARTITION BY j.label ORDER BY j.created_at, j.id),
-           j.status, j.exit_code, j.error, cryo.is_terminal(j.status), j.created_at
-      FROM jobs j
-     WHERE j.kind = 'script'
-     ORDER BY j.created_at, j.id
-$$;
-COMMENT ON FUNCTION cryo.graph_jobs(text) IS
-    'Returns the child runs that did the nodes of a graph run (and of the graph runs its workflow nodes started), oldest first: each with a label naming its node (id, #item for a fan-out instance, outer/inner when nested), which attempt of that label it is, its status, exit code and error, and whether it has finished. Raises nothing.';
-
--- The log chunks of a graph run's jobs after a position per job: p_jobs[i] after chunk
--- id p_after[i], at most p_limit per job, in chunk order. A job that is not one of the
--- run's (cryo.graph_jobs) gives nothing.
-CREATE OR REPLACE FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[],
-                                                p_limit integer DEFAULT 500)
-RETURNS TABLE (job_run_id text, id bigint, data bytea)
-LANGUAGE sql STABLE AS $$
-    SELECT c.job, l.id, l.data
-      FROM unnest(p_jobs, p_after) AS c(job, after)
-      JOIN cryo.graph_jobs(p_run_id) g ON g.job_run_id = c.job
-      CROSS JOIN LATERAL (SELECT l.id, l.data FROM cryo.logs l
-                           WHERE l.run_id = c.job AND l.id > coalesce(c.after, 0)
-                           ORDER BY l.id LIMIT p_limit) l
-     ORDER BY l.id
-$$;
-COMMENT ON FUNCTION cryo.read_graph_logs(text, text[], bigint[], integer) IS
-    'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
-
--- -- connector credentials -------------------------------------------------------------
--- What a claim of a run may see (claim_grants and claim_secrets call this): the job of
--- an http node sees only the project secrets its node names (its clear `secrets` list;
--- a connector node: its connection's secret, cryo.connections),
--- so a credential reaches the connector agent doing that request and nothing else; any
--- other run sees its project's secrets as before (cryo._grant_secrets). An untrusted
--- run gets the names alone, either way. No secret is ever in a document or an input.
-CREATE OR REPLACE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project text,
-                                                   p_untrusted boolean)
-RETURNS TABLE (name text, value bytea, withheld boolean)
-LANGUAGE sql STABLE AS $$
-    WITH node AS (
-        SELECT CASE WHEN n.type = 'connector' THEN ARRAY(SELECT k.secret FROM cryo.connections k   -- 79_connections.sql
-                     WHERE k.org = c.org AND k.project = c.project AND k.name = n.def ->> 'connection')
-               ELSE ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) END AS names
-          FROM cryo.runs c
-          JOIN cryo.node_states n ON n.run_id = c.parent_run_id AND n.node_id = c.graph_node
-         WHERE c.id = p_run_id AND n.type IN ('http', 'connector')
-    )
-    SELECT s.name, s.value, s.withheld FROM cryo._grant_secrets(p_org, p_project, p_untrusted) s
-     WHERE NOT EXISTS (SELECT 1 FROM node)
-        OR EXISTS (SELECT 1 FROM node WHERE s.name = ANY (node.names))
-$$;
-
--- What a grant carries beside the run itself, read for claim_grants: the run's
--- recorded memos (the step cache the agent replays from; results sealed and
--- base64-encoded, as read_journal lists them), the secrets the claim may see
--- (cryo._grant_secrets, which claim_secrets serves too: sealed values, or names only for
--- an untrusted run) and whether the run is untrusted. A set-returning SQL function, so
--- the planner inlines it into its callers' statement.
-CREATE OR REPLACE FUNCTION cryo._grant_extras(p_run_id text)
-RETURNS TABLE (journal jsonb, secrets jsonb, untrusted boolean)
-LANGUAGE sql STABLE AS $$
-    SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'seq', j.seq, 'path', j.path, 'family', j.key_family,
-                       'name', j.key_name, 'ordinal', j.key_ordinal, 'status', j.status,
-                       'result', encode(j.result, 'base64'), 'exit_code', j.exit_code,
-                       'answer_clear', j.answer_clear, 'ref_run_id', j.ref_run_id)
-                       ORDER BY j.seq), '[]'::jsonb)
-              FROM cryo.journal j WHERE j.run_id = r.id),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                       'name', s.name, 'value', encode(s.value, 'base64'),
-                       'withheld', s.withheld) ORDER BY s.name), '[]'::jsonb)
-              FROM cryo._grant_run_secrets(r.id, r.org, r.project, r.untrusted) s),
-           r.untrusted
-      FROM cryo.runs r WHERE r.id = p_run_id
 $$;
 
 -- -- graph calls from scripts ------------------------------------------------------------
@@ -1853,19 +1253,6 @@ $$;
 -- whose first reach submits the child graph run and parks the caller on a marker naming
 -- it; the child's ending wakes the caller (cryo._wake_parent) with the memo below, so
 -- every later pass answers from the journal and submits nothing.
-
--- The memo a finished child graph run leaves its caller: its sealed output (the run
--- output 'output', sealed as {"answer": v}; none when it failed), its run id, status and
--- error in the clear, and the exit code a caller would see.
-CREATE OR REPLACE FUNCTION cryo._graph_call_memo(p_child_id text)
-RETURNS TABLE (result bytea, answer jsonb, exit_code integer)
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN c.status = 'succeeded' THEN
-                (SELECT o.value FROM cryo.run_outputs o WHERE o.run_id = c.id AND o.key = 'output') END,
-           jsonb_build_object('run_id', c.id, 'status', c.status, 'error', c.error),
-           cryo._outcome_code(c.status, c.exit_code)
-      FROM cryo.runs c WHERE c.id = p_child_id
-$$;
 
 CREATE OR REPLACE FUNCTION cryo.call_graph(
     p_run_id text, p_token uuid, p_position integer, p_family text, p_name text,
@@ -1885,9 +1272,9 @@ BEGIN
         RAISE EXCEPTION 'a graph call''s family is graph.call or node.call, not %', coalesce(p_family, 'null')
             USING ERRCODE = 'CR004';
     END IF;
-    v_path := cryo.call_path(p_family, p_name, p_ordinal, p_path);
-    v_memo := cryo._done_memo(p_run_id, v_path);
-    IF v_memo.path IS NOT NULL THEN
+    v_memo := cryo._replay(p_run_id, p_family, p_name, p_ordinal, p_path);
+    v_path := v_memo.path;
+    IF v_memo.status = 'done' THEN
         RETURN QUERY SELECT false, v_memo.ref_run_id, v_memo.answer_clear ->> 'status',
                             v_memo.exit_code, v_memo.result, v_memo.answer_clear ->> 'error';
         RETURN;

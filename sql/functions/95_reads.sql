@@ -20,7 +20,7 @@ BEGIN
           FROM cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
          WHERE r.id = p_run_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'CR003';
+        PERFORM cryo._no_run(p_run_id);
     END IF;
 END
 $$;

@@ -189,7 +189,7 @@ async def test_a_failed_node_cancels_the_nodes_still_running(srv: Server) -> Non
     run = await until(srv, run_id, ended)
     assert (run["status"], run["exit_code"]) == ("failed", 4)
     assert {n: v["status"] for n, v in nodes_of(run).items()} == {
-        "slow": "cancelled", "bad": "failed", "after": "pending"}
+        "slow": "cancelled", "bad": "failed", "after": "skipped"}
 
 
 async def test_one_approval_writes_one_node_approved_row(srv: Server) -> None:

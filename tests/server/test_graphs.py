@@ -164,7 +164,9 @@ async def test_a_failed_node_is_retried_then_fails_the_run(srv: Server) -> None:
     assert run["status"] == "failed" and "flaky" in run["error"]
     assert sources[0] == sources[1]  # same key across the retry
     got = nodes_of(run)
-    assert got["flaky"]["attempt"] == 2 and got["after"]["status"] == "pending"
+    # A finished run leaves no node pending: what never started was skipped.
+    assert got["flaky"]["attempt"] == 2 and got["after"]["status"] == "skipped"
+    assert got["after"]["error"] == "the run failed"
     assert await srv.claim() is None
 
 

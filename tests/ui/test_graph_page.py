@@ -49,8 +49,8 @@ def test_pipeline_reject_with_comment_then_rerun_and_approve(split: Split, page:
     form.locator("textarea[name=comment]").fill("not on a Friday")
     page.click("#reject-approve")
     expect(page.locator("#run-status")).to_contain_text("failed", timeout=20_000)
-    # 7. The job the failed run never reached is "not run", not grey "pending".
-    expect(strip.locator('[data-node="deploy"]')).to_have_class("node s-not-run")
+    # 7. The job the failed run never reached is skipped (the run failed), not "pending".
+    expect(strip.locator('[data-node="deploy"]')).to_have_class("node s-skipped")
     rejected = page.locator('#timeline li[data-kind="node_rejected"]')
     expect(rejected).to_contain_text("not on a Friday")
     expect(rejected).to_contain_text("by ")

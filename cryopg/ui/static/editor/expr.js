@@ -4,7 +4,7 @@
 const ROOTS = new Set(["input", "nodes", "node", "item", "item_index", "run", "trigger"]);
 const COMPARE = new Set(["==", "!=", "<=", ">=", "<", ">"]);
 const TOKEN = /\s*(?:(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(==|!=|<=|>=|<|>|\(|\)|\.|\[|\])|([A-Za-z_][A-Za-z0-9_-]*))/y;
-const MAX_EXPR = 2000, MAX_NESTING = 32;
+const MAX_EXPR = 2000, MAX_NESTING = 32, MAX_NUMBER = 32, MAX_TEMPLATE = 1 << 20, MAX_HOLES = 1000;
 const short = (t) => JSON.stringify(t.length <= 80 ? t : t.slice(0, 80) + "...");
 
 function tokens(text) {
@@ -36,7 +36,8 @@ function parse(text, ids) {
   function compare() { operand(); const t = peek(); if (t && t[0] === "op" && COMPARE.has(t[1])) { i++; operand(); } }
   function operand() {
     const [kind, val] = take();
-    if (kind === "num" || kind === "str") return;
+    if (kind === "num") return number(val);
+    if (kind === "str") return;
     if (kind === "op" && val === "(") {
       nest(); or();
       const t = take();
@@ -75,15 +76,23 @@ function parse(text, ids) {
   if (i < toks.length) throw new Error(`unexpected '${toks[i][1]}' in ${short(text)}`);
 }
 
+function number(val) {
+  if (val.length > MAX_NUMBER) throw new Error(`number ${val.slice(0, 16)}... is longer than ${MAX_NUMBER} characters`);
+  if (/[.eE]/.test(val)) { if (!Number.isFinite(Number(val))) throw new Error(`number ${val} is too large`); }
+  else if (BigInt(val) < -(2n ** 63n) || BigInt(val) >= 2n ** 63n) throw new Error(`integer ${val} does not fit 64 bits`);
+}
+
 const HOLE = /\{\{((?:[^}'"]|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\}(?!\}))*)\}\}/y;
 
 function parseTemplate(text, ids) {
   if (typeof text !== "string") throw new Error("a template must be a string");
-  let pos = 0, start;
+  if (text.length > MAX_TEMPLATE) throw new Error(`a template is at most ${MAX_TEMPLATE} characters`);
+  let pos = 0, start, holes = 0;
   while ((start = text.indexOf("{{", pos)) >= 0) {
     HOLE.lastIndex = start;
     const m = HOLE.exec(text);
     if (!m) throw new Error(`unbalanced {{ }} in template ${short(text.slice(start))}`);
+    if (++holes > MAX_HOLES) throw new Error(`a template has at most ${MAX_HOLES} {{ }} holes`);
     parse(m[1].trim(), ids);
     pos = HOLE.lastIndex;
   }

@@ -149,7 +149,7 @@ function create({ base, signal, refresh }) {
     const msg = el("span", { class: "error", id: "dag-rerun-error" });
     const logBox = el("pre", { class: "json dag-log", id: "dag-node-log" }, jobs.length ? "…" : "(no job: this node runs in the database)");
     const inputBox = el("div", { id: "dag-node-input" }, jobs.length ? "…" : el("p", { class: "muted" }, "—"));
-    const waitingApproval = !run.finished && node.status === "waiting" && node.approval;
+    const waitingApproval = !run.finished && node.status === "waiting" && node.approval && node.waiting_for !== "lease";
     detail.replaceChildren(head, facts,
       node.error ? el("p", { class: "error", id: "dag-node-error" }, node.error) : "",
       waitingApproval ? prefixIds(approvalForm(node, base, refresh), "dag-") : "",

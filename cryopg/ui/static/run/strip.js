@@ -56,7 +56,7 @@ function create({ base, refresh }) {
           onclick: () => showNode(n, run) }, n.id, n.items ? ` ×${n.items}` : ""));
       });
       // A form being filled in survives live re-renders; it goes when its node stops waiting.
-      const waiting = run.finished ? [] : nodes.filter((n) => n.status === "waiting" && n.approval);
+      const waiting = run.finished ? [] : nodes.filter((n) => n.status === "waiting" && n.approval && n.waiting_for !== "lease");
       for (const id of Object.keys(openForms)) {
         if (!waiting.some((n) => n.id === id)) delete openForms[id];
       }

@@ -1,0 +1,101 @@
+-- What operators do to graph runs, beyond what every run takes (submit, signal, cancel,
+-- 96_operators.sql): answer a waiting approval, one way or the other, and run a finished
+-- graph again from one of its nodes. The node rows change through the node transitions
+-- (12_node_transitions.sql).
+
+-- The run an approver answers: live (CR003, CR006 otherwise), its queue row locked, so a
+-- driver's turn on it finishes first or waits for the answer.
+CREATE OR REPLACE FUNCTION cryo._approvable(p_run_id text)
+RETURNS cryo.runs
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run cryo.runs := cryo._run_row(p_run_id, true);
+BEGIN
+    PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
+    RETURN v_run;
+END
+$$;
+
+-- An approver's answer for a waiting approval node (validated against its fields by
+-- the server first). Returns false when the node is not waiting for one.
+CREATE OR REPLACE FUNCTION cryo.approve_node(
+    p_run_id text, p_node text, p_answer bytea, p_by text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run cryo.runs := cryo._approvable(p_run_id);
+BEGIN
+    IF NOT cryo._instance_answer(p_run_id, p_node, p_answer, p_by) THEN
+        RETURN false;
+    END IF;
+    PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
+                          p_payload => p_answer);
+    -- The wake says why in history under its own kind: node_approved is written once.
+    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION cryo.approve_node(text, text, bytea, text) IS
+    'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
+
+-- An approver turns a waiting approval node down: the node fails with the reason, as any
+-- failed node does (the run fails unless the node has continue_on_error; what depends on
+-- it is skipped and an always node after it still runs) on the driver's next turn. The
+-- sealed payload (who and the comment) goes to history as node_rejected.
+CREATE OR REPLACE FUNCTION cryo.reject_node(
+    p_run_id text, p_node text, p_payload bytea, p_by text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run cryo.runs := cryo._approvable(p_run_id);
+BEGIN
+    IF NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by, p_payload) THEN
+        RETURN false;
+    END IF;
+    PERFORM cryo._graph_poke(p_run_id, 'approval_received');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION cryo.reject_node(text, text, bytea, text) IS
+    'Turns down a waiting approval node of a graph run (rejected by p_by, with a sealed payload holding the comment): the node fails, so the run fails (its always nodes still run); returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
+
+-- A new run of a finished graph run's pinned definition and input. Nodes upstream of
+-- p_from (those it depends on, transitively) are not run again: they are seeded with
+-- what the old run recorded.
+CREATE OR REPLACE FUNCTION cryo.rerun_graph(p_run_id text, p_from text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_old cryo.runs;
+    v_new text;
+    v_up text[];
+BEGIN
+    v_old := cryo._run_row(p_run_id);
+    IF v_old.kind <> 'graph' THEN
+        RAISE EXCEPTION 'run % is not a graph run; only graph runs rerun from a node', p_run_id
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM cryo._graph_node_defs(v_old.graph) d WHERE d.node_id = p_from) THEN
+        RAISE EXCEPTION 'run % has no node %', p_run_id, p_from USING ERRCODE = 'CR005';
+    END IF;
+    WITH RECURSIVE up(node_id) AS (
+        SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d WHERE d.node_id = p_from
+        UNION
+        SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d JOIN up ON up.node_id = d.node_id
+    )
+    SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
+    IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
+                  AND NOT cryo._node_status_in(n.status, 'ended well')) THEN
+        RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
+            USING ERRCODE = 'CR004';
+    END IF;
+    SELECT s.run_id INTO v_new FROM cryo.submit_script(
+        v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
+        NULL, '{graph}', v_old.workflow, v_old.input_clear, p_untrusted => v_old.untrusted,
+        p_graph => v_old.graph) s;
+    PERFORM cryo._nodes_seed(v_new, p_run_id, v_up);
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION cryo.rerun_graph(text, text) IS
+    'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
