@@ -802,7 +802,7 @@ CREATE FUNCTION cryo._grant_run_secrets(p_run_id text, p_org text, p_project tex
     LANGUAGE sql STABLE
     AS $$
     WITH node AS (
-        SELECT CASE WHEN n.type = 'connector' THEN ARRAY(SELECT k.secret FROM cryo.connections k   -- 79_connections.sql
+        SELECT CASE WHEN n.type = 'connector' THEN ARRAY(SELECT k.secret FROM cryo.connections k
                      WHERE k.org = c.org AND k.project = c.project AND k.name = n.def ->> 'connection')
                ELSE ARRAY(SELECT jsonb_array_elements_text(coalesce(n.def -> 'secrets', '[]'))) END AS names
           FROM cryo.runs c
