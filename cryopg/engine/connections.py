@@ -1,4 +1,4 @@
-"""A project's connections for connector nodes (sql/functions/79_connections.sql)."""
+"""A project's connections for connector nodes (sql/functions/91_connections.sql)."""
 
 from __future__ import annotations
 

@@ -15,11 +15,11 @@
 --   76 graph operators   approving and rejecting approvals, rerunning from a node
 --   77 graph reads       a graph run's nodes, document, jobs and their logs
 --   78 artifacts         files runs put and get: the index over content-addressed blobs
---   79 connections       a project's stored connections, which connector nodes call
 --   80 sweeps            tick (the poll behind every push), retention, project removal
 --   82 log store         moving finished runs' logs to the object store, and back
 --   85 triggers          schedules, webhooks, event handlers and cancel_on: runs nobody submitted
 --   90 tenancy           orgs, keys, tokens, members, secrets
+--   91 connections       a project's stored connections (naming its secrets), for connector nodes
 --   92 sessions          browser sign-in, OIDC and CLI sessions
 --   95 reads             what the server and DBAs read: runs, logs, events, views
 --   96 operators         rerunning a run

@@ -1,4 +1,4 @@
-"""Connections in SQL (functions/79_connections.sql): stored per project, checked, named
+"""Connections in SQL (functions/91_connections.sql): stored per project, checked, named
 secrets that must exist, refused to an untrusted run's connector node, and deleted with
 their project."""
 
