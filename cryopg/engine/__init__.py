@@ -93,6 +93,12 @@ from cryopg.engine.log_store import (
     renew_log_move,
     trim_run_log,
 )
+from cryopg.engine.metrics import (
+    MetricRow,
+    fold_metrics,
+    read_metrics,
+    set_run_traceparent,
+)
 from cryopg.engine.operators import reject_node, rerun_run, search_runs
 from cryopg.engine.reads import (
     get_run,
@@ -250,6 +256,10 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "MetricRow",
+    "fold_metrics",
+    "read_metrics",
+    "set_run_traceparent",
     "LogArchive",
     "LogToMove",
     "LogMove",

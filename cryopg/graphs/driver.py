@@ -13,6 +13,7 @@ import dataclasses
 import json
 import socket
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,6 +26,7 @@ from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
 from cryopg.graphs import starts as graph_nodes
 from cryopg.graphs.nodes import state as state_node
+from cryopg.server import metrics
 from cryopg.server.render import open_document, run_input
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
@@ -266,11 +268,14 @@ async def drive_once(app: web.Application) -> int:
                     # A savepoint: a turn that fails undoes only itself, and the run is
                     # parked with a backoff in the same transaction instead of being
                     # handed out again at once, ahead of every other tenant's runs.
+                    turn_started = time.perf_counter()
                     async with conn.transaction():
                         settled = await advance(app, conn, g)
+                    metrics.turn(app, time.perf_counter() - turn_started, "ok")
                 except (DatabaseUnavailable, asyncio.CancelledError):
                     raise  # an outage blames no run: the whole turn rolls back
                 except Exception as exc:  # noqa: BLE001 - any bug in one run stays in that run
+                    metrics.turn(app, time.perf_counter() - turn_started, "failed")
                     _PINNED.pop(g.run_id, None)  # see below
                     why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                     print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)

@@ -37,6 +37,7 @@ from cryopg.logstore.bound import bound_waiting_logs
 from cryopg.logstore.objects import SegmentWriter, open_store
 from cryopg.logstore.settings import LogStoreSettings
 from cryopg.seal import Sealer
+from cryopg.server import metrics
 from cryopg.server.state import CONFIG, KEYS, POOL
 
 CLAIM_BATCH = 8  # logs leased per claim while the store answers
@@ -141,6 +142,7 @@ class LogStore:
         try:
             await self.round(app)
         except Exception as exc:  # noqa: BLE001 - e.g. the database away: the next round retries
+            metrics.count(app, "log_move_failures")
             print(f"cryopg: moving logs failed: {exc}", file=sys.stderr)
             self.next_round = time.monotonic() + MOVE_EVERY
 
@@ -165,6 +167,7 @@ class LogStore:
                     break
             more = await self._delete_queued(app) or more
         except StoreFailed as exc:
+            metrics.count(app, "log_move_failures")
             now = time.monotonic()
             if self.down_since is None:
                 cause = exc.__cause__ or exc

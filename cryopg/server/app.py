@@ -17,7 +17,7 @@ from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
 from cryopg.graphs import driver as graph_driver
 from cryopg.logstore import mover as log_mover
-from cryopg.server import agent_api, agents, openapi, sign_in, triggers, ui, user_api
+from cryopg.server import agent_api, agents, metrics, openapi, sign_in, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.auth import AGENT_TOKENS
 from cryopg.server.config import ServerConfig
@@ -87,9 +87,9 @@ async def _tick(app: web.Application) -> None:
 
 # What every server does on each tick interval, one after the other: the engine's
 # backstop sweep, then the triggers' rounds, the agents' drain marks, the logs' move, the
-# artifact collector.
+# artifact collector, the metrics' fold.
 ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, agents.refresh_drains,
-          log_mover.move_logs, collect_round)
+          log_mover.move_logs, collect_round, metrics.fold_round)
 
 
 async def _tick_forever(app: web.Application, stop: asyncio.Event) -> None:
@@ -131,7 +131,8 @@ async def health(request: web.Request) -> web.Response:
 
 def build_app(config: ServerConfig) -> web.Application:
     # limits_middleware checks every path, query and body before a handler runs.
-    app = web.Application(middlewares=[errors_middleware, limits_middleware, ui.ui_headers],
+    app = web.Application(middlewares=[metrics.request_metrics, errors_middleware,
+                                       limits_middleware, ui.ui_headers],
                           client_max_size=MAX_BODY)
     app[CONFIG] = config
     log_mover.setup(app)
@@ -140,6 +141,7 @@ def build_app(config: ServerConfig) -> web.Application:
                             graph_driver.driver_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
+    metrics.setup(app)
     openapi.add_routes(app)
     user_api.add_routes(app)
     agent_api.add_routes(app)

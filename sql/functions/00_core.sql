@@ -201,7 +201,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR075', 'artifact_quota', 'a new artifact would take its project past CRYOPG_ARTIFACTS_MAX_BYTES'),
         ('CR170', 'artifact_unverified', 'an untrusted run named a blob by its digest without uploading the bytes through the server, which checks them'),
         ('CR100', 'log_move_lost', 'the log mover''s attempt no longer holds the lease on that run''s log (it lapsed and another replica took it over, or the run was collected)'),
-        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end')
+        ('CR160', 'log_gap', 'a log chunk does not start at the end of the pass''s stored log (a gap, or at a finish a partial repeat); the message names the stored end'),
+        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
