@@ -6245,6 +6245,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.run_state_list(p_run_id text, p_token uuid, p_entity text, p_tainted boolean) IS 'Returns, in key order, every cell of the claimed run''s scope that the run may read (as run_state_get). Raises CR002 for a stale claim token, CR004 for a malformed entity.';
 
+CREATE FUNCTION cryo.run_traceparent(p_run_id text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.traceparent FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.run_traceparent(p_run_id text) IS 'Returns the W3C traceparent stored on a run (NULL when none or no such run). Raises nothing.';
+
 CREATE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) RETURNS void
     LANGUAGE plpgsql
     AS $$

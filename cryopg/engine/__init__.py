@@ -97,6 +97,7 @@ from cryopg.engine.metrics import (
     MetricRow,
     fold_metrics,
     read_metrics,
+    run_traceparent,
     set_run_traceparent,
 )
 from cryopg.engine.operators import reject_node, rerun_run, search_runs
@@ -259,6 +260,7 @@ __all__ = [
     "MetricRow",
     "fold_metrics",
     "read_metrics",
+    "run_traceparent",
     "set_run_traceparent",
     "LogArchive",
     "LogToMove",

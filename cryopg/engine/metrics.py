@@ -37,3 +37,8 @@ async def fold_metrics(conn: AsyncConnection) -> int:
 async def set_run_traceparent(conn: AsyncConnection, run_id: str, traceparent: str) -> bool:
     return bool(await _one(conn, "SELECT cryo.set_run_traceparent(%s, %s)",
                            (run_id, traceparent)))
+
+
+async def run_traceparent(conn: AsyncConnection, run_id: str) -> str | None:
+    got = await _one(conn, "SELECT cryo.run_traceparent(%s)", (run_id,))
+    return None if got is None else str(got)

@@ -20,13 +20,13 @@ from typing import Any
 
 from aiohttp import web
 
-from cryopg import engine
+from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
 from cryopg.graphs import starts as graph_nodes
 from cryopg.graphs.nodes import state as state_node
-from cryopg.server import metrics
+from cryopg.server import metrics, traces
 from cryopg.server.render import open_document, run_input
 from cryopg.server.state import KEYS, NOTIFIER, POOL
 
@@ -269,8 +269,10 @@ async def drive_once(app: web.Application) -> int:
                     # parked with a backoff in the same transaction instead of being
                     # handed out again at once, ahead of every other tenant's runs.
                     turn_started = time.perf_counter()
-                    async with conn.transaction():
-                        settled = await advance(app, conn, g)
+                    run_tp = await traces.continue_run_trace(conn, g.run_id)
+                    with tracing.span("cryopg graph turn", run_tp, run_id=g.run_id):
+                        async with conn.transaction():
+                            settled = await advance(app, conn, g)
                     metrics.turn(app, time.perf_counter() - turn_started, "ok")
                 except (DatabaseUnavailable, asyncio.CancelledError):
                     raise  # an outage blames no run: the whole turn rolls back

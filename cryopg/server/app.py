@@ -11,7 +11,7 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from cryopg import engine
+from cryopg import engine, tracing
 from cryopg.artifacts.service import artifacts_ctx, collect_round
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
@@ -135,6 +135,7 @@ def build_app(config: ServerConfig) -> web.Application:
                                        limits_middleware, ui.ui_headers],
                           client_max_size=MAX_BODY)
     app[CONFIG] = config
+    tracing.configure("cryopg-server")  # off unless the OTEL_* variables ask for it
     log_mover.setup(app)
     app[AGENT_TOKENS] = {}
     app.cleanup_ctx.extend([_pool_ctx, _notifier_ctx, batching_ctx, artifacts_ctx, _ticker_ctx,

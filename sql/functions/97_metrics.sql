@@ -279,3 +279,13 @@ END
 $$;
 COMMENT ON FUNCTION cryo.set_run_traceparent(text, text) IS
     'Sets the W3C traceparent of a run that has none; returns false when the run is unknown or already has one. Raises CR190 for a malformed traceparent.';
+
+-- The trace a run belongs to, for whoever continues it (a claim's grant, a graph turn,
+-- the run page). NULL when it has none or is unknown.
+CREATE OR REPLACE FUNCTION cryo.run_traceparent(p_run_id text)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT r.traceparent FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+COMMENT ON FUNCTION cryo.run_traceparent(text) IS
+    'Returns the W3C traceparent stored on a run (NULL when none or no such run). Raises nothing.';

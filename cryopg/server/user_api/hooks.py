@@ -19,7 +19,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError, InvalidArgument, Unauthorized
-from cryopg.server import metrics
+from cryopg.server import metrics, traces
 from cryopg.server.limits import parse_json_off_loop, raw_body, read_body
 from cryopg.server.state import KEYS, POOL
 from cryopg.server.user_api.triggers import HOOK_ROUTE
@@ -59,6 +59,10 @@ async def _deliver(request: web.Request) -> tuple[web.Response, str]:
             conn, org, project, name, body_hash=hashlib.sha256(body).digest(), event=event,
             trigger=trigger, input=sealer.seal_json({"trigger": trigger}),
             payload=sealer.seal_json({"answer": trigger}), untrusted=untrusted)
+        if not got.duplicate:
+            await traces.start_run_trace(conn, got.run_id, "cryopg webhook",
+                                         traces.incoming(request), org=org, project=project,
+                                         webhook=name, event=event)
     status = 200 if got.duplicate else 201 if got.outcome == "started" else 202
     return web.json_response({"outcome": got.outcome, "run_id": got.run_id,
                               "event_id": got.event_id, "duplicate": got.duplicate,
