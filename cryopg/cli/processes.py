@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from cryopg import logfmt
 from cryopg.cli.target import DEV_FILE, STATE_DIR, find_dev_file, refuse_inside_run
 from cryopg.errors import CryoError
 from cryopg.secret_env import scrub_secrets
@@ -164,6 +165,7 @@ def _replica_from_env() -> str:
 @click.option("--port", default=7777, show_default=True)
 @CLAIM
 @TICK
+@logfmt.option("server")
 def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: float,
                tick_interval: float) -> None:
     """Run the HTTP server (needs CRYOPG_MASTER_KEY and a migrated database)."""
@@ -264,6 +266,7 @@ async def _announce_agent(url: str, prefix: str, count: int, caps: list[str], *,
 @click.option("--drain", is_flag=True,
               help="Run no agent: ask the running agent(s) of --id to drain (finish the run "
                    "held, take no new one, exit). SIGTERM to an agent does the same.")
+@logfmt.option("agent")
 def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_id: str | None,
               count: int, local: bool | None, isolate: bool, drain: bool) -> None:
     """Run an agent that claims and runs jobs (from a dev directory, or with --url and --token).
@@ -418,6 +421,7 @@ def start_dev_cluster(state: Path) -> Any:
 @click.option("--no-sample", is_flag=True, hidden=True)
 @CLAIM
 @TICK
+@logfmt.option("dev")
 def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample: Path | None,
             no_sample: bool, claim_seconds: float, tick_interval: float) -> None:
     """Run a whole local stack: PostgreSQL under .cryopg/, the server, and agents."""

@@ -49,12 +49,9 @@ A = "/api/v1/agent/runs/{run}"
 
 # (method, path, auth, summary, request body schema or None, query parameters)
 # auth: "user" (a user token or session, the route names the role), "agent" (an agent
-# token), "signature" (a webhook's HMAC), "cookie" (the web UI's session), "metrics" (the
-# deployment's scrape token, CRYOPG_METRICS_TOKEN), "none".
+# token), "signature" (a webhook's HMAC), "cookie" (the web UI's session), "none".
 ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str, Any]]]] = [
     ("GET", "/api/v1/health", "none", "The server and its database answer", None, {}),
-    ("GET", "/metrics", "metrics", "Prometheus metrics (Bearer: the CRYOPG_METRICS_TOKEN secret; "
-     "404 when it is unset)", None, {}),
     ("GET", "/api/v1/graphs/node-types", "none",
      "Every graph node type with the JSON Schema of its config", None, {}),
     ("GET", OPENAPI_PATH, "none", "This document", None, {}),
@@ -249,7 +246,7 @@ def _operation(method: str, path: str, auth: str, summary: str, body: dict[str, 
                       "4XX": {"description": "Refused: bad input, auth, conflict",
                               "content": {"application/json": {
                                   "schema": {"$ref": "#/components/schemas/Error"}}}}}}
-    if auth in ("user", "agent", "metrics"):
+    if auth in ("user", "agent"):
         op["security"] = [{"bearer": []}]
     else:
         op["security"] = []
