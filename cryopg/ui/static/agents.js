@@ -9,7 +9,7 @@ import { when } from "./time.js";
 const REREAD_MS = 3000;
 
 function stateCell(a) {
-  const run = a.state === "busy" && a.claimed_run
+  const run = (a.state === "busy" || a.state === "draining") && a.claimed_run
     ? [" with ", el("a", { href: `#/run/${encodeURIComponent(a.claimed_run)}`, class: "agent-run" },
                   a.claimed_run.split(":").pop())]
     : [];
