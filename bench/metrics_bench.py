@@ -109,9 +109,9 @@ def _one_round(bench: Bench, scrape: bool, jobs: int) -> float:
     return rate
 
 
-def scrape_ratio(bench: Bench, quick: bool) -> dict[str, Any]:
+def scrape_ratio(bench: Bench, quick: bool, rounds: int | None = None) -> dict[str, Any]:
     jobs = 6000 if quick else 20000
-    rounds = 2 if quick else 3
+    rounds = rounds or (2 if quick else 3)
     plain, scraped = [], []
     for _ in range(rounds):  # alternated: this machine drifts 10-20% within minutes
         plain.append(_one_round(bench, False, jobs))
@@ -159,13 +159,14 @@ def scrape_time(bench: Bench, finished: int, parked: int) -> dict[str, Any]:
     return out
 
 
-def metrics(bench: Bench, quick: bool, only: str | None = None) -> dict[str, Any]:
+def metrics(bench: Bench, quick: bool, only: str | None = None,
+            rounds: int | None = None) -> dict[str, Any]:
     os.environ["CRYOPG_METRICS_TOKEN"] = TOKEN  # both arms: only the scraping differs
     try:
         sizes = QUICK if quick else FULL
         out: dict[str, Any] = {}
         if only in (None, "ratio"):
-            out["scrape_ratio"] = scrape_ratio(bench, quick)
+            out["scrape_ratio"] = scrape_ratio(bench, quick, rounds)
         if only in (None, "time"):
             out["scrape_time"] = scrape_time(bench, FULL.finished_backlog, sizes.parked_backlog)
         return out
@@ -203,11 +204,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer jobs and rounds")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--only", choices=("ratio", "time"), help="one of the two figures")
+    ap.add_argument("--rounds", type=int, help="rounds of each arm of the ratio")
     args = ap.parse_args()
     bench = Bench(QUICK if args.quick else FULL, 1)
     try:
         bench.start()
-        got = metrics(bench, args.quick, args.only)
+        got = metrics(bench, args.quick, args.only, args.rounds)
     finally:
         bench.stop()
     if args.json:
