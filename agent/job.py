@@ -20,6 +20,7 @@ from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
 from agent.runner import PtyProcess, close_fd, script_command
 from agent.sandbox import Sandbox
 from agent.socket_server import DurableVerbs
+from cryopg import tracing
 
 # How long to keep reading the PTY after the script exits (a grandchild may hold it).
 DRAIN_SECONDS = 1.0
@@ -65,6 +66,7 @@ class Job:
         self._claim_next = claim_next
         self.next_grant: dict[str, Any] | None = None
         self.grant = grant
+        self.traceparent: str | None = None  # this pass's span, when tracing is on
         self.run_id: str = grant["run_id"]
         self.claim_token: str = grant["claim_token"]
         self._strict = strict
@@ -183,7 +185,11 @@ class Job:
         # the tree to kill if this agent dies or its claim lapses while it cannot act.
         self._tree = tree = JobTree(sorted({private, scratch}), self._lapse_at)
         try:
-            await self._run_in(private, scratch)
+            # This pass is a span of the run's trace (the grant's traceparent is its claim)
+            with tracing.span("cryopg pass", self.grant.get("traceparent"), run_id=self.run_id,
+                              attempt=self.grant.get("attempt")) as pass_span:
+                self.traceparent = tracing.traceparent_of(pass_span)
+                await self._run_in(private, scratch)
         except Exception as e:  # a bug or a local failure must not take the agent down
             _log(f"run {self.run_id}: agent error: {type(e).__name__}: {e}")
             if self._end is None:
@@ -230,6 +236,8 @@ class Job:
             agent_token=self._agent_token,
             secrets=g.get("secrets") or {},
         )
+        if self.traceparent:  # the script's own spans join the run's trace
+            env["TRACEPARENT"] = self.traceparent
         argv = script_command(filename, g.get("interpreter"), script_path, env.get("PATH"))
         cwd = self._workdir(scratch)
 

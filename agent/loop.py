@@ -12,6 +12,7 @@ from agent.api import AgentAPI, AgentAPIError, ServerUnavailable, claim_body
 from agent.job import Job, release, sweep_job_dirs
 from agent.jobtree import host_setup, sweep_cgroups
 from agent.sandbox import Sandbox, probe
+from cryopg import tracing
 
 T = TypeVar("T")
 
@@ -45,6 +46,7 @@ async def run_agent(
     directory. With a `sandbox` it also takes untrusted runs and confines them (every
     run with `isolate_all`). With `drain` set (agent/drain.py) it finishes the run it
     holds and returns, as when the server refuses its claim as draining."""
+    tracing.configure("cryopg-agent")  # off unless the OTEL_* variables ask for it
     stop = stop or asyncio.Event()
     drain = drain or asyncio.Event()
     if sandbox is not None and "isolated" not in capabilities:

@@ -27,6 +27,7 @@ from agent.api import (
 from agent.artifacts import ARTIFACT_OPS, ArtifactCalls
 from agent.journal import JobHooks, JournalCursor, VerbError, call_path
 from agent.waits import WAIT_OPS
+from cryopg import tracing
 
 PROTOCOL_VERSION = 1
 STATE_VERBS = (
@@ -138,6 +139,15 @@ class DurableVerbs(JournalCursor):
     # -- the verbs --------------------------------------------------------------------
 
     async def dispatch(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """One verb; with tracing on, a span of the pass (a step, a wait, a state call)."""
+        if not tracing.enabled() or req.get("op") == "hello":
+            return await self._dispatch(req)
+        name = req.get("name") if isinstance(req.get("name"), str) else None
+        with tracing.span(f"cryopg {req.get('op')}", getattr(self._job, "traceparent", None),
+                          run_id=self._job.run_id, name=name):
+            return await self._dispatch(req)
+
+    async def _dispatch(self, req: dict[str, Any]) -> dict[str, Any] | None:
         op = req.get("op")
         if op == "hello":
             return {"ok": True, "protocol": PROTOCOL_VERSION, "verbs": list(VERBS)}

@@ -935,6 +935,10 @@ def main() -> int:
             import log_mover  # bench/log_mover.py
 
             r["log_mover"] = log_mover.log_mover(bench, args.quick)
+        if want("metrics"):
+            import metrics_bench  # bench/metrics_bench.py
+
+            r["metrics"] = metrics_bench.metrics(bench, args.quick)
         r["elapsed_s"] = time.monotonic() - started
     finally:
         bench.stop()

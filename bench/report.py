@@ -219,6 +219,11 @@ def render(r: dict[str, Any]) -> str:
 
         out += log_mover.render(r)
 
+    if r.get("metrics"):
+        import metrics_bench  # bench/metrics_bench.py, beside this file
+
+        out += metrics_bench.render(r)
+
     out += ui_bench.section()
     out += canvas_bench.section()
     out.append(f"Run time: {r.get('elapsed_s', 0):.0f} s.")

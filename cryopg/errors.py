@@ -157,6 +157,13 @@ class ArtifactUnverified(CryoError):
     code, http_status = "artifact_unverified", 409
 
 
+class BadTraceparent(CryoError):
+    """(CR190) A trace context that is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)
+    was given for a run."""
+
+    code, http_status = "bad_traceparent", 400
+
+
 class ArtifactStoreUnavailable(CryoError):
     """The artifact store (its bucket and endpoint, or directory, named in the message)
     did not answer within CRYOPG_ARTIFACTS_STORE_TIMEOUT, refused the connection or
@@ -243,6 +250,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR206": ConnectionNotFound,
     "CR207": ConnectionSecretMissing,
     "CR208": ConnectionWithheld,
+    "CR190": BadTraceparent,
 }
 
 

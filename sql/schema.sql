@@ -134,6 +134,7 @@ CREATE TABLE cryo.runs (
     log_context bytea,
     log_claim uuid,
     log_end bigint DEFAULT 0 NOT NULL,
+    traceparent text,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -479,6 +480,83 @@ BEGIN
         RAISE EXCEPTION 'connection % uses secret %, which project %/% does not have (cryopg secret set %)',
             p_name, p_secret, p_org, p_project, p_secret USING ERRCODE = 'CR207';
     END IF;
+END
+$$;
+
+CREATE FUNCTION cryo._count_blobs() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO cryo.metric_deltas (metric, org, project, n)
+        VALUES ('artifact_bytes', NEW.org, NEW.project, NEW.size);
+    ELSE
+        INSERT INTO cryo.metric_deltas (metric, org, project, n)
+        VALUES ('artifact_bytes', OLD.org, OLD.project, -OLD.size);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION cryo._count_history() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO cryo.metric_deltas (metric, org, project, label, n)
+    VALUES (CASE WHEN NEW.kind = 'claim_expired' THEN 'claims_lapsed' ELSE 'wakes' END,
+            NEW.org, NEW.project,
+            CASE WHEN NEW.kind = 'claim_expired' THEN '' ELSE NEW.kind END, 1);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION cryo._count_queue() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_now timestamptz := cryo.now();
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO cryo.metric_deltas (metric, org, project, label, n)
+        VALUES ('queue', NEW.org, NEW.project, NEW.state, 1);
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n, total)
+        SELECT 'queue', OLD.org, OLD.project, OLD.state, '', -1, 0
+        UNION ALL
+        SELECT 'claim_seconds', OLD.org, OLD.project,
+               CASE WHEN OLD.required_caps = '{graph}' THEN 'graph' ELSE 'job' END,
+               cryo._metric_bucket(extract(epoch FROM v_now - OLD.claimed_at)), 1,
+               greatest(extract(epoch FROM v_now - OLD.claimed_at), 0)
+         WHERE OLD.state = 'claimed' AND OLD.claimed_at IS NOT NULL;
+    ELSE
+        INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n, total)
+        VALUES ('queue', NEW.org, NEW.project, OLD.state, '', -1, 0),
+               ('queue', NEW.org, NEW.project, NEW.state, '', 1, 0);
+        IF NEW.state = 'claimed' AND OLD.state = 'pending' THEN
+            INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n, total)
+            VALUES ('queue_wait_seconds', NEW.org, NEW.project,
+                    CASE WHEN NEW.required_caps = '{graph}' THEN 'graph' ELSE 'job' END,
+                    cryo._metric_bucket(extract(epoch FROM v_now - OLD.enqueued_at)), 1,
+                    greatest(extract(epoch FROM v_now - OLD.enqueued_at), 0));
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION cryo._count_runs() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO cryo.metric_deltas (metric, org, project, label, n)
+        VALUES ('runs_submitted', NEW.org, NEW.project, cryo._metric_kind(NEW.kind, NEW.graph), 1);
+    ELSE
+        INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n)
+        VALUES ('runs_finished', NEW.org, NEW.project, cryo._metric_kind(NEW.kind, NEW.graph),
+                NEW.status, 1);
+    END IF;
+    RETURN NULL;
 END
 $$;
 
@@ -1580,6 +1658,15 @@ CREATE FUNCTION cryo._hold_queued(p_run_id text) RETURNS void
     UPDATE cryo.runs SET status = 'queued', updated_at = cryo.now() WHERE id = p_run_id
 $$;
 
+CREATE FUNCTION cryo._inherit_traceparent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.traceparent := (SELECT p.traceparent FROM cryo.runs p WHERE p.id = NEW.parent_run_id);
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION cryo._inherit_untrusted() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1833,6 +1920,20 @@ BEGIN
       FROM cryo.runs r WHERE r.id = p_q.run_id
     ON CONFLICT (run_id, path) DO NOTHING;
 END
+$$;
+
+CREATE FUNCTION cryo._metric_bucket(p_seconds double precision) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce((SELECT b::text FROM unnest(ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                      1, 2.5, 5, 10, 30, 60, 300, 900, 3600]::numeric[]) b
+                      WHERE b >= p_seconds ORDER BY b LIMIT 1), '+Inf')
+$$;
+
+CREATE FUNCTION cryo._metric_kind(p_kind text, p_graph jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN p_kind = 'graph' AND p_graph ? 'pipeline' THEN 'pipeline' ELSE p_kind END
 $$;
 
 CREATE FUNCTION cryo._next_seq(p_run_id text, p_position integer) RETURNS integer
@@ -2509,6 +2610,23 @@ CREATE FUNCTION cryo._required_caps(p_filename text, p_interpreter text) RETURNS
         ELSE '{polyglot}'::text[] END
 $_$;
 
+CREATE FUNCTION cryo._reseed_metric_gauges() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    LOCK TABLE cryo.queue, cryo.artifact_blobs IN SHARE MODE;
+    LOCK TABLE cryo.metric_counts, cryo.metric_deltas IN SHARE ROW EXCLUSIVE MODE;
+    DELETE FROM cryo.metric_deltas WHERE metric IN ('queue', 'artifact_bytes');
+    DELETE FROM cryo.metric_counts WHERE metric IN ('queue', 'artifact_bytes');
+    INSERT INTO cryo.metric_counts (metric, org, project, label, n)
+    SELECT 'queue', q.org, q.project, q.state, count(*) FROM cryo.queue q
+     GROUP BY q.org, q.project, q.state;
+    INSERT INTO cryo.metric_counts (metric, org, project, n)
+    SELECT 'artifact_bytes', b.org, b.project, sum(b.size) FROM cryo.artifact_blobs b
+     GROUP BY b.org, b.project;
+END
+$$;
+
 CREATE FUNCTION cryo._retry_if_allowed(p_run_id text, p_exit_code integer) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -2937,6 +3055,14 @@ BEGIN
     PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
+$$;
+
+CREATE FUNCTION cryo._wake_causes() RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT ARRAY['timer_fired', 'retry_due', 'wait_timed_out', 'node_job_ended',
+                 'signal_received', 'event_received', 'activity_completed',
+                 'activities_completed', 'graph_call_completed', 'turn_yielded']
 $$;
 
 CREATE FUNCTION cryo._wake_parent(p_child_id text) RETURNS void
@@ -4234,7 +4360,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR205', 'connection_exists', 'a connection of that name already exists in the project'),
         ('CR206', 'connection_not_found', 'the project has no connection of that name'),
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
-        ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential')
+        ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
+        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -4497,6 +4624,39 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+
+CREATE FUNCTION cryo.fold_metrics() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('cryopg-fold-metrics')) THEN
+        RETURN 0;
+    END IF;
+    WITH gone AS (
+        DELETE FROM cryo.metric_deltas RETURNING *
+    ), summed AS (
+        SELECT g.metric, g.org, g.project, g.label, g.label2, sum(g.n) AS n,
+               sum(g.total) AS total, count(*) AS rows
+          FROM gone g GROUP BY 1, 2, 3, 4, 5
+    ), folded AS (
+        INSERT INTO cryo.metric_counts AS c (metric, org, project, label, label2, n, total)
+        SELECT s.metric, s.org, s.project, s.label, s.label2, s.n, s.total FROM summed s
+         ORDER BY 1, 2, 3, 4, 5
+        ON CONFLICT (metric, org, project, label, label2)
+        DO UPDATE SET n = c.n + excluded.n, total = c.total + excluded.total
+    )
+    SELECT coalesce(sum(rows), 0) INTO v_n FROM summed;
+    -- A deleted project's series go with it (its runs' rows are gone too).
+    DELETE FROM cryo.metric_counts c
+     WHERE NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = c.org AND p.slug = c.project)
+       AND c.project <> '';
+    RETURN v_n;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.fold_metrics() IS 'Folds cryo.metric_deltas into cryo.metric_counts (one replica at a time; the others return 0) and drops the series of deleted projects. Returns how many deltas it folded. Raises nothing.';
 
 CREATE FUNCTION cryo.forget_log_objects(p_ids bigint[]) RETURNS integer
     LANGUAGE plpgsql
@@ -5086,7 +5246,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.keep_log_context(p_run_id text, p_token uuid, p_context bytea) IS 'Stores the sealed log context (the log''s last bytes, which may begin a secret) for the run''s next pass; NULL or empty clears it. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(id text, build text, capabilities text[], registered_at timestamp with time zone, last_seen_at timestamp with time zone, last_claim_at timestamp with time zone, claimed_run text, drain_requested_at timestamp with time zone, state text)
+CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(id text, build text, capabilities text[], registered_at timestamp with time zone, last_seen_at timestamp with time zone, last_claim_at timestamp with time zone, claimed_run text, drain_requested_at timestamp with time zone, state text, replica text, last_contact_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
     SELECT a.id, a.build, a.capabilities, a.registered_at, a.last_seen_at,
@@ -5096,7 +5256,8 @@ CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:0
                   OR c.claim_expires_at < cryo.now() THEN 'gone'
                 WHEN a.drain_requested_at IS NOT NULL THEN 'draining'
                 WHEN c.run_id IS NOT NULL THEN 'busy'
-                ELSE 'idle' END
+                ELSE 'idle' END,
+           a.replica, greatest(a.last_seen_at, c.claimed_at, a.gone_at)
       FROM cryo.agents a
       LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at, q.claim_expires_at FROM cryo.queue q
                           WHERE q.org = a.org AND q.state = 'claimed' AND q.agent_id = a.id
@@ -5105,7 +5266,7 @@ CREATE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '00:0
      ORDER BY a.id
 $$;
 
-COMMENT ON FUNCTION cryo.list_agents(p_org text, p_gone_after interval) IS 'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state: gone (said goodbye or closed its long-poll since its last refresh, its claim lapsed unrenewed, or not seen for p_gone_after), draining, busy or idle. Raises nothing.';
+COMMENT ON FUNCTION cryo.list_agents(p_org text, p_gone_after interval) IS 'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, the replica it claims through, its last contact, and state: gone (said goodbye or closed its long-poll since its last refresh, its claim lapsed unrenewed, or not seen for p_gone_after), draining, busy or idle. Raises nothing.';
 
 CREATE FUNCTION cryo.list_app_roles() RETURNS TABLE(role text, org text, project text, can_login boolean, in_cryo_app boolean, created_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -5974,6 +6135,55 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order, each with the time it was stored. Raises nothing.';
 
+CREATE FUNCTION cryo.read_metrics(p_log_move_after interval DEFAULT NULL::interval, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(metric text, org text, project text, label text, label2 text, value double precision, total double precision)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH agents AS MATERIALIZED (
+        SELECT o.slug AS org, a.state, a.build, a.capabilities
+          FROM cryo.orgs o CROSS JOIN LATERAL cryo.list_agents(o.slug, p_gone_after) a
+    )
+    SELECT m.metric, m.org, m.project, m.label, m.label2, sum(m.n)::double precision,
+           sum(m.total)
+      FROM (SELECT c.metric, c.org, c.project, c.label, c.label2, c.n, c.total
+              FROM cryo.metric_counts c
+            UNION ALL
+            SELECT d.metric, d.org, d.project, d.label, d.label2, d.n, d.total
+              FROM cryo.metric_deltas d) m
+     GROUP BY 1, 2, 3, 4, 5
+    UNION ALL
+    SELECT 'queue_oldest_pending_seconds', o.slug, '', '', '',
+           greatest(extract(epoch FROM cryo.now() - x.enqueued_at), 0)::double precision, 0
+      FROM cryo.orgs o
+      CROSS JOIN LATERAL (SELECT q.enqueued_at FROM cryo.queue q
+                           WHERE q.org = o.slug AND q.state = 'pending'
+                           ORDER BY q.enqueued_at LIMIT 1) x
+    UNION ALL
+    SELECT 'agents', a.org, '', a.state, coalesce(a.build, ''), count(*), 0
+      FROM agents a
+     GROUP BY a.org, a.state, a.build
+    UNION ALL
+    SELECT 'agent_capabilities', a.org, '', cap, '', count(*), 0
+      FROM agents a
+     CROSS JOIN LATERAL unnest(a.capabilities) cap
+     WHERE a.state IN ('idle', 'busy')
+     GROUP BY a.org, cap
+    UNION ALL
+    SELECT 'queue_pending_capability', o.slug, '', cap, '', count(*), 0
+      FROM cryo.orgs o
+      CROSS JOIN LATERAL (SELECT q.required_caps FROM cryo.queue q
+                           WHERE q.org = o.slug AND q.state = 'pending'
+                           ORDER BY q.enqueued_at LIMIT 1000) p
+      CROSS JOIN LATERAL unnest(p.required_caps) cap
+     WHERE cap <> 'graph'
+     GROUP BY o.slug, cap
+    UNION ALL
+    SELECT 'log_move_backlog', '', '', '', '', count(*), 0
+      FROM cryo.logs_to_archive(p_log_move_after, 10000)
+     WHERE p_log_move_after IS NOT NULL
+$$;
+
+COMMENT ON FUNCTION cryo.read_metrics(p_log_move_after interval, p_gone_after interval) IS 'Returns every metric series the database holds as (metric, org, project, label, label2, value, total): counters and gauges counted by the metrics triggers, queue_oldest_pending_seconds per org, agents by state and build, agent_capabilities of live agents, queue_pending_capability (of up to 1000 oldest pending runs an org), and log_move_backlog (up to 10000; only with p_log_move_after). A read: changes nothing. Raises nothing.';
+
 CREATE FUNCTION cryo.read_outputs(p_run_id text) RETURNS TABLE(key text, value bytea, value_clear jsonb)
     LANGUAGE sql STABLE
     AS $$
@@ -6108,9 +6318,9 @@ CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities 
     LANGUAGE sql
     AS $$
     INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at, build,
-                             instance, last_claim_at)
+                             instance, last_claim_at, replica)
     VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now(), p_build, p_instance,
-            p_last_claim_at)
+            p_last_claim_at, nullif(current_setting('cryo.replica_id', true), ''))
     ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
        SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at,
            -- another process under an old id is a restarted agent: a drain was for the old one
@@ -6118,11 +6328,12 @@ CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities 
                                      THEN NULL ELSE cryo.agents.drain_requested_at END,
            build = excluded.build, instance = excluded.instance,
            last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at),
+           replica = excluded.replica,  -- the replica it claims through (cryo.replica_id)
            gone_at = NULL  -- it claims: it is here
     RETURNING drain_requested_at IS NOT NULL
 $$;
 
-COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), the server replica it claims through (the session''s cryo.replica_id), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
 
 CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) RETURNS boolean
     LANGUAGE plpgsql
@@ -6450,6 +6661,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.run_state_list(p_run_id text, p_token uuid, p_entity text, p_tainted boolean) IS 'Returns, in key order, every cell of the claimed run''s scope that the run may read (as run_state_get). Raises CR002 for a stale claim token, CR004 for a malformed entity.';
 
+CREATE FUNCTION cryo.run_traceparent(p_run_id text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.traceparent FROM cryo.runs r WHERE r.id = p_run_id
+$$;
+
+COMMENT ON FUNCTION cryo.run_traceparent(p_run_id text) IS 'Returns the W3C traceparent stored on a run (NULL when none or no such run). Raises nothing.';
+
 CREATE FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -6615,6 +6834,22 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.set_retention(p_org text, p_project text, p_runs interval, p_events interval) IS 'Sets how long a project keeps terminal runs after they finish (p_runs, default 90 days) and bus events (p_events, default 30 days); NULL leaves one as it is. Returns nothing. Raises CR004 when both are NULL or one is not positive, CR005 for an unknown project.';
+
+CREATE FUNCTION cryo.set_run_traceparent(p_run_id text, p_traceparent text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    IF p_traceparent !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        RAISE EXCEPTION 'not a W3C traceparent: %', left(p_traceparent, 80)
+            USING ERRCODE = 'CR190';
+    END IF;
+    UPDATE cryo.runs SET traceparent = p_traceparent
+     WHERE id = p_run_id AND traceparent IS NULL;
+    RETURN FOUND;
+END
+$_$;
+
+COMMENT ON FUNCTION cryo.set_run_traceparent(p_run_id text, p_traceparent text) IS 'Sets the W3C traceparent of a run that has none; returns false when the run is unknown or already has one. Raises CR190 for a malformed traceparent.';
 
 CREATE FUNCTION cryo.set_secret(p_org text, p_project text, p_name text, p_value bytea) RETURNS boolean
     LANGUAGE plpgsql
@@ -7427,7 +7662,8 @@ CREATE TABLE cryo.agents (
     instance text,
     drain_requested_at timestamp with time zone,
     last_claim_at timestamp with time zone,
-    gone_at timestamp with time zone
+    gone_at timestamp with time zone,
+    replica text
 );
 
 CREATE TABLE cryo.app_roles (
@@ -7731,6 +7967,30 @@ CREATE TABLE cryo.members (
 );
 
 COMMENT ON TABLE cryo.members IS 'People of an org and their role (owner, admin, member, viewer); a user token acts for one member.';
+
+CREATE TABLE cryo.metric_counts (
+    metric text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    label text DEFAULT ''::text NOT NULL,
+    label2 text DEFAULT ''::text NOT NULL,
+    n bigint NOT NULL,
+    total double precision DEFAULT 0 NOT NULL
+);
+
+COMMENT ON TABLE cryo.metric_counts IS 'Engine counters and gauges by series (metric, org, project, label, label2): n counts, total sums what a histogram observed. Written only by cryo.fold_metrics.';
+
+CREATE TABLE cryo.metric_deltas (
+    metric text NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    label text DEFAULT ''::text NOT NULL,
+    label2 text DEFAULT ''::text NOT NULL,
+    n bigint NOT NULL,
+    total double precision DEFAULT 0 NOT NULL
+);
+
+COMMENT ON TABLE cryo.metric_deltas IS 'Changes to engine counters not yet folded into cryo.metric_counts, appended by the metrics triggers.';
 
 CREATE TABLE cryo.oidc_cli_nonces (
     nonce_hash bytea NOT NULL,
@@ -8093,6 +8353,9 @@ ALTER TABLE ONLY cryo.members
 ALTER TABLE ONLY cryo.members
     ADD CONSTRAINT members_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY cryo.metric_counts
+    ADD CONSTRAINT metric_counts_pkey PRIMARY KEY (metric, org, project, label, label2);
+
 ALTER TABLE ONLY cryo.node_instances
     ADD CONSTRAINT node_instances_pkey PRIMARY KEY (run_id, node_id, item);
 
@@ -8251,7 +8514,23 @@ CREATE INDEX status_posts_open ON cryo.status_posts USING btree (created_at) WHE
 
 CREATE INDEX webhook_deliveries_recent ON cryo.webhook_deliveries USING btree (org, project, created_at DESC);
 
+CREATE TRIGGER artifact_blobs_count AFTER INSERT OR DELETE ON cryo.artifact_blobs FOR EACH ROW EXECUTE FUNCTION cryo._count_blobs();
+
+CREATE TRIGGER history_count AFTER INSERT ON cryo.history FOR EACH ROW WHEN (((new.kind = 'claim_expired'::text) OR (new.kind = ANY (cryo._wake_causes())))) EXECUTE FUNCTION cryo._count_history();
+
+CREATE TRIGGER queue_count_delete AFTER DELETE ON cryo.queue FOR EACH ROW EXECUTE FUNCTION cryo._count_queue();
+
+CREATE TRIGGER queue_count_insert AFTER INSERT ON cryo.queue FOR EACH ROW EXECUTE FUNCTION cryo._count_queue();
+
+CREATE TRIGGER queue_count_state AFTER UPDATE OF state ON cryo.queue FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION cryo._count_queue();
+
+CREATE TRIGGER runs_finished_count AFTER UPDATE OF status ON cryo.runs FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND cryo.is_terminal(new.status))) EXECUTE FUNCTION cryo._count_runs();
+
+CREATE TRIGGER runs_inherit_traceparent BEFORE INSERT ON cryo.runs FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.traceparent IS NULL))) EXECUTE FUNCTION cryo._inherit_traceparent();
+
 CREATE TRIGGER runs_inherit_untrusted BEFORE INSERT OR UPDATE OF parent_run_id ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._inherit_untrusted();
+
+CREATE TRIGGER runs_submitted_count AFTER INSERT ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._count_runs();
 
 ALTER TABLE ONLY cryo.agents
     ADD CONSTRAINT agents_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);

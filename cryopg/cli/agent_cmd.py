@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from cryopg import logfmt
 from cryopg.cli.target import find_dev_file
 from cryopg.secret_env import scrub_secrets
 
@@ -93,6 +94,7 @@ async def _announce_agent(url: str, prefix: str, count: int, caps: list[str], *,
 @click.option("--drain", is_flag=True,
               help="Run no agent: ask the running agent(s) of --id to drain (finish the run "
                    "held, take no new one, exit). SIGTERM to an agent does the same.")
+@logfmt.option("agent")
 def agent_cmd(url: str | None, token: str | None, caps: tuple[str, ...], agent_id: str | None,
               count: int, local: bool | None, isolate: bool, drain: bool) -> None:
     """Run an agent that claims and runs jobs (from a dev directory, or with --url and --token).

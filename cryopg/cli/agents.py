@@ -15,7 +15,8 @@ from cryopg.cli.admin import _org_call
 def _row(a: dict[str, Any]) -> str:
     claim = a["claimed_run"] or a["last_claim_at"] or "-"
     return "\t".join([a["id"], a["build"] or "-", a["state"], ",".join(a["capabilities"]),
-                      claim, a["last_seen_at"] or "-"])
+                      claim, a.get("replica") or "-",
+                      a.get("last_contact_at") or a["last_seen_at"] or "-"])
 
 
 @click.group(invoke_without_command=True)
@@ -23,14 +24,15 @@ def _row(a: dict[str, Any]) -> str:
 @click.pass_context
 def agents(ctx: click.Context, as_json: bool) -> None:
     """List the org's agents: id, build, state (idle, busy, draining, gone), capabilities,
-    the run held (or when one was last received), last seen."""
+    the run held (or when one was last received), the server replica it claims through,
+    and its last contact."""
     if ctx.invoked_subcommand is not None:
         return
     got: Any = _org_call("GET", "/agents")
     if as_json:
         click.echo(json.dumps(got["agents"], indent=2))
         return
-    click.echo("ID\tBUILD\tSTATE\tCAPABILITIES\tLAST CLAIM\tLAST SEEN")
+    click.echo("ID\tBUILD\tSTATE\tCAPABILITIES\tLAST CLAIM\tREPLICA\tLAST CONTACT")
     for a in got["agents"]:
         click.echo(_row(a))
 

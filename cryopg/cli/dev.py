@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from cryopg import logfmt
 from cryopg.cli.agent_cmd import _run_agents, _stop_agents
 from cryopg.cli.processes import (
     CLAIM,
@@ -115,6 +116,7 @@ def start_dev_cluster(state: Path) -> Any:
 @click.option("--no-sample", is_flag=True, hidden=True)
 @CLAIM
 @TICK
+@logfmt.option("dev")
 def dev_cmd(database_url: str | None, host: str, port: int, agents: int, sample: Path | None,
             no_sample: bool, claim_seconds: float, tick_interval: float) -> None:
     """Run a whole local stack: PostgreSQL under .cryopg/, the server, and agents."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from cryopg import logfmt
 from cryopg.cli.target import find_dev_file
 from cryopg.errors import CryoError
 from cryopg.secret_env import scrub_secrets
@@ -157,6 +158,7 @@ def _replica_from_env() -> str:
 @click.option("--port", default=7777, show_default=True)
 @CLAIM
 @TICK
+@logfmt.option("server")
 def server_cmd(database_url: str | None, host: str, port: int, claim_seconds: float,
                tick_interval: float) -> None:
     """Run the HTTP server (needs CRYOPG_MASTER_KEY and a migrated database)."""

@@ -101,6 +101,13 @@ from cryopg.engine.log_store import (
     renew_log_move,
     trim_run_log,
 )
+from cryopg.engine.metrics import (
+    MetricRow,
+    fold_metrics,
+    read_metrics,
+    run_traceparent,
+    set_run_traceparent,
+)
 from cryopg.engine.operators import reject_node, rerun_run, search_runs
 from cryopg.engine.reads import (
     get_run,
@@ -264,6 +271,11 @@ __all__ = [
     "delete_connection",
     "get_connection",
     "list_connections",
+    "MetricRow",
+    "fold_metrics",
+    "read_metrics",
+    "run_traceparent",
+    "set_run_traceparent",
     "LogArchive",
     "LogToMove",
     "LogMove",

@@ -22,6 +22,8 @@ class AgentRow:
     claimed_run: str | None
     drain_requested_at: dt.datetime | None
     state: str
+    replica: str | None
+    last_contact_at: dt.datetime | None
 
 
 async def list_agents(conn: AsyncConnection, org: str) -> list[AgentRow]:

@@ -18,13 +18,14 @@ import dataclasses
 import json
 import socket
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from cryopg import engine
+from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
@@ -50,6 +51,8 @@ class Host:
     keys: OrgSealers
     graph_event: Callable[[], asyncio.Event]  # the event the next cryo_graph notify sets
     timers: Timers
+    # Told of each turn (seconds, "ok" or "failed"): the server's metrics count them.
+    on_turn: Callable[[float, str], None] = lambda seconds, result: None
 
 
 def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str] | None:
@@ -283,11 +286,18 @@ async def drive_once(host: Host) -> int:
                     # A savepoint: a turn that fails undoes only itself, and the run is
                     # parked with a backoff in the same transaction instead of being
                     # handed out again at once, ahead of every other tenant's runs.
-                    async with conn.transaction():
-                        settled = await advance(host, conn, g)
+                    turn_started = time.perf_counter()
+                    # The run's stored trace, when tracing is on: this turn is a span of it.
+                    run_tp = (await engine.run_traceparent(conn, g.run_id)
+                              if tracing.enabled() else None)
+                    with tracing.span("cryopg graph turn", run_tp, run_id=g.run_id):
+                        async with conn.transaction():
+                            settled = await advance(host, conn, g)
+                    host.on_turn(time.perf_counter() - turn_started, "ok")
                 except (DatabaseUnavailable, asyncio.CancelledError):
                     raise  # an outage blames no run: the whole turn rolls back
                 except Exception as exc:  # noqa: BLE001 - any bug in one run stays in that run
+                    host.on_turn(time.perf_counter() - turn_started, "failed")
                     _PINNED.pop(g.run_id, None)  # see below
                     why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                     print(f"cryopg: graph driver: run {g.run_id}: {why}", file=sys.stderr)

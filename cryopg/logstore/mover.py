@@ -28,7 +28,7 @@ import datetime as dt
 import hashlib
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import obstore
 from aiohttp import web
@@ -121,8 +121,10 @@ class _Upload:
 
 class LogStore:
     def __init__(self, settings: LogStoreSettings, pool: AsyncConnectionPool,
-                 keys: OrgSealers, replica_id: str) -> None:
+                 keys: OrgSealers, replica_id: str,
+                 on_failure: Callable[[], None] = lambda: None) -> None:
         self.settings = settings
+        self.on_failure = on_failure  # each failed round: the server counts them
         self.pool, self.keys, self.replica_id = pool, keys, replica_id
         self.store = open_store(settings)
         self.down_since: float | None = None
@@ -146,6 +148,7 @@ class LogStore:
         try:
             await self.round()
         except Exception as exc:  # noqa: BLE001 - e.g. the database away: the next round retries
+            self.on_failure()
             print(f"cryopg: moving logs failed: {exc}", file=sys.stderr)
             self.next_round = time.monotonic() + MOVE_EVERY
 
@@ -170,6 +173,7 @@ class LogStore:
                     break
             more = await self._delete_queued() or more
         except StoreFailed as exc:
+            self.on_failure()
             now = time.monotonic()
             if self.down_since is None:
                 cause = exc.__cause__ or exc

@@ -34,7 +34,7 @@ from cryopg.server.auth import ADMIN, VIEWER, agent_id_of, require_agent, requir
 from cryopg.server.bodies import json_body, optional_str_field
 from cryopg.server.render import iso
 
-REFRESH_SECONDS = 30.0  # how often a claiming agent's row is refreshed
+REFRESH_SECONDS = 10.0  # how often a claiming agent's row is refreshed (its last contact)
 DRAIN_CHANNEL = "cryo_drain"
 DRAINING = web.AppKey("draining_agents", set)
 SEEN = web.AppKey("agents_refreshed", dict)
@@ -131,7 +131,8 @@ def _agent_json(a: engine.AgentRow) -> dict[str, Any]:
     return {"id": a.id, "build": a.build, "capabilities": a.capabilities, "state": a.state,
             "registered_at": iso(a.registered_at), "last_seen_at": iso(a.last_seen_at),
             "last_claim_at": iso(a.last_claim_at), "claimed_run": a.claimed_run,
-            "drain_requested_at": iso(a.drain_requested_at)}
+            "drain_requested_at": iso(a.drain_requested_at), "replica": a.replica,
+            "last_contact_at": iso(a.last_contact_at)}
 
 
 async def list_agents(request: web.Request) -> web.Response:

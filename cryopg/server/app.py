@@ -11,14 +11,14 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from cryopg import engine
+from cryopg import engine, tracing
 from cryopg.artifacts.service import ARTIFACTS, collect_round, open_artifacts
 from cryopg.db import connection, open_pool
 from cryopg.errors import CryoError
 from cryopg.graphs import driver as graph_driver
 from cryopg.logstore import mover as log_mover
 from cryopg.logstore.mover import LOG_STORE, LogStore
-from cryopg.server import agent_api, agents, openapi, triggers, ui, user_api
+from cryopg.server import agent_api, agents, metrics, openapi, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.app_state import CONFIG, KEYS, NOTIFIER, POOL, TIMERS
 from cryopg.server.auth import AGENT_TOKENS
@@ -92,14 +92,16 @@ async def _notifier_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _log_store_ctx(app: web.Application) -> AsyncIterator[None]:
     cfg = app[CONFIG]
-    app[LOG_STORE] = (LogStore(cfg.log_store, app[POOL], app[KEYS], cfg.replica_id)
+    app[LOG_STORE] = (LogStore(cfg.log_store, app[POOL], app[KEYS], cfg.replica_id,
+                               on_failure=lambda: metrics.count(app, "log_move_failures"))
                       if cfg.log_store is not None else None)
     yield
 
 
 async def _graph_driver_ctx(app: web.Application) -> AsyncIterator[None]:
     app[TIMERS] = timers = graph_driver.Timers()
-    host = graph_driver.Host(app[POOL], app[KEYS], app[NOTIFIER].graph_event, timers)
+    host = graph_driver.Host(app[POOL], app[KEYS], app[NOTIFIER].graph_event, timers,
+                             on_turn=lambda seconds, result: metrics.turn(app, seconds, result))
     async with graph_driver.driving(host):
         yield
 
@@ -117,9 +119,9 @@ async def _tick(app: web.Application) -> None:
 
 # What every server does on each tick interval, one after the other: the engine's
 # backstop sweep, then the triggers' rounds, the agents' drain marks, the logs' move, the
-# artifact collector.
+# artifact collector, the metrics' fold.
 ROUNDS = (_tick, triggers.fire_due_schedules, triggers.send_statuses, agents.refresh_drains,
-          log_mover.move_logs, collect_round)
+          log_mover.move_logs, collect_round, metrics.fold_round)
 
 
 async def _tick_forever(app: web.Application, stop: asyncio.Event) -> None:
@@ -161,9 +163,11 @@ async def health(request: web.Request) -> web.Response:
 
 def build_app(config: ServerConfig) -> web.Application:
     # limits_middleware checks every path, query and body before a handler runs.
-    app = web.Application(middlewares=[errors_middleware, limits_middleware, ui.ui_headers],
+    app = web.Application(middlewares=[metrics.request_metrics, errors_middleware,
+                                       limits_middleware, ui.ui_headers],
                           client_max_size=MAX_BODY)
     app[CONFIG] = config
+    tracing.configure("cryopg-server")  # off unless the OTEL_* variables ask for it
     if config.log_store is not None:
         app.on_shutdown.append(log_mover.stop_moving)  # before the pool closes
     app[AGENT_TOKENS] = {}
@@ -171,6 +175,7 @@ def build_app(config: ServerConfig) -> web.Application:
                             _artifacts_ctx, _ticker_ctx, _graph_driver_ctx])
     app.on_shutdown.append(_release_long_polls)
     app.router.add_get("/api/v1/health", health)
+    metrics.setup(app)
     openapi.add_routes(app)
     user_api.add_routes(app)
     agent_api.add_routes(app)

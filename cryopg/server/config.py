@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING
 
 from cryopg.seal import MasterKey
@@ -26,3 +27,11 @@ class ServerConfig:
     replica_id: str = dataclasses.field(default_factory=replica_id_from_env)
     # Finished runs' logs in an S3-compatible store (CRYOPG_LOGS_S3_*); None: the database.
     log_store: LogStoreSettings | None = None
+    # GET /metrics on the API's address needs `Authorization: Bearer` this secret
+    # (CRYOPG_METRICS_TOKEN); unset, it answers 404 there (docs/operations.md).
+    metrics_token: str | None = dataclasses.field(
+        default_factory=lambda: os.environ.get("CRYOPG_METRICS_TOKEN") or None)
+    # host:port of a second listener serving only GET /metrics, without auth
+    # (CRYOPG_METRICS_ADDR): for a scraper on a private network.
+    metrics_addr: str | None = dataclasses.field(
+        default_factory=lambda: os.environ.get("CRYOPG_METRICS_ADDR") or None)

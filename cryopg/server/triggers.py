@@ -19,6 +19,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError
+from cryopg.server import metrics, traces
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.triggers import cron, forge
 
@@ -79,6 +80,9 @@ async def _fire_due(app: web.Application, conn: Any, s: engine.DueSchedule) -> l
         run_id = await engine.fire_schedule(conn, s.org, s.project, s.name, scheduled_at=tick,
                                             next_fire_at=nxt, input=sealer.seal_json(value),
                                             scope={"trigger": trigger, "input": value})
+        metrics.count(app, "schedule_ticks", "fired" if run_id else "skipped")
+        await traces.start_run_trace(conn, run_id, "cryopg schedule", org=s.org,
+                                     project=s.project, schedule=s.name)
         if run_id:
             started.append(run_id)
     return started

@@ -220,7 +220,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR205', 'connection_exists', 'a connection of that name already exists in the project'),
         ('CR206', 'connection_not_found', 'the project has no connection of that name'),
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
-        ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential')
+        ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
+        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

@@ -180,9 +180,9 @@ CREATE OR REPLACE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_ca
 RETURNS boolean
 LANGUAGE sql AS $$
     INSERT INTO cryo.agents (id, org, capabilities, registered_at, last_seen_at, build,
-                             instance, last_claim_at)
+                             instance, last_claim_at, replica)
     VALUES (p_agent_id, p_org, p_capabilities, cryo.now(), cryo.now(), p_build, p_instance,
-            p_last_claim_at)
+            p_last_claim_at, nullif(current_setting('cryo.replica_id', true), ''))
     ON CONFLICT (org, id) DO UPDATE  -- an org's agent ids are its own (V0013)
        SET capabilities = excluded.capabilities, last_seen_at = excluded.last_seen_at,
            -- another process under an old id is a restarted agent: a drain was for the old one
@@ -190,11 +190,12 @@ LANGUAGE sql AS $$
                                      THEN NULL ELSE cryo.agents.drain_requested_at END,
            build = excluded.build, instance = excluded.instance,
            last_claim_at = coalesce(excluded.last_claim_at, cryo.agents.last_claim_at),
+           replica = excluded.replica,  -- the replica it claims through (cryo.replica_id)
            gone_at = NULL  -- it claims: it is here
     RETURNING drain_requested_at IS NOT NULL
 $$;
 COMMENT ON FUNCTION cryo.register_agent(text, text, text[], text, text, timestamptz) IS
-    'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
+    'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), the server replica it claims through (the session''s cryo.replica_id), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
 
 -- What an agent process says of itself, or the server learns of it: 'draining' (it got
 -- SIGTERM: it finishes the run it holds and takes no new one, so every replica refuses
@@ -232,15 +233,17 @@ $$;
 COMMENT ON FUNCTION cryo.note_agent(text, text, text, text) IS
     'Marks the org''s agent p_agent_id (only its process instance p_instance, when given) draining (and notifies cryo_drain, as cryo.drain_agents does) or gone until its next refresh. Returns false when no such agent (instance) is known. Raises CR004 for another state.';
 
--- The agents of an org as operators see them: build, capabilities, when last seen and
--- last given a run, and a state: gone (it said goodbye or its long-poll was closed from
+-- The agents of an org as operators see them: build, capabilities, the replica it claims
+-- through, when last seen (last_contact_at: the latest of its refresh, its claim of the
+-- run it holds and its goodbye) and last given a run, and a state: gone (it said goodbye or its long-poll was closed from
 -- its end since it last claimed; or the claim it holds has lapsed unrenewed, as when it
 -- was killed or stopped mid-run; or not seen for p_gone_after), draining (asked to, or
 -- told the server it got SIGTERM), busy (holds a claim), idle.
 CREATE OR REPLACE FUNCTION cryo.list_agents(p_org text, p_gone_after interval DEFAULT '2 minutes')
 RETURNS TABLE (id text, build text, capabilities text[], registered_at timestamptz,
                last_seen_at timestamptz, last_claim_at timestamptz, claimed_run text,
-               drain_requested_at timestamptz, state text)
+               drain_requested_at timestamptz, state text, replica text,
+               last_contact_at timestamptz)
 LANGUAGE sql STABLE AS $$
     SELECT a.id, a.build, a.capabilities, a.registered_at, a.last_seen_at,
            greatest(a.last_claim_at, c.claimed_at), c.run_id, a.drain_requested_at,
@@ -249,7 +252,8 @@ LANGUAGE sql STABLE AS $$
                   OR c.claim_expires_at < cryo.now() THEN 'gone'
                 WHEN a.drain_requested_at IS NOT NULL THEN 'draining'
                 WHEN c.run_id IS NOT NULL THEN 'busy'
-                ELSE 'idle' END
+                ELSE 'idle' END,
+           a.replica, greatest(a.last_seen_at, c.claimed_at, a.gone_at)
       FROM cryo.agents a
       LEFT JOIN LATERAL (SELECT q.run_id, q.claimed_at, q.claim_expires_at FROM cryo.queue q
                           WHERE q.org = a.org AND q.state = 'claimed' AND q.agent_id = a.id
@@ -258,7 +262,7 @@ LANGUAGE sql STABLE AS $$
      ORDER BY a.id
 $$;
 COMMENT ON FUNCTION cryo.list_agents(text, interval) IS
-    'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, and state: gone (said goodbye or closed its long-poll since its last refresh, its claim lapsed unrenewed, or not seen for p_gone_after), draining, busy or idle. Raises nothing.';
+    'Returns the org''s agents with build, capabilities, times seen and last given a run, the run each holds now, the replica it claims through, its last contact, and state: gone (said goodbye or closed its long-poll since its last refresh, its claim lapsed unrenewed, or not seen for p_gone_after), draining, busy or idle. Raises nothing.';
 
 -- Asks agents to drain: they finish the run they hold, take no new one and exit. By build
 -- (every agent of the org reporting it), by id (an id or the ids `cryopg agent --id ID

@@ -48,7 +48,8 @@ def test_the_document_names_every_route_and_only_routes() -> None:
     documented = {(method, path) for method, path, *_ in ROUTES}
     assert api - documented == set(), "routes missing from cryopg/server/openapi.py"
     assert documented - api == set(), "documented routes the router does not have"
-    assert other == {"/", "/ui"}  # the web UI's page and static files, not the API
+    # the web UI's page and static files, and Prometheus's /metrics (docs/operations.md)
+    assert other == {"/", "/ui", "/metrics"}
     assert len(documented) == len(ROUTES)  # no route listed twice
 
 

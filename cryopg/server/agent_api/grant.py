@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 from psycopg import AsyncConnection
 
-from cryopg import engine
+from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.engine import ClaimGrant, Memo
 from cryopg.errors import Unreadable
@@ -85,7 +85,15 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
     except Unreadable as exc:
         await finish_unreadable(request, claim.run_id, held, exc)
         return None
-    return {"run_id": claim.run_id, "claim_token": str(claim.claim_token),
+    traceparent = None
+    if tracing.enabled():  # the claim is a span of the run's trace; the agent's pass its child
+        async with connection(app[POOL]) as conn:
+            run_tp = await engine.run_traceparent(conn, claim.run_id)
+        with tracing.span("cryopg claim", run_tp, run_id=claim.run_id,
+                          attempt=claim.attempt) as s:
+            traceparent = tracing.traceparent_of(s) if run_tp else None
+    return {**({"traceparent": traceparent} if traceparent else {}),
+            "run_id": claim.run_id, "claim_token": str(claim.claim_token),
             "attempt": claim.attempt, "filename": claim.filename,
             "interpreter": claim.interpreter, "source": source, "input": input_value,
             "claim_seconds": app[CONFIG].claim_seconds, "journal": journal,

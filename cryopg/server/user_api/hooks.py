@@ -18,7 +18,8 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import InvalidArgument, Unauthorized
+from cryopg.errors import CryoError, InvalidArgument, Unauthorized
+from cryopg.server import metrics, traces
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.limits import parse_json_off_loop, raw_body, read_body
 from cryopg.server.user_api.triggers import HOOK_ROUTE
@@ -29,6 +30,17 @@ MAX_BODY = 25 << 20  # GitHub's own limit on a delivery
 
 @raw_body  # the HMAC is over the raw bytes: checked here, after the signature
 async def deliver(request: web.Request) -> web.Response:
+    """A delivery, counted by result: its outcome, duplicate, or the error refusing it."""
+    try:
+        resp, result = await _deliver(request)
+    except CryoError as exc:
+        metrics.count(request.app, "webhook_deliveries", exc.code)
+        raise
+    metrics.count(request.app, "webhook_deliveries", result)
+    return resp
+
+
+async def _deliver(request: web.Request) -> tuple[web.Response, str]:
     org, project, name = (request.match_info[k] for k in ("org", "project", "name"))
     body = await read_body(request, MAX_BODY)
     async with connection(request.app[POOL]) as conn:
@@ -47,10 +59,15 @@ async def deliver(request: web.Request) -> web.Response:
             conn, org, project, name, body_hash=hashlib.sha256(body).digest(), event=event,
             trigger=trigger, input=sealer.seal_json({"trigger": trigger}),
             payload=sealer.seal_json({"answer": trigger}), untrusted=untrusted)
+        if not got.duplicate:
+            await traces.start_run_trace(conn, got.run_id, "cryopg webhook",
+                                         traces.incoming(request), org=org, project=project,
+                                         webhook=name, event=event)
     status = 200 if got.duplicate else 201 if got.outcome == "started" else 202
     return web.json_response({"outcome": got.outcome, "run_id": got.run_id,
                               "event_id": got.event_id, "duplicate": got.duplicate,
-                              "untrusted": untrusted}, status=status)
+                              "untrusted": untrusted}, status=status), \
+        "duplicate" if got.duplicate else got.outcome
 
 
 def add_routes(app: web.Application) -> None:

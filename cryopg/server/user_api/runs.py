@@ -8,12 +8,13 @@ from typing import Any
 from aiohttp import web
 from psycopg import AsyncConnection
 
-from cryopg import engine
+from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.graphs.nodes import state_node
 from cryopg.payloads import open_document, run_input, run_outputs
 from cryopg.seal import Sealer
+from cryopg.server import traces
 from cryopg.server.app_state import KEYS, POOL, TIMERS
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int, script_fields
@@ -55,7 +56,8 @@ async def submit(request: web.Request) -> web.Response:
         if graph is not None:
             return await _submit_graph(request.app, conn, sealer, graph, org, project,
                                        filename, interpreter, sealed_input, key, untrusted,
-                                       group, policy, workdir, body.get("input"))
+                                       group, policy, workdir, body.get("input"),
+                                       traces.incoming(request))
         run_id, created = await engine.submit_script(
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
@@ -63,6 +65,9 @@ async def submit(request: web.Request) -> web.Response:
             concurrency=group, policy=policy, workdir=workdir)
         if run_id is None:  # policy skip, and the group was held
             return web.json_response({"run_id": None, "created": False, "skipped": True})
+        if created:
+            await traces.start_run_trace(conn, run_id, "cryopg submit", traces.incoming(request),
+                                         org=org, project=project, kind="script")
         run = await engine.get_run(conn, run_id)
     return web.json_response({"run_id": run_id, "created": created, "status": run.status,
                               "position": run.queue_position},
@@ -73,7 +78,8 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
                         graph: Prepared, org: str, project: str, filename: str,
                         interpreter: str | None, sealed_input: bytes | None, key: str | None,
                         untrusted: bool, group: str | None, policy: str | None,
-                        workdir: str | None, input_value: Any) -> web.Response:
+                        workdir: str | None, input_value: Any,
+                        traceparent: str | None = None) -> web.Response:
     """A graph run in one call: one whose every node is a constant state node goes with
     its state calls sealed, and the database runs it whole before answering."""
     compiled = graph.compiled
@@ -88,6 +94,9 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
         graph=compiled.structure, calls=calls)
     if run_id is None:  # policy skip, and the group was held
         return web.json_response({"run_id": None, "created": False, "skipped": True})
+    if created:
+        await traces.start_run_trace(conn, run_id, "cryopg submit", traceparent, org=org,
+                                     project=project, kind="graph")
     if status == "parked" and TIMERS in app:  # its retry's deadline may be the earliest now
         app[TIMERS].rearm()
     return web.json_response({"run_id": run_id, "created": created, "status": status,
@@ -164,6 +173,8 @@ async def _detail(request: web.Request, run: engine.Run) -> dict[str, Any]:
     """The run page's extras: the input, and what started the run."""
     async with connection(request.app[POOL]) as conn:
         detail = await engine.read_run_detail(conn, run.id)
+        trace = (tracing.trace_id(await engine.run_traceparent(conn, run.id))
+                 if detail is not None else None)
     if detail is None:
         return {}
     opened = run_input(await request.app[KEYS].sealer(run.org), detail.input, detail.input_clear)
@@ -172,6 +183,8 @@ async def _detail(request: web.Request, run: engine.Run) -> dict[str, Any]:
     if detail.trigger_kind:
         extra["triggered_by"] = {"kind": detail.trigger_kind, "name": detail.trigger_name,
                                  "depth": detail.trigger_depth}
+    if trace:
+        extra["trace_id"] = trace
     return {"input": opened, "parent_run_id": detail.parent_run_id, "trigger": trigger,
             "untrusted": detail.untrusted, **extra}
 

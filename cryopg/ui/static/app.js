@@ -2,6 +2,7 @@
 // public HTTP API with the user's credentials; live views read server-sent events, which
 // the server makes from LISTEN/NOTIFY. This module is the router: each page is a module
 // exporting one async function (main, params, ctl), registered in PAGES below.
+import { agentsPage } from "./agents.js";
 import { api, hooks, orgPath } from "./api.js";
 import { el } from "./dom.js";
 import { loginPage, takeFragmentLogin } from "./login.js";
@@ -27,6 +28,7 @@ const PAGES = {
   secrets: { page: (m, p, q, c) => secretsPage(m, c), nav: "Secrets", admin: true },
   connections: { page: (m, p, q, c) => connectionsPage(m, c), nav: "Connections" },
   members: { page: (m, p, q, c) => membersPage(m, c), nav: "Members" },
+  agents: { page: (m, p, q, c) => agentsPage(m, c), nav: "Agents" },
 };
 
 let current = null;  // AbortController of the page on screen

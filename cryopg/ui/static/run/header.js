@@ -69,6 +69,7 @@ export function headerView({ base, refresh }) {
         hasCode ? "exit code" : null,
         hasCode ? el("span", { id: "run-exit-code", class: "error" }, String(run.exit_code)) : null,
         reason ? "reason" : null, reason ? el("span", { class: "error", id: "run-error" }, reason) : null,
+        run.trace_id ? "trace" : null, run.trace_id ? el("code", { id: "run-trace" }, run.trace_id) : null,
         "input", json(run.input, "run-input"),
         "outputs", json(run.outputs || {}, "run-outputs"),
       ].filter((x) => x !== null);
