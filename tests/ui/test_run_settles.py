@@ -60,7 +60,7 @@ def test_a_finished_script_and_graph_run_page_makes_no_request_once_loaded(
         expect(page.locator("#log")).to_contain_text(line, timeout=20_000)
         _settle(page, seen)
         before = len(seen)
-        page.wait_for_timeout(QUIET_SECONDS * 1000)  # a stretch over which a restless page asks again
+        page.wait_for_timeout(QUIET_SECONDS * 1000)  # a restless page asks again in this
         assert seen[before:] == [], seen[before:]
         assert page.locator("#run-connection").is_hidden()
     assert page.errors == []  # type: ignore[attr-defined]
