@@ -75,6 +75,7 @@ from cryopg.engine.journal import (
     read_history,
     read_last_attempt_log,
     read_logs,
+    read_logs_before,
     record_steps,
 )
 from cryopg.engine.log_store import (
@@ -422,6 +423,7 @@ __all__ = [
     "read_history",
     "read_last_attempt_log",
     "read_logs",
+    "read_logs_before",
     "read_outputs",
     "read_secret_values",
     "StepItem",
