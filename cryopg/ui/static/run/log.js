@@ -207,6 +207,8 @@ export function logView({ base, filename, ranges = true }) {
       pre.append(el("div", { class: "pass-marker", role: "separator" }, text));
       empty.hidden = true;
     },
+    // What an empty log says: "No output yet." only while the run can still print.
+    emptyText(text) { if (empty.textContent !== text) empty.textContent = text; },
     setText(text) { pre.replaceChildren(); kept = 0; atLineStart = true; target = pre; if (text) appendText(text, null); else empty.hidden = false; },
   };
 }

@@ -47,6 +47,8 @@ export async function runPage(main, runId, ctl) {
     // one frame (a run shown succeeded never lists its checkpoints short of the last).
     const cps = isGraph ? null : (await api(`${base}/checkpoints`, { signal: ctl.signal })).checkpoints;
     header.update(run, title);
+    log.emptyText(!TERMINAL.has(run.status) ? "No output yet."
+      : isGraph ? "No job of this graph wrote to the log." : "The run printed nothing.");
     views.update(run);
     renderTimeline(timeline, run);
     const ps = passes(run.history || []);

@@ -52,7 +52,10 @@ export function renderTimeline(list, run) {
     const next = hist[i + 1];
     const what = h.family ? `${h.family} ${h.name || ""}${h.ordinal ? " #" + h.ordinal : ""}` : "";
     const p = byIndex[i];
-    const extra = (p ? ` pass ${p.n} begins, woken by ${p.why}` : "") +
+    // A wake queues the next pass; it begins when an agent claims the run (the run's
+    // attempt counts those), so a pass not claimed yet is "next", as the header says.
+    const begun = !p || run.kind === "graph" || (run.attempt || 0) >= p.n;
+    const extra = (p ? ` pass ${p.n} ${begun ? "begins" : "next"}, woken by ${p.why}` : "") +
       (h.kind === "retry_scheduled" && h.attempt ? ` (attempt ${h.attempt})` : "");
     const li = el("li", { class: `ev ev-${h.kind}`, "data-kind": h.kind },
       el("span", { class: "muted" }, when(h.at)), el("strong", {}, h.kind.replace(/_/g, " ")),
