@@ -9,6 +9,7 @@ import { el, json } from "../dom.js";
 import { NODE_H, NODE_W, arrowDefs, edgePath, fit, layout, svg, useCanvasStyle } from "../editor/svg.js";
 import { S } from "../session.js";
 import { fmtDur } from "../time.js";
+import { dagNav } from "./dagnav.js";
 import { approvalForm } from "./approval.js";
 import { checkpointStatus } from "./sections.js";
 import { nodeStatus } from "./strip.js";
@@ -92,7 +93,7 @@ export function drawDag(shape, onPick) {
     const g = ev.target.closest("[data-node]");
     if (g && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); onPick(g.dataset.node); }
   });
-  return { svg: root, boxes };
+  return { svg: root, boxes, width: lay.width, height: lay.height, pos: lay.pos };
 }
 
 export function paintBox(g, n) {
@@ -120,7 +121,8 @@ function create({ base, signal, refresh }) {
   // A graph wider than its box scrolls sideways; say so, since nothing else shows it.
   const hint = el("p", { class: "muted", id: "dag-scroll-hint", hidden: true },
     "The graph is wider than this box: scroll sideways (Shift + wheel) to see all of it.");
-  const root = el("div", { class: "dag-view" }, hint, wrap, detail);
+  const nav = dagNav(wrap);
+  const root = el("div", { class: "dag-view" }, el("div", {}, nav.el, hint, wrap), detail);
   const checkWidth = () => { hint.hidden = !(wrap.scrollWidth > wrap.clientWidth + 1); };
   // Also when the box first shows (its tab chosen) or changes size.
   const sizes = new ResizeObserver(checkWidth);
@@ -203,6 +205,7 @@ function create({ base, signal, refresh }) {
         key = k;
         drawn = drawDag(shape, pick);
         wrap.replaceChildren(shape.nodes.length ? drawn.svg : el("p", { class: "muted" }, "No checkpoints yet."));
+        if (shape.nodes.length) nav.attach(drawn.svg, drawn.width, drawn.height, drawn.pos);
       }
       for (const n of shape.nodes) paintBox(drawn.boxes[n.id], n);
       requestAnimationFrame(checkWidth);
