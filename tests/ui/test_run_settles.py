@@ -11,6 +11,7 @@ from playwright.sync_api import Page, expect
 from tests.e2e.conftest import Split
 from tests.e2e.helpers import script, show, submit, wait_for
 from tests.ui.conftest import login_url
+from tests.ui.perf import record
 
 PIPELINE = """version: cryosleep/pipeline/v1
 jobs:
@@ -54,6 +55,7 @@ def test_a_finished_script_and_graph_run_page_makes_no_request_once_loaded(
     page.goto(login_url(split))
     expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
     seen = _api_requests(page)
+    idle = 0
     for run_id, line in ((plain, "done-line"), (graph, "built-it")):
         page.goto(f"{split.url}/#/run/{run_id}")
         expect(page.locator("#run-status")).to_contain_text("succeeded", timeout=20_000)
@@ -61,6 +63,8 @@ def test_a_finished_script_and_graph_run_page_makes_no_request_once_loaded(
         _settle(page, seen)
         before = len(seen)
         page.wait_for_timeout(QUIET_SECONDS * 1000)  # a restless page asks again in this
+        idle += len(seen) - before
         assert seen[before:] == [], seen[before:]
         assert page.locator("#run-connection").is_hidden()
+    record(finished_run_idle_requests=idle)
     assert page.errors == []  # type: ignore[attr-defined]
