@@ -6135,6 +6135,16 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_logs(p_run_id text, p_after bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run after chunk id p_after, in order, each with the time it was stored. Raises nothing.';
 
+CREATE FUNCTION cryo.read_logs_before(p_run_id text, p_before bigint, p_limit integer DEFAULT 64) RETURNS TABLE(id bigint, data bytea, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l
+     WHERE l.run_id = p_run_id AND l.id < p_before
+     ORDER BY l.id DESC LIMIT greatest(p_limit, 0)
+$$;
+
+COMMENT ON FUNCTION cryo.read_logs_before(p_run_id text, p_before bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run before chunk id p_before, newest first, each with the time it was stored (a log viewer reading backwards). Raises nothing.';
+
 CREATE FUNCTION cryo.read_metrics(p_log_move_after interval DEFAULT NULL::interval, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(metric text, org text, project text, label text, label2 text, value double precision, total double precision)
     LANGUAGE sql STABLE
     AS $$

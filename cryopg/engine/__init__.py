@@ -83,6 +83,7 @@ from cryopg.engine.journal import (
     read_history,
     read_last_attempt_log,
     read_logs,
+    read_logs_before,
     record_steps,
 )
 from cryopg.engine.log_store import (
@@ -448,6 +449,7 @@ __all__ = [
     "read_history",
     "read_last_attempt_log",
     "read_logs",
+    "read_logs_before",
     "read_outputs",
     "read_secret_values",
     "StepItem",

@@ -49,8 +49,17 @@ async def read_history(conn: AsyncConnection, run_id: str) -> list[HistoryEvent]
 
 async def read_logs(conn: AsyncConnection, run_id: str, after: int = 0,
                     limit: int = 500) -> list[LogChunk]:
-    cur = conn.cursor(row_factory=class_row(LogChunk))
+    # Binary results: bytea in text format travels as hex, twice its size to send and parse.
+    cur = conn.cursor(row_factory=class_row(LogChunk), binary=True)
     await cur.execute("SELECT * FROM cryo.read_logs(%s, %s, %s)", (run_id, after, limit))
+    return await cur.fetchall()
+
+
+async def read_logs_before(conn: AsyncConnection, run_id: str, before: int,
+                           limit: int = 64) -> list[LogChunk]:
+    """Chunks before chunk id `before`, newest first."""
+    cur = conn.cursor(row_factory=class_row(LogChunk), binary=True)
+    await cur.execute("SELECT * FROM cryo.read_logs_before(%s, %s, %s)", (run_id, before, limit))
     return await cur.fetchall()
 
 

@@ -90,8 +90,11 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("POST", f"{P}/workflows/{{name}}/runs", "user", "Start a stored workflow by name",
      _obj(), {}),
     ("GET", f"{P}/runs/{{run}}/logs", "user", "A run's log (text), optionally followed; "
-     "a graph run's is its node jobs' logs, each line prefixed [node]",
-     None, {"follow": _S, "after": _I}),
+     "a graph run's is its node jobs' logs, each line prefixed [node]. A script run's log "
+     "also by ranges (after or before a chunk id, max_bytes: JSON chunks) or searched "
+     "(find: JSON matches)",
+     None, {"follow": _S, "after": _I, "times": _S, "before": _I, "max_bytes": _I,
+            "find": _S, "limit": _I}),
     ("GET", f"{P}/stream", "user", "Live changes of a project (server-sent events)", None, {}),
     ("GET", f"{P}/runs/{{run}}/stream", "user", "Live log and changes of a run (SSE)", None,
      {"tail": _I}),

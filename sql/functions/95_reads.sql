@@ -337,3 +337,13 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.list_webhook_deliveries(text, text, integer) IS
     'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published) and the run started or event published. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo.read_logs_before(p_run_id text, p_before bigint, p_limit integer DEFAULT 64)
+RETURNS TABLE (id bigint, data bytea, created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT l.id, l.data, l.created_at FROM cryo.logs l
+     WHERE l.run_id = p_run_id AND l.id < p_before
+     ORDER BY l.id DESC LIMIT greatest(p_limit, 0)
+$$;
+COMMENT ON FUNCTION cryo.read_logs_before(text, bigint, integer) IS
+    'Returns up to p_limit sealed log chunks of a run before chunk id p_before, newest first, each with the time it was stored (a log viewer reading backwards). Raises nothing.';

@@ -237,10 +237,10 @@ def test_log_window_starts_at_a_line_and_its_size_follows_the_run(
         put("".join(f"more {j} " + "y" * 90 + "\n" for j in range(1000)))
         expect(log).to_contain_text("more 999", timeout=10_000)
         expect(info).not_to_have_text(before)
-        # Loading earlier output brings the start of the log.
-        page.click("#log-earlier")
-        expect(log).to_contain_text("line 00-00000", timeout=20_000)
-        expect(info).to_have_text("")
+        # Jumping to the start brings the start of the log, browsed by ranges.
+        page.click("#log-start")
+        expect(page.locator("#log-pages")).to_contain_text("line 00-00000", timeout=20_000)
+        expect(info).to_contain_text("browsing the whole log")
     finally:
         done.set()
 

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import InvalidArgument
+from cryopg.errors import DatabaseUnavailable, InvalidArgument
 from cryopg.logstore.reader import open_moved
 from cryopg.seal import Sealer
 from cryopg.server.app_state import KEYS, NOTIFIER, POOL
@@ -36,6 +36,10 @@ FEED_BACKSTOP_SECONDS = 5.0   # a feed re-reads its page this often without any 
 FEED_COALESCE_SECONDS = 0.25  # notifies closer than this make one re-read
 FEED_PAGE = 50
 TAIL_MAX_BYTES = 8 << 20
+# A run's stream that cannot reach the database (pool exhausted on a busy server) waits
+# and reads again, keeping the browser's connection, rather than ending: an ended stream
+# makes the page reconnect and read everything again, which loads the server further.
+RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0)
 
 
 class SSE:
@@ -203,16 +207,26 @@ async def _follow_run(app: web.Application, sse: SSE, sealer: Sealer, run: engin
     # change before it is in that read, one after it differs from it and is sent.
     async with connection(pool) as conn:
         last_sig: tuple[Any, ...] = (await _run_sig(conn, run.id))[1]
-    await sse.send("hello", {"run": run.id, "status": run.status})
+    await sse.send("hello", {"run": run.id, "status": run.status, "finished": run.finished})
     await sse.send("tail", {"skipped_bytes": start.skipped_bytes,
                             "total_bytes": start.total_bytes})
     for cid, data in moved:
         await sse.send("log", {"id": cid, "text": data.decode("utf-8", errors="replace")})
-    after, drained_after_end = start.after_id, False
+    after, drained_after_end, failures = start.after_id, False, 0
     while not notifier.closing:
         woken = notifier.run_event(run.id)
-        async with connection(pool) as conn:
-            chunks = await engine.read_logs(conn, run.id, after)
+        try:
+            async with connection(pool) as conn:
+                chunks = await engine.read_logs(conn, run.id, after)
+            if not chunks:
+                async with connection(pool) as conn:
+                    now, sig = await _run_sig(conn, run.id)
+        except DatabaseUnavailable:
+            failures += 1
+            await asyncio.sleep(RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1])
+            await sse.keepalive()
+            continue
+        failures = 0
         for chunk in chunks:
             text = sealer.open(chunk.data).decode("utf-8", errors="replace")
             at = chunk.created_at.isoformat() if chunk.created_at else None
@@ -220,14 +234,13 @@ async def _follow_run(app: web.Application, sse: SSE, sealer: Sealer, run: engin
             after = chunk.id
         if chunks:
             continue  # drain before deciding anything
-        async with connection(pool) as conn:
-            now, sig = await _run_sig(conn, run.id)
         if sig != last_sig:
             await sse.send("changed", {"status": now.status, "substate": now.substate})
             last_sig = sig
         if now.finished:
             if drained_after_end:
-                await sse.send("end", {"status": now.status})
+                # `final`: nothing of this run changes any more; the page stops listening.
+                await sse.send("end", {"status": now.status, "final": True})
                 break
             drained_after_end = True  # once more, for bytes written before the end
             continue

@@ -1,5 +1,6 @@
 """`GET …/runs/{run}/logs[?follow=1&after=ID&times=1]`: a run's log, streamed as it is
-written. With `times=1` (a script run's log) each chunk is one JSON line
+written (ranges and search, for the web UI's log viewer, are in log_ranges.py). With
+`times=1` (a script run's log) each chunk is one JSON line
 `{"id", "at", "text"}`, `at` being when the chunk was stored.
 
 A graph run (a graph or a pipeline) has no log of its own: its log is its node jobs'
@@ -26,6 +27,7 @@ from cryopg.seal import Sealer
 from cryopg.server.app_state import KEYS, NOTIFIER, POOL
 from cryopg.server.bodies import INT8, query_int
 from cryopg.server.notifier import wait_any
+from cryopg.server.user_api.log_ranges import range_or_find, wants_range
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 
 BACKSTOP_SECONDS = 2.0  # a follower reads again this often without a notify
@@ -37,6 +39,8 @@ CANCEL_GRACE_SECONDS = 5.0
 
 async def logs(request: web.Request) -> web.StreamResponse:
     run = await own_run(request)
+    if wants_range(request):
+        return await range_or_find(request, run, await request.app[KEYS].sealer(run.org))
     follow = request.query.get("follow") in ("1", "true", "yes")
     after = query_int(request, "after", 0, INT8)
     times = request.query.get("times") in ("1", "true", "yes") and run.kind != "graph"

@@ -49,6 +49,7 @@ export async function sse(path, onEvent, signal) {
   const r = await fetch(path, { headers: { ...authHeaders("GET"), Accept: "text/event-stream" },
                                 credentials: "same-origin", signal });
   if (!r.ok) throw new ApiError(r.status, "http", `stream: HTTP ${r.status}`);
+  if (!r.body) return;
   const reader = r.body.getReader();
   const dec = new TextDecoder();
   let buf = "";
@@ -71,14 +72,27 @@ export async function sse(path, onEvent, signal) {
   }
 }
 
-// Keeps one live stream open, reconnecting after a drop (with a pause).
+// Keeps one live stream open, reconnecting after a drop with a growing pause (2 s up to
+// 30 s; back to 2 s once a stream has said hello). It stops for good when the server
+// says the stream is over (`end` with `final`: a finished run changes no more) or
+// refuses it (401, 403, 404): reconnecting then would only read everything again.
+// onEvent also gets "reconnect" ({error, delay_ms}) after each drop.
 export function liveStream(path, onEvent, ctl) {
+  let over = false, delay = 2000;
+  const handle = (name, data) => {
+    if (name === "hello") delay = 2000;
+    if (name === "end" && data && data.final) over = true;
+    onEvent(name, data);
+  };
   (async () => {
-    while (!ctl.signal.aborted) {
-      try { await sse(path, onEvent, ctl.signal); } catch (_) { /* retried below */ }
-      if (ctl.signal.aborted) return;
-      onEvent("reconnect", {});
-      await new Promise((res) => setTimeout(res, 2000));
+    while (!ctl.signal.aborted && !over) {
+      let error = null;
+      try { await sse(path, handle, ctl.signal); } catch (e) { error = e; }
+      if (ctl.signal.aborted || over) return;
+      if (error && [401, 403, 404].includes(error.status)) return;
+      onEvent("reconnect", { error: error ? error.message : "the stream ended", delay_ms: delay });
+      await new Promise((res) => setTimeout(res, delay));
+      delay = Math.min(delay * 2, 30_000);
     }
   })();
 }

@@ -72,6 +72,7 @@ export function ansi(text, state) {
   return frag;
 }
 
+// Focusable: a long value scrolls, and a keyboard must reach it (axe: scrollable-region-focusable).
 export function json(value, id) {
-  return el("pre", { class: "json", id }, JSON.stringify(value ?? null, null, 1));
+  return el("pre", { class: "json", id, tabindex: "0" }, JSON.stringify(value ?? null, null, 1));
 }

@@ -11,9 +11,23 @@ const PAGE = 50;
 const FILTERS = ["q", "status", "match", "workflow", "trigger", "since", "until"];
 const SEARCH = ["q", "match", "trigger", "since", "until"];
 
+function isDate(v) {
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(v)) return false;
+  const d = new Date(`${v}T00:00:00Z`);
+  return !Number.isNaN(d.getTime()) && d.toISOString().slice(0, 10) === v;
+}
+
 export async function runsPage(main, q, ctl) {
   const t0 = performance.now();
   const f = Object.fromEntries(FILTERS.map((k) => [k, q.get(k) || ""]));
+  // A date the address bar carries is checked here: a bad one is named beside the
+  // filters and left out, and the list still shows (it was replaced by "Error").
+  const filterMsg = el("p", { class: "error", id: "filter-error", role: "status" });
+  const bad = [];
+  for (const [k, word] of [["since", "from"], ["until", "to"]]) {
+    if (f[k] && !isDate(f[k])) { bad.push(`the ${word} date ${f[k]} is not a date (YYYY-MM-DD); it is left out`); f[k] = ""; }
+  }
+  filterMsg.textContent = bad.join("; ");
   const before = q.get("before") || "";
   const input = (id, key, attrs = {}) => el("input", { id, value: f[key], "aria-label": attrs.label || key, ...attrs, label: null });
   const text = input("filter-q", "q", { type: "search", placeholder: "run id, workflow, input, label", label: "search" });
@@ -54,7 +68,8 @@ export async function runsPage(main, q, ctl) {
     el("form", { class: "filters", id: "run-filters", role: "search", onsubmit: (e) => { e.preventDefault(); apply(); } },
        text, statusSel, wf, trig, el("label", { class: "inline" }, "from ", since), el("label", { class: "inline" }, "to ", until),
        el("button", { type: "submit" }, "Search"),
-       searching || f.status || f.workflow ? el("a", { href: "#/runs", id: "clear-filters" }, "clear") : "", live),
+       searching || f.status || f.workflow || bad.length ? el("a", { href: "#/runs", id: "clear-filters" }, "clear") : "", live),
+    filterMsg,
     S.canAct ? el("div", { class: "filters" }, bulk, bulkMsg) : "",
     el("div", { class: "scroll-x" }, el("table", { id: "runs" }, el("thead", {}, el("tr", {},
       ["", "Run", "Status", "Workflow", "Trigger", "Started", "Duration"].map((h, i) =>
@@ -89,7 +104,14 @@ export async function runsPage(main, q, ctl) {
   }
 
   async function load() {
-    const page = await api(projectPath(`/runs?${query(before ? { before } : {})}`), { signal: ctl.signal });
+    let page;
+    try {
+      page = await api(projectPath(`/runs?${query(before ? { before } : {})}`), { signal: ctl.signal });
+    } catch (e) {
+      if (e.status !== 400) throw e;
+      filterMsg.textContent = e.message;  // a filter the server refused: say which
+      page = { runs: [], next: null };
+    }
     const rows = [];
     for (const r of page.runs) {
       rows.push(row(r, false));

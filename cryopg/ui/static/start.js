@@ -2,6 +2,7 @@
 // document declares (`input_schema`, an object of properties), else a JSON box.
 import { api, projectPath } from "./api.js";
 import { el } from "./dom.js";
+import { schemaFields } from "./schemafields.js";
 
 function declared(wf) {
   const given = wf.input_schema;  // the server reads it from the stored document
@@ -17,40 +18,21 @@ function declared(wf) {
 export function inputForm(name, wf) {
   const schema = declared(wf);
   const msg = el("p", { class: "error", id: "start-error", role: "status" });
-  const fields = {};
-  let body;
+  let body, collectFields = null;
   if (schema) {
-    const required = new Set(schema.required || []);
-    body = Object.entries(schema.properties).map(([key, spec]) => {
-      const input = spec.type === "boolean" ? el("input", { type: "checkbox", name: key })
-        : Array.isArray(spec.enum) ? el("select", { name: key }, ["", ...spec.enum].map((v) => el("option", { value: v }, v)))
-        : el("input", { name: key, type: ["number", "integer"].includes(spec.type) ? "number" : "text",
-                        value: spec.default !== undefined ? String(spec.default) : null });
-      fields[key] = [input, spec, required.has(key)];
-      return el("label", {}, `${spec.title || key}${required.has(key) ? " *" : ""}`, input);
-    });
+    const got = schemaFields(schema, "start");
+    body = got.fields; collectFields = got.collect;
   } else {
     body = [el("label", {}, "Input (JSON)", el("textarea", { id: "start-input", rows: 3, placeholder: "{}" }))];
   }
   function collect(form) {
-    if (!schema) {
-      const raw = form.querySelector("#start-input").value.trim();
-      if (!raw) return null;
-      try { return JSON.parse(raw); } catch (_) { throw new Error("the input is not JSON"); }
-    }
-    const out = {};
-    for (const [key, [input, spec, req]] of Object.entries(fields)) {
-      if (spec.type === "boolean") { out[key] = input.checked; continue; }
-      if (input.value === "") { if (req) throw new Error(`${key} is required`); continue; }
-      if (["number", "integer"].includes(spec.type)) {
-        const n = Number(input.value);
-        if (!Number.isFinite(n) || (spec.type === "integer" && !Number.isInteger(n))) throw new Error(`${key} must be a number`);
-        out[key] = n;
-      } else out[key] = input.value;
-    }
-    return out;
+    if (collectFields) return collectFields();
+    const raw = form.querySelector("#start-input").value.trim();
+    if (!raw) return null;
+    try { return JSON.parse(raw); } catch (_) { throw new Error("the input is not JSON"); }
   }
-  return el("form", { class: "card start", id: "start-form", onsubmit: async (ev) => {
+  return el("form", { class: "card start", id: "start-form", novalidate: true,
+                      oninput: () => { msg.textContent = ""; }, onsubmit: async (ev) => {
     ev.preventDefault();
     msg.textContent = "";
     let input;

@@ -16,3 +16,5 @@ export function substate(r) {
 }
 
 export const LIVE = new Set(["pending", "queued", "running", "parked"]);
+// The statuses a run never leaves (cryo.is_terminal).
+export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "unreadable"]);

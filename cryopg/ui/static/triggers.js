@@ -41,7 +41,7 @@ export async function workflowPage(main, name, ctl) {
       el("tr", { "data-run": r.id }, el("td", {}, el("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.id.split(":").pop())),
         el("td", {}, badge(r.status)), el("td", {}, when(r.started_at || r.created_at)), el("td", {}, duration(r.started_at, r.finished_at)))),
       "No runs yet."),
-    wf.source !== undefined ? el("section", {}, el("h2", {}, "Source"), el("pre", { class: "json source", id: "workflow-source" }, wf.source)) : "");
+    wf.source !== undefined ? el("section", {}, el("h2", {}, "Source"), el("pre", { class: "json source", id: "workflow-source", tabindex: "0" }, wf.source)) : "");
 }
 
 export async function schedulesPage(main, ctl) {

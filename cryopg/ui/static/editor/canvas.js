@@ -47,8 +47,10 @@ export function board(on, readOnly = false) {
       const bits = [n.type, n.fan_out ? "fan-out" : "", n.retry ? `retry ×${n.retry.attempts ?? 1}` : "", n.if !== undefined ? "if" : ""];
       return svg("g", { class: `cnode${sel && sel.node === n.id ? " selected" : ""}${err ? " has-error" : ""}`,
         "data-node": n.id, transform: `translate(${p.x - NODE_W / 2},${p.y - NODE_H / 2})`, tabindex: 0, role: "button",
-        "aria-label": `node ${n.id} (${n.type})${err ? ": " + err : ""}` },
-        svg("title", {}, err || `${n.id} (${n.type})`),
+        // Named by its <title>, not an aria-label that differs from the text drawn (axe:
+        // label-content-name-mismatch).
+      },
+        svg("title", {}, `node ${n.id} (${n.type})${err ? ": " + err : ""}`),
         svg("rect", { class: "body", width: NODE_W, height: NODE_H, rx: 5 }),
         svg("text", { x: 8, y: 20, class: "t1" }, fit(n.id, 22)),
         svg("text", { x: 8, y: 38, class: "t2" }, fit(bits.filter(Boolean).join(" · "), 26)),

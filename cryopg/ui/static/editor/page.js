@@ -379,6 +379,6 @@ function pipelineView(main, name, wf) {
       el("div", { class: "palette" }, el("strong", {}, `${doc.nodes.length} jobs`)),
       el("div", { class: "board", id: "board" }, canvas.el),
       el("div", { class: "side" }, info, wf.source !== undefined
-        ? el("section", {}, el("h3", {}, "Source"), el("pre", { class: "json source", id: "pipeline-source" }, wf.source))
+        ? el("section", {}, el("h3", {}, "Source"), el("pre", { class: "json source", id: "pipeline-source", tabindex: "0" }, wf.source))
         : json(wf.nodes, "pipeline-source"))));
 }

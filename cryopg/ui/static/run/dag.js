@@ -9,6 +9,7 @@ import { el, json } from "../dom.js";
 import { NODE_H, NODE_W, arrowDefs, edgePath, fit, layout, svg, useCanvasStyle } from "../editor/svg.js";
 import { S } from "../session.js";
 import { fmtDur } from "../time.js";
+import { dagNav } from "./dagnav.js";
 import { approvalForm } from "./approval.js";
 import { checkpointStatus } from "./sections.js";
 import { nodeStatus } from "./strip.js";
@@ -92,15 +93,16 @@ export function drawDag(shape, onPick) {
     const g = ev.target.closest("[data-node]");
     if (g && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); onPick(g.dataset.node); }
   });
-  return { svg: root, boxes };
+  return { svg: root, boxes, width: lay.width, height: lay.height, pos: lay.pos };
 }
 
 export function paintBox(g, n) {
   g.setAttribute("class", `dag-node s-${n.status}`);
-  g.setAttribute("aria-label", `${n.label}: ${n.status}`);
   const [, t2, t3] = g.querySelectorAll("text");
   t2.textContent = fit(line2(n), 28);
   t3.textContent = fit(line3(n), 28);
+  // The node's name is its <title> (label, status and both lines), never an aria-label
+  // that differs from the text drawn (axe: label-content-name-mismatch).
   let title = g.querySelector("title");
   if (!title) { title = svg("title", {}); g.prepend(title); }
   title.textContent = [n.label, n.status, line2(n), line3(n)].filter(Boolean).join("\n");
@@ -116,7 +118,16 @@ function create({ base, signal, refresh }) {
   useCanvasStyle();
   const wrap = el("div", { class: "dag-wrap", id: "dag" });
   const detail = el("div", { id: "dag-detail", class: "dag-detail", "aria-live": "polite" });
-  const root = el("div", { class: "dag-view" }, wrap, detail);
+  // A graph wider than its box scrolls sideways; say so, since nothing else shows it.
+  const hint = el("p", { class: "muted", id: "dag-scroll-hint", hidden: true },
+    "The graph is wider than this box: scroll sideways (Shift + wheel) to see all of it.");
+  const nav = dagNav(wrap);
+  const root = el("div", { class: "dag-view" }, el("div", {}, nav.el, hint, wrap), detail);
+  const checkWidth = () => { hint.hidden = !(wrap.scrollWidth > wrap.clientWidth + 1); };
+  // Also when the box first shows (its tab chosen) or changes size.
+  const sizes = new ResizeObserver(checkWidth);
+  sizes.observe(wrap);
+  signal.addEventListener("abort", () => sizes.disconnect());
   const shapeFor = throttledShape(base, signal);
   let drawn = null, key = null, shape = null, lastRun = null, picked = null, pickedKey = null;
 
@@ -194,8 +205,10 @@ function create({ base, signal, refresh }) {
         key = k;
         drawn = drawDag(shape, pick);
         wrap.replaceChildren(shape.nodes.length ? drawn.svg : el("p", { class: "muted" }, "No checkpoints yet."));
+        if (shape.nodes.length) nav.attach(drawn.svg, drawn.width, drawn.height, drawn.pos);
       }
       for (const n of shape.nodes) paintBox(drawn.boxes[n.id], n);
+      requestAnimationFrame(checkWidth);
       if (picked) { if (drawn.boxes[picked]) drawn.boxes[picked].classList.add("picked"); showDetail(); }
     },
   };

@@ -50,7 +50,8 @@ export function drawGantt(run, shape, width) {
 
 function create({ base, signal }) {
   useCanvasStyle();
-  const wrap = el("div", { class: "gantt-wrap", id: "gantt" });
+  // Focusable, so a keyboard can scroll a wide timeline (axe: scrollable-region-focusable).
+  const wrap = el("div", { class: "gantt-wrap", id: "gantt", tabindex: "0", role: "region", "aria-label": "timeline chart" });
   const shapeFor = throttledShape(base, signal);
   let lastRun = null, shape = null;
   function draw() {

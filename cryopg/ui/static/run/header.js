@@ -63,7 +63,9 @@ export function headerView({ base, refresh }) {
         : run.triggered_by ? `${run.triggered_by.kind} ${run.triggered_by.name || ""}` : run.trigger || "manual";
       const kv = [
         "status", el("span", { id: "run-status" }, badge(run.status), " ", el("span", { class: "muted" }, substate(run))),
-        "pass", String(run.attempt),
+        // The pass that runs or ran (a claim starts one); the timeline says "next" for a
+        // wake whose pass has not begun.
+        "pass", el("span", { id: "run-pass" }, String(run.attempt)),
         "trigger", trigger,
         "started", run.started_at ? el("span", { id: "run-started" }, when(run.started_at), " (", duration(run.started_at, run.finished_at, "run-duration"), ")") : "not yet",
         hasCode ? "exit code" : null,

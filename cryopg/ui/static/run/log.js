@@ -1,41 +1,70 @@
 // A run's log: a tail window of the stored log, then live chunks. Only the newest
 // LOG_WINDOW characters stay on the page, so a huge log never freezes the tab. Lines can
-// show the time they reached the page, fold under the step that printed them, and be
-// searched; the whole log can be loaded or downloaded on demand.
-import { apiText } from "../api.js";
+// show the time they were stored, fold under the step that printed them, and be
+// searched; a script run's whole log is browsed by ranges (logpages.js) and searched on
+// the server when the window does not hold all of it; it can be downloaded.
+import { api, apiText } from "../api.js";
 import { ansi, el } from "../dom.js";
+import { logPages } from "./logpages.js";
 
-const LOG_WINDOW = 512 * 1024;     // characters of log kept on the page
-export const LOG_TAIL_BYTES = 256 * 1024;  // bytes of a stored log fetched on open
-const WHOLE_MAX = 16 * 1024 * 1024;  // "load earlier" fetches at most this much text
+// The live window is small: it draws quickly on open, and the whole log is browsed by
+// ranges (logpages.js) rather than by growing it.
+const LOG_WINDOW = 192 * 1024;     // characters of log kept on the page
+export const LOG_TAIL_BYTES = 96 * 1024;  // bytes of a stored log shown on open
 
 const kib = (n) => `${Math.max(1, Math.round(n / 1024))} KiB`;
 const stamp = (d) => d.toISOString().slice(11, 23);
 
-export function logView({ base, filename }) {
+export function logView({ base, filename, ranges = true }) {
   const info = el("p", { class: "muted", id: "log-info", role: "status" });
   const pre = el("pre", { id: "log", tabindex: "0", role: "log", "aria-label": "log" });
   const empty = el("p", { class: "muted", id: "log-empty" }, "No output yet.");
-  const tsBox = el("input", { type: "checkbox", id: "log-ts", onchange: () => pre.classList.toggle("show-ts", tsBox.checked) });
+  const pages = logPages({ base });
+  const tsBox = el("input", { type: "checkbox", id: "log-ts", onchange: () => {
+    pre.classList.toggle("show-ts", tsBox.checked); pages.timestamps(tsBox.checked);
+  } });
   const find = el("input", { type: "search", id: "log-find", placeholder: "find in log", "aria-label": "find in log" });
   const count = el("span", { class: "muted", id: "log-find-count" });
-  const earlier = el("button", { id: "log-earlier", hidden: true, onclick: () => loadWhole() }, "Load earlier output");
+  const earlier = el("button", { id: "log-earlier", hidden: true, onclick: () => browse(() => pages.end(0)) }, "Load earlier output");
+  const start = el("button", { id: "log-start", hidden: true, onclick: () => browse(() => pages.start()) }, "Jump to start");
+  const live = el("button", { id: "log-live", hidden: true, onclick: () => unbrowse() }, "Back to live output");
   const tools = el("div", { class: "filters log-tools" },
     el("label", { class: "inline" }, tsBox, " timestamps"), find,
     el("button", { id: "log-prev", "aria-label": "previous match", onclick: () => step(-1) }, "↑"),
     el("button", { id: "log-next", "aria-label": "next match", onclick: () => step(1) }, "↓"), count,
-    earlier, el("button", { id: "log-download", onclick: () => download() }, "Download"));
-  const root = el("section", { id: "log-section" }, el("h2", {}, "Log"), tools, info, empty, pre);
+    earlier, start, live, el("button", { id: "log-download", onclick: () => download() }, "Download"));
+  const root = el("section", { id: "log-section" }, el("h2", {}, "Log"), tools, info, empty, pre, pages.el);
 
   const ansiState = { fg: null, bold: false };
-  let windowChars = LOG_WINDOW;  // grows when the user asks for the earlier output
+  const windowChars = LOG_WINDOW;
   let kept = 0, atLineStart = true, shownBytes = 0, totalBytes = 0, skipped = 0;
   let target = pre;  // where lines go: the log, or the open section of a running step
-  let paused = null;  // chunks held while the whole log loads
 
   function label() {
-    info.textContent = skipped > 0 ? `showing the last ${kib(totalBytes - skipped)} of ${kib(totalBytes)}` : "";
-    earlier.hidden = skipped <= 0;
+    if (pages.active) {
+      info.textContent = `browsing the whole log (${kib(totalBytes)}); it reads more as you scroll`;
+    } else {
+      info.textContent = skipped > 0 ? `showing the last ${kib(totalBytes - skipped)} of ${kib(totalBytes)}` : "";
+    }
+    earlier.hidden = !ranges || skipped <= 0 || pages.active;
+    start.hidden = !ranges || (skipped <= 0 && !pages.active);
+    live.hidden = !pages.active;
+  }
+
+  // The whole log in place of the live window, from a range `open` reads.
+  async function browse(open) {
+    earlier.disabled = start.disabled = true;
+    try {
+      pre.hidden = true;
+      await open();
+      label();
+      if (find.value) pages.find(find.value);
+    } catch (e) { info.textContent = e.message; if (!pages.active) pre.hidden = false; }
+    earlier.disabled = start.disabled = false;
+  }
+  function unbrowse() {
+    pages.hide(); pre.hidden = false; label();
+    pre.scrollTop = pre.scrollHeight;
   }
 
   function appendText(text, at) {
@@ -56,23 +85,6 @@ export function logView({ base, filename }) {
     if (stick) pre.scrollTop = pre.scrollHeight;
   }
 
-  async function loadWhole() {
-    earlier.disabled = true;
-    paused = [];
-    try {
-      // One JSON line per chunk, with the time it was stored.
-      const chunks = (await apiText(`${base}/logs?times=1`)).split("\n").filter(Boolean).map((l) => JSON.parse(l));
-      let size = 0, first = chunks.length;
-      while (first > 0 && size + chunks[first - 1].text.length <= WHOLE_MAX) size += chunks[--first].text.length;
-      windowChars = size + LOG_WINDOW;
-      pre.replaceChildren(); kept = 0; atLineStart = true; target = pre;
-      for (const c of chunks.slice(first)) appendText(c.text, c.at ? new Date(c.at) : null);
-      skipped = 0; label();
-    } catch (e) { info.textContent = e.message; }
-    paused = null;
-    earlier.disabled = false;
-  }
-
   async function download() {
     const text = await apiText(`${base}/logs`);
     const a = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/plain" })),
@@ -82,12 +94,30 @@ export function logView({ base, filename }) {
   }
 
   // Search: every match highlighted (CSS custom highlights), one current, ↑/↓ to move.
-  let matches = [], at = -1;
-  function search() {
-    const needle = find.value.toLowerCase();
-    matches = []; at = -1;
+  // When the page holds only the log's tail, the server searches the whole log and a
+  // match opens the range around it.
+  let matches = [], at = -1, remote = null, asked = 0;
+  function clearMarks() {
     if (window.CSS && CSS.highlights) { CSS.highlights.delete("log-find"); CSS.highlights.delete("log-find-current"); }
+  }
+  async function search() {
+    const needle = find.value.toLowerCase();
+    matches = []; at = -1; remote = null;
+    clearMarks();
+    pages.find(find.value);
     if (!needle) { count.textContent = ""; return; }
+    if (ranges && (skipped > 0 || pages.active)) {
+      const ask = ++asked;
+      count.textContent = "searching…";
+      try {
+        const got = await api(`${base}/logs?find=${encodeURIComponent(find.value)}`);
+        if (ask !== asked) return;
+        remote = got;
+        count.dataset.truncated = got.truncated ? "1" : "";
+        step(1);
+      } catch (e) { if (ask === asked) count.textContent = e.message; }
+      return;
+    }
     const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
     for (let n = walker.nextNode(); n; n = walker.nextNode()) {
       const t = n.data.toLowerCase();
@@ -99,6 +129,15 @@ export function logView({ base, filename }) {
     step(1);
   }
   function step(d) {
+    if (remote) {
+      const hits = remote.matches;
+      if (!hits.length) { count.textContent = "no match"; return; }
+      at = (at + d + hits.length) % hits.length;
+      count.textContent = `${at + 1} of ${hits.length}${remote.truncated ? "+" : ""}`;
+      const want = at;
+      browse(() => pages.reveal(hits[want]));
+      return;
+    }
     if (!matches.length) { count.textContent = find.value ? "no match" : ""; return; }
     at = (at + d + matches.length) % matches.length;
     const r = matches[at];
@@ -110,8 +149,13 @@ export function logView({ base, filename }) {
     count.textContent = `${at + 1} of ${matches.length}`;
     pre.dataset.current = String(at);
   }
-  find.addEventListener("input", search);
-  find.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); step(e.shiftKey ? -1 : 1); } });
+  let typing = 0;
+  find.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(() => { typing = 0; search(); }, 250); });
+  find.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter") return;
+    e.preventDefault();
+    if (typing) { clearTimeout(typing); typing = 0; search(); } else step(e.shiftKey ? -1 : 1);
+  });
 
   return {
     el: root,
@@ -126,9 +170,16 @@ export function logView({ base, filename }) {
       label();
     },
     // `at`: when the server stored the chunk (ISO), so a line's time is when it was written.
-    chunk(text, at) {
-      if (paused) { paused.push(text); return; }
+    chunk(text, at, id) {
+      if (id) pages.append(id, text, at);
       totalBytes = Math.max(totalBytes, skipped + (shownBytes += text.length));
+      // A huge chunk: only its end would stay anyway (the tail's first, only the tail).
+      const cap = this.dropPartial ? LOG_TAIL_BYTES : windowChars;
+      if (text.length > cap) {
+        const cut = text.length - cap;
+        skipped += cut; shownBytes -= cut;
+        text = text.slice(cut); this.dropPartial = true;
+      }
       if (this.dropPartial) {  // the window starts at a line, not mid-line
         this.dropPartial = false;
         const nl = text.indexOf("\n");
@@ -156,6 +207,8 @@ export function logView({ base, filename }) {
       pre.append(el("div", { class: "pass-marker", role: "separator" }, text));
       empty.hidden = true;
     },
+    // What an empty log says: "No output yet." only while the run can still print.
+    emptyText(text) { if (empty.textContent !== text) empty.textContent = text; },
     setText(text) { pre.replaceChildren(); kept = 0; atLineStart = true; target = pre; if (text) appendText(text, null); else empty.hidden = false; },
   };
 }

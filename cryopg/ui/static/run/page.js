@@ -8,6 +8,7 @@ import { LOG_TAIL_BYTES, logView } from "./log.js";
 import { jobNames } from "./names.js";
 import { checkpointStatus, passes, renderCheckpoints, renderState, renderTimeline } from "./sections.js";
 import { viewSlot } from "./views.js";
+import { TERMINAL } from "../status.js";
 import "./strip.js";  // registers the strip view
 import "./dag.js";  // the DAG and Gantt views (tabs after the strip)
 import "./gantt.js";
@@ -21,13 +22,15 @@ export async function runPage(main, runId, ctl) {
   const checkpoints = el("ol", { class: "checkpoints", id: "checkpoints" });
   const cpSection = el("section", { id: "checkpoints-section" }, el("h2", {}, "Checkpoints"), checkpoints);
   const timeline = el("ol", { class: "timeline", id: "timeline" });
-  const log = logView({ base, filename: run.workflow || run.filename });
+  const log = logView({ base, filename: run.workflow || run.filename, ranges: run.kind !== "graph" });
   const state = el("section", { id: "state" });
   const children = el("section", { id: "children" });
   const artifacts = artifactsView(ctx);
   const isGraph = run.kind === "graph";
   cpSection.hidden = isGraph;  // a graph's engine records nodes, not durable calls
-  main.replaceChildren(header.el, views.el, cpSection, el("h2", {}, "Timeline"), timeline,
+  // Shown while the page's stream is down, so an open page says the server is away.
+  const conn = el("p", { class: "error", id: "run-connection", role: "status", hidden: true });
+  main.replaceChildren(conn, header.el, views.el, cpSection, el("h2", {}, "Timeline"), timeline,
     log.el, artifacts.el, el("h2", {}, "State"), state, children);
 
   // A graph's job run is named for its node, not for the job script's file.
@@ -44,6 +47,8 @@ export async function runPage(main, runId, ctl) {
     // one frame (a run shown succeeded never lists its checkpoints short of the last).
     const cps = isGraph ? null : (await api(`${base}/checkpoints`, { signal: ctl.signal })).checkpoints;
     header.update(run, title);
+    log.emptyText(!TERMINAL.has(run.status) ? "No output yet."
+      : isGraph ? "No job of this graph wrote to the log." : "The run printed nothing.");
     views.update(run);
     renderTimeline(timeline, run);
     const ps = passes(run.history || []);
@@ -90,18 +95,27 @@ export async function runPage(main, runId, ctl) {
   if (isGraph) graphLog();
   let after = 0;
   let pending = null;
+  const later = () => { if (!pending) pending = setTimeout(() => { pending = null; refresh(); }, 100); };
+  // A run read as finished changes no more: its stream's hello and end need no re-read.
+  const settled = (data) => TERMINAL.has(run.status) && data && data.status === run.status;
   liveStream(`${base}/stream?tail=${LOG_TAIL_BYTES}`, (name, data) => {
     if (name === "hello") {
+      conn.hidden = true;
       // The stream reports changes after its baseline, taken before hello; anything
       // between the first read and then is in this read.
-      refresh();
+      if (!settled(data)) refresh();
+    } else if (name === "reconnect") {
+      conn.hidden = false;
+      conn.textContent = `Lost the connection to the server (${data.error}); trying again in ${Math.round(data.delay_ms / 1000)} s. What is shown may be out of date.`;
     } else if (name === "tail" && !isGraph) {
       log.tail(data);
       after = 0;
     } else if (name === "log" && !isGraph) {
-      if (data.id > after) { after = data.id; log.chunk(data.text, data.at); }
-    } else if (name === "changed" || name === "end") {
-      if (!pending) pending = setTimeout(() => { pending = null; refresh(); }, 100);
+      if (data.id > after) { after = data.id; log.chunk(data.text, data.at, data.id); }
+    } else if (name === "changed") {
+      later();
+    } else if (name === "end" && !settled(data)) {
+      later();
     }
   }, ctl);
 }

@@ -48,11 +48,14 @@ export function passes(history) {
 export function renderTimeline(list, run) {
   const hist = run.history || [];
   const byIndex = Object.fromEntries(passes(hist).map((p) => [p.index, p]));
-  list.replaceChildren(...hist.map((h, i) => {
+  const items = hist.map((h, i) => {
     const next = hist[i + 1];
     const what = h.family ? `${h.family} ${h.name || ""}${h.ordinal ? " #" + h.ordinal : ""}` : "";
     const p = byIndex[i];
-    const extra = (p ? ` pass ${p.n} begins, woken by ${p.why}` : "") +
+    // A wake queues the next pass; it begins when an agent claims the run (the run's
+    // attempt counts those), so a pass not claimed yet is "next", as the header says.
+    const begun = !p || run.kind === "graph" || (run.attempt || 0) >= p.n;
+    const extra = (p ? ` pass ${p.n} ${begun ? "begins" : "next"}, woken by ${p.why}` : "") +
       (h.kind === "retry_scheduled" && h.attempt ? ` (attempt ${h.attempt})` : "");
     const li = el("li", { class: `ev ev-${h.kind}`, "data-kind": h.kind },
       el("span", { class: "muted" }, when(h.at)), el("strong", {}, h.kind.replace(/_/g, " ")),
@@ -66,8 +69,30 @@ export function renderTimeline(list, run) {
       li.append(note);
     }
     return li;
-  }));
+  });
+  list.replaceChildren(...(hist.length > GROUP_AT ? grouped(hist, items, run) : items));
 }
+
+// A long history (a 500-node graph has over a thousand rows) folds into groups: a script
+// run's by pass, a graph run's by node; the newest group stays open.
+export const GROUP_AT = 200;
+function grouped(hist, items, run) {
+  const groups = new Map();
+  let pass = 1;
+  hist.forEach((h, i) => {
+    if (WAKES[h.kind]) pass += 1;
+    const key = run.kind === "graph" ? (h.name || h.node || "the run") : `pass ${pass}`;
+    if (!groups.has(key)) groups.set(key, { key, rows: [], last: i });
+    const g = groups.get(key);
+    g.rows.push(items[i]); g.last = i;
+  });
+  const newest = [...groups.values()].reduce((a, b) => (b.last > a.last ? b : a));
+  return [...groups.values()].map((g) => el("li", { class: "tl-group" },
+    el("details", { open: g === newest },
+      el("summary", {}, `${g.key} · ${g.rows.length} event${g.rows.length === 1 ? "" : "s"}`),
+      el("ol", { class: "timeline" }, g.rows))));
+}
+
 
 export async function renderState(box, children, run, base, signal) {
   try {

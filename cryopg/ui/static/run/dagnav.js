@@ -1,0 +1,94 @@
+// Zoom, pan and fit for the DAG view, and a minimap from MINIMAP_AT nodes. Zoom scales the
+// <svg> (its viewBox stays), so the box's own scrollbars pan; dragging the background pans
+// too, Ctrl/⌘ + wheel zooms at the pointer, and a click on the minimap moves there.
+import { el } from "../dom.js";
+
+export const MINIMAP_AT = 500;
+const STEPS = [0.1, 0.15, 0.25, 0.35, 0.5, 0.7, 0.85, 1, 1.25, 1.5, 2];
+const MAP_W = 220, MAP_H = 130;
+
+export function dagNav(wrap) {
+  const level = el("span", { class: "muted", id: "dag-zoom-level", "aria-live": "polite" }, "100%");
+  const map = el("canvas", { id: "dag-minimap", class: "dag-minimap", width: MAP_W, height: MAP_H, hidden: true,
+                             role: "img", "aria-label": "minimap of the graph: click to move there" });
+  const bar = el("div", { class: "dag-tools filters", role: "toolbar", "aria-label": "graph zoom" },
+    el("button", { type: "button", id: "dag-zoom-out", "aria-label": "zoom out", onclick: () => zoomTo(step(-1)) }, "−"),
+    el("button", { type: "button", id: "dag-zoom-in", "aria-label": "zoom in", onclick: () => zoomTo(step(1)) }, "+"),
+    el("button", { type: "button", id: "dag-fit", onclick: () => fit() }, "Fit"),
+    el("button", { type: "button", id: "dag-actual", onclick: () => zoomTo(1) }, "100%"), level, map);
+  let svg = null, w = 0, h = 0, z = 1, pos = null;
+
+  function step(d) {
+    const i = STEPS.findIndex((s) => s >= z - 1e-6);
+    const at = i < 0 ? STEPS.length - 1 : i;
+    return STEPS[Math.max(0, Math.min(STEPS.length - 1, at + d))];
+  }
+  // Zooms keeping the point (px, py) of the box (its centre by default) where it is.
+  function zoomTo(nz, px = wrap.clientWidth / 2, py = wrap.clientHeight / 2) {
+    if (!svg) return;
+    const gx = (wrap.scrollLeft + px) / z, gy = (wrap.scrollTop + py) / z;
+    z = Math.max(0.02, Math.min(3, nz));
+    svg.setAttribute("width", (w * z).toFixed(0));
+    svg.setAttribute("height", (h * z).toFixed(0));
+    wrap.scrollLeft = gx * z - px;
+    wrap.scrollTop = gy * z - py;
+    level.textContent = `${Math.round(z * 100)}%`;
+    drawMap();
+  }
+  function fit() {
+    const boxH = Math.max(wrap.clientHeight, window.innerHeight * 0.7 - 20);
+    zoomTo(Math.min(1, (wrap.clientWidth - 4) / w, (boxH - 4) / h), 0, 0);
+    wrap.scrollLeft = 0; wrap.scrollTop = 0;
+    drawMap();
+  }
+
+  function drawMap() {
+    if (map.hidden || !pos) return;
+    const ctx = map.getContext("2d");
+    const s = Math.min(MAP_W / w, MAP_H / h);
+    ctx.clearRect(0, 0, MAP_W, MAP_H);
+    ctx.fillStyle = "#9aa3b2";
+    for (const p of Object.values(pos)) ctx.fillRect(p.x * s - 1.5, p.y * s - 1, 3, 2);
+    ctx.strokeStyle = "#2456c7"; ctx.lineWidth = 1.5;
+    ctx.strokeRect(wrap.scrollLeft / z * s, wrap.scrollTop / z * s, wrap.clientWidth / z * s, wrap.clientHeight / z * s);
+  }
+  map.addEventListener("pointerdown", (ev) => {
+    const s = Math.min(MAP_W / w, MAP_H / h), r = map.getBoundingClientRect();
+    const gx = (ev.clientX - r.left) / s, gy = (ev.clientY - r.top) / s;
+    wrap.scrollLeft = gx * z - wrap.clientWidth / 2;
+    wrap.scrollTop = gy * z - wrap.clientHeight / 2;
+    drawMap();
+  });
+
+  // Drag on the background pans; a press on a node is a pick, left alone.
+  let drag = null;
+  wrap.addEventListener("pointerdown", (ev) => {
+    if (ev.button !== 0 || ev.target.closest("[data-node]")) return;
+    drag = { x: ev.clientX, y: ev.clientY, l: wrap.scrollLeft, t: wrap.scrollTop };
+    wrap.classList.add("panning");
+  });
+  window.addEventListener("pointermove", (ev) => {
+    if (!drag) return;
+    wrap.scrollLeft = drag.l - (ev.clientX - drag.x);
+    wrap.scrollTop = drag.t - (ev.clientY - drag.y);
+  });
+  window.addEventListener("pointerup", () => { drag = null; wrap.classList.remove("panning"); });
+  wrap.addEventListener("wheel", (ev) => {
+    if (!(ev.ctrlKey || ev.metaKey)) return;
+    ev.preventDefault();
+    const r = wrap.getBoundingClientRect();
+    zoomTo(z * (ev.deltaY < 0 ? 1.15 : 1 / 1.15), ev.clientX - r.left, ev.clientY - r.top);
+  }, { passive: false });
+  wrap.addEventListener("scroll", () => drawMap());
+
+  return {
+    el: bar,
+    // A new drawing: its size and node positions; zoom carries over.
+    attach(drawnSvg, width, height, positions) {
+      svg = drawnSvg; w = width || 1; h = height || 1; pos = positions;
+      map.hidden = Object.keys(pos || {}).length < MINIMAP_AT;
+      zoomTo(z, 0, 0);
+    },
+    get zoom() { return z; },
+  };
+}
