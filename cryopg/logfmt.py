@@ -86,7 +86,7 @@ def install(fmt: str, component: str) -> None:
         return
     replica = os.environ.get("CRYOPG_REPLICA_ID") if component != "agent" else None
     if component != "agent" and not replica:
-        from cryopg.server.replica import replica_id_from_env
+        from cryopg.replica import replica_id_from_env
 
         try:
             replica = replica_id_from_env()

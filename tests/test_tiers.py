@@ -19,7 +19,7 @@ LEVELS: list[dict[str, tuple[str, ...]]] = [
               "cryopg.redaction", "cryopg.run_ids", "cryopg.egress", "cryopg.seal",
               "cryopg.db", "cryopg.devpg", "cryopg.migrate", "cryopg.schema_dump",
               "cryopg.secret_env", "cryopg.objectstore", "cryopg.ui", "cryopg.tracing",
-              "cryopg.logfmt")},
+              "cryopg.logfmt", "cryopg.replica")},
     {"engine calls": ("cryopg.engine",)},
     {"sealed calls": ("cryopg.payloads", "cryopg.state_incr")},
     {"graphs": ("cryopg.graphs",), "logstore": ("cryopg.logstore",),

@@ -144,7 +144,7 @@ def _log_store_from_env() -> Any:
 
 
 def _replica_from_env() -> str:
-    from cryopg.server.replica import replica_id_from_env
+    from cryopg.replica import replica_id_from_env
 
     try:
         return replica_id_from_env()

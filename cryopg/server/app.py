@@ -18,6 +18,7 @@ from cryopg.errors import CryoError
 from cryopg.graphs import driver as graph_driver
 from cryopg.logstore import mover as log_mover
 from cryopg.logstore.mover import LOG_STORE, LogStore
+from cryopg.replica import with_replica
 from cryopg.server import agent_api, agents, metrics, openapi, triggers, ui, user_api
 from cryopg.server.agent_api.batching import batching_ctx
 from cryopg.server.app_state import CONFIG, KEYS, NOTIFIER, POOL, TIMERS
@@ -26,7 +27,6 @@ from cryopg.server.config import ServerConfig
 from cryopg.server.keys import OrgKeys
 from cryopg.server.limits import MAX_BODY, limits_middleware
 from cryopg.server.notifier import Notifier
-from cryopg.server.replica import with_replica
 from cryopg.server.user_api import sign_in
 
 POOL_CLOSE_SECONDS = 1.0

@@ -6,8 +6,8 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING
 
+from cryopg.replica import replica_id_from_env
 from cryopg.seal import MasterKey
-from cryopg.server.replica import replica_id_from_env
 
 if TYPE_CHECKING:
     from cryopg.logstore.settings import LogStoreSettings
