@@ -15,6 +15,9 @@ import yaml
 
 from tests.e2e.docblocks import KINDS, ROOT, SHELL, Block, blocks, pages, transcript
 
+# The documents' SQL examples act on dev/default: the stack must be the test's own.
+pytestmark = pytest.mark.private_stack
+
 STEP = "@@cryopg-doc-step@@"
 
 

@@ -265,6 +265,7 @@ def test_an_agent_cut_off_past_its_claim_kills_its_step(split: Any) -> None:
 
 
 @pytest.mark.claim_seconds(30)  # a lapse under load would replay busy.sh, not what is tested
+@pytest.mark.private_stack  # it reads the stack's whole log
 def test_a_job_ending_mid_call_leaves_no_traceback_in_the_agent_log(stack: Any) -> None:
     """Item 13: calls still in flight when a pass ends (a park, a cancel, the script
     exiting) are dropped quietly, not with asyncio tracebacks in the agent's log."""
