@@ -298,6 +298,9 @@ class _SharedStacks:
         self.stacks: dict[tuple[int, float], _Dev] = {}
         self._dsn = ""
         self.count = 0
+        from cryopg.seal import generate_master_key
+
+        self.master_key = generate_master_key()
 
     def dsn(self) -> str:
         if not self._dsn:
@@ -320,7 +323,14 @@ class _SharedStacks:
             dev.stop()
             dev = None
         if dev is None:
-            dev = _Dev(self.factory.mktemp("shared-stack"), self.dsn(), *config, _stack_env())
+            dir = self.factory.mktemp("shared-stack")
+            # One master key for all of them: they share the database, whose org key it wraps.
+            state = dir / ".cryopg"
+            state.mkdir(mode=0o700)
+            fd = os.open(state / "master.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(self.master_key + "\n")
+            dev = _Dev(dir, self.dsn(), *config, _stack_env())
             dev.wait_healthy()
         self.stacks[config] = dev  # the most recently used last
         while len(self.stacks) > self.KEEP:
