@@ -289,33 +289,28 @@ def _stack_config(node: pytest.Item) -> tuple[int, float]:
 
 class _SharedStacks:
     """A worker's shared `cryopg dev` stacks, one per (agents, claim seconds) asked for,
-    on one database; the two used last stay up."""
+    each on a database of its own; the two used last stay up."""
 
     KEEP = 2
 
     def __init__(self, factory: pytest.TempPathFactory, noproc: Any) -> None:
         self.factory, self.noproc = factory, noproc
         self.stacks: dict[tuple[int, float], _Dev] = {}
-        self._dsn = ""
         self.count = 0
-        from cryopg.seal import generate_master_key
 
-        self.master_key = generate_master_key()
+    def dsn(self, config: tuple[int, float]) -> str:
+        """A database of each stack's own: agents serve every project of their org in
+        their database, so a test asking for one agent must not find another stack's."""
+        from pytest_postgresql.janitor import DatabaseJanitor
 
-    def dsn(self) -> str:
-        if not self._dsn:
-            from pytest_postgresql.janitor import DatabaseJanitor
-
-            n = self.noproc
-            janitor = DatabaseJanitor(user=n.user, host=n.host, port=n.port, dbname="cryoshared",
-                                      template_dbname=n.template_dbname,
-                                      maintenance_dbname=n.maintenance_dbname,
-                                      password=n.password)
-            janitor.drop()
-            janitor.init()
-            self._dsn = make_conninfo("", host=n.host, port=n.port, user=n.user,
-                                      dbname="cryoshared")
-        return self._dsn
+        n = self.noproc
+        name = f"cryoshared_{config[0]}_{round(config[1] * 1000)}"
+        janitor = DatabaseJanitor(user=n.user, host=n.host, port=n.port, dbname=name,
+                                  template_dbname=n.template_dbname,
+                                  maintenance_dbname=n.maintenance_dbname, password=n.password)
+        janitor.drop()
+        janitor.init()
+        return make_conninfo("", host=n.host, port=n.port, user=n.user, dbname=name)
 
     def get(self, config: tuple[int, float]) -> _Dev:
         dev = self.stacks.pop(config, None)
@@ -323,14 +318,8 @@ class _SharedStacks:
             dev.stop()
             dev = None
         if dev is None:
-            dir = self.factory.mktemp("shared-stack")
-            # One master key for all of them: they share the database, whose org key it wraps.
-            state = dir / ".cryopg"
-            state.mkdir(mode=0o700)
-            fd = os.open(state / "master.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(self.master_key + "\n")
-            dev = _Dev(dir, self.dsn(), *config, _stack_env())
+            dev = _Dev(self.factory.mktemp("shared-stack"), self.dsn(config), *config,
+                       _stack_env())
             dev.wait_healthy()
         self.stacks[config] = dev  # the most recently used last
         while len(self.stacks) > self.KEEP:
