@@ -24,7 +24,7 @@ import pytest
 
 from cryopg.devpg import Cluster
 from tests.conftest import _free_tcp_port, _healthy
-from tests.e2e.helpers import script, wait_for
+from tests.e2e.helpers import script, show, wait_for
 
 CLI = [sys.executable, "-m", "cryopg.cli.entry"]
 RUNS = 20
@@ -284,7 +284,7 @@ for i in 1 2 3 4 5 6; do cryopg step "c$i" -- sleep 5 & done
 wait
 """)
     run_id = stack.cli("submit", str(cancelled)).stdout.strip()
-    wait_for("the steps to start", lambda: "running" in stack.cli("runs").stdout)
+    wait_for("the steps to start", lambda: show(stack, run_id)["status"] == "running")
     time.sleep(1)
     assert stack.cli("cancel", run_id).returncode == 0
     assert stack.cli("logs", run_id, "--follow", timeout=30).returncode == 130
