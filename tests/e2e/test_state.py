@@ -29,7 +29,7 @@ def _follow(stack: Any, run_id: str, timeout: float = 60) -> subprocess.Complete
 
 def _api(stack: Stack, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
     req = urllib.request.Request(
-        f"{stack.url}/api/v1/orgs/dev/projects/default{path}", method=method,
+        f"{stack.project_url}{path}", method=method,
         data=None if body is None else json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {stack.info['user_token']}",
                  "Content-Type": "application/json"})
