@@ -14,9 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.helpers import script, show, wait_for
 
 
+@pytest.mark.private_stack  # it makes an org, which the stack's database keeps
 def test_org_create_makes_token_create_for_that_org_work(stack: Any) -> None:
     refused = stack.cli("token", "create", "--kind", "user", "--org", "acme", "--member",
                         "alice", "--role", "admin")
@@ -53,7 +56,8 @@ def test_workflow_list_and_delete(stack: Any) -> None:
                               "delete those first\n")
     assert stack.cli("schedule", "delete", "poll").returncode == 0
     done = stack.cli("workflow", "delete", "nightly")
-    assert (done.returncode, done.stdout) == (0, "deleted workflow nightly from dev/default\n")
+    assert (done.returncode, done.stdout) == (
+        0, f"deleted workflow nightly from {stack.org}/{stack.project}\n")
     empty = stack.cli("workflow", "list")
     assert (empty.returncode, empty.stdout) == (0, "")
     assert "no stored workflows" in empty.stderr
@@ -66,7 +70,7 @@ def test_emit_outside_a_run_publishes_on_the_bus_and_wakes_a_waiting_run(stack: 
              timeout=60)
     sent = stack.cli("emit", "deploy.done", '{"sha": "abc"}')
     assert sent.returncode == 0, sent.stderr
-    assert sent.stdout.startswith("published deploy.done in dev/default (event ")
+    assert sent.stdout.startswith(f"published deploy.done in {stack.org}/{stack.project} (event ")
     followed = stack.cli("logs", run_id, "--follow")
     assert followed.returncode == 0 and '{"sha":"abc"}' in followed.stdout.replace(" ", "")
     got = json.loads(stack.cli("events", "--name", "deploy.done", "--json").stdout)

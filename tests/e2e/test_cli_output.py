@@ -10,7 +10,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.e2e.helpers import script, submit, wait_for
+from tests.e2e.helpers import script, show, submit, wait_for
 
 
 def test_runs_show_keeps_columns_apart_and_shows_labels_and_every_activity_wait(
@@ -42,7 +42,7 @@ echo "failed=$(cryopg activity-wait-all)"
 
 def test_signal_rows_show_no_missing_ordinal(stack: Any) -> None:
     run_id = submit(stack, script(stack.dir, "sig.sh", "cryopg wait-signal approve\n"))
-    wait_for("parked", lambda: "awaiting" in stack.cli("runs", "show", run_id).stdout)
+    wait_for("parked", lambda: "awaiting" in (show(stack, run_id)["substate"] or ""))
     assert stack.cli("signal", run_id, "approve", "yes").returncode == 0
     assert stack.cli("logs", run_id, "--follow", timeout=30).returncode == 0
     shown = stack.cli("runs", "show", run_id).stdout

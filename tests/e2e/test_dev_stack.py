@@ -24,6 +24,9 @@ from tests.conftest import _free_tcp_port, _healthy
 from tests.e2e.helpers import script, show, submit, wait_for
 from tests.e2e.test_outage import OwnStack
 
+# Its tests stop, restart and re-key their stacks: never the worker's shared one.
+pytestmark = pytest.mark.private_stack
+
 CLI = [sys.executable, "-m", "cryopg.cli.entry"]
 
 

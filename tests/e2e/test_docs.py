@@ -25,6 +25,9 @@ from tests.e2e.docblocks import (
     transcript,
 )
 
+# The documents' SQL examples act on dev/default: the stack must be the test's own.
+pytestmark = pytest.mark.private_stack
+
 STEP = "@@cryopg-doc-step@@"
 
 

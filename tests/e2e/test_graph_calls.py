@@ -39,10 +39,10 @@ def _children(dsn: str, run_id: str) -> list[tuple[str, str, str | None]]:
                             " ORDER BY created_at", (run_id,)).fetchall()
 
 
-def _cell(dsn: str, entity: str, key: str) -> int | None:
+def _cell(dsn: str, entity: str, key: str, project: str = "default") -> int | None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT version FROM cryo.state_cells WHERE entity = %s AND key = %s",
-                           (entity, key)).fetchone()
+        row = conn.execute("SELECT version FROM cryo.state_cells WHERE entity = %s AND key = %s"
+                           " AND project = %s", (entity, key, project)).fetchone()
     return row[0] if row else None
 
 
@@ -64,7 +64,8 @@ echo "after-sleep graph=$out node=$one"
     # Three passes (parked on the graph, on the node, on the sleep), one child each call.
     children = _children(dsn, run_id)
     assert children == [("graph", "succeeded", "tally"), ("graph", "succeeded", None)]
-    assert _cell(dsn, "calls", "hits") == 1 and _cell(dsn, "calls", "nodes") == 1
+    assert _cell(dsn, "calls", "hits", stack.project) == 1
+    assert _cell(dsn, "calls", "nodes", stack.project) == 1
     history = show(stack, run_id)["history"]
     woken = [h for h in history if h["kind"] == "graph_call_completed"]
     assert [(h["family"], h["name"]) for h in woken] == [("graph.call", "tally"),
@@ -91,7 +92,8 @@ echo end
     done = _follow(stack, run_id)
     assert done.returncode == 0, done.stdout
     log = done.stdout
-    assert "graph failed=1 cryopg call-graph: graph 'tally' (run dev:default:run-" in log
+    assert ("graph failed=1 cryopg call-graph: graph 'tally' "
+            f"(run {stack.org}:{stack.project}:run-") in log
     assert "failed: node bump failed: incr needs a number to add, not 'lots'" in log
     assert "node failed=1 cryopg call-node: shell node (run " in log
     assert "node shell failed: exit code 3" in log

@@ -88,17 +88,28 @@ def test_approve_and_rerun_from_the_cli(stack: Any) -> None:
     assert nodes(show(stack, new_id))["count"]["status"] == "seeded"
 
 
-@pytest.mark.agents(2)
-def test_a_graph_finishes_across_a_killed_stack(stack: Any, dsn: str) -> None:
-    doc = write(stack.dir, "slow.json", {"nodes": [
-        {"id": "first", "type": "shell", "config": {"run": "sleep 1; echo one"}},
+def _parked_first(dir: Path, name: str) -> tuple[Path, Path]:
+    """A graph whose first node runs until the file `go` appears (so a wait sees it running
+    however slow the machine), then a counted state node and a second shell node."""
+    go = dir / "go"
+    doc = write(dir, name, {"nodes": [
+        {"id": "first", "type": "shell",
+         "config": {"run": f"while [ ! -e {go} ]; do sleep 0.1; done; echo one"}},
         {"id": "count", "type": "state", "config": {"op": "incr", "key": "c", "entity": "k"}},
-        {"id": "second", "type": "shell", "config": {"run": "sleep 1; echo two"}}],
+        {"id": "second", "type": "shell", "config": {"run": "echo two"}}],
         "edges": [{"from": "first", "to": "count"}, {"from": "count", "to": "second"}]})
+    return doc, go
+
+
+@pytest.mark.agents(2)
+@pytest.mark.private_stack  # it kills the stack
+def test_a_graph_finishes_across_a_killed_stack(stack: Any, dsn: str) -> None:
+    doc, go = _parked_first(stack.dir, "slow.json")
     run_id = stack.cli("submit", str(doc)).stdout.strip()
     wait_for("first to run", lambda: nodes(show(stack, run_id))["first"]["status"] == "running")
     os.kill(stack.proc.pid, signal.SIGKILL)  # server, driver and agents, all at once
     stack.proc.wait()
+    go.touch()  # the first node may end now (in the orphaned job, or its rerun)
     # The same stack again, on the same database and directory.
     restarted = subprocess.Popen(
         [sys.executable, "-m", "cryopg.cli.entry", "dev", "--database-url", dsn, "--port",
@@ -131,16 +142,13 @@ def test_a_graph_finishes_across_a_killed_stack(stack: Any, dsn: str) -> None:
 def test_a_graph_finishes_across_a_postgres_restart(stack: Any) -> None:
     from tests.conftest import _cluster
 
-    doc = write(stack.dir, "pg.json", {"nodes": [
-        {"id": "first", "type": "shell", "config": {"run": "sleep 2; echo one"}},
-        {"id": "count", "type": "state", "config": {"op": "incr", "key": "c", "entity": "k"}},
-        {"id": "second", "type": "shell", "config": {"run": "echo two"}}],
-        "edges": [{"from": "first", "to": "count"}, {"from": "count", "to": "second"}]})
+    doc, go = _parked_first(stack.dir, "pg.json")
     run_id = stack.cli("submit", str(doc)).stdout.strip()
     wait_for("first to run", lambda: nodes(show(stack, run_id))["first"]["status"] == "running")
     _cluster.stop()  # every connection of the server, driver and agents drops
-    time.sleep(3)
+    time.sleep(3)  # an outage of a few seconds, what is tested
     _cluster.start()
+    go.touch()
     run = wait_for("the graph to end after the restart",
                    lambda: (r := show(stack, run_id))["finished_at"] and r, timeout=120)
     assert run["status"] == "succeeded", json.dumps(run["graph"])[:1500]

@@ -24,7 +24,7 @@ import pytest
 
 from cryopg.devpg import Cluster
 from tests.conftest import _free_tcp_port, _healthy
-from tests.e2e.helpers import script, wait_for
+from tests.e2e.helpers import script, show, wait_for
 
 CLI = [sys.executable, "-m", "cryopg.cli.entry"]
 RUNS = 20
@@ -265,6 +265,7 @@ def test_an_agent_cut_off_past_its_claim_kills_its_step(split: Any) -> None:
 
 
 @pytest.mark.claim_seconds(30)  # a lapse under load would replay busy.sh, not what is tested
+@pytest.mark.private_stack  # it reads the stack's whole log
 def test_a_job_ending_mid_call_leaves_no_traceback_in_the_agent_log(stack: Any) -> None:
     """Item 13: calls still in flight when a pass ends (a park, a cancel, the script
     exiting) are dropped quietly, not with asyncio tracebacks in the agent's log."""
@@ -283,7 +284,7 @@ for i in 1 2 3 4 5 6; do cryopg step "c$i" -- sleep 5 & done
 wait
 """)
     run_id = stack.cli("submit", str(cancelled)).stdout.strip()
-    wait_for("the steps to start", lambda: "running" in stack.cli("runs").stdout)
+    wait_for("the steps to start", lambda: show(stack, run_id)["status"] == "running")
     time.sleep(1)
     assert stack.cli("cancel", run_id).returncode == 0
     assert stack.cli("logs", run_id, "--follow", timeout=30).returncode == 130

@@ -15,8 +15,6 @@ import pytest
 from cryopg.graphs.document import digest_part
 from tests.e2e.helpers import http, lines, show, token, wait_for
 
-PROJECT = "/api/v1/orgs/dev/projects/default"
-
 
 def nodes(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n["id"]: n for n in run["graph"]["nodes"]}
@@ -91,7 +89,7 @@ jobs:
         wait_for("the event wait", lambda: nodes(show(stack, run_id))["wait-pr"]["status"]
                  == "waiting", timeout=30)
         user = token(dsn, "user", member="tester")
-        status, _ = http(f"{stack.url}{PROJECT}/events/pr.closed", user, "POST",
+        status, _ = http(f"{stack.project_url}/events/pr.closed", user, "POST",
                          {"payload": {"pr": 12}})
         assert status == 201
         out, err = follow.communicate(timeout=120)

@@ -63,7 +63,7 @@ echo done
     run_id = submit(stack, wf)
     log = _log(stack, run_id)
     assert show(stack, run_id)["status"] == "succeeded"
-    status, raw = http(f"{stack.url}/api/v1/orgs/dev/projects/default/runs/{run_id}/logs",
+    status, raw = http(f"{stack.project_url}/runs/{run_id}/logs",
                        stack.info["user_token"])
     assert status == 200 and b"\r\n" in raw, raw  # onlcr was on: the log has CRLF
     for text in (log, raw.decode()):
@@ -130,7 +130,7 @@ echo done
     run_id = submit(stack, wf)
     log = _log(stack, run_id)
     assert show(stack, run_id)["status"] == "succeeded"
-    status, raw = http(f"{stack.url}/api/v1/orgs/dev/projects/default/runs/{run_id}/logs",
+    status, raw = http(f"{stack.project_url}/runs/{run_id}/logs",
                        stack.info["user_token"])
     assert status == 200
     shown = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\r\n]", "",
@@ -229,7 +229,7 @@ cryopg sleep 1s
     assert pin.returncode == 0 and pin.stdout.strip() == MASK, (pin.stdout, pin.stderr)
     assert MASK in seen["state get cred --entity acct"]
     assert MASK in seen["events --json"]
-    base = f"{stack.url}/api/v1/orgs/dev/projects/default"
+    base = f"{stack.project_url}"
     for path in (f"/runs/{run_id}/state", f"/runs/{run_id}/entity-state",
                  "/entities/acct/state", "/events", f"/runs/{run_id}/checkpoints", "/runs"):
         status, body = http(base + path, stack.info["user_token"])
@@ -248,6 +248,6 @@ def test_a_secret_too_short_to_mask_is_refused(stack: Any) -> None:
         assert "at least 6 characters" in err and "\n" not in err, err
         assert "Traceback" not in done.stderr
     assert "TINY" not in stack.cli("secret", "list").stdout
-    status, body = http(f"{stack.url}/api/v1/orgs/dev/projects/default/secrets/TINY",
+    status, body = http(f"{stack.project_url}/secrets/TINY",
                         stack.info["user_token"], "PUT", {"value": "12345"})
     assert status == 400 and body["error"]["code"] == "invalid_argument", body

@@ -118,6 +118,7 @@ def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
         p.wait()
 
 
+@pytest.mark.private_stack  # it stops the stack and rotates the org's key
 def test_wrong_master_key_ends_runs_unreadable_and_rotation_keeps_them_readable(
         stack: Any, dsn: str) -> None:
     calls = stack.dir / "calls"

@@ -146,7 +146,7 @@ def test_values_read_by_one_rule_outside_runs_too(stack: Any) -> None:
     bad = stack.cli("signal", run_id, "go", "{bad")
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr
     assert "Traceback" not in bad.stderr
-    status, body = http(stack.url + "/api/v1/orgs/dev/projects/default/events/evt",
+    status, body = http(stack.project_url + "/events/evt",
                         stack.info["user_token"], "POST", {"payload": 1e999})
     assert status == 400 and body["error"]["code"] == "invalid_argument"
     good = stack.cli("signal", run_id, "go", "plain words")

@@ -29,7 +29,7 @@ def _follow(stack: Any, run_id: str, timeout: float = 60) -> subprocess.Complete
 
 def _api(stack: Stack, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
     req = urllib.request.Request(
-        f"{stack.url}/api/v1/orgs/dev/projects/default{path}", method=method,
+        f"{stack.project_url}{path}", method=method,
         data=None if body is None else json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {stack.info['user_token']}",
                  "Content-Type": "application/json"})
@@ -291,13 +291,14 @@ echo "deleted=[$(cryopg state get doc)]"
         "tainted": False, "published": False}
     assert _http(stack, "/entities/things/state")[1]["cells"][0]["value"] == 39
     assert _http(stack, f"/runs/{run_id}/state/nope")[0] == 404
-    assert _http(stack, "/runs/dev:default:run-0000000000000000/state")[0] == 404
-    assert _http(stack, f"/runs/{run_id.replace('dev:default', 'dev:other')}/state")[0] == 404
+    assert _http(stack, f"/runs/{stack.org}:{stack.project}:run-0000000000000000/state")[0] == 404
+    assert _http(stack, f"/runs/{run_id.replace(f':{stack.project}:', ':other:')}/state")[0] == 404
 
     # At rest: keys, versions and creators in the clear, the value sealed.
     with psycopg.connect(stack.info["database_url"]) as dba:
         rows = dba.execute("SELECT key, version, created_by_run FROM cryo.state_overview "
-                           "WHERE scope_kind = 'run' AND NOT deleted ORDER BY key").fetchall()
+                           "WHERE scope_kind = 'run' AND NOT deleted AND project = %s ORDER BY key",
+                           (stack.project,)).fetchall()
         assert rows == [("greeting", 1, run_id), ("path/with/slash", 1, run_id)]
         sealed = dba.execute("SELECT string_agg(encode(value, 'escape'), ' ') "
                              "FROM cryo.state_cells").fetchone()[0]

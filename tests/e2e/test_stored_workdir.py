@@ -51,8 +51,9 @@ def test_a_graph_stored_here_and_started_from_sql_runs_here(stack: Any) -> None:
 
     dsn = stack.info["database_url"]
     with psycopg.connect(dsn) as app:  # the application's own transaction
-        run_id = app.execute("SELECT cryo.submit_run('dev', 'default', 'order',"
-                             " '{\"order_id\": 42}'::jsonb)").fetchone()[0]
+        run_id = app.execute("SELECT cryo.submit_run(%s, %s, 'order',"
+                             " '{\"order_id\": 42}'::jsonb)",
+                             (stack.org, stack.project)).fetchone()[0]
     wait_for("the order run to end",
              lambda: _status(dsn, run_id) in ("succeeded", "failed", "cancelled"), timeout=60)
     assert _status(dsn, run_id) == "succeeded", stack.cli("logs", run_id).stdout

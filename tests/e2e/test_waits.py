@@ -90,7 +90,7 @@ def test_event_waiters_are_woken_together(stack: Any) -> None:
 
 def test_an_event_before_the_wait_does_not_count(stack: Any, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as app:
-        app.execute("SELECT cryo.publish_event('dev', 'default', 'early', '1')")
+        app.execute("SELECT cryo.publish_event(%s, %s, 'early', '1')", (stack.org, stack.project))
     run_id = submit(stack, script(stack.dir, "late.sh",
                                   "rc=0; cryopg wait-event early --timeout 1s || rc=$?\n"
                                   "echo rc=$rc\n"))
@@ -100,7 +100,8 @@ def test_an_event_before_the_wait_does_not_count(stack: Any, dsn: str) -> None:
         waiter = submit(stack, script(stack.dir, "app.sh",
                                       'echo "app=$(cryopg wait-event from-app)"\n'))
         wait_for("parked", lambda: show(stack, waiter)["substate"] == "awaiting-event")
-        app.execute("SELECT cryo.publish_event('dev', 'default', 'from-app', '{\"n\": 1}')")
+        app.execute("SELECT cryo.publish_event(%s, %s, 'from-app', '{\"n\": 1}')",
+                    (stack.org, stack.project))
     assert 'app={"n":1}' in _follow(stack, waiter).stdout
 
 
@@ -192,13 +193,17 @@ cryopg step mark -- sh -c 'echo "$CRYO_IDEMPOTENCY_KEY" >> {ledger}'
     assert stack.cli("workflow", "put", "fanin", str(wf)).returncode == 0
     with psycopg.connect(dsn, autocommit=True) as app:
         for i in range(count):
-            app.execute("SELECT cryo.submit_run('dev','default','fanin', %s::jsonb)", (str(i),))
+            app.execute("SELECT cryo.submit_run(%s, %s, 'fanin', %s::jsonb)",
+                        (stack.org, stack.project, str(i)))
         wait_for("all to park", lambda: app.execute(
-            "SELECT count(*) FROM cryo.parked_runs WHERE reason = 'awaiting-event'").fetchone()[0]
+            "SELECT count(*) FROM cryo.parked_runs"
+            " WHERE reason = 'awaiting-event' AND project = %s",
+            (stack.project,)).fetchone()[0]
             == count, timeout=90)
-        app.execute("SELECT cryo.publish_event('dev','default','go')")
+        app.execute("SELECT cryo.publish_event(%s, %s, 'go')", (stack.org, stack.project))
         wait_for("all to finish", lambda: app.execute(
-            "SELECT count(*) FROM cryo.runs WHERE status = 'succeeded'").fetchone()[0] == count,
+            "SELECT count(*) FROM cryo.runs WHERE status = 'succeeded' AND project = %s",
+            (stack.project,)).fetchone()[0] == count,
             timeout=90)
     marks = lines(ledger)
     assert len(marks) == count and len(set(marks)) == count

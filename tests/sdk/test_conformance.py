@@ -96,8 +96,9 @@ def _drive(stack: Any, dsn: str, runs: list[str], action: dict[str, Any]) -> Non
     elif "emit" in action:
         event = action["emit"]
         with psycopg.connect(dsn, autocommit=True) as app:  # as an application would
-            app.execute("SELECT cryo.publish_event('dev', 'default', %s, %s::jsonb)",
-                        (event["name"], json.dumps(event.get("payload"))))
+            app.execute("SELECT cryo.publish_event(%s, %s, %s, %s::jsonb)",
+                        (stack.org, stack.project, event["name"],
+                         json.dumps(event.get("payload"))))
     elif "signal" in action:
         sig = action["signal"]
         for run_id in runs:

@@ -77,3 +77,24 @@ def login_url(stack: Split, token: str | None = None, org: str = "dev",
               project: str = "default") -> str:
     """The link `cryopg dev` prints: the login rides in the fragment."""
     return f"{stack.url}/#login={token or stack.user_token}&org={org}&project={project}"
+
+
+def click_until_sent(page: object, selector: str, method: str, path_part: str,
+                     tries: int = 5, wait_ms: int = 10_000) -> None:
+    """Clicks `selector` until the page sends `method` to a URL holding `path_part`.
+
+    A live page re-renders its header when its stream says hello or a change arrives;
+    a click landing while the button is taken out and put back is lost (no handler runs,
+    nothing is sent), and waiting on what the click should change then waits forever.
+    The request is what the click must cause, so that is what is waited for."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(tries):
+        try:
+            with page.expect_request(  # type: ignore[attr-defined]
+                    lambda r: r.method == method and path_part in r.url, timeout=wait_ms):
+                page.click(selector)  # type: ignore[attr-defined]
+            return
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise

@@ -13,8 +13,8 @@ import psycopg
 from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.conftest import Split
-from tests.e2e.helpers import http, script, submit, token, wait_for
-from tests.ui.conftest import login_url, shot
+from tests.e2e.helpers import http, script, show, submit, token, wait_for
+from tests.ui.conftest import click_until_sent, login_url, shot
 
 HOSTILE = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=1>"
 
@@ -149,18 +149,21 @@ def test_viewer_gets_no_buttons_and_cancel_for_a_member(split: Split, page: Page
     run_id = submit(split, wf)  # no agent: it stays pending
     viewer = token(split.dsn, "user", member="vic", role="viewer")
     page.goto(login_url(split, viewer))
-    expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible(timeout=15_000)
+    expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible(timeout=60_000)
     page.goto(f"{split.url}/#/run/{run_id}")
-    expect(page.locator("#run-status")).to_contain_text("pending")
+    expect(page.locator("#run-status")).to_contain_text("pending", timeout=60_000)
     assert page.locator("#cancel").count() == 0 and page.locator("#signal-form").count() == 0
     page.evaluate("sessionStorage.clear()")
     page.goto(login_url(split))
     # Let the sign-in land (the list shows) before moving on, or the page may still
     # hold the viewer's role.
-    expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible(timeout=15_000)
+    expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible(timeout=60_000)
     page.goto(f"{split.url}/#/run/{run_id}")
-    page.click("#cancel")
-    expect(page.locator("#run-status")).to_contain_text("cancelled", timeout=15_000)
+    expect(page.locator("#run-status")).to_contain_text("pending", timeout=60_000)
+    click_until_sent(page, "#cancel", "POST", "/cancel")
+    # The server cancelled it; the page, which re-reads the run after the cancel, says so.
+    wait_for("the run cancelled", lambda: show(split, run_id)["status"] == "cancelled")
+    expect(page.locator("#run-status")).to_contain_text("cancelled", timeout=60_000)
 
 
 def test_another_orgs_run_is_absent_and_sign_in_with_a_token(split: Split, page: Page) -> None:
