@@ -23,6 +23,7 @@
 --   92 sessions          browser sign-in, OIDC and CLI sessions
 --   95 reads             what the server and DBAs read: runs, logs, events, views
 --   96 operators         rerunning a run
+--   97 metrics           counting what operators scrape (GET /metrics), runs' trace context
 --   99 roles             grants for applications and DBAs
 --
 -- A function calls functions of its own file or earlier ones. The few calls the other
