@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -174,16 +173,20 @@ key=k
 value="$(cat "$CRYO_INPUT_FILE" | tr -d '"')"
 mine="$(cryopg state incr "ticket:$key" --entity debounce --as ticket)"
 cryopg state set "latest:$key" "$value" --entity debounce
-cryopg sleep 3s
+cryopg sleep 8s
 if [ "$mine" = "$(cryopg state get "ticket:$key" --entity debounce)" ]; then
   latest="$(cryopg state get "latest:$key" --entity debounce)"
   cryopg step handle -- sh -c 'echo "handled $1" >> {handled}' _ "$latest"
 fi
 """)
+    def latest_is(value: str) -> bool:
+        done = stack.cli("state", "get", "latest:k", "--entity", "debounce")
+        return done.returncode == 0 and done.stdout.strip().strip('"') == value
+
     runs = []
-    for n in range(1, 6):  # five arrivals, 0.3 s apart
-        runs += _submit_many(stack, wf, [f"v{n}"])
-        time.sleep(0.3)
+    for n in range(1, 6):  # five arrivals, each once the one before took its ticket,
+        runs += _submit_many(stack, wf, [f"v{n}"])  # all within the first one's sleep
+        wait_for(f"arrival v{n} to be the latest", lambda n=n: latest_is(f"v{n}"))
     results = _finish_all(stack, runs)
     assert all(r.status == "succeeded" for r in results), [r.stdout for r in results]
     assert lines(handled) == ["handled v5"]

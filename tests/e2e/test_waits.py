@@ -124,8 +124,8 @@ echo "failed=$(cryopg activity-wait-all)"
     assert "first=out-1" in out and "flaky-ok" in out and "flaky-rc=0" in out
     assert "failed=0" in out
     assert lines(flaky) == ["try", "try"]  # failed once, retried once
-    children = [r for r in json.loads(stack.cli("runs", "--json", "--limit", "100").stdout)
-                if r["id"] != run_id]
+    listed = stack.cli("runs", "--all", "--json", "--limit", "100").stdout
+    children = [r for r in json.loads(listed) if r["id"] != run_id]
     assert len(children) == 10 and all(r["status"] == "succeeded" for r in children)
 
 
@@ -156,7 +156,7 @@ echo "spawned $id"
     run = show(stack, parent)
     child_id = run["outputs"]["child"]
     assert run["outputs"]["answer"] == 42
-    runs = json.loads(stack.cli("runs", "--json").stdout)
+    runs = json.loads(stack.cli("runs", "--all", "--json").stdout)
     assert len(runs) == 2  # the replay did not spawn a second child
     done = _follow(stack, child_id)
     assert done.returncode == 0 and 'child got {"n": 3}' in done.stdout
@@ -174,11 +174,13 @@ cryopg activity-collect long
     assert _status(stack, queued) == "pending"
     assert "cancelled" in stack.cli("cancel", queued).stdout
     assert "cancelled" in stack.cli("cancel", parent).stdout
-    runs = {r["id"]: r["status"] for r in json.loads(stack.cli("runs", "--json").stdout)}
+    def statuses() -> dict[str, str]:
+        return {r["id"]: r["status"]
+                for r in json.loads(stack.cli("runs", "--all", "--json").stdout)}
+
+    runs = statuses()
     wait_for("the child to be cancelled",
-             lambda: all(s == "cancelled" for s in
-                         {r["id"]: r["status"] for r in
-                          json.loads(stack.cli("runs", "--json").stdout)}.values()), timeout=30)
+             lambda: all(s == "cancelled" for s in statuses().values()), timeout=30)
     assert len(runs) == 3
 
 

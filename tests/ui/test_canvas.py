@@ -137,6 +137,10 @@ def fill_every_type(page: Page, t: str) -> None:
         f("#cfg-headers-v1-mode").select_option("$expr")
         f("#cfg-headers-v1").fill("run.id")
         f("#cfg-secrets").fill("API_TOKEN")
+    elif t == "connector":
+        f("#cfg-connection").fill("github")
+        f("#cfg-method").select_option("POST")
+        f("#cfg-path").fill("/repos/acme/app/issues")
     elif t == "wait":
         f("#cfg-sleep").fill("2s")
         f("#cfg-timeout").fill("30")
@@ -156,6 +160,7 @@ EXPECTED = {
     "http": {"method": "POST", "url": "https://example.com/hook",
              "headers": {"Authorization": "Bearer ${API_TOKEN}", "X-Run": {"$expr": "run.id"}},
              "secrets": ["API_TOKEN"]},
+    "connector": {"connection": "github", "method": "POST", "path": "/repos/acme/app/issues"},
     "wait": {"sleep": "2s", "timeout": 30},
     "approval": {"fields": {"type": "object", "properties": {"ok": {"type": "boolean"}}}},
     "workflow": {"graph": "every-type-child"},

@@ -18,5 +18,5 @@ print("pass")
 with ThreadPoolExecutor(6) as pool:
     total = sum(pool.map(step, range(1, 7)))
 print(f"sum={total}")
-script.sleep(1)
+script.sleep("1s")
 print(f"after sleep sum={total}")

@@ -15,11 +15,11 @@ try:
 except ScriptError as e:
     print(f"script error {e.code}")
 try:
-    script.wait_signal("nudge", timeout=0.5)
+    script.wait_signal("nudge", timeout="500ms")
 except WaitSignalTimeout:
     print("signal timed out")
 try:
-    script.sleep(0.5)
+    script.sleep("500ms")
 except Exception:
     print("swallowed")  # never printed: a parking call does not return on its pass
 # Last, after every park: a step_fn that raised records nothing, so durable calls made

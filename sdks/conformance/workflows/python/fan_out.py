@@ -9,7 +9,7 @@ script.activity_submit(
     ["sh", "-c", 'if [ "$CRYO_ATTEMPT" -ge 2 ]; then echo "flaky-ok attempt $CRYO_ATTEMPT"; '
      "else exit 75; fi"],
     retries=2,
-    retry_backoff=0.2,
+    retry_backoff="200ms",
     retry_on_exit=[75],
 )
 flaky = script.activity_collect("flaky")

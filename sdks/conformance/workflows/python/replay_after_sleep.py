@@ -11,5 +11,5 @@ def compute() -> int:
 print("pass")
 value = script.step_fn("compute", compute)
 print(f"value={value}")
-script.sleep(1)
+script.sleep("1s")
 print(f"after sleep value={value + 1}")
