@@ -36,7 +36,7 @@ def test_a_500_node_dag_zooms_fits_pans_and_has_a_minimap(split: Split, page: Pa
     page.click("#tab-dag")
     dag = page.locator("#dag")
     expect(dag.locator("g.dag-node")).to_have_count(500, timeout=20_000)
-    expect(page.locator("#dag-minimap")).to_be_visible()
+    expect(page.locator("#dag-minimap")).to_be_visible(timeout=30_000)
     full = _width(page)
     box_w = dag.evaluate("e => e.clientWidth")
     assert full > box_w  # wider than its box at 100%
