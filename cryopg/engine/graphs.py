@@ -1,5 +1,6 @@
-"""The graph tier's calls: the driver's turn on a graph run (75_graphs.sql), approvals
-and reruns (76_graph_operators.sql) and reading a run's nodes (77_graph_reads.sql)."""
+"""The graph tier's calls: the driver's turn on a graph run (72_graph_drive.sql and
+75_graphs.sql), approvals and reruns (76_graph_operators.sql) and reading a run's nodes
+(77_graph_reads.sql)."""
 
 from __future__ import annotations
 

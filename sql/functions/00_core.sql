@@ -11,7 +11,8 @@
 --   50 waits             parking and waking: sleep, signals, events, leases, children
 --   60 finish            a run's end: outcome, retry, cancel, and what an end sets off
 --   70 state             cells of run and entity scope, add / cas / incr
---   75 graphs            the graph interpreter: driving a run, planning, starting nodes
+--   72 graph drive       a driver takes a graph run and reads it; constant state nodes
+--   75 graphs            the graph interpreter: planning, starting nodes, settling a run
 --   76 graph operators   approving and rejecting approvals, rerunning from a node
 --   77 graph reads       a graph run's nodes, document, jobs and their logs
 --   78 artifacts         files runs put and get: the index over content-addressed blobs
