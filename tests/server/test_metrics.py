@@ -26,7 +26,8 @@ TOKEN = "scrape-secret-1"
 def _config(dsn: str, **kw: object) -> ServerConfig:
     base = ServerConfig(dsn, MasterKey(parse_master_key(generate_master_key())),
                         claim_seconds=CLAIM_SECONDS, tick_interval=3600.0,
-                        claim_wait_max=2.0, pool_size=4)
+                        claim_wait_max=2.0, pool_size=4,
+                        metrics_cache_seconds=0.0)
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
