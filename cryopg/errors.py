@@ -164,6 +164,12 @@ class BadTraceparent(CryoError):
     code, http_status = "bad_traceparent", 400
 
 
+class BadFoldBatch(CryoError):
+    """(CR230) cryo.fold_metrics was given a batch size below 1."""
+
+    code, http_status = "bad_fold_batch", 400
+
+
 class ArtifactStoreUnavailable(CryoError):
     """The artifact store (its bucket and endpoint, or directory, named in the message)
     did not answer within CRYOPG_ARTIFACTS_STORE_TIMEOUT, refused the connection or
@@ -251,6 +257,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR207": ConnectionSecretMissing,
     "CR208": ConnectionWithheld,
     "CR190": BadTraceparent,
+    "CR230": BadFoldBatch,
 }
 
 

@@ -1,5 +1,15 @@
 CREATE SCHEMA cryo;
 
+CREATE FUNCTION cryo._add_counts(p_ids bigint[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO cryo.metric_counts AS c (metric, org, project, label, label2, n, total)
+    SELECT x.metric, x.org, x.project, x.label, x.label2, x.n, x.total
+      FROM cryo._history_counts(p_ids) x ORDER BY 1, 2, 3, 4, 5
+    ON CONFLICT (metric, org, project, label, label2)
+    DO UPDATE SET n = c.n + excluded.n, total = c.total + excluded.total
+$$;
+
 CREATE FUNCTION cryo._admit(p_run_id text, p_org text, p_project text, p_group text, p_policy text) RETURNS text
     LANGUAGE plpgsql
     AS $$
@@ -498,65 +508,17 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._count_history() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    INSERT INTO cryo.metric_deltas (metric, org, project, label, n)
-    VALUES (CASE WHEN NEW.kind = 'claim_expired' THEN 'claims_lapsed' ELSE 'wakes' END,
-            NEW.org, NEW.project,
-            CASE WHEN NEW.kind = 'claim_expired' THEN '' ELSE NEW.kind END, 1);
-    RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION cryo._count_queue() RETURNS trigger
+CREATE FUNCTION cryo._count_history_of(p_run_ids text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_now timestamptz := cryo.now();
+    v_through bigint;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO cryo.metric_deltas (metric, org, project, label, n)
-        VALUES ('queue', NEW.org, NEW.project, NEW.state, 1);
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n, total)
-        SELECT 'queue', OLD.org, OLD.project, OLD.state, '', -1, 0
-        UNION ALL
-        SELECT 'claim_seconds', OLD.org, OLD.project,
-               CASE WHEN OLD.required_caps = '{graph}' THEN 'graph' ELSE 'job' END,
-               cryo._metric_bucket(extract(epoch FROM v_now - OLD.claimed_at)), 1,
-               greatest(extract(epoch FROM v_now - OLD.claimed_at), 0)
-         WHERE OLD.state = 'claimed' AND OLD.claimed_at IS NOT NULL;
-    ELSE
-        INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n, total)
-        VALUES ('queue', NEW.org, NEW.project, OLD.state, '', -1, 0),
-               ('queue', NEW.org, NEW.project, NEW.state, '', 1, 0);
-        IF NEW.state = 'claimed' AND OLD.state = 'pending' THEN
-            INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n, total)
-            VALUES ('queue_wait_seconds', NEW.org, NEW.project,
-                    CASE WHEN NEW.required_caps = '{graph}' THEN 'graph' ELSE 'job' END,
-                    cryo._metric_bucket(extract(epoch FROM v_now - OLD.enqueued_at)), 1,
-                    greatest(extract(epoch FROM v_now - OLD.enqueued_at), 0));
-        END IF;
+    SELECT f.folded_through INTO v_through FROM cryo.metric_fold f FOR UPDATE;
+    IF FOUND THEN
+        PERFORM cryo._add_counts(ARRAY(SELECT h.id FROM cryo.history h
+                                        WHERE h.run_id = ANY (p_run_ids) AND h.id > v_through));
     END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION cryo._count_runs() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO cryo.metric_deltas (metric, org, project, label, n)
-        VALUES ('runs_submitted', NEW.org, NEW.project, cryo._metric_kind(NEW.kind, NEW.graph), 1);
-    ELSE
-        INSERT INTO cryo.metric_deltas (metric, org, project, label, label2, n)
-        VALUES ('runs_finished', NEW.org, NEW.project, cryo._metric_kind(NEW.kind, NEW.graph),
-                NEW.status, 1);
-    END IF;
-    RETURN NULL;
 END
 $$;
 
@@ -603,6 +565,7 @@ BEGIN
     DELETE FROM cryo.journal WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.node_instances WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
+    PERFORM cryo._count_history_of(p_ids);  -- metrics: fold before delete
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
     WITH moved AS (DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids) RETURNING object_key)
@@ -1652,6 +1615,45 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._history_counts(p_ids bigint[]) RETURNS TABLE(metric text, org text, project text, label text, label2 text, n bigint, total double precision)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH h AS MATERIALIZED (
+        SELECT h.run_id, h.org, h.project, h.kind FROM cryo.history h
+         WHERE h.id = ANY (p_ids)
+           AND (h.kind IN ('submitted', 'claim_expired') OR cryo.is_terminal(h.kind)
+                OR h.kind = ANY (cryo._wake_causes()))
+    ), r AS MATERIALIZED (
+        SELECT h.org, h.project, h.kind AS event, cryo._metric_kind(r.kind, r.graph) AS kind,
+               CASE WHEN r.kind = 'graph' THEN 'graph' ELSE 'job' END AS claim_kind,
+               extract(epoch FROM r.started_at - r.created_at)::double precision AS waited,
+               extract(epoch FROM r.finished_at - r.started_at)::double precision AS claimed
+          FROM h JOIN cryo.runs r ON r.id = h.run_id
+         WHERE h.kind = 'submitted' OR cryo.is_terminal(h.kind)
+    )
+    SELECT x.metric, x.org, x.project, x.label, x.label2, count(*), sum(x.total)
+      FROM (SELECT 'runs_submitted' AS metric, r.org, r.project, r.kind AS label,
+                   '' AS label2, 0::double precision AS total
+              FROM r WHERE r.event = 'submitted'
+            UNION ALL
+            SELECT 'runs_finished', r.org, r.project, r.kind, r.event, 0
+              FROM r WHERE r.event <> 'submitted'
+            UNION ALL
+            SELECT 'queue_wait_seconds', r.org, r.project, r.claim_kind,
+                   cryo._metric_bucket(r.waited), greatest(r.waited, 0)
+              FROM r WHERE r.event <> 'submitted' AND r.waited IS NOT NULL
+            UNION ALL
+            SELECT 'claim_seconds', r.org, r.project, r.claim_kind,
+                   cryo._metric_bucket(r.claimed), greatest(r.claimed, 0)
+              FROM r WHERE r.event <> 'submitted' AND r.claimed IS NOT NULL
+            UNION ALL
+            SELECT CASE WHEN h.kind = 'claim_expired' THEN 'claims_lapsed' ELSE 'wakes' END,
+                   h.org, h.project, CASE WHEN h.kind = 'claim_expired' THEN '' ELSE h.kind END,
+                   '', 0
+              FROM h WHERE h.kind = 'claim_expired' OR h.kind = ANY (cryo._wake_causes())) x
+     GROUP BY 1, 2, 3, 4, 5
+$$;
+
 CREATE FUNCTION cryo._hold_queued(p_run_id text) RETURNS void
     LANGUAGE sql
     AS $$
@@ -1925,9 +1927,24 @@ $$;
 CREATE FUNCTION cryo._metric_bucket(p_seconds double precision) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $$
-    SELECT coalesce((SELECT b::text FROM unnest(ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                                      1, 2.5, 5, 10, 30, 60, 300, 900, 3600]::numeric[]) b
-                      WHERE b >= p_seconds ORDER BY b LIMIT 1), '+Inf')
+    SELECT CASE
+                WHEN p_seconds <= 0.005 THEN '0.005'
+                WHEN p_seconds <= 0.01 THEN '0.01'
+                WHEN p_seconds <= 0.025 THEN '0.025'
+                WHEN p_seconds <= 0.05 THEN '0.05'
+                WHEN p_seconds <= 0.1 THEN '0.1'
+                WHEN p_seconds <= 0.25 THEN '0.25'
+                WHEN p_seconds <= 0.5 THEN '0.5'
+                WHEN p_seconds <= 1 THEN '1'
+                WHEN p_seconds <= 2.5 THEN '2.5'
+                WHEN p_seconds <= 5 THEN '5'
+                WHEN p_seconds <= 10 THEN '10'
+                WHEN p_seconds <= 30 THEN '30'
+                WHEN p_seconds <= 60 THEN '60'
+                WHEN p_seconds <= 300 THEN '300'
+                WHEN p_seconds <= 900 THEN '900'
+                WHEN p_seconds <= 3600 THEN '3600'
+                ELSE '+Inf' END
 $$;
 
 CREATE FUNCTION cryo._metric_kind(p_kind text, p_graph jsonb) RETURNS text
@@ -2614,13 +2631,10 @@ CREATE FUNCTION cryo._reseed_metric_gauges() RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    LOCK TABLE cryo.queue, cryo.artifact_blobs IN SHARE MODE;
+    LOCK TABLE cryo.artifact_blobs IN SHARE MODE;
     LOCK TABLE cryo.metric_counts, cryo.metric_deltas IN SHARE ROW EXCLUSIVE MODE;
-    DELETE FROM cryo.metric_deltas WHERE metric IN ('queue', 'artifact_bytes');
-    DELETE FROM cryo.metric_counts WHERE metric IN ('queue', 'artifact_bytes');
-    INSERT INTO cryo.metric_counts (metric, org, project, label, n)
-    SELECT 'queue', q.org, q.project, q.state, count(*) FROM cryo.queue q
-     GROUP BY q.org, q.project, q.state;
+    DELETE FROM cryo.metric_deltas WHERE metric = 'artifact_bytes';
+    DELETE FROM cryo.metric_counts WHERE metric = 'artifact_bytes';
     INSERT INTO cryo.metric_counts (metric, org, project, n)
     SELECT 'artifact_bytes', b.org, b.project, sum(b.size) FROM cryo.artifact_blobs b
      GROUP BY b.org, b.project;
@@ -4361,7 +4375,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR206', 'connection_not_found', 'the project has no connection of that name'),
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
         ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
-        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
+        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
+        ('CR230', 'bad_fold_batch', 'cryo.fold_metrics was given a batch size below 1')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -4625,29 +4640,80 @@ $$;
 
 COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
-CREATE FUNCTION cryo.fold_metrics() RETURNS integer
+CREATE FUNCTION cryo.fold_metrics(p_limit integer DEFAULT 20000) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_n integer;
+    v_f cryo.metric_fold;
+    v_snap pg_snapshot;
+    v_ids bigint[];
+    v_n integer := 0;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(hashtext('cryopg-fold-metrics')) THEN
-        RETURN 0;
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'fold_metrics needs a positive batch size, not %', p_limit
+            USING ERRCODE = 'CR230';
     END IF;
+    SELECT * INTO v_f FROM cryo.metric_fold FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 0;  -- another replica is folding (or the migration made no row: nothing)
+    END IF;
+    v_snap := pg_current_snapshot();
+    IF v_f.seen_xmax IS NOT NULL AND pg_snapshot_xmin(v_snap) >= v_f.seen_xmax THEN
+        SELECT array_agg(b.id ORDER BY b.id) INTO v_ids
+          FROM (SELECT h.id FROM cryo.history h
+                 WHERE h.id > v_f.folded_through AND h.id <= v_f.seen_through
+                 ORDER BY h.id LIMIT p_limit) b;
+        PERFORM cryo._add_counts(v_ids);
+        v_n := coalesce(cardinality(v_ids), 0);
+        IF v_n < p_limit THEN  -- everything up to seen_through is in
+            v_f.folded_through := greatest(v_f.folded_through, v_f.seen_through);
+            v_f.seen_through := NULL;
+            v_f.seen_xmax := NULL;
+        ELSE
+            v_f.folded_through := v_ids[v_n];
+        END IF;
+    END IF;
+    IF v_f.seen_through IS NULL AND v_f.next_through IS NOT NULL THEN
+        v_f.seen_through := v_f.next_through;
+        v_f.seen_xmax := pg_snapshot_xmax(v_snap);
+        v_f.next_through := NULL;
+    END IF;
+    IF v_f.next_through IS NULL THEN
+        v_f.next_through := (SELECT max(h.id) FROM cryo.history h);
+        IF v_f.next_through <= coalesce(v_f.seen_through, v_f.folded_through) THEN
+            v_f.next_through := NULL;  -- nothing new
+        END IF;
+    END IF;
+    UPDATE cryo.metric_fold
+       SET folded_through = v_f.folded_through, seen_through = v_f.seen_through,
+           seen_xmax = v_f.seen_xmax, next_through = v_f.next_through,
+           folded_at = cryo.now();
+    -- The artifact blobs' deltas.
     WITH gone AS (
         DELETE FROM cryo.metric_deltas RETURNING *
     ), summed AS (
         SELECT g.metric, g.org, g.project, g.label, g.label2, sum(g.n) AS n,
-               sum(g.total) AS total, count(*) AS rows
+               sum(g.total) AS total
           FROM gone g GROUP BY 1, 2, 3, 4, 5
-    ), folded AS (
-        INSERT INTO cryo.metric_counts AS c (metric, org, project, label, label2, n, total)
-        SELECT s.metric, s.org, s.project, s.label, s.label2, s.n, s.total FROM summed s
-         ORDER BY 1, 2, 3, 4, 5
-        ON CONFLICT (metric, org, project, label, label2)
-        DO UPDATE SET n = c.n + excluded.n, total = c.total + excluded.total
     )
-    SELECT coalesce(sum(rows), 0) INTO v_n FROM summed;
+    INSERT INTO cryo.metric_counts AS c (metric, org, project, label, label2, n, total)
+    SELECT s.metric, s.org, s.project, s.label, s.label2, s.n, s.total FROM summed s
+     ORDER BY 1, 2, 3, 4, 5
+    ON CONFLICT (metric, org, project, label, label2)
+    DO UPDATE SET n = c.n + excluded.n, total = c.total + excluded.total;
+    -- The queue's depth, as this snapshot sees it (a series that emptied reads 0).
+    WITH fresh AS (
+        SELECT q.org, q.project, q.state, count(*) AS n FROM cryo.queue q GROUP BY 1, 2, 3
+    ), emptied AS (
+        UPDATE cryo.metric_counts c SET n = 0
+         WHERE c.metric = 'queue' AND c.n <> 0
+           AND NOT EXISTS (SELECT 1 FROM fresh f
+                            WHERE f.org = c.org AND f.project = c.project AND f.state = c.label)
+    )
+    INSERT INTO cryo.metric_counts AS c (metric, org, project, label, n)
+    SELECT 'queue', f.org, f.project, f.state, f.n FROM fresh f ORDER BY 2, 3, 4
+    ON CONFLICT (metric, org, project, label, label2)
+    DO UPDATE SET n = excluded.n WHERE c.n <> excluded.n;
     -- A deleted project's series go with it (its runs' rows are gone too).
     DELETE FROM cryo.metric_counts c
      WHERE NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = c.org AND p.slug = c.project)
@@ -4656,7 +4722,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.fold_metrics() IS 'Folds cryo.metric_deltas into cryo.metric_counts (one replica at a time; the others return 0) and drops the series of deleted projects. Returns how many deltas it folded. Raises nothing.';
+COMMENT ON FUNCTION cryo.fold_metrics(p_limit integer) IS 'Folds up to p_limit history rows past the cursor in cryo.metric_fold into cryo.metric_counts (runs submitted and finished, queue latencies, claims lapsed, wakes), folds the artifact deltas, recounts the queue''s depth by state and drops the series of deleted projects; one replica at a time (the others return 0 at once). Returns how many history rows it folded. Raises CR230 for a batch size below 1.';
 
 CREATE FUNCTION cryo.forget_log_objects(p_ids bigint[]) RETURNS integer
     LANGUAGE plpgsql
@@ -6192,7 +6258,7 @@ CREATE FUNCTION cryo.read_metrics(p_log_move_after interval DEFAULT NULL::interv
      WHERE p_log_move_after IS NOT NULL
 $$;
 
-COMMENT ON FUNCTION cryo.read_metrics(p_log_move_after interval, p_gone_after interval) IS 'Returns every metric series the database holds as (metric, org, project, label, label2, value, total): counters and gauges counted by the metrics triggers, queue_oldest_pending_seconds per org, agents by state and build, agent_capabilities of live agents, queue_pending_capability (of up to 1000 oldest pending runs an org), and log_move_backlog (up to 10000; only with p_log_move_after). A read: changes nothing. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_metrics(p_log_move_after interval, p_gone_after interval) IS 'Returns every metric series the database holds as (metric, org, project, label, label2, value, total): counters and the queue depth as of the last cryo.fold_metrics, queue_oldest_pending_seconds per org, agents by state and build, agent_capabilities of live agents, queue_pending_capability (of up to 1000 oldest pending runs an org), and log_move_backlog (up to 10000; only with p_log_move_after). A read: changes nothing. Raises nothing.';
 
 CREATE FUNCTION cryo.read_outputs(p_run_id text) RETURNS TABLE(key text, value bytea, value_clear jsonb)
     LANGUAGE sql STABLE
@@ -8000,7 +8066,19 @@ CREATE TABLE cryo.metric_deltas (
     total double precision DEFAULT 0 NOT NULL
 );
 
-COMMENT ON TABLE cryo.metric_deltas IS 'Changes to engine counters not yet folded into cryo.metric_counts, appended by the metrics triggers.';
+COMMENT ON TABLE cryo.metric_deltas IS 'Changes to artifact bytes not yet folded into cryo.metric_counts, appended by the artifact_blobs trigger.';
+
+CREATE TABLE cryo.metric_fold (
+    one boolean DEFAULT true NOT NULL,
+    folded_through bigint NOT NULL,
+    seen_through bigint,
+    seen_xmax xid8,
+    next_through bigint,
+    folded_at timestamp with time zone,
+    CONSTRAINT metric_fold_one_check CHECK (one)
+);
+
+COMMENT ON TABLE cryo.metric_fold IS 'Where cryo.fold_metrics is in cryo.history (one row, locked by the replica folding): ids up to folded_through are counted in cryo.metric_counts.';
 
 CREATE TABLE cryo.oidc_cli_nonces (
     nonce_hash bytea NOT NULL,
@@ -8366,6 +8444,9 @@ ALTER TABLE ONLY cryo.members
 ALTER TABLE ONLY cryo.metric_counts
     ADD CONSTRAINT metric_counts_pkey PRIMARY KEY (metric, org, project, label, label2);
 
+ALTER TABLE ONLY cryo.metric_fold
+    ADD CONSTRAINT metric_fold_pkey PRIMARY KEY (one);
+
 ALTER TABLE ONLY cryo.node_instances
     ADD CONSTRAINT node_instances_pkey PRIMARY KEY (run_id, node_id, item);
 
@@ -8526,21 +8607,9 @@ CREATE INDEX webhook_deliveries_recent ON cryo.webhook_deliveries USING btree (o
 
 CREATE TRIGGER artifact_blobs_count AFTER INSERT OR DELETE ON cryo.artifact_blobs FOR EACH ROW EXECUTE FUNCTION cryo._count_blobs();
 
-CREATE TRIGGER history_count AFTER INSERT ON cryo.history FOR EACH ROW WHEN (((new.kind = 'claim_expired'::text) OR (new.kind = ANY (cryo._wake_causes())))) EXECUTE FUNCTION cryo._count_history();
-
-CREATE TRIGGER queue_count_delete AFTER DELETE ON cryo.queue FOR EACH ROW EXECUTE FUNCTION cryo._count_queue();
-
-CREATE TRIGGER queue_count_insert AFTER INSERT ON cryo.queue FOR EACH ROW EXECUTE FUNCTION cryo._count_queue();
-
-CREATE TRIGGER queue_count_state AFTER UPDATE OF state ON cryo.queue FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION cryo._count_queue();
-
-CREATE TRIGGER runs_finished_count AFTER UPDATE OF status ON cryo.runs FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND cryo.is_terminal(new.status))) EXECUTE FUNCTION cryo._count_runs();
-
 CREATE TRIGGER runs_inherit_traceparent BEFORE INSERT ON cryo.runs FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.traceparent IS NULL))) EXECUTE FUNCTION cryo._inherit_traceparent();
 
 CREATE TRIGGER runs_inherit_untrusted BEFORE INSERT OR UPDATE OF parent_run_id ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._inherit_untrusted();
-
-CREATE TRIGGER runs_submitted_count AFTER INSERT ON cryo.runs FOR EACH ROW EXECUTE FUNCTION cryo._count_runs();
 
 ALTER TABLE ONLY cryo.agents
     ADD CONSTRAINT agents_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);

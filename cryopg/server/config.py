@@ -14,6 +14,19 @@ if TYPE_CHECKING:
     from cryopg.server.oidc import OidcSettings
 
 
+def _seconds_from_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {raw!r}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
     database_url: str
@@ -35,3 +48,7 @@ class ServerConfig:
     # (CRYOPG_METRICS_ADDR): for a scraper on a private network.
     metrics_addr: str | None = dataclasses.field(
         default_factory=lambda: os.environ.get("CRYOPG_METRICS_ADDR") or None)
+    # How long a scrape's database part is reused by the scrapes after it
+    # (CRYOPG_METRICS_CACHE_SECONDS, default 1; 0: read on every scrape).
+    metrics_cache_seconds: float = dataclasses.field(
+        default_factory=lambda: _seconds_from_env("CRYOPG_METRICS_CACHE_SECONDS", 1.0))

@@ -15,8 +15,10 @@ on a second listener (CRYOPG_METRICS_ADDR) meant for a private network.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hmac
+import math
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
@@ -185,14 +187,40 @@ def _label_names(metric: str) -> list[str]:
     return (_COUNTERS.get(metric) or _GAUGES[metric])[2]
 
 
+class _DatabasePart:
+    """The database's series, encoded, kept for CRYOPG_METRICS_CACHE_SECONDS: scrapes
+    that come together (several Prometheus servers, a dashboard) share one read, and the
+    counters only move when a tick folds anyway."""
+
+    def __init__(self) -> None:
+        self.body = b""
+        self.at = -math.inf
+        self.lock = asyncio.Lock()
+
+
+DATABASE_PART = web.AppKey("metrics_database_part", _DatabasePart)
+
+
+async def _database_part(app: web.Application) -> bytes:
+    part, ttl = app[DATABASE_PART], app[CONFIG].metrics_cache_seconds
+    if time.monotonic() - part.at < ttl:
+        return part.body
+    async with part.lock:  # one read for the scrapes waiting meanwhile
+        if time.monotonic() - part.at < ttl:
+            return part.body
+        store = app[CONFIG].log_store
+        after = None if store is None else dt.timedelta(seconds=store.move_after_seconds)
+        async with connection(app[POOL]) as conn:
+            rows = await engine.read_metrics(conn, after)
+        part.body, part.at = exposition(families(rows)), time.monotonic()
+        return part.body
+
+
 async def render(app: web.Application) -> bytes:
     """The whole exposition: the database's series, then this process's."""
-    store = app[CONFIG].log_store
-    after = None if store is None else dt.timedelta(seconds=store.move_after_seconds)
-    async with connection(app[POOL]) as conn:
-        rows = await engine.read_metrics(conn, after)
     own = app.get(PROCESS)
-    return exposition([*families(rows), *(own.registry.collect() if own else ())])
+    mine = exposition(own.registry.collect()) if own else b""
+    return await _database_part(app) + mine
 
 
 class _Families:
@@ -255,13 +283,14 @@ async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def fold_round(app: web.Application) -> None:
-    """A tick round: the deltas the triggers appended, folded (one replica at a time)."""
+    """A tick round: history since the last fold counted (one replica at a time)."""
     async with connection(app[POOL]) as conn:
         await engine.fold_metrics(conn)
 
 
 def setup(app: web.Application) -> None:
     app[PROCESS] = ProcessMetrics()
+    app[DATABASE_PART] = _DatabasePart()
     app.cleanup_ctx.append(metrics_listener_ctx)
     app.router.add_get("/metrics", metrics_behind_token)
 

@@ -132,6 +132,7 @@ BEGIN
     DELETE FROM cryo.journal WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.node_instances WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.node_states WHERE run_id = ANY (p_ids);
+    PERFORM cryo._count_history_of(p_ids);  -- metrics: fold before delete
     DELETE FROM cryo.history WHERE run_id = ANY (p_ids);
     DELETE FROM cryo.logs WHERE run_id = ANY (p_ids);
     WITH moved AS (DELETE FROM cryo.log_archives WHERE run_id = ANY (p_ids) RETURNING object_key)

@@ -26,7 +26,8 @@ TOKEN = "scrape-secret-1"
 def _config(dsn: str, **kw: object) -> ServerConfig:
     base = ServerConfig(dsn, MasterKey(parse_master_key(generate_master_key())),
                         claim_seconds=CLAIM_SECONDS, tick_interval=3600.0,
-                        claim_wait_max=2.0, pool_size=4)
+                        claim_wait_max=2.0, pool_size=4,
+                        metrics_cache_seconds=0.0)
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -48,7 +49,15 @@ def _value(samples: list[tuple[str, dict[str, str], float]], name: str, **labels
     return sum(got)
 
 
+async def _fold(srv: Server) -> None:
+    """What two ticks' folds do: the third fold finds every history row final."""
+    async with await srv.connect() as conn:
+        for _ in range(3):
+            await engine.fold_metrics(conn)
+
+
 async def _scrape(srv: Server) -> list[tuple[str, dict[str, str], float]]:
+    await _fold(srv)
     reply = await srv.request("GET", "/metrics", token=TOKEN)
     assert reply.status == 200, reply.text
     return _samples(reply.text)
@@ -78,7 +87,8 @@ async def test_runs_queue_and_latencies_come_from_the_database(msrv: Server) -> 
     assert _value(s, "cryopg_runs_finished_total", outcome="failed", **base) == 1
     assert _value(s, "cryopg_queue_runs", state="pending", **base) == 1  # held
     assert _value(s, "cryopg_queue_runs", state="claimed", **base) == 1  # waiting
-    assert _value(s, "cryopg_queue_wait_seconds_count", kind="job", **base) == 3
+    # observed when a run ends: the claimed one is not in yet
+    assert _value(s, "cryopg_queue_wait_seconds_count", kind="job", **base) == 2
     assert _value(s, "cryopg_claim_duration_seconds_count", kind="job", **base) == 2
     inf = _value(s, "cryopg_claim_duration_seconds_bucket", le="+Inf", **base)
     assert inf == 2
@@ -86,9 +96,8 @@ async def test_runs_queue_and_latencies_come_from_the_database(msrv: Server) -> 
     # the agent that claimed is busy, and its capabilities are live
     assert _value(s, "cryopg_agents", org="dev", state="busy") == 1
     assert _value(s, "cryopg_agents_live_capability", org="dev", capability="shell") == 1
-    # a fold moves the deltas into the counters: the read is the same before and after
+    # everything is folded: another fold counts nothing twice
     async with await msrv.connect() as conn:
-        assert await engine.fold_metrics(conn) > 0
         assert await engine.fold_metrics(conn) == 0
     again = await _scrape(msrv)
     for name, labels in (("cryopg_runs_submitted_total", {"kind": "script"}),
