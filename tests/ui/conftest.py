@@ -82,11 +82,11 @@ def login_url(stack: Split, token: str | None = None, org: str = "dev",
     return f"{stack.url}/#login={token or stack.user_token}&org={org}&project={project}"
 
 
-def agent_post(split: Split, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def agent_post(stack: Split, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """POSTs to the agent API as an agent would (a test playing the agent)."""
-    req = urllib.request.Request(f"{split.url}/api/v1/agent{path}", method="POST",
+    req = urllib.request.Request(f"{stack.url}/api/v1/agent{path}", method="POST",
                                  data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {split.agent_token}",
+                                 headers={"Authorization": f"Bearer {stack.agent_token}",
                                           "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
         raw = resp.read()

@@ -167,10 +167,13 @@ def test_viewer_gets_no_buttons_and_cancel_for_a_member(split: Split, page: Page
     page.evaluate(r"""() => {
         window.__churn = 0; window.__reads = 0; window.__fresh = 0;
         const real = window.fetch;
-        window.fetch = (url, o) => { if (!String(url).includes('/runs?') && /\/runs\/[^/?]+$/.test(String(url))) window.__reads++;
-                                     return real(url, o); };
+        window.fetch = (url, o) => {
+            if (/\/runs\/[^/?]+$/.test(String(url))) window.__reads++;
+            return real(url, o);
+        };
         new MutationObserver((ms) => { for (const m of ms) for (const n of m.removedNodes)
-            if (n.nodeType === 1 && (n.id === 'cancel' || n.querySelector('#cancel'))) window.__churn++; })
+            if (n.nodeType === 1 && (n.id === 'cancel' || n.querySelector('#cancel')))
+                window.__churn++; })
           .observe(document.getElementById('run-header'), { childList: true, subtree: true });
         new MutationObserver(() => { if (window.__reads) window.__fresh++; })
           .observe(document.getElementById('state'), { childList: true });
