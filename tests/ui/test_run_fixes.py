@@ -103,3 +103,13 @@ def test_a_run_re_runs_with_an_input_edited_in_a_dialog(split: Split, page: Page
     expect(page.locator("#run-input")).to_contain_text('"bob"', timeout=15_000)
     new_id = page.url.split("/run/")[-1].replace("%3A", ":")
     assert new_id != run_id and show(split, new_id)["input"] == {"who": "bob"}
+
+
+def test_the_runs_list_shows_its_total(split: Split, page: Page) -> None:
+    wf = script(split.dir, "counted.sh", "#!/usr/bin/env bash\necho hi\n")
+    for _ in range(3):
+        submit(split, wf)
+    page.goto(login_url(split))
+    expect(page.locator("#runs-total")).to_have_text("3 runs", timeout=15_000)
+    page.goto(f"{split.url}/#/runs?q=nothing-matches-this")
+    expect(page.locator("#runs-total")).to_have_text("0 runs", timeout=15_000)
