@@ -66,7 +66,8 @@ def test_a_script_runs_dag_names_children_times_them_and_ticks_a_wait(
     page.wait_for_selector("#gantt svg.gantt text.gantt-dur")
     over = page.evaluate("""() => { const s = document.querySelector('#gantt svg.gantt');
         const right = s.getBoundingClientRect().right;
-        return [...s.querySelectorAll('text')].filter((t) => t.getBoundingClientRect().right > right + 0.5)
+        return [...s.querySelectorAll('text')]
+          .filter((t) => t.getBoundingClientRect().right > right + 0.5)
           .map((t) => t.textContent); }""")
     assert over == []
     assert not [e for e in errors if "Infinity" in e or "401" in e], errors
