@@ -3853,6 +3853,31 @@ $$;
 
 COMMENT ON FUNCTION cryo.connection_for_run(p_run_id text, p_name text) IS 'Returns the connection a connector node of run p_run_id names, from the run''s project. Raises CR206 when there is none, CR207 when its secret is gone, CR208 when the run is untrusted and the connection has a credential.';
 
+CREATE FUNCTION cryo.count_runs(p_org text, p_project text, p_search boolean, p_text text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_match text DEFAULT NULL::text, p_trigger text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_parent text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    WITH pat AS (
+        SELECT '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS t,
+               '%' || replace(replace(replace(p_match, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w
+    )
+    SELECT count(*) FROM pat, cryo.runs r
+     WHERE r.org = p_org AND r.project = p_project
+       AND (p_status IS NULL OR r.status = p_status)
+       AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) = p_workflow)
+       AND (p_search OR CASE WHEN p_parent IS NULL THEN r.parent_run_id IS NULL
+                             ELSE r.parent_run_id = p_parent END)
+       AND (p_match IS NULL OR coalesce(r.workflow, r.filename) ILIKE pat.w)
+       AND (p_trigger IS NULL OR CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
+                                      ELSE coalesce(r.trigger_kind, 'manual') END = p_trigger)
+       AND (p_since IS NULL OR r.created_at >= p_since)
+       AND (p_until IS NULL OR r.created_at < p_until)
+       AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
+            OR r.input_clear::text ILIKE pat.t
+            OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
+$$;
+
+COMMENT ON FUNCTION cryo.count_runs(p_org text, p_project text, p_search boolean, p_text text, p_status text, p_workflow text, p_match text, p_trigger text, p_since timestamp with time zone, p_until timestamp with time zone, p_parent text) IS 'Returns how many runs of the project match the runs list''s filters: with p_search those of cryo.search_runs (children included), else those of cryo.list_runs_page (top-level runs or p_parent''s children, status, exact workflow). Raises nothing.';
+
 CREATE FUNCTION cryo.create_connection(p_org text, p_project text, p_name text, p_base_url text, p_auth text, p_secret text DEFAULT NULL::text, p_username text DEFAULT NULL::text, p_header text DEFAULT NULL::text, p_headers jsonb DEFAULT '{}'::jsonb, p_replace boolean DEFAULT false) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -6063,11 +6088,11 @@ $$;
 
 COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises CR021 when the caller is an application role of another tenant (or of none).';
 
-CREATE FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer DEFAULT 1000) RETURNS TABLE(seq integer, family text, name text, ordinal integer, label text, attempt integer, status text, exit_code integer, due_at timestamp with time zone, created_at timestamp with time zone, completed_at timestamp with time zone)
+CREATE FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer DEFAULT 1000) RETURNS TABLE(seq integer, family text, name text, ordinal integer, label text, attempt integer, status text, exit_code integer, due_at timestamp with time zone, created_at timestamp with time zone, completed_at timestamp with time zone, ref_run_id text)
     LANGUAGE sql STABLE
     AS $$
     SELECT j.seq, j.key_family, j.key_name, j.key_ordinal, j.label, j.attempt, j.status,
-           j.exit_code, j.due_at, j.created_at, j.completed_at
+           j.exit_code, j.due_at, j.created_at, j.completed_at, j.ref_run_id
       FROM cryo.journal j WHERE j.run_id = p_run_id
      ORDER BY j.seq LIMIT greatest(p_limit, 0)
 $$;
@@ -6622,6 +6647,25 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.rerun_run(p_run_id text) IS 'Starts a new run with the same source (or graph), input, workflow name, working directory and trust as run p_run_id, and records rerun_of in its history; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
+
+CREATE FUNCTION cryo.rerun_run_with_input(p_run_id text, p_input bytea) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_old cryo.runs;
+    v_new text;
+BEGIN
+    v_old := cryo._run_row(p_run_id);
+    SELECT s.run_id INTO v_new FROM cryo.submit_script(
+        v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, p_input,
+        NULL, v_old.required_caps, v_old.workflow, NULL,
+        p_untrusted => v_old.untrusted, p_workdir => v_old.workdir, p_graph => v_old.graph) s;
+    PERFORM cryo._history(v_new, v_old.org, v_old.project, 'rerun_of', 'run', p_run_id, 0);
+    RETURN v_new;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.rerun_run_with_input(p_run_id text, p_input bytea) IS 'As cryo.rerun_run, with the sealed input p_input (NULL: none) in place of the old run''s input; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
 
 CREATE FUNCTION cryo.return_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql

@@ -109,7 +109,13 @@ from cryopg.engine.metrics import (
     run_traceparent,
     set_run_traceparent,
 )
-from cryopg.engine.operators import reject_node, rerun_run, search_runs
+from cryopg.engine.operators import (
+    count_runs,
+    reject_node,
+    rerun_run,
+    rerun_run_with_input,
+    search_runs,
+)
 from cryopg.engine.reads import (
     get_run,
     list_runs,
@@ -296,7 +302,9 @@ __all__ = [
     "draining_agents",
     "list_agents",
     "reject_node",
+    "count_runs",
     "rerun_run",
+    "rerun_run_with_input",
     "search_runs",
     "PendingLogin",
     "RoleMap",

@@ -23,8 +23,24 @@ async def search_runs(conn: AsyncConnection, org: str, project: str, *, text: st
     return await cur.fetchall()
 
 
+async def count_runs(conn: AsyncConnection, org: str, project: str, *, search: bool,
+                     text: str | None, status: str | None, workflow: str | None,
+                     match: str | None, trigger: str | None, since: datetime | None,
+                     until: datetime | None, parent: str | None) -> int:
+    """How many runs the runs list holds under its filters (cryo.count_runs)."""
+    got = await _one(conn, "SELECT cryo.count_runs(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                     (org, project, search, text, status, workflow, match, trigger, since,
+                      until, parent))
+    return int(got or 0)
+
+
 async def rerun_run(conn: AsyncConnection, run_id: str) -> str:
     return await _one(conn, "SELECT cryo.rerun_run(%s)", (run_id,))
+
+
+async def rerun_run_with_input(conn: AsyncConnection, run_id: str,
+                               sealed_input: bytes | None) -> str:
+    return await _one(conn, "SELECT cryo.rerun_run_with_input(%s, %s)", (run_id, sealed_input))
 
 
 async def reject_node(conn: AsyncConnection, run_id: str, node: str, payload: bytes,

@@ -99,6 +99,7 @@ class Checkpoint:
     due_at: dt.datetime | None
     created_at: dt.datetime
     completed_at: dt.datetime | None
+    ref_run_id: str | None = None  # the child a spawn or activity started
 
 
 @dataclasses.dataclass(frozen=True)

@@ -190,10 +190,10 @@ COMMENT ON FUNCTION cryo.read_history(text) IS
 CREATE OR REPLACE FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (seq integer, family text, name text, ordinal integer, label text,
                attempt integer, status text, exit_code integer, due_at timestamptz,
-               created_at timestamptz, completed_at timestamptz)
+               created_at timestamptz, completed_at timestamptz, ref_run_id text)
 LANGUAGE sql STABLE AS $$
     SELECT j.seq, j.key_family, j.key_name, j.key_ordinal, j.label, j.attempt, j.status,
-           j.exit_code, j.due_at, j.created_at, j.completed_at
+           j.exit_code, j.due_at, j.created_at, j.completed_at, j.ref_run_id
       FROM cryo.journal j WHERE j.run_id = p_run_id
      ORDER BY j.seq LIMIT greatest(p_limit, 0)
 $$;

@@ -23,3 +23,24 @@ END
 $$;
 COMMENT ON FUNCTION cryo.rerun_run(text) IS
     'Starts a new run with the same source (or graph), input, workflow name, working directory and trust as run p_run_id, and records rerun_of in its history; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
+
+-- The same, with an input the operator edited (sealed by the server; the clear copy an
+-- application passed is not carried over, since it is the old input).
+CREATE OR REPLACE FUNCTION cryo.rerun_run_with_input(p_run_id text, p_input bytea)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_old cryo.runs;
+    v_new text;
+BEGIN
+    v_old := cryo._run_row(p_run_id);
+    SELECT s.run_id INTO v_new FROM cryo.submit_script(
+        v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, p_input,
+        NULL, v_old.required_caps, v_old.workflow, NULL,
+        p_untrusted => v_old.untrusted, p_workdir => v_old.workdir, p_graph => v_old.graph) s;
+    PERFORM cryo._history(v_new, v_old.org, v_old.project, 'rerun_of', 'run', p_run_id, 0);
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION cryo.rerun_run_with_input(text, bytea) IS
+    'As cryo.rerun_run, with the sealed input p_input (NULL: none) in place of the old run''s input; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';

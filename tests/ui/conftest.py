@@ -4,9 +4,12 @@ tests/ui/artifacts/ (or $CRYOPG_UI_ARTIFACTS)."""
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,22 +82,12 @@ def login_url(stack: Split, token: str | None = None, org: str = "dev",
     return f"{stack.url}/#login={token or stack.user_token}&org={org}&project={project}"
 
 
-def click_until_sent(page: object, selector: str, method: str, path_part: str,
-                     tries: int = 5, wait_ms: int = 10_000) -> None:
-    """Clicks `selector` until the page sends `method` to a URL holding `path_part`.
-
-    A live page re-renders its header when its stream says hello or a change arrives;
-    a click landing while the button is taken out and put back is lost (no handler runs,
-    nothing is sent), and waiting on what the click should change then waits forever.
-    The request is what the click must cause, so that is what is waited for."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    for attempt in range(tries):
-        try:
-            with page.expect_request(  # type: ignore[attr-defined]
-                    lambda r: r.method == method and path_part in r.url, timeout=wait_ms):
-                page.click(selector)  # type: ignore[attr-defined]
-            return
-        except PlaywrightTimeout:
-            if attempt == tries - 1:
-                raise
+def agent_post(stack: Split, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POSTs to the agent API as an agent would (a test playing the agent)."""
+    req = urllib.request.Request(f"{stack.url}/api/v1/agent{path}", method="POST",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {stack.agent_token}",
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        raw = resp.read()
+        return json.loads(raw) if raw else {}

@@ -6,35 +6,22 @@ the tab for ~20 s)."""
 from __future__ import annotations
 
 import base64
-import json
 import time
-import urllib.request
-from typing import Any
 
 from playwright.sync_api import Page, expect
 
 from tests.e2e.conftest import Split
 from tests.e2e.helpers import http, script, show, submit, wait_for
-from tests.ui.conftest import login_url, shot
+from tests.ui.conftest import agent_post, login_url, shot
 from tests.ui.perf import record
 
 MB_CHUNKS = 50
 
 
-def _agent_post(split: Split, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(f"{split.url}/api/v1/agent{path}", method="POST",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {split.agent_token}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        raw = resp.read()
-        return json.loads(raw) if raw else {}
-
-
 def _fifty_mb_run(split: Split) -> str:
     """A finished run whose log is 50 chunks of 1 MiB, posted as an agent would."""
     run_id = submit(split, script(split.dir, "chatty.sh", "#!/usr/bin/env bash\necho hi\n"))
-    grant = _agent_post(split, "/claim", {"agent_id": "fake", "capabilities": ["shell"],
+    grant = agent_post(split, "/claim", {"agent_id": "fake", "capabilities": ["shell"],
                                           "wait": 5})
     assert grant["run_id"] == run_id
     line = b"\x1b[32mok\x1b[0m " + b"x" * 90 + b"\n"
@@ -42,10 +29,10 @@ def _fifty_mb_run(split: Split) -> str:
     token = grant["claim_token"]
     for i in range(MB_CHUNKS):
         head = b"the very first line\n" if i == 0 else b""
-        _agent_post(split, f"/runs/{run_id}/logs", {
+        agent_post(split, f"/runs/{run_id}/logs", {
             "claim_token": token,
             "data": base64.b64encode(head + body + f"chunk {i} end\n".encode()).decode()})
-    _agent_post(split, f"/runs/{run_id}/finish", {"claim_token": token,
+    agent_post(split, f"/runs/{run_id}/finish", {"claim_token": token,
                                                    "outcome": "succeeded", "exit_code": 0})
     wait_for("the run to finish", lambda: show(split, run_id)["status"] == "succeeded")
     return run_id

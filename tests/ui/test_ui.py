@@ -14,7 +14,7 @@ from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.conftest import Split
 from tests.e2e.helpers import http, script, show, submit, token, wait_for
-from tests.ui.conftest import click_until_sent, login_url, shot
+from tests.ui.conftest import agent_post, login_url, shot
 
 HOSTILE = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=1>"
 
@@ -160,7 +160,32 @@ def test_viewer_gets_no_buttons_and_cancel_for_a_member(split: Split, page: Page
     expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible(timeout=60_000)
     page.goto(f"{split.url}/#/run/{run_id}")
     expect(page.locator("#run-status")).to_contain_text("pending", timeout=60_000)
-    click_until_sent(page, "#cancel", "POST", "/cancel")
+    # Live hellos and changes re-render nothing the button depends on: it stays the same
+    # element (issue 38: a click landed on a Cancel being replaced), so one click sends.
+    # Counted in the page: Cancel taken out of the header, and the State section (drawn
+    # after the header) replaced by a refresh that read the run after this began.
+    page.evaluate(r"""() => {
+        window.__churn = 0; window.__reads = 0; window.__fresh = 0;
+        const real = window.fetch;
+        window.fetch = (url, o) => {
+            if (/\/runs\/[^/?]+$/.test(String(url))) window.__reads++;
+            return real(url, o);
+        };
+        new MutationObserver((ms) => { for (const m of ms) for (const n of m.removedNodes)
+            if (n.nodeType === 1 && (n.id === 'cancel' || n.querySelector('#cancel')))
+                window.__churn++; })
+          .observe(document.getElementById('run-header'), { childList: true, subtree: true });
+        new MutationObserver(() => { if (window.__reads) window.__fresh++; })
+          .observe(document.getElementById('state'), { childList: true });
+        document.getElementById('cancel').__first = true;
+    }""")
+    http(f"{split.url}/api/v1/orgs/dev/projects/default/runs/{run_id}/signal/poke",
+         split.user_token, "POST", {"payload": None})
+    page.wait_for_function("() => window.__fresh > 0", timeout=30_000)
+    assert page.evaluate("window.__churn") == 0
+    assert page.evaluate("document.getElementById('cancel').__first === true")
+    with page.expect_request(lambda r: r.method == "POST" and "/cancel" in r.url):
+        page.click("#cancel")
     # The server cancelled it; the page, which re-reads the run after the cancel, says so.
     wait_for("the run cancelled", lambda: show(split, run_id)["status"] == "cancelled")
     expect(page.locator("#run-status")).to_contain_text("cancelled", timeout=60_000)
@@ -210,26 +235,16 @@ def test_ten_thousand_runs_load_one_bounded_page(split: Split, page: Page) -> No
     expect(page.locator("#runs-body tr[data-run]")).to_have_count(50)
 
 
-def _agent_post(split: Split, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{split.url}/api/v1/agent{path}", method="POST",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {split.agent_token}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        raw = resp.read()
-        return json.loads(raw) if raw else {}
-
-
 def test_a_50_mb_log_shows_a_tail_window_and_the_tab_stays_responsive(
         split: Split, page: Page) -> None:
     run_id = submit(split, script(split.dir, "chatty.sh", "#!/usr/bin/env bash\necho hi\n"))
-    grant = _agent_post(split, "/claim", {"agent_id": "fake", "capabilities": ["shell"],
+    grant = agent_post(split, "/claim", {"agent_id": "fake", "capabilities": ["shell"],
                                           "wait": 5})
     assert grant["run_id"] == run_id
     line = b"\x1b[32mok\x1b[0m " + b"x" * 90 + b"\n"
     chunk = line * (1024 * 1024 // len(line))
     for i in range(50):
-        _agent_post(split, f"/runs/{run_id}/logs",
+        agent_post(split, f"/runs/{run_id}/logs",
                     {"claim_token": grant["claim_token"],
                      "data": base64.b64encode(chunk + f"chunk {i} end\n".encode()).decode()})
     _open_dev_link(page, split)

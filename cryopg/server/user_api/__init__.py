@@ -18,6 +18,7 @@ from cryopg.server.user_api import (
     live,
     logs,
     operators,
+    run_counts,
     runs,
     secrets,
     sign_in_admin,
@@ -29,5 +30,5 @@ from cryopg.server.user_api import (
 
 def add_routes(app: web.Application) -> None:
     for module in (runs, graphs, logs, live, signals_events, state_reads, admin, secrets,
-                   connections, triggers, hooks, sign_in_admin, artifacts, operators):
+                   connections, triggers, hooks, sign_in_admin, artifacts, operators, run_counts):
         module.add_routes(app)

@@ -7,15 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import InvalidArgument, RunFinished
+from cryopg.errors import InvalidArgument, NotFound, RunFinished
 from cryopg.graphs import schemas
 from cryopg.server import offload
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, require_user
-from cryopg.server.bodies import json_body, optional_str_field, query_int
+from cryopg.server.bodies import json_body, optional_json_body, optional_str_field, query_int
 from cryopg.server.redact import masked
 from cryopg.server.render import run_json
 from cryopg.server.user_api.graphs import VALIDATE_SECONDS
@@ -67,12 +68,38 @@ async def search(request: web.Request, limit: int) -> web.Response:
 
 
 async def rerun(request: web.Request) -> web.Response:
-    """A new run with the same source and input as this one, whatever its kind."""
+    """A new run with the same source and input as this one, whatever its kind; with
+    `{"input": …}` in the body, with that input instead, checked first against the
+    `input_schema` of the run's stored workflow when it declares one (a 400 names the field)."""
     run = await own_run(request, MEMBER)
+    body = await optional_json_body(request)
     async with connection(request.app[POOL]) as conn:
-        new_id = await engine.rerun_run(conn, run.id)
+        if "input" not in body:
+            new_id = await engine.rerun_run(conn, run.id)
+        else:
+            value: Any = body["input"]
+            schema = await _workflow_schema(conn, run.org, run.project, run.workflow)
+            if schema is not None:
+                await _check_input(schema, {} if value is None else value)
+            sealer = await request.app[KEYS].sealer(run.org)
+            sealed = sealer.seal_json(value) if value is not None else None
+            new_id = await engine.rerun_run_with_input(conn, run.id, sealed)
         new = await engine.get_run(conn, new_id)
     return web.json_response({**run_json(new), "rerun_of": run.id}, status=201)
+
+
+async def _workflow_schema(conn: AsyncConnection, org: str, project: str,
+                           workflow: str | None) -> dict[str, Any] | None:
+    """The input_schema the run's stored workflow declares; None without one (an ad-hoc
+    run, a workflow since deleted, or one that declares none)."""
+    if not workflow:
+        return None
+    try:
+        structure = (await engine.get_workflow(conn, org, project, workflow))[4]
+    except NotFound:
+        return None
+    got = (structure or {}).get("input_schema")
+    return got if isinstance(got, dict) else None
 
 
 async def reject(request: web.Request) -> web.Response:

@@ -199,7 +199,8 @@ async def checkpoints(request: web.Request) -> web.Response:
                 {"seq": c.seq, "family": c.family, "name": c.name, "ordinal": c.ordinal,
                  "label": c.label, "attempt": c.attempt, "status": c.status,
                  "exit_code": c.exit_code, "due_at": iso(c.due_at),
-                 "created_at": iso(c.created_at), "completed_at": iso(c.completed_at)}
+                 "created_at": iso(c.created_at), "completed_at": iso(c.completed_at),
+                 "child_run_id": c.ref_run_id}
                 for c in rows]}))
 
 

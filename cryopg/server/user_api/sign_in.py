@@ -266,9 +266,13 @@ async def cli_session(request: web.Request) -> web.Response:
 
 async def session_info(request: web.Request) -> web.Response:
     """Who the browser's session cookie signs in, and the value its page must send in
-    X-Cryo-CSRF with anything that changes something."""
+    X-Cryo-CSRF with anything that changes something. With `?optional=1` (the web UI's
+    first look, which most often finds no cookie) no cookie is `{"signed_in": false}`,
+    not a 401 the browser would log as an error on every token sign-in."""
     cookie = session_cookie(request)
     if cookie is None:
+        if request.query.get("optional") == "1":
+            return web.json_response({"signed_in": False}, headers={"Cache-Control": "no-store"})
         raise Unauthorized("not signed in")
     async with connection(request.app[POOL]) as conn:
         info = await engine.session_info(conn, secret_hash(cookie))

@@ -51,6 +51,7 @@ export async function runsPage(main, q, ctl) {
   const tbody = el("tbody", { id: "runs-body" });
   const pager = el("div", { class: "pager" });
   const live = el("span", { class: "muted", id: "live-state" }, "connecting…");
+  const total = el("span", { class: "muted", id: "runs-total", role: "status" });
   const selected = new Set();
   const bulkMsg = el("span", { class: "muted", id: "bulk-msg", role: "status" });
   const bulk = el("button", { class: "danger", id: "cancel-selected", disabled: true, onclick: async () => {
@@ -69,7 +70,7 @@ export async function runsPage(main, q, ctl) {
        text, statusSel, wf, trig, el("label", { class: "inline" }, "from ", since), el("label", { class: "inline" }, "to ", until),
        el("button", { type: "submit" }, "Search"),
        searching || f.status || f.workflow || bad.length ? el("a", { href: "#/runs", id: "clear-filters" }, "clear") : "", live),
-    filterMsg,
+    filterMsg, total,
     S.canAct ? el("div", { class: "filters" }, bulk, bulkMsg) : "",
     el("div", { class: "scroll-x" }, el("table", { id: "runs" }, el("thead", {}, el("tr", {},
       ["", "Run", "Status", "Workflow", "Trigger", "Started", "Duration"].map((h, i) =>
@@ -123,6 +124,10 @@ export async function runsPage(main, q, ctl) {
       }
     }
     tbody.replaceChildren(...rows);
+    // The total under these filters, beside the page (a read of its own, never holding the page up).
+    const cq = query({}); cq.delete("limit"); cq.delete("top");
+    api(projectPath(`/run-count?${cq}`), { signal: ctl.signal })
+      .then((got) => { total.textContent = `${got.total} run${got.total === 1 ? "" : "s"}`; }, () => {});
     if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No runs.")));
     const keep = new URLSearchParams(FILTERS.filter((k) => f[k]).map((k) => [k, f[k]]));
     const next = new URLSearchParams(keep); if (page.next) next.set("before", page.next);

@@ -22,8 +22,9 @@ export const S = {
 export async function loadCookieSession() {
   S.cookie = null;
   try {
-    const r = await fetch("/api/v1/auth/session", { credentials: "same-origin" });
-    if (r.ok) S.cookie = await r.json();
+    // optional=1: no cookie is a 200 saying so, never a 401 logged in the console.
+    const r = await fetch("/api/v1/auth/session?optional=1", { credentials: "same-origin" });
+    if (r.ok) { const got = await r.json(); S.cookie = got.signed_in === false ? null : got; }
   } catch (_) { S.cookie = null; }
   if (S.cookie && S.cookie.org !== S.org) {
     sessionStorage.setItem("cryo.org", S.cookie.org);

@@ -27,11 +27,21 @@ export async function shapeOf(run, base, signal) {
       started_at: n.started_at, finished_at: n.finished_at, node: n }));
     return { nodes, edges: run.graph.edges || [] };
   }
-  const { checkpoints } = await api(`${base}/checkpoints`, { signal });
-  const nodes = checkpoints.map((c) => ({ id: `cp-${c.seq}`, label: c.name + (c.label ? ` · ${c.label}` : ""),
-    sub: c.family + (c.ordinal ? ` #${c.ordinal}` : ""), status: checkpointStatus(c, run), attempt: c.attempt,
-    started_at: c.created_at, finished_at: c.completed_at || (checkpointStatus(c, run) === "running" ? null : c.created_at),
-    checkpoint: c }));
+  const [{ checkpoints }, kids] = await Promise.all([api(`${base}/checkpoints`, { signal }),
+    api(projectPath(`/runs?parent=${encodeURIComponent(run.id)}&limit=200`), { signal })]);
+  const child = Object.fromEntries(kids.runs.map((k) => [k.id, k]));
+  const nodes = checkpoints.map((c) => {
+    const st = checkpointStatus(c, run), k = c.child_run_id && child[c.child_run_id];
+    // A spawn or an activity is named for the child it started, and lasts as long as that
+    // child runs (its journal row is written, done, when the child is submitted: "0 ms").
+    const name = c.name || (k ? k.workflow || k.filename : "") || (c.child_run_id ? c.child_run_id.split(":").pop() : "");
+    const label = [c.family === "step" ? "" : c.family, name, c.label].filter(Boolean).join(" · ") || c.family;
+    const done = k ? (k.finished ? k.finished_at : null) : c.completed_at;
+    return { id: `cp-${c.seq}`, label, sub: c.family + (c.ordinal ? ` #${c.ordinal}` : ""),
+      status: k && !k.finished && st === "succeeded" ? "running" : st, attempt: c.attempt,
+      // Not done yet (a step running, a wait on a signal): no end, so its time ticks.
+      started_at: (k && k.started_at) || c.created_at, finished_at: done || (run.finished ? run.finished_at : null), checkpoint: c };
+  });
   const edges = nodes.slice(1).map((n, i) => ({ from: nodes[i].id, to: n.id }));
   return { nodes, edges };
 }
@@ -58,7 +68,7 @@ function line3(n) {
 function line2(n) {
   const bits = [n.sub];
   if (n.attempt > 1) bits.push(`attempt ${n.attempt}`);
-  if (n.started_at && (n.finished_at || n.status === "running" || n.status === "waiting")) {
+  if (n.started_at && (n.finished_at || n.status === "running" || n.status === "waiting" || n.status === "parked")) {
     bits.push(fmtDur(n.started_at, n.finished_at));
   }
   return bits.join(" · ");
@@ -66,6 +76,7 @@ function line2(n) {
 
 // Draws `shape` into a new <svg>; returns { svg, boxes: {id: g} } for in-place updates.
 export function drawDag(shape, onPick) {
+  if (!shape.nodes.length) return { svg: null, boxes: {}, width: 0, height: 0, pos: {} };
   const lay = layout(shape.nodes.map((n) => ({ id: n.id, h: NODE_H })), shape.edges);
   const edges = svg("g", { class: "dag-edges" }, lay.edges.map((e) =>
     svg("path", { d: edgePath(e.points), class: "dag-edge", "marker-end": "url(#dag-arrow)",

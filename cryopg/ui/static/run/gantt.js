@@ -7,7 +7,9 @@ import { fmtMs } from "../time.js";
 import { throttledShape } from "./dag.js";
 import { registerView } from "./views.js";
 
-const ROW = 22, LABEL = 190, AXIS = 24, MIN_W = 640;
+// RIGHT: room after the axis for the last bar's duration and the last tick's label,
+// which are drawn past the bar's end.
+const ROW = 22, LABEL = 190, AXIS = 24, MIN_W = 640, RIGHT = 80;
 
 function niceStep(span) {
   const target = span / 6;
@@ -24,7 +26,7 @@ export function drawGantt(run, shape, width) {
   const endOf = (n) => t(n.finished_at) ?? (run.finished ? t(run.finished_at) ?? now : now);
   const end = Math.max(run.finished ? t(run.finished_at) ?? start : now, ...rows.map(endOf), start + 1);
   const span = end - start;
-  const w = Math.max(width - LABEL - 16, 200);
+  const w = Math.max(width - LABEL - 16 - RIGHT, 200);
   const x = (ms) => LABEL + ((ms - start) / span) * w;
   const step = niceStep(span);
   const ticks = [];
@@ -43,7 +45,8 @@ export function drawGantt(run, shape, width) {
       svg("text", { x: (x(a) + bw + 4).toFixed(1), y: y + 15, class: "gantt-dur" }, dur));
   });
   const h = AXIS + rows.length * ROW + 6;
-  return svg("svg", { class: "gantt", width: LABEL + w + 16, height: h, viewBox: `0 0 ${LABEL + w + 16} ${h}`,
+  const total = LABEL + w + 16 + RIGHT;
+  return svg("svg", { class: "gantt", width: total, height: h, viewBox: `0 0 ${total} ${h}`,
     role: "img", "aria-label": `timeline of ${rows.length} ${run.kind === "graph" ? "nodes" : "checkpoints"} over ${fmtMs(span)}` },
     svg("g", { class: "gantt-axis" }, ticks), bars);
 }
