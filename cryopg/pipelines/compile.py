@@ -170,7 +170,8 @@ def _top_level(doc: dict[str, Any], ids: frozenset[str], graph: dict[str, Any]) 
             if isinstance(group, dict):  # {group, limit, window}: the graph tier checks the rest
                 group = group.get("group")
             if not isinstance(group, str):
-                raise ExprError("must be text, such as deploy-{{ input.env }}, or {group, limit, window}")
+                raise ExprError("must be text, such as deploy-{{ input.env }}, "
+                                "or {group, limit, window}")
             parse_template(group, ids)
             graph["concurrency"] = doc["concurrency"]
         key = "output"
