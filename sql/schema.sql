@@ -4269,7 +4269,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_workflow(p_org text, p_project text, p_name text) IS 'Deletes a stored workflow with the schedules and handlers its on: registered. Returns nothing. Raises CR005 for an unknown workflow, CR055 when a schedule, handler or webhook made separately still starts it.';
 
-CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) RETURNS TABLE(outcome text, run_id text, event_id bigint, duplicate boolean)
+CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text DEFAULT NULL::text) RETURNS TABLE(outcome text, run_id text, event_id bigint, duplicate boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -4303,6 +4303,8 @@ BEGIN
         v_wf := cryo._require_workflow(p_org, p_project, v_hook.workflow);
         IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
             v_outcome := 'ignored';
+        ELSIF p_refused IS NOT NULL THEN
+            v_outcome := 'refused';  -- its input failed the workflow's input_schema (the server's check)
         ELSE
             v_run := cryo._start_triggered(
                 p_org, p_project, v_hook.workflow, p_input, NULL,
@@ -4321,7 +4323,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false or its on.webhook leaves the event out) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
+COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false, its on.webhook leaves the event out, or p_refused says why its input failed the workflow''s input_schema) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | refused | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
 
 CREATE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NULL::text, p_agent_id text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
@@ -4748,7 +4750,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.finish_status_post(p_run_id text, p_error text) IS 'Records that a commit status was sent (p_error NULL) or refused or failed (p_error says why; it is not retried). Returns nothing. Raises nothing.';
 
-CREATE FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) RETURNS text
+CREATE FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb, p_refused text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -4764,19 +4766,26 @@ BEGIN
     IF p_next IS NULL OR p_next <= p_scheduled_at THEN
         RAISE EXCEPTION 'a schedule''s next fire time must come after the tick it fires' USING ERRCODE = 'CR004';
     END IF;
+    IF p_refused IS NOT NULL THEN
+        -- The tick's input failed the workflow's input_schema: it says why and fires nothing.
+        UPDATE cryo.schedules
+           SET next_fire_at = p_next, last_refusal = left(p_refused, 1000), updated_at = cryo.now()
+         WHERE org = p_org AND project = p_project AND name = p_name;
+        RETURN NULL;
+    END IF;
     v_id := cryo._start_triggered(
         p_org, p_project, v_s.workflow, p_input, NULL, p_scope, false,
         'schedule:' || p_name || ':' || to_char(p_scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'schedule', p_name);
     UPDATE cryo.schedules
-       SET next_fire_at = p_next, last_fire_at = p_scheduled_at,
+       SET next_fire_at = p_next, last_fire_at = p_scheduled_at, last_refusal = NULL,
            last_run_id = coalesce(v_id, last_run_id), updated_at = cryo.now()
      WHERE org = p_org AND project = p_project AND name = p_name;
     RETURN v_id;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb, p_refused text) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input (with p_refused, the reason its input failed the workflow''s input_schema: records it as last_refusal and starts nothing) and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
 CREATE FUNCTION cryo.fold_metrics() RETURNS integer
     LANGUAGE plpgsql
