@@ -230,6 +230,30 @@ class ConnectionWithheld(CryoError):
     code, http_status = "connection_withheld", 403
 
 
+class ApprovalAnswered(CryoError):
+    """(CR225) That member already answered this approval: each approver counts once."""
+
+    code, http_status = "approval_answered", 409
+
+
+class NotAnApprover(CryoError):
+    """(CR226) The member lacks the role or group the approval is restricted to."""
+
+    code, http_status = "not_an_approver", 403
+
+
+class InputRefused(CryoError):
+    """(CR227) The input does not match the workflow's input_schema."""
+
+    code, http_status = "input_refused", 422
+
+
+class BadConcurrencyLimit(CryoError):
+    """(CR228) A concurrency limit below 1 or a window not longer than 0."""
+
+    code, http_status = "bad_concurrency_limit", 400
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -258,6 +282,10 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR208": ConnectionWithheld,
     "CR190": BadTraceparent,
     "CR230": BadFoldBatch,
+    "CR225": ApprovalAnswered,
+    "CR226": NotAnApprover,
+    "CR227": InputRefused,
+    "CR228": BadConcurrencyLimit,
 }
 
 

@@ -19,13 +19,14 @@ DECLARE
     v_limit integer;
 BEGIN
     UPDATE cryo.runs SET concurrency_group = p_group WHERE id = p_run_id;
-    IF v_holder IS NULL THEN
+    IF NOT cryo._group_full(p_org, p_project, p_group) THEN
         PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
         RETURN 'pending';
     END IF;
     IF p_policy = 'cancel-running' THEN
         -- Take the hold first, so the incumbent's ending hands nothing to its waiters.
         PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
+        PERFORM cryo._drop_lease(p_org, p_project, p_group, v_holder);
         PERFORM cryo.cancel_run(v_holder);
         RETURN 'pending';
     END IF;
@@ -172,6 +173,66 @@ DECLARE
 BEGIN
     PERFORM 1 FROM cryo.queue WHERE run_id = p_run_id FOR UPDATE;
     RETURN v_run;
+END
+$$;
+
+CREATE FUNCTION cryo._approval_record(p_run cryo.runs, p_node text, p_by text, p_auth text, p_answer text) RETURNS TABLE(approvals integer, needed integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_policy jsonb;
+    v_items integer[];
+BEGIN
+    SELECT array_agg(i.item ORDER BY i.item) INTO v_items FROM cryo.node_instances i
+     WHERE i.run_id = p_run.id AND i.node_id = p_node AND i.status = 'waiting'
+       AND i.wait_kind = 'approval' AND i.output IS NULL;
+    IF v_items IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(n.def -> 'approval', '{}') INTO v_policy FROM cryo.node_states n
+     WHERE n.run_id = p_run.id AND n.node_id = p_node;
+    PERFORM cryo._approver_check(p_run.org, p_by, p_auth, v_policy);
+    IF EXISTS (SELECT 1 FROM cryo.node_approvals a WHERE a.run_id = p_run.id
+                  AND a.node_id = p_node AND a.item = ANY (v_items) AND a.approver = p_by) THEN
+        RAISE EXCEPTION '% already answered approval % of run %; it takes % different approvers',
+            p_by, p_node, p_run.id, coalesce(v_policy ->> 'approvers', '1') USING ERRCODE = 'CR225';
+    END IF;
+    INSERT INTO cryo.node_approvals (run_id, node_id, item, org, project, approver, answer, answered_at)
+    SELECT p_run.id, p_node, x, p_run.org, p_run.project, p_by, p_answer, cryo.now()
+      FROM unnest(v_items) x;
+    needed := coalesce((v_policy ->> 'approvers')::integer, 1);
+    SELECT min(c) INTO approvals FROM (
+        SELECT count(a.approver) FILTER (WHERE a.answer = 'approved')::integer AS c
+          FROM unnest(v_items) x
+          LEFT JOIN cryo.node_approvals a ON a.run_id = p_run.id AND a.node_id = p_node AND a.item = x
+         GROUP BY x) per;
+    RETURN NEXT;
+END
+$$;
+
+CREATE FUNCTION cryo._approver_check(p_org text, p_by text, p_auth text, p_policy jsonb) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_role text;
+    v_groups text[];
+    v_ranks constant text[] := '{viewer,member,admin,owner}';
+BEGIN
+    IF p_policy ? 'role' THEN
+        SELECT m.role INTO v_role FROM cryo.members m WHERE m.org = p_org AND m.login = p_by;
+        IF coalesce(array_position(v_ranks, v_role), 0)
+           < coalesce(array_position(v_ranks, p_policy ->> 'role'), 99) THEN
+            RAISE EXCEPTION '% may not answer this approval: it needs role % (% has %)', p_by,
+                p_policy ->> 'role', p_by, coalesce(v_role, 'none') USING ERRCODE = 'CR226';
+        END IF;
+    END IF;
+    IF p_policy ? 'group' THEN
+        SELECT s.groups INTO v_groups FROM cryo.sessions s WHERE s.id = p_auth AND s.org = p_org;
+        IF NOT coalesce(v_groups @> ARRAY[p_policy ->> 'group'], false) THEN
+            RAISE EXCEPTION '% may not answer this approval: it needs group % (signed in through the issuer)',
+                p_by, p_policy ->> 'group' USING ERRCODE = 'CR226';
+        END IF;
+    END IF;
 END
 $$;
 
@@ -554,6 +615,28 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._declare_group_limit(p_org text, p_project text, p_group text, p_limit integer, p_window double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_limit IS NULL AND p_window IS NULL THEN
+        RETURN;
+    END IF;
+    IF coalesce(p_limit, 1) < 1 OR p_window <= 0 THEN
+        RAISE EXCEPTION 'a concurrency limit is at least 1 and a window longer than 0 (got % and %)',
+            p_limit, p_window USING ERRCODE = 'CR228';
+    END IF;
+    IF coalesce(p_limit, 1) = 1 AND p_window IS NULL THEN
+        DELETE FROM cryo.lease_limits WHERE org = p_org AND project = p_project AND grp = p_group;
+        RETURN;
+    END IF;
+    INSERT INTO cryo.lease_limits (org, project, grp, max_holders, window_seconds)
+    VALUES (p_org, p_project, p_group, coalesce(p_limit, 1), p_window)
+    ON CONFLICT (org, project, grp) DO UPDATE
+       SET max_holders = excluded.max_holders, window_seconds = excluded.window_seconds;
+END
+$$;
+
 CREATE FUNCTION cryo._delete_runs(p_ids text[]) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -677,6 +760,13 @@ BEGIN
     END IF;
     RETURN v_token;
 END
+$$;
+
+CREATE FUNCTION cryo._drop_lease(p_org text, p_project text, p_group text, p_run_id text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    DELETE FROM cryo.leases
+     WHERE org = p_org AND project = p_project AND grp = p_group AND holder_run_id = p_run_id
 $$;
 
 CREATE FUNCTION cryo._enqueue(p_run_id text, p_org text, p_project text, p_required_caps text[]) RETURNS void
@@ -1320,13 +1410,16 @@ BEGIN
                 CONTINUE;
             END;
             PERFORM cryo._lock_group(p_q.org, p_q.project, v_group);
+            PERFORM cryo._declare_group_limit(p_q.org, p_q.project, v_group,
+                                              (p_node.def ->> 'concurrency_limit')::integer,
+                                              (p_node.def ->> 'concurrency_window')::float8);
             v_holder := cryo._group_holder(p_q.org, p_q.project, v_group);
-            IF v_holder = v_run_id AND EXISTS (
+            IF v_holder IS NOT NULL AND EXISTS (
                     SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
                        AND l.grp = v_group AND l.holder_run_id = v_run_id
                        AND l.kind = 'admission') THEN
                 NULL;  -- the run's own admission lease covers the instance
-            ELSIF v_holder IS NOT NULL AND NOT EXISTS (
+            ELSIF cryo._group_full(p_q.org, p_q.project, v_group) AND NOT EXISTS (
                     SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
                        AND l.grp = v_group AND l.holder_run_id = v_run_id AND l.path = v_path) THEN
                 IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
@@ -1337,7 +1430,8 @@ BEGIN
                 PERFORM cryo._instance_await_lease(v_run_id, v_node, v_n, v_group);
                 CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
             END IF;
-            IF v_holder IS NULL THEN
+            IF NOT EXISTS (SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
+                              AND l.grp = v_group AND l.holder_run_id = v_run_id AND l.path = v_path) THEN
                 PERFORM cryo._take_lease(p_q.org, p_q.project, v_group, v_run_id, 'graph', v_path, true);
             END IF;
         END IF;
@@ -1547,12 +1641,33 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._group_full(p_org text, p_project text, p_group text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_lim cryo.lease_limits;
+BEGIN
+    SELECT * INTO v_lim FROM cryo.lease_limits m
+     WHERE m.org = p_org AND m.project = p_project AND m.grp = p_group;
+    IF v_lim.window_seconds IS NOT NULL THEN
+        RETURN (SELECT count(*) FROM cryo.lease_starts s
+                 WHERE s.org = p_org AND s.project = p_project AND s.grp = p_group
+                   AND s.started_at > cryo.now() - make_interval(secs => v_lim.window_seconds))
+               >= v_lim.max_holders;
+    END IF;
+    RETURN (SELECT count(*) FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+             WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+               AND NOT cryo.is_terminal(r.status)) >= coalesce(v_lim.max_holders, 1);
+END
+$$;
+
 CREATE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text) RETURNS text
     LANGUAGE sql STABLE
     AS $$
     SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
      WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
        AND NOT cryo.is_terminal(r.status)
+     ORDER BY l.acquired_at LIMIT 1
 $$;
 
 CREATE FUNCTION cryo._hand_on_lease(p_org text, p_project text, p_group text) RETURNS text
@@ -1561,39 +1676,48 @@ CREATE FUNCTION cryo._hand_on_lease(p_org text, p_project text, p_group text) RE
 DECLARE
     v_w cryo.lease_waiters;
     v_run cryo.runs;
+    v_got text;
 BEGIN
-    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
-        RETURN NULL;
-    END IF;
-    LOOP
+    WHILE NOT cryo._group_full(p_org, p_project, p_group) LOOP
         DELETE FROM cryo.lease_waiters WHERE id = (
             SELECT w.id FROM cryo.lease_waiters w
              WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
              ORDER BY w.id LIMIT 1)
         RETURNING * INTO v_w;
         IF NOT FOUND THEN
-            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
-            RETURN NULL;
+            DELETE FROM cryo.leases l WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+               AND EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = l.holder_run_id
+                              AND cryo.is_terminal(r.status));
+            RETURN v_got;
         END IF;
-        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
         IF v_w.kind = 'graph' THEN
             -- A graph node instance waits: the run's driver starts it on its next turn.
+            PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
             PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
-            RETURN v_w.run_id;
+            v_got := v_w.run_id;
         ELSIF v_w.kind = 'admission' THEN
             SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
             IF FOUND THEN
+                PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
                 PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
                 PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
                 PERFORM cryo._notify_run(v_run.id);
-                RETURN v_run.id;
+                v_got := v_run.id;
             END IF;
-        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
-                         jsonb_build_object('group', p_group), 0) > 0 THEN
-            RETURN v_w.run_id;
+        ELSIF EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = v_w.run_id AND NOT cryo.is_terminal(r.status)) THEN
+            PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
+            IF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
+                          jsonb_build_object('group', p_group), 0) > 0 THEN
+                v_got := v_w.run_id;
+            ELSE  -- not parked on it after all: the place goes to the next waiter
+                DELETE FROM cryo.leases l WHERE l.org = p_org AND l.project = p_project
+                   AND l.grp = p_group AND l.holder_run_id = v_w.run_id
+                   AND coalesce(l.path, '') = coalesce(v_w.path, '');
+            END IF;
         END IF;
-        -- That waiter is gone (ended meanwhile): try the next one.
+        -- A waiter gone (ended meanwhile) took nothing: the next one is tried.
     END LOOP;
+    RETURN v_got;
 END
 $$;
 
@@ -2394,9 +2518,9 @@ BEGIN
         SELECT l.org, l.project, l.grp FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
          WHERE cryo.is_terminal(r.status)
         UNION
-        SELECT DISTINCT w.org, w.project, w.grp FROM cryo.lease_waiters w
-         WHERE NOT EXISTS (SELECT 1 FROM cryo.leases l
-                            WHERE l.org = w.org AND l.project = w.project AND l.grp = w.grp)
+        SELECT g.org, g.project, g.grp
+          FROM (SELECT DISTINCT w.org, w.project, w.grp FROM cryo.lease_waiters w) g
+         WHERE NOT cryo._group_full(g.org, g.project, g.grp)
         LIMIT p_batch
     LOOP
         PERFORM cryo._lock_group(v_g.org, v_g.project, v_g.grp);
@@ -2956,13 +3080,29 @@ END
 $$;
 
 CREATE FUNCTION cryo._take_lease(p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text, p_scoped boolean) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_window double precision;
+BEGIN
+    DELETE FROM cryo.leases l
+     WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+       AND l.holder_run_id <> p_run_id
+       AND EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = l.holder_run_id AND cryo.is_terminal(r.status));
     INSERT INTO cryo.leases (org, project, grp, holder_run_id, kind, scoped, path, acquired_at)
     VALUES (p_org, p_project, p_group, p_run_id, p_kind, p_scoped, p_path, cryo.now())
-    ON CONFLICT (org, project, grp) DO UPDATE
-       SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
-           path = excluded.path, acquired_at = excluded.acquired_at
+    ON CONFLICT (org, project, grp, holder_run_id, (coalesce(path, ''))) DO UPDATE
+       SET kind = excluded.kind, scoped = excluded.scoped, acquired_at = excluded.acquired_at;
+    SELECT m.window_seconds INTO v_window FROM cryo.lease_limits m
+     WHERE m.org = p_org AND m.project = p_project AND m.grp = p_group;
+    IF v_window IS NOT NULL THEN
+        DELETE FROM cryo.lease_starts s
+         WHERE s.org = p_org AND s.project = p_project AND s.grp = p_group
+           AND s.started_at <= cryo.now() - make_interval(secs => v_window);
+        INSERT INTO cryo.lease_starts (org, project, grp, started_at)
+        VALUES (p_org, p_project, p_group, cryo.now());
+    END IF;
+END
 $$;
 
 CREATE FUNCTION cryo._test_clock() RETURNS boolean
@@ -3148,7 +3288,6 @@ CREATE FUNCTION cryo.acquire_lease(p_run_id text, p_token uuid, p_position integ
 DECLARE
     v_q cryo.queue;
     v_path text;
-    v_holder text;
 BEGIN
     PERFORM cryo._check_name('lease group', p_group);
     v_path := cryo.call_path('lock', p_group, p_ordinal, p_path);
@@ -3161,11 +3300,11 @@ BEGIN
     IF (cryo._done_memo(p_run_id, v_path)).path IS NOT NULL THEN
         RETURN true;
     END IF;
-    v_holder := cryo._group_holder(v_q.org, v_q.project, p_group);
-    IF v_holder = p_run_id THEN
+    IF EXISTS (SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
+                  AND l.grp = p_group AND l.holder_run_id = p_run_id) THEN
         RAISE EXCEPTION 'run % already holds the lease on %', p_run_id, p_group USING ERRCODE = 'CR031';
     END IF;
-    IF v_holder IS NULL THEN
+    IF NOT cryo._group_full(v_q.org, v_q.project, p_group) THEN
         PERFORM cryo._take_lease(v_q.org, v_q.project, p_group, p_run_id, 'script', v_path, p_scoped);
         PERFORM cryo._record(v_q, p_position, v_path, 'lock', p_group, p_ordinal, NULL,
                              jsonb_build_object('group', p_group), 0);
@@ -3234,24 +3373,34 @@ $$;
 
 COMMENT ON FUNCTION cryo.append_log_at(p_run_id text, p_token uuid, p_offset bigint, p_length bigint, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk of p_length plain bytes whose first byte is at p_offset of the pass''s log, only when p_offset is the stored end (bytes already stored are acknowledged and not stored again), and renews the claim; returns the cancel flag and the stored end after the call (short of p_offset + p_length: the chunk overlapped the stored end and its new tail was not stored). Raises CR002 for a stale claim token, CR004 for a missing or negative offset or length, CR160 for an offset past the stored end (the message names it).';
 
-CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) RETURNS boolean
+CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_run cryo.runs := cryo._approvable(p_run_id);
+    v_got record;
 BEGIN
-    IF NOT cryo._instance_answer(p_run_id, p_node, p_answer, p_by) THEN
-        RETURN false;
+    SELECT * INTO v_got FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'approved');
+    IF NOT FOUND THEN
+        RETURN NULL;
     END IF;
+    IF v_got.approvals < v_got.needed THEN
+        PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approval_given', 'node',
+                              p_node, 0, p_payload => p_answer);
+        RETURN jsonb_build_object('approvals', v_got.approvals, 'needed', v_got.needed,
+                                  'approved', false);
+    END IF;
+    PERFORM cryo._instance_answer(p_run_id, p_node, p_answer, p_by);
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
                           p_payload => p_answer);
     -- The wake says why in history under its own kind: node_approved is written once.
     PERFORM cryo._graph_poke(p_run_id, 'approval_received');
-    RETURN true;
+    RETURN jsonb_build_object('approvals', v_got.approvals, 'needed', v_got.needed,
+                              'approved', true);
 END
 $$;
 
-COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text) IS 'Gives a waiting approval node of a graph run its sealed answer (approved by p_by) and wakes the run; returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
+COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text) IS 'Records p_by''s approval (a sealed answer) of a waiting approval node of a graph run, as signed in with token or session p_auth; once the node''s approvers (default 1) different members approved, gives the node the last answer and wakes the run. Returns {approvals, needed, approved}, or NULL when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
 
 CREATE FUNCTION cryo.archive_run_log(p_run_id text, p_attempt_id text, p_object_key text, p_bytes bigint, p_object_bytes bigint, p_sha256 bytea) RETURNS boolean
     LANGUAGE plpgsql
@@ -4159,7 +4308,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.delete_workflow(p_org text, p_project text, p_name text) IS 'Deletes a stored workflow with the schedules and handlers its on: registered. Returns nothing. Raises CR005 for an unknown workflow, CR055 when a schedule, handler or webhook made separately still starts it.';
 
-CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) RETURNS TABLE(outcome text, run_id text, event_id bigint, duplicate boolean)
+CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text DEFAULT NULL::text) RETURNS TABLE(outcome text, run_id text, event_id bigint, duplicate boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -4193,6 +4342,8 @@ BEGIN
         v_wf := cryo._require_workflow(p_org, p_project, v_hook.workflow);
         IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
             v_outcome := 'ignored';
+        ELSIF p_refused IS NOT NULL THEN
+            v_outcome := 'refused';  -- its input failed the workflow's input_schema (the server's check)
         ELSE
             v_run := cryo._start_triggered(
                 p_org, p_project, v_hook.workflow, p_input, NULL,
@@ -4211,7 +4362,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false or its on.webhook leaves the event out) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
+COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false, its on.webhook leaves the event out, or p_refused says why its input failed the workflow''s input_schema) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | refused | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
 
 CREATE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NULL::text, p_agent_id text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
@@ -4401,7 +4552,11 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
         ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
         ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
-        ('CR230', 'bad_fold_batch', 'cryo.fold_metrics was given a batch size below 1')
+        ('CR230', 'bad_fold_batch', 'cryo.fold_metrics was given a batch size below 1'),
+        ('CR225', 'approval_answered', 'that member already answered this approval: each approver counts once'),
+        ('CR226', 'not_an_approver', 'the member lacks the role or group the approval is restricted to'),
+        ('CR227', 'input_refused', 'the input does not match the workflow''s input_schema'),
+        ('CR228', 'bad_concurrency_limit', 'a concurrency limit below 1 or a window not longer than 0')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -4635,7 +4790,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.finish_status_post(p_run_id text, p_error text) IS 'Records that a commit status was sent (p_error NULL) or refused or failed (p_error says why; it is not retried). Returns nothing. Raises nothing.';
 
-CREATE FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) RETURNS text
+CREATE FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb, p_refused text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -4651,19 +4806,26 @@ BEGIN
     IF p_next IS NULL OR p_next <= p_scheduled_at THEN
         RAISE EXCEPTION 'a schedule''s next fire time must come after the tick it fires' USING ERRCODE = 'CR004';
     END IF;
+    IF p_refused IS NOT NULL THEN
+        -- The tick's input failed the workflow's input_schema: it says why and fires nothing.
+        UPDATE cryo.schedules
+           SET next_fire_at = p_next, last_refusal = left(p_refused, 1000), updated_at = cryo.now()
+         WHERE org = p_org AND project = p_project AND name = p_name;
+        RETURN NULL;
+    END IF;
     v_id := cryo._start_triggered(
         p_org, p_project, v_s.workflow, p_input, NULL, p_scope, false,
         'schedule:' || p_name || ':' || to_char(p_scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'schedule', p_name);
     UPDATE cryo.schedules
-       SET next_fire_at = p_next, last_fire_at = p_scheduled_at,
+       SET next_fire_at = p_next, last_fire_at = p_scheduled_at, last_refusal = NULL,
            last_run_id = coalesce(v_id, last_run_id), updated_at = cryo.now()
      WHERE org = p_org AND project = p_project AND name = p_name;
     RETURN v_id;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb, p_refused text) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input (with p_refused, the reason its input failed the workflow''s input_schema: records it as last_refusal and starts nothing) and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
 CREATE FUNCTION cryo.fold_metrics(p_limit integer DEFAULT 20000) RETURNS integer
     LANGUAGE plpgsql
@@ -5806,9 +5968,13 @@ BEGIN
     -- Sessions long over are of no use to anybody; the member's go as it signs in again.
     DELETE FROM cryo.sessions s WHERE s.member_id = v_member.id AND s.expires_at < v_now - interval '7 days';
     v_expires := v_now + make_interval(secs => p_ttl_seconds);
+    -- The token's groups claim (a list, or one name) is kept for approvals restricted to a group.
     INSERT INTO cryo.sessions (id, org, member_id, secret_hash, kind, issuer, subject,
-                               created_at, expires_at)
-    VALUES (v_id, p_org, v_member.id, p_secret_hash, p_kind, p_issuer, p_subject, v_now, v_expires);
+                               created_at, expires_at, groups)
+    VALUES (v_id, p_org, v_member.id, p_secret_hash, p_kind, p_issuer, p_subject, v_now, v_expires,
+            CASE jsonb_typeof(p_claims -> 'groups')
+                WHEN 'array' THEN ARRAY(SELECT jsonb_array_elements_text(p_claims -> 'groups'))
+                WHEN 'string' THEN ARRAY[p_claims ->> 'groups'] END);
     RETURN QUERY SELECT v_id, v_member.login, v_member.role, v_expires;
 END
 $_$;
@@ -6087,6 +6253,16 @@ CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
 $$;
 
 COMMENT ON FUNCTION cryo.queue_position(p_run_id text) IS 'Returns a queued run''s 1-based position in its concurrency group''s queue, or NULL when it is not queued. Raises CR021 when the caller is an application role of another tenant (or of none).';
+
+CREATE FUNCTION cryo.read_approvals(p_run_id text, p_node text) RETURNS TABLE(approver text, answer text, answered_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.approver, a.answer, min(a.answered_at) FROM cryo.node_approvals a
+     WHERE a.run_id = p_run_id AND a.node_id = p_node
+     GROUP BY a.approver, a.answer ORDER BY 3, 1
+$$;
+
+COMMENT ON FUNCTION cryo.read_approvals(p_run_id text, p_node text) IS 'Returns the answers approval node p_node of graph run p_run_id got (approver, approved or rejected, when), oldest first. Raises nothing.';
 
 CREATE FUNCTION cryo.read_checkpoints(p_run_id text, p_limit integer DEFAULT 1000) RETURNS TABLE(seq integer, family text, name text, ordinal integer, label text, attempt integer, status text, exit_code integer, due_at timestamp with time zone, created_at timestamp with time zone, completed_at timestamp with time zone, ref_run_id text)
     LANGUAGE sql STABLE
@@ -6436,13 +6612,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), the server replica it claims through (the session''s cryo.replica_id), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
 
-CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) RETURNS boolean
+CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_run cryo.runs := cryo._approvable(p_run_id);
 BEGIN
-    IF NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by, p_payload) THEN
+    PERFORM 1 FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'rejected');
+    IF NOT FOUND OR NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by, p_payload) THEN
         RETURN false;
     END IF;
     PERFORM cryo._graph_poke(p_run_id, 'approval_received');
@@ -6450,7 +6627,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text) IS 'Turns down a waiting approval node of a graph run (rejected by p_by, with a sealed payload holding the comment): the node fails, so the run fails (its always nodes still run); returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one.';
+COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text) IS 'Turns down a waiting approval node of a graph run (rejected by p_by, signed in with token or session p_auth, with a sealed payload holding the comment): one rejection fails the node, so the run fails (its always nodes still run); returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
 
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql
@@ -7431,11 +7608,16 @@ BEGIN
                 USING ERRCODE = 'CR004';
         END IF;
         PERFORM cryo._lock_group(p_org, p_project, p_concurrency);
+        IF p_graph IS NOT NULL THEN  -- a graph's own `concurrency: {group, limit, window}`
+            PERFORM cryo._declare_group_limit(p_org, p_project, p_concurrency,
+                                              (p_graph ->> 'concurrency_limit')::integer,
+                                              (p_graph ->> 'concurrency_window')::float8);
+        END IF;
         IF p_idempotency_key IS NOT NULL AND EXISTS (
                 SELECT 1 FROM cryo.runs r WHERE r.org = p_org AND r.project = p_project
                    AND r.idempotency_key = p_idempotency_key) THEN
             NULL;  -- _create_run below finds the first run and returns it
-        ELSIF v_policy = 'skip' AND cryo._group_holder(p_org, p_project, p_concurrency) IS NOT NULL THEN
+        ELSIF v_policy = 'skip' AND cryo._group_full(p_org, p_project, p_concurrency) THEN
             RETURN QUERY SELECT NULL::text, false;  -- skip: no run at all
             RETURN;
         END IF;
@@ -7970,6 +8152,18 @@ CREATE VIEW cryo.lease_holders WITH (security_barrier='true') AS
 
 COMMENT ON VIEW cryo.lease_holders IS 'One row per held concurrency group lease (a submit''s group or a script''s lock): the holding run, since when, and how many wait.';
 
+CREATE TABLE cryo.lease_limits (
+    org text NOT NULL,
+    project text NOT NULL,
+    grp text NOT NULL,
+    max_holders integer NOT NULL,
+    window_seconds double precision,
+    CONSTRAINT lease_limits_max_holders_check CHECK ((max_holders >= 1)),
+    CONSTRAINT lease_limits_window_seconds_check CHECK ((window_seconds > (0)::double precision))
+);
+
+COMMENT ON TABLE cryo.lease_limits IS 'A concurrency group''s limit as its latest taker declared it: max_holders at once, or with window_seconds at most max_holders grants per window.';
+
 CREATE VIEW cryo.lease_queues WITH (security_barrier='true') AS
  SELECT w.org,
     w.project,
@@ -7983,6 +8177,25 @@ CREATE VIEW cryo.lease_queues WITH (security_barrier='true') AS
   WHERE ((((w.org || ':'::text) || w.project) || ':'::text) ~~ ( SELECT cryo._app_tenant() AS _app_tenant));
 
 COMMENT ON VIEW cryo.lease_queues IS 'Runs waiting for a concurrency group''s lease, with their FIFO position (1 is next).';
+
+CREATE TABLE cryo.lease_starts (
+    id bigint NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    grp text NOT NULL,
+    started_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE cryo.lease_starts IS 'The grants of a concurrency group with a window, one row each, kept while inside the window.';
+
+CREATE SEQUENCE cryo.lease_starts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE cryo.lease_starts_id_seq OWNED BY cryo.lease_starts.id;
 
 CREATE SEQUENCE cryo.lease_waiters_id_seq
     START WITH 1
@@ -8123,6 +8336,20 @@ CREATE TABLE cryo.metric_fold (
 );
 
 COMMENT ON TABLE cryo.metric_fold IS 'Where cryo.fold_metrics is in cryo.history (one row, locked by the replica folding): ids up to folded_through are counted in cryo.metric_counts.';
+
+CREATE TABLE cryo.node_approvals (
+    run_id text NOT NULL,
+    node_id text NOT NULL,
+    item integer NOT NULL,
+    org text NOT NULL,
+    project text NOT NULL,
+    approver text NOT NULL,
+    answer text NOT NULL,
+    answered_at timestamp with time zone NOT NULL,
+    CONSTRAINT node_approvals_answer_check CHECK ((answer = ANY (ARRAY['approved'::text, 'rejected'::text])))
+);
+
+COMMENT ON TABLE cryo.node_approvals IS 'Each answer given to an approval node instance: the member, approved or rejected, and when. One per member and instance.';
 
 CREATE TABLE cryo.oidc_cli_nonces (
     nonce_hash bytea NOT NULL,
@@ -8269,6 +8496,7 @@ CREATE TABLE cryo.schedules (
     last_run_id text,
     created_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone NOT NULL,
+    last_refusal text,
     CONSTRAINT schedules_check CHECK (((cron IS NULL) <> (every_seconds IS NULL))),
     CONSTRAINT schedules_every_seconds_check CHECK (((every_seconds IS NULL) OR (every_seconds >= (1)::double precision)))
 );
@@ -8276,6 +8504,8 @@ CREATE TABLE cryo.schedules (
 COMMENT ON TABLE cryo.schedules IS 'Schedules: a stored workflow started on a cron expression (in a time zone) or every N seconds. next_fire_at is the tick not yet fired (NULL: the scheduler plans it on its next round); input is sealed.';
 
 COMMENT ON COLUMN cryo.schedules.source_workflow IS 'The workflow whose on.schedule registered this schedule (replaced when it is put again); NULL for one made with schedule create.';
+
+COMMENT ON COLUMN cryo.schedules.last_refusal IS 'Why the latest due tick did not start a run (its input failed the workflow''s input_schema); NULL after a tick that fired.';
 
 CREATE TABLE cryo.secrets (
     org text NOT NULL,
@@ -8300,10 +8530,13 @@ CREATE TABLE cryo.sessions (
     created_at timestamp with time zone NOT NULL,
     expires_at timestamp with time zone NOT NULL,
     revoked_at timestamp with time zone,
+    groups text[],
     CONSTRAINT sessions_kind_check CHECK ((kind = ANY (ARRAY['web'::text, 'cli'::text])))
 );
 
 COMMENT ON TABLE cryo.sessions IS 'A person signed in through the OIDC issuer, acting as one member of one org: the web UI''s cookie (kind web) or the CLI''s stored credential (kind cli). Stored as the hash of its secret; it ends at expires_at or when revoked (sign-out, an admin, or the member''s removal).';
+
+COMMENT ON COLUMN cryo.sessions.groups IS 'The groups claim of the ID token the session was opened with (NULL: none); an approval restricted to a group reads it.';
 
 CREATE TABLE cryo.signals (
     id bigint NOT NULL,
@@ -8420,6 +8653,8 @@ ALTER TABLE ONLY cryo.events ALTER COLUMN id SET DEFAULT nextval('cryo.events_id
 
 ALTER TABLE ONLY cryo.history ALTER COLUMN id SET DEFAULT nextval('cryo.history_id_seq'::regclass);
 
+ALTER TABLE ONLY cryo.lease_starts ALTER COLUMN id SET DEFAULT nextval('cryo.lease_starts_id_seq'::regclass);
+
 ALTER TABLE ONLY cryo.lease_waiters ALTER COLUMN id SET DEFAULT nextval('cryo.lease_waiters_id_seq'::regclass);
 
 ALTER TABLE ONLY cryo.log_objects_to_delete ALTER COLUMN id SET DEFAULT nextval('cryo.log_objects_to_delete_id_seq'::regclass);
@@ -8461,11 +8696,14 @@ ALTER TABLE ONLY cryo.journal
 ALTER TABLE ONLY cryo.journal
     ADD CONSTRAINT journal_run_id_seq_key UNIQUE (run_id, seq);
 
+ALTER TABLE ONLY cryo.lease_limits
+    ADD CONSTRAINT lease_limits_pkey PRIMARY KEY (org, project, grp);
+
+ALTER TABLE ONLY cryo.lease_starts
+    ADD CONSTRAINT lease_starts_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY cryo.lease_waiters
     ADD CONSTRAINT lease_waiters_pkey PRIMARY KEY (id);
-
-ALTER TABLE ONLY cryo.leases
-    ADD CONSTRAINT leases_pkey PRIMARY KEY (org, project, grp);
 
 ALTER TABLE ONLY cryo.log_archives
     ADD CONSTRAINT log_archives_pkey PRIMARY KEY (run_id);
@@ -8490,6 +8728,9 @@ ALTER TABLE ONLY cryo.metric_counts
 
 ALTER TABLE ONLY cryo.metric_fold
     ADD CONSTRAINT metric_fold_pkey PRIMARY KEY (one);
+
+ALTER TABLE ONLY cryo.node_approvals
+    ADD CONSTRAINT node_approvals_pkey PRIMARY KEY (run_id, node_id, item, approver);
 
 ALTER TABLE ONLY cryo.node_instances
     ADD CONSTRAINT node_instances_pkey PRIMARY KEY (run_id, node_id, item);
@@ -8583,9 +8824,13 @@ CREATE INDEX history_run ON cryo.history USING btree (run_id, id);
 
 CREATE INDEX journal_event_waiters ON cryo.journal USING btree (org, project, key_name) WHERE ((status = 'pending'::text) AND (key_family = ANY (ARRAY['event'::text, 'event.tainted'::text])));
 
+CREATE INDEX lease_starts_group ON cryo.lease_starts USING btree (org, project, grp, started_at);
+
 CREATE INDEX lease_waiters_group ON cryo.lease_waiters USING btree (org, project, grp, id);
 
 CREATE INDEX lease_waiters_run ON cryo.lease_waiters USING btree (run_id);
+
+CREATE UNIQUE INDEX leases_hold ON cryo.leases USING btree (org, project, grp, holder_run_id, COALESCE(path, ''::text));
 
 CREATE INDEX leases_holder ON cryo.leases USING btree (holder_run_id);
 
@@ -8688,6 +8933,12 @@ ALTER TABLE ONLY cryo.history
 ALTER TABLE ONLY cryo.journal
     ADD CONSTRAINT journal_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
 
+ALTER TABLE ONLY cryo.lease_limits
+    ADD CONSTRAINT lease_limits_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.lease_starts
+    ADD CONSTRAINT lease_starts_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
 ALTER TABLE ONLY cryo.lease_waiters
     ADD CONSTRAINT lease_waiters_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);
 
@@ -8699,6 +8950,9 @@ ALTER TABLE ONLY cryo.logs
 
 ALTER TABLE ONLY cryo.members
     ADD CONSTRAINT members_org_fkey FOREIGN KEY (org) REFERENCES cryo.orgs(slug);
+
+ALTER TABLE ONLY cryo.node_approvals
+    ADD CONSTRAINT node_approvals_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.node_instances
     ADD CONSTRAINT node_instances_run_id_fkey FOREIGN KEY (run_id) REFERENCES cryo.runs(id);

@@ -19,13 +19,16 @@ from cryopg.cli.target import Target
 # 2, as for any usage error. An unreachable server, a token it does not accept (401, 403)
 # and its own failures (5xx) are 1.
 REFUSED_STATUSES = frozenset({400, 404, 409, 413, 422})
+# A 403 that is the request's own fault, not the token's: a member outside an approval's
+# role or group.
+REFUSED_CODES = frozenset({"not_an_approver"})
 
 
 class ApiError(click.ClickException):
     def __init__(self, message: str, code: str = "error", status: int = 0) -> None:
         super().__init__(message)
         self.code, self.status = code, status
-        self.exit_code = 2 if status in REFUSED_STATUSES else 1
+        self.exit_code = 2 if status in REFUSED_STATUSES or code in REFUSED_CODES else 1
 
 
 def valid_text(value: str, what: str) -> str:

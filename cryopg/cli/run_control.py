@@ -24,7 +24,10 @@ def approve(run: str, node: str, answer: str) -> None:
     got = Client(target).call(
         "POST", f"/runs/{part(target.qualify(run), 'run id')}/approvals/{part(node, 'node')}",
         value)
-    click.echo(f"approved {node} of {target.qualify(run)} as {got['approved_by']}")
+    counted = (f" ({got['approvals']} of {got['needed']} approvals)"
+               if got.get("needed", 1) > 1 else "")
+    state = "approved" if got.get("approved", True) else "recorded approval of"
+    click.echo(f"{state} {node} of {target.qualify(run)} as {got['approved_by']}{counted}")
 
 
 @click.command()

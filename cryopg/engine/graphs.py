@@ -184,8 +184,17 @@ async def wake_due_graphs(conn: AsyncConnection) -> float | None:
 
 
 async def approve_node(conn: AsyncConnection, run_id: str, node: str, answer: bytes,
-                       by: str) -> bool:
-    return await _one(conn, "SELECT cryo.approve_node(%s, %s, %s, %s)", (run_id, node, answer, by))
+                       by: str, auth: str | None = None) -> dict[str, Any] | None:
+    """{approvals, needed, approved}, or None when the node waits for no approval."""
+    return await _one(conn, "SELECT cryo.approve_node(%s, %s, %s, %s, %s)",
+                      (run_id, node, answer, by, auth))
+
+
+async def read_approvals(conn: AsyncConnection, run_id: str,
+                         node: str) -> list[tuple[str, str, Any]]:
+    """The answers an approval node got: (approver, approved | rejected, when)."""
+    cur = await conn.execute("SELECT * FROM cryo.read_approvals(%s, %s)", (run_id, node))
+    return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
 
 
 async def rerun_graph(conn: AsyncConnection, run_id: str, from_node: str) -> str:

@@ -138,9 +138,10 @@ async def plan_schedule(conn: AsyncConnection, org: str, project: str, name: str
 
 async def fire_schedule(conn: AsyncConnection, org: str, project: str, name: str, *,
                         scheduled_at: dt.datetime, next_fire_at: dt.datetime, input: bytes,
-                        scope: dict[str, Any]) -> str | None:
-    return await _one(conn, "SELECT cryo.fire_schedule(%s, %s, %s, %s, %s, %s, %s)",
-                      (org, project, name, scheduled_at, next_fire_at, input, Jsonb(scope)))
+                        scope: dict[str, Any], refused: str | None = None) -> str | None:
+    return await _one(conn, "SELECT cryo.fire_schedule(%s, %s, %s, %s, %s, %s, %s, %s)",
+                      (org, project, name, scheduled_at, next_fire_at, input, Jsonb(scope),
+                       refused))
 
 
 # -- webhooks -------------------------------------------------------------------------------
@@ -169,11 +170,11 @@ async def delete_webhook(conn: AsyncConnection, org: str, project: str, name: st
 
 async def deliver_webhook(conn: AsyncConnection, org: str, project: str, name: str, *,
                           body_hash: bytes, event: str, trigger: dict[str, Any], input: bytes,
-                          payload: bytes, untrusted: bool) -> Delivery:
+                          payload: bytes, untrusted: bool, refused: str | None = None) -> Delivery:
     cur = conn.cursor(row_factory=class_row(Delivery))
-    await cur.execute("SELECT * FROM cryo.deliver_webhook(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    await cur.execute("SELECT * FROM cryo.deliver_webhook(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                       (org, project, name, body_hash, event, Jsonb(trigger), input, payload,
-                       untrusted))
+                       untrusted, refused))
     return await cur.fetchone()  # type: ignore[return-value]
 
 

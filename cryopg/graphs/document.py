@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from cryopg.graphs import schemas
+from cryopg.graphs import gates, schemas
 from cryopg.graphs.artifacts import check_links as check_artifact_links
 from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
     STATE_OPS,
@@ -31,6 +31,7 @@ from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers o
 )
 from cryopg.graphs.expr import ExprError, parse, parse_template, paths
 from cryopg.graphs.nodes import TYPES
+from cryopg.graphs.nodes.approval import policy as approval_policy
 from cryopg.jsonlimits import JsonLimitError, loads
 
 VERSION = "cryosleep-graph/v1"
@@ -153,7 +154,9 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     structure: dict[str, Any] = {"nodes": structure_nodes}
     try:
         if "concurrency" in doc:
-            structure["concurrency"] = _identifier(doc["concurrency"], known)
+            group, limits = gates.concurrency(doc["concurrency"], "graph")
+            structure["concurrency"] = _identifier(group, known)
+            structure.update(limits)
         if "output" in doc:
             out = doc["output"]
             if not isinstance(out, dict) or set(out) != {"$expr"}:
@@ -310,7 +313,9 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
             s["if"] = parse(n["if"], known)
         field = "concurrency"
         if "concurrency" in n:
-            s["concurrency"] = _identifier(n["concurrency"], known)
+            group, limits = gates.concurrency(n["concurrency"], f"node {nid}")
+            s["concurrency"] = _identifier(group, known)
+            s.update(limits)
         for flag in ("continue_on_error", "always"):
             if flag in n:
                 if not isinstance(n[flag], bool):
@@ -338,6 +343,8 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         compiled = _compile_value(config, known)
         if ntype == "http" and config.get("secrets"):  # names, in the clear, for the grant
             s["secrets"] = list(dict.fromkeys(config["secrets"]))
+        if ntype == "approval" and (policy := approval_policy(nid, config)):
+            s["approval"] = policy  # who may answer and how many: the database enforces it
         if ntype == "connector":  # its name, in the clear: the grant gives its secret
             s["connection"] = config["connection"]
         if ntype == "state":  # a cell's key and entity are stored in the clear

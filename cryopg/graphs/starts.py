@@ -12,7 +12,7 @@ from cryopg.engine import NodeRow, PlanRow
 from cryopg.engine import artifacts as index
 from cryopg.errors import CryoError, DatabaseUnavailable
 from cryopg.graphs import artifacts
-from cryopg.graphs.nodes import TYPES
+from cryopg.graphs.nodes import TYPES, approval
 from cryopg.graphs.turn import Turn
 from cryopg.payloads import answer
 
@@ -66,6 +66,10 @@ async def collect(turn: Turn, r: NodeRow) -> bool:
         if got is not None:
             await turn.record(r.node_id, r.item, True, answer(turn.sealer, got[0], got[1]))
             return True
+    if r.due and r.wait_kind == "approval":  # its timeout: the on_timeout answer
+        ok, out, error = approval.timed_out(turn.configs.get(r.node_id) or {})
+        await turn.record(r.node_id, r.item, ok, out, error)
+        return True
     if r.due:
         await turn.record(r.node_id, r.item, True,
                           {} if r.wait_kind == "sleep" else {"timed_out": True})

@@ -166,9 +166,13 @@ def _top_level(doc: dict[str, Any], ids: frozenset[str], graph: dict[str, Any]) 
             graph["if"] = cond
         key = "concurrency"
         if "concurrency" in doc:
-            if not isinstance(doc["concurrency"], str):
-                raise ExprError("must be text, such as deploy-{{ input.env }}")
-            parse_template(doc["concurrency"], ids)
+            group = doc["concurrency"]
+            if isinstance(group, dict):  # {group, limit, window}: the graph tier checks the rest
+                group = group.get("group")
+            if not isinstance(group, str):
+                raise ExprError("must be text, such as deploy-{{ input.env }}, "
+                                "or {group, limit, window}")
+            parse_template(group, ids)
             graph["concurrency"] = doc["concurrency"]
         key = "output"
         if "output" in doc:

@@ -145,10 +145,14 @@ def _workflow(value: Any, job: dict[str, Any], env: dict[str, Any]) -> dict[str,
     return config
 
 
+APPROVAL_KEYS = frozenset({"fields", "approvers", "role", "group", "timeout", "on_timeout"})
+
+
 def _approval(value: Any, job: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
-    if not isinstance(value, dict) or set(value) != {"fields"}:
-        raise JobError("approval: must be {fields: JSON Schema}")
-    return {"fields": value["fields"]}
+    if not isinstance(value, dict) or "fields" not in value or set(value) - APPROVAL_KEYS:
+        raise JobError("approval: must be {fields: JSON Schema, approvers, role, group, "
+                       "timeout, on_timeout}")
+    return dict(value)  # the graph tier's approval node checks each key
 
 
 def _wait_named(kind: str, config_key: str):  # type: ignore[no-untyped-def]

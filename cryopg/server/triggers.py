@@ -19,7 +19,7 @@ from aiohttp import web
 from cryopg import engine
 from cryopg.db import connection
 from cryopg.errors import CryoError
-from cryopg.server import metrics, traces
+from cryopg.server import input_checks, metrics, traces
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.triggers import cron, forge
 
@@ -77,10 +77,14 @@ async def _fire_due(app: web.Application, conn: Any, s: engine.DueSchedule) -> l
                    "catch_up": catch_up}
         value = ({**base, "trigger": trigger} if isinstance(base, dict)
                  else {"input": base, "trigger": trigger})
+        # A tick whose input fails the workflow's input_schema records why and fires nothing.
+        refused = await input_checks.refusal(conn, s.org, s.project, s.workflow, value)
         run_id = await engine.fire_schedule(conn, s.org, s.project, s.name, scheduled_at=tick,
                                             next_fire_at=nxt, input=sealer.seal_json(value),
-                                            scope={"trigger": trigger, "input": value})
-        metrics.count(app, "schedule_ticks", "fired" if run_id else "skipped")
+                                            scope={"trigger": trigger, "input": value},
+                                            refused=refused)
+        metrics.count(app, "schedule_ticks",
+                      "refused" if refused else "fired" if run_id else "skipped")
         await traces.start_run_trace(conn, run_id, "cryopg schedule", org=s.org,
                                      project=s.project, schedule=s.name)
         if run_id:

@@ -224,7 +224,11 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
         ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
         ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
-        ('CR230', 'bad_fold_batch', 'cryo.fold_metrics was given a batch size below 1')
+        ('CR230', 'bad_fold_batch', 'cryo.fold_metrics was given a batch size below 1'),
+        ('CR225', 'approval_answered', 'that member already answered this approval: each approver counts once'),
+        ('CR226', 'not_an_approver', 'the member lacks the role or group the approval is restricted to'),
+        ('CR227', 'input_refused', 'the input does not match the workflow''s input_schema'),
+        ('CR228', 'bad_concurrency_limit', 'a concurrency limit below 1 or a window not longer than 0')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

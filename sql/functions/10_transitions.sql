@@ -19,7 +19,10 @@
 --   _mark          a pending marker at a position  (journal): a park's, or a running step's
 --   _forget        every journal row of a run      (journal; an activity retry)
 -- and, for concurrency groups (each serialised by _lock_group; _group_holder reads who
--- holds one), the only writers of cryo.leases and cryo.lease_waiters:
+-- holds one, _group_full whether it has room), the only writers of cryo.leases,
+-- cryo.lease_waiters, cryo.lease_limits and cryo.lease_starts:
+--   _declare_group_limit a taker sets the group's limit (N holders, or N per window)
+--   _drop_lease          displace: a holder cancel-running replaces loses its hold
 --   _take_lease          grant: the run holds the group
 --   _queue_for_lease     queue: the run waits in the group's FIFO
 --   _leave_lease_queues  a run (or one graph node instance) gives up its places
@@ -606,9 +609,11 @@ END
 $$;
 
 -- -- leases on concurrency groups -----------------------------------------------------------
--- A group (one per name per project) has at most one holder, a run, and a FIFO of
--- waiters: queued submits ('admission'), scripts parked on `lock` ('script') and graph
--- node instances ('graph'). Callers hold the group's lock (cryo._lock_group) first.
+-- A group (one per name per project) has at most its limit of holders (one, unless a
+-- taker declared more: cryo.lease_limits; with a window, at most that many grants per
+-- window instead), runs, and a FIFO of waiters: queued submits ('admission'), scripts
+-- parked on `lock` ('script') and graph node instances ('graph'). Callers hold the
+-- group's lock (cryo._lock_group) first.
 
 -- Serialises every acquire, enqueue and hand-over of one group.
 CREATE OR REPLACE FUNCTION cryo._lock_group(p_org text, p_project text, p_group text)
@@ -617,26 +622,91 @@ LANGUAGE sql AS $$
     SELECT pg_advisory_xact_lock(hashtextextended('lease/' || p_org || '/' || p_project || '/' || p_group, 0))
 $$;
 
--- The live holder of a group, or NULL. A holder that already ended counts as none.
+-- The oldest live holder of a group, or NULL. A holder that already ended counts as none.
 CREATE OR REPLACE FUNCTION cryo._group_holder(p_org text, p_project text, p_group text)
 RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT l.holder_run_id FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
      WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
        AND NOT cryo.is_terminal(r.status)
+     ORDER BY l.acquired_at LIMIT 1
 $$;
 
--- Grant: the run holds the group from now (a hold left by an ended run is replaced).
+-- Whether a group takes no new holder now: its limit of live holders hold it, or, for a
+-- group with a window, its limit of grants were made within the window.
+CREATE OR REPLACE FUNCTION cryo._group_full(p_org text, p_project text, p_group text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_lim cryo.lease_limits;
+BEGIN
+    SELECT * INTO v_lim FROM cryo.lease_limits m
+     WHERE m.org = p_org AND m.project = p_project AND m.grp = p_group;
+    IF v_lim.window_seconds IS NOT NULL THEN
+        RETURN (SELECT count(*) FROM cryo.lease_starts s
+                 WHERE s.org = p_org AND s.project = p_project AND s.grp = p_group
+                   AND s.started_at > cryo.now() - make_interval(secs => v_lim.window_seconds))
+               >= v_lim.max_holders;
+    END IF;
+    RETURN (SELECT count(*) FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+             WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+               AND NOT cryo.is_terminal(r.status)) >= coalesce(v_lim.max_holders, 1);
+END
+$$;
+
+-- A taker declares the group's limit (p_limit NULL: declares nothing, the group keeps
+-- what it has; 1 with no window: the default, no row). The latest declaration holds.
+CREATE OR REPLACE FUNCTION cryo._declare_group_limit(
+    p_org text, p_project text, p_group text, p_limit integer, p_window double precision)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_limit IS NULL AND p_window IS NULL THEN
+        RETURN;
+    END IF;
+    IF coalesce(p_limit, 1) < 1 OR p_window <= 0 THEN
+        RAISE EXCEPTION 'a concurrency limit is at least 1 and a window longer than 0 (got % and %)',
+            p_limit, p_window USING ERRCODE = 'CR228';
+    END IF;
+    IF coalesce(p_limit, 1) = 1 AND p_window IS NULL THEN
+        DELETE FROM cryo.lease_limits WHERE org = p_org AND project = p_project AND grp = p_group;
+        RETURN;
+    END IF;
+    INSERT INTO cryo.lease_limits (org, project, grp, max_holders, window_seconds)
+    VALUES (p_org, p_project, p_group, coalesce(p_limit, 1), p_window)
+    ON CONFLICT (org, project, grp) DO UPDATE
+       SET max_holders = excluded.max_holders, window_seconds = excluded.window_seconds;
+END
+$$;
+
+-- Grant: the run holds the group from now (holds left by ended runs go). A group with
+-- a window counts the grant, and forgets grants older than the window.
 CREATE OR REPLACE FUNCTION cryo._take_lease(
     p_org text, p_project text, p_group text, p_run_id text, p_kind text, p_path text,
     p_scoped boolean)
 RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_window double precision;
+BEGIN
+    DELETE FROM cryo.leases l
+     WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+       AND l.holder_run_id <> p_run_id
+       AND EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = l.holder_run_id AND cryo.is_terminal(r.status));
     INSERT INTO cryo.leases (org, project, grp, holder_run_id, kind, scoped, path, acquired_at)
     VALUES (p_org, p_project, p_group, p_run_id, p_kind, p_scoped, p_path, cryo.now())
-    ON CONFLICT (org, project, grp) DO UPDATE
-       SET holder_run_id = excluded.holder_run_id, kind = excluded.kind, scoped = excluded.scoped,
-           path = excluded.path, acquired_at = excluded.acquired_at
+    ON CONFLICT (org, project, grp, holder_run_id, (coalesce(path, ''))) DO UPDATE
+       SET kind = excluded.kind, scoped = excluded.scoped, acquired_at = excluded.acquired_at;
+    SELECT m.window_seconds INTO v_window FROM cryo.lease_limits m
+     WHERE m.org = p_org AND m.project = p_project AND m.grp = p_group;
+    IF v_window IS NOT NULL THEN
+        DELETE FROM cryo.lease_starts s
+         WHERE s.org = p_org AND s.project = p_project AND s.grp = p_group
+           AND s.started_at <= cryo.now() - make_interval(secs => v_window);
+        INSERT INTO cryo.lease_starts (org, project, grp, started_at)
+        VALUES (p_org, p_project, p_group, cryo.now());
+    END IF;
+END
 $$;
 
 -- Queue: the run takes the last place in the group's FIFO.
@@ -661,50 +731,70 @@ BEGIN
 END
 $$;
 
--- Hand on: a free group goes to its oldest waiter -- a queued submit is enqueued, a
--- script parked on `lock` wakes holding the lease, a graph's driver is poked to start
--- the node instance. Waiters that ended meanwhile are skipped; a group nobody waits for
--- is dropped. Returns the run that got it, if any.
+-- Hand on: while a group has room (cryo._group_full), its oldest waiter gets it -- a
+-- queued submit is enqueued, a script parked on `lock` wakes holding the lease, a
+-- graph's driver is poked to start the node instance. Waiters that ended meanwhile are
+-- skipped; holds of ended runs in a group nobody waits for are dropped. Returns the last
+-- run that got it, if any.
 CREATE OR REPLACE FUNCTION cryo._hand_on_lease(p_org text, p_project text, p_group text)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_w cryo.lease_waiters;
     v_run cryo.runs;
+    v_got text;
 BEGIN
-    IF cryo._group_holder(p_org, p_project, p_group) IS NOT NULL THEN
-        RETURN NULL;
-    END IF;
-    LOOP
+    WHILE NOT cryo._group_full(p_org, p_project, p_group) LOOP
         DELETE FROM cryo.lease_waiters WHERE id = (
             SELECT w.id FROM cryo.lease_waiters w
              WHERE w.org = p_org AND w.project = p_project AND w.grp = p_group
              ORDER BY w.id LIMIT 1)
         RETURNING * INTO v_w;
         IF NOT FOUND THEN
-            DELETE FROM cryo.leases WHERE org = p_org AND project = p_project AND grp = p_group;
-            RETURN NULL;
+            DELETE FROM cryo.leases l WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
+               AND EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = l.holder_run_id
+                              AND cryo.is_terminal(r.status));
+            RETURN v_got;
         END IF;
-        PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
         IF v_w.kind = 'graph' THEN
             -- A graph node instance waits: the run's driver starts it on its next turn.
+            PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
             PERFORM cryo._graph_poke(v_w.run_id, 'lease_granted');
-            RETURN v_w.run_id;
+            v_got := v_w.run_id;
         ELSIF v_w.kind = 'admission' THEN
             SELECT * INTO v_run FROM cryo.runs WHERE id = v_w.run_id AND status = 'queued' FOR UPDATE;
             IF FOUND THEN
+                PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
                 PERFORM cryo._enqueue(v_run.id, v_run.org, v_run.project, v_run.required_caps);
                 PERFORM cryo._history(v_run.id, p_org, p_project, 'admitted');
                 PERFORM cryo._notify_run(v_run.id);
-                RETURN v_run.id;
+                v_got := v_run.id;
             END IF;
-        ELSIF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
-                         jsonb_build_object('group', p_group), 0) > 0 THEN
-            RETURN v_w.run_id;
+        ELSIF EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = v_w.run_id AND NOT cryo.is_terminal(r.status)) THEN
+            PERFORM cryo._take_lease(p_org, p_project, p_group, v_w.run_id, v_w.kind, v_w.path, v_w.scoped);
+            IF cryo._wake(ARRAY[v_w.run_id], 'lease_granted', NULL,
+                          jsonb_build_object('group', p_group), 0) > 0 THEN
+                v_got := v_w.run_id;
+            ELSE  -- not parked on it after all: the place goes to the next waiter
+                DELETE FROM cryo.leases l WHERE l.org = p_org AND l.project = p_project
+                   AND l.grp = p_group AND l.holder_run_id = v_w.run_id
+                   AND coalesce(l.path, '') = coalesce(v_w.path, '');
+            END IF;
         END IF;
-        -- That waiter is gone (ended meanwhile): try the next one.
+        -- A waiter gone (ended meanwhile) took nothing: the next one is tried.
     END LOOP;
+    RETURN v_got;
 END
+$$;
+
+-- Displace: the run loses its hold on the group without handing it on (a newcomer
+-- under cancel-running took its place already).
+CREATE OR REPLACE FUNCTION cryo._drop_lease(p_org text, p_project text, p_group text,
+                                            p_run_id text)
+RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM cryo.leases
+     WHERE org = p_org AND project = p_project AND grp = p_group AND holder_run_id = p_run_id
 $$;
 
 -- Release: the run gives back its hold on one group (the caller holds the group lock),

@@ -10,7 +10,8 @@
 -- beside the group's lock (_lock_group) and who holds it (_group_holder).
 
 -- Submit-time admission, with the group already locked and the new run inserted.
--- Returns what the run does next: 'pending' (it holds the group) or 'queued'.
+-- Returns what the run does next: 'pending' (it holds the group) or 'queued'. A group
+-- with room (fewer holders than its limit, cryo._group_full) takes the run at once.
 CREATE OR REPLACE FUNCTION cryo._admit(
     p_run_id text, p_org text, p_project text, p_group text, p_policy text)
 RETURNS text
@@ -21,13 +22,14 @@ DECLARE
     v_limit integer;
 BEGIN
     UPDATE cryo.runs SET concurrency_group = p_group WHERE id = p_run_id;
-    IF v_holder IS NULL THEN
+    IF NOT cryo._group_full(p_org, p_project, p_group) THEN
         PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
         RETURN 'pending';
     END IF;
     IF p_policy = 'cancel-running' THEN
         -- Take the hold first, so the incumbent's ending hands nothing to its waiters.
         PERFORM cryo._take_lease(p_org, p_project, p_group, p_run_id, 'admission', NULL, false);
+        PERFORM cryo._drop_lease(p_org, p_project, p_group, v_holder);
         PERFORM cryo.cancel_run(v_holder);
         RETURN 'pending';
     END IF;
@@ -94,11 +96,16 @@ BEGIN
                 USING ERRCODE = 'CR004';
         END IF;
         PERFORM cryo._lock_group(p_org, p_project, p_concurrency);
+        IF p_graph IS NOT NULL THEN  -- a graph's own `concurrency: {group, limit, window}`
+            PERFORM cryo._declare_group_limit(p_org, p_project, p_concurrency,
+                                              (p_graph ->> 'concurrency_limit')::integer,
+                                              (p_graph ->> 'concurrency_window')::float8);
+        END IF;
         IF p_idempotency_key IS NOT NULL AND EXISTS (
                 SELECT 1 FROM cryo.runs r WHERE r.org = p_org AND r.project = p_project
                    AND r.idempotency_key = p_idempotency_key) THEN
             NULL;  -- _create_run below finds the first run and returns it
-        ELSIF v_policy = 'skip' AND cryo._group_holder(p_org, p_project, p_concurrency) IS NOT NULL THEN
+        ELSIF v_policy = 'skip' AND cryo._group_full(p_org, p_project, p_concurrency) THEN
             RETURN QUERY SELECT NULL::text, false;  -- skip: no run at all
             RETURN;
         END IF;

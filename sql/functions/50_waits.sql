@@ -283,7 +283,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue;
     v_path text;
-    v_holder text;
 BEGIN
     PERFORM cryo._check_name('lease group', p_group);
     v_path := cryo.call_path('lock', p_group, p_ordinal, p_path);
@@ -296,11 +295,11 @@ BEGIN
     IF (cryo._done_memo(p_run_id, v_path)).path IS NOT NULL THEN
         RETURN true;
     END IF;
-    v_holder := cryo._group_holder(v_q.org, v_q.project, p_group);
-    IF v_holder = p_run_id THEN
+    IF EXISTS (SELECT 1 FROM cryo.leases l WHERE l.org = v_q.org AND l.project = v_q.project
+                  AND l.grp = p_group AND l.holder_run_id = p_run_id) THEN
         RAISE EXCEPTION 'run % already holds the lease on %', p_run_id, p_group USING ERRCODE = 'CR031';
     END IF;
-    IF v_holder IS NULL THEN
+    IF NOT cryo._group_full(v_q.org, v_q.project, p_group) THEN
         PERFORM cryo._take_lease(v_q.org, v_q.project, p_group, p_run_id, 'script', v_path, p_scoped);
         PERFORM cryo._record(v_q, p_position, v_path, 'lock', p_group, p_ordinal, NULL,
                              jsonb_build_object('group', p_group), 0);

@@ -398,13 +398,16 @@ BEGIN
                 CONTINUE;
             END;
             PERFORM cryo._lock_group(p_q.org, p_q.project, v_group);
+            PERFORM cryo._declare_group_limit(p_q.org, p_q.project, v_group,
+                                              (p_node.def ->> 'concurrency_limit')::integer,
+                                              (p_node.def ->> 'concurrency_window')::float8);
             v_holder := cryo._group_holder(p_q.org, p_q.project, v_group);
-            IF v_holder = v_run_id AND EXISTS (
+            IF v_holder IS NOT NULL AND EXISTS (
                     SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
                        AND l.grp = v_group AND l.holder_run_id = v_run_id
                        AND l.kind = 'admission') THEN
                 NULL;  -- the run's own admission lease covers the instance
-            ELSIF v_holder IS NOT NULL AND NOT EXISTS (
+            ELSIF cryo._group_full(p_q.org, p_q.project, v_group) AND NOT EXISTS (
                     SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
                        AND l.grp = v_group AND l.holder_run_id = v_run_id AND l.path = v_path) THEN
                 IF NOT EXISTS (SELECT 1 FROM cryo.lease_waiters w
@@ -415,7 +418,8 @@ BEGIN
                 PERFORM cryo._instance_await_lease(v_run_id, v_node, v_n, v_group);
                 CONTINUE;  -- waits in the group's FIFO; a grant wakes the run
             END IF;
-            IF v_holder IS NULL THEN
+            IF NOT EXISTS (SELECT 1 FROM cryo.leases l WHERE l.org = p_q.org AND l.project = p_q.project
+                              AND l.grp = v_group AND l.holder_run_id = v_run_id AND l.path = v_path) THEN
                 PERFORM cryo._take_lease(p_q.org, p_q.project, v_group, v_run_id, 'graph', v_path, true);
             END IF;
         END IF;

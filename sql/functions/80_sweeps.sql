@@ -91,8 +91,9 @@ BEGIN
 END
 $$;
 
--- The reconcile sweep: groups held by a run that already ended, and queues with no
--- holder, are handed on. Safe to race with the terminal hook: both take the group lock.
+-- The reconcile sweep: groups held by a run that already ended, and queues whose group
+-- has room (no holder, fewer than its limit, or its window moved on), are handed on.
+-- Safe to race with the terminal hook: both take the group lock.
 CREATE OR REPLACE FUNCTION cryo._reconcile_admission(p_batch integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -104,9 +105,9 @@ BEGIN
         SELECT l.org, l.project, l.grp FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
          WHERE cryo.is_terminal(r.status)
         UNION
-        SELECT DISTINCT w.org, w.project, w.grp FROM cryo.lease_waiters w
-         WHERE NOT EXISTS (SELECT 1 FROM cryo.leases l
-                            WHERE l.org = w.org AND l.project = w.project AND l.grp = w.grp)
+        SELECT g.org, g.project, g.grp
+          FROM (SELECT DISTINCT w.org, w.project, w.grp FROM cryo.lease_waiters w) g
+         WHERE NOT cryo._group_full(g.org, g.project, g.grp)
         LIMIT p_batch
     LOOP
         PERFORM cryo._lock_group(v_g.org, v_g.project, v_g.grp);

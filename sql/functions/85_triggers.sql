@@ -210,7 +210,7 @@ COMMENT ON FUNCTION cryo.plan_schedule(text, text, text, timestamptz) IS
 -- graph's if was false or the tick is no longer the schedule's next one.
 CREATE OR REPLACE FUNCTION cryo.fire_schedule(
     p_org text, p_project text, p_name text, p_scheduled_at timestamptz, p_next timestamptz,
-    p_input bytea, p_scope jsonb)
+    p_input bytea, p_scope jsonb, p_refused text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -226,19 +226,26 @@ BEGIN
     IF p_next IS NULL OR p_next <= p_scheduled_at THEN
         RAISE EXCEPTION 'a schedule''s next fire time must come after the tick it fires' USING ERRCODE = 'CR004';
     END IF;
+    IF p_refused IS NOT NULL THEN
+        -- The tick's input failed the workflow's input_schema: it says why and fires nothing.
+        UPDATE cryo.schedules
+           SET next_fire_at = p_next, last_refusal = left(p_refused, 1000), updated_at = cryo.now()
+         WHERE org = p_org AND project = p_project AND name = p_name;
+        RETURN NULL;
+    END IF;
     v_id := cryo._start_triggered(
         p_org, p_project, v_s.workflow, p_input, NULL, p_scope, false,
         'schedule:' || p_name || ':' || to_char(p_scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'schedule', p_name);
     UPDATE cryo.schedules
-       SET next_fire_at = p_next, last_fire_at = p_scheduled_at,
+       SET next_fire_at = p_next, last_fire_at = p_scheduled_at, last_refusal = NULL,
            last_run_id = coalesce(v_id, last_run_id), updated_at = cryo.now()
      WHERE org = p_org AND project = p_project AND name = p_name;
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION cryo.fire_schedule(text, text, text, timestamptz, timestamptz, bytea, jsonb) IS
-    'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
+COMMENT ON FUNCTION cryo.fire_schedule(text, text, text, timestamptz, timestamptz, bytea, jsonb, text) IS
+    'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input (with p_refused, the reason its input failed the workflow''s input_schema: records it as last_refusal and starts nothing) and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
 -- -- a workflow's own triggers (on: schedule / event) ---------------------------------------
 
@@ -360,7 +367,7 @@ COMMENT ON FUNCTION cryo.delete_webhook(text, text, text) IS
 -- A body already delivered answers what its first delivery did, with duplicate true.
 CREATE OR REPLACE FUNCTION cryo.deliver_webhook(
     p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb,
-    p_input bytea, p_payload bytea, p_untrusted boolean)
+    p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text DEFAULT NULL)
 RETURNS TABLE (outcome text, run_id text, event_id bigint, duplicate boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -394,6 +401,8 @@ BEGIN
         v_wf := cryo._require_workflow(p_org, p_project, v_hook.workflow);
         IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
             v_outcome := 'ignored';
+        ELSIF p_refused IS NOT NULL THEN
+            v_outcome := 'refused';  -- its input failed the workflow's input_schema (the server's check)
         ELSE
             v_run := cryo._start_triggered(
                 p_org, p_project, v_hook.workflow, p_input, NULL,
@@ -411,8 +420,8 @@ BEGIN
     RETURN QUERY SELECT v_outcome, v_run, v_event, false;
 END
 $$;
-COMMENT ON FUNCTION cryo.deliver_webhook(text, text, text, bytea, text, jsonb, bytea, bytea, boolean) IS
-    'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false or its on.webhook leaves the event out) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
+COMMENT ON FUNCTION cryo.deliver_webhook(text, text, text, bytea, text, jsonb, bytea, bytea, boolean, text) IS
+    'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false, its on.webhook leaves the event out, or p_refused says why its input failed the workflow''s input_schema) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | refused | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
 
 -- The commit-status outbox. A server takes posts whose run has ended (a post taken by
 -- a server that died is taken again after five minutes), sends them outside any engine

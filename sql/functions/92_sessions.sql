@@ -214,9 +214,13 @@ BEGIN
     -- Sessions long over are of no use to anybody; the member's go as it signs in again.
     DELETE FROM cryo.sessions s WHERE s.member_id = v_member.id AND s.expires_at < v_now - interval '7 days';
     v_expires := v_now + make_interval(secs => p_ttl_seconds);
+    -- The token's groups claim (a list, or one name) is kept for approvals restricted to a group.
     INSERT INTO cryo.sessions (id, org, member_id, secret_hash, kind, issuer, subject,
-                               created_at, expires_at)
-    VALUES (v_id, p_org, v_member.id, p_secret_hash, p_kind, p_issuer, p_subject, v_now, v_expires);
+                               created_at, expires_at, groups)
+    VALUES (v_id, p_org, v_member.id, p_secret_hash, p_kind, p_issuer, p_subject, v_now, v_expires,
+            CASE jsonb_typeof(p_claims -> 'groups')
+                WHEN 'array' THEN ARRAY(SELECT jsonb_array_elements_text(p_claims -> 'groups'))
+                WHEN 'string' THEN ARRAY[p_claims ->> 'groups'] END);
     RETURN QUERY SELECT v_id, v_member.login, v_member.role, v_expires;
 END
 $$;

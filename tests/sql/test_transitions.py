@@ -13,7 +13,8 @@ TRANSITIONS = {"_create_run", "_enqueue", "_hold_queued", "_claim", "_extend_cla
                "_release", "_unclaim",
                "_park", "_park_on", "_wake", "_finalize", "_record", "_mark", "_drive", "_forget",
                "_take_lease", "_queue_for_lease", "_leave_lease_queues", "_hand_on_lease",
-               "_release_lease", "_release_leases", "_drive_run"}
+               "_release_lease", "_release_leases", "_drive_run", "_drop_lease",
+               "_declare_group_limit"}
 # The one exception: removing whole runs (retention, project deletion) takes their queue
 # and journal rows with them; that is not a change of state.
 REMOVERS = {"_delete_runs"}
@@ -24,6 +25,8 @@ WRITES = {
     "leases": re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.leases\b", re.I),
     "lease_waiters": re.compile(
         r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.lease_waiters\b", re.I),
+    "lease_limits": re.compile(
+        r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+cryo\.lease_(limits|starts)\b", re.I),
 }
 # Every durable wait parks through _park_on (a marker, then the park): a bare _mark
 # followed by _park is the pattern it replaced.

@@ -146,7 +146,13 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
         n["output"] = (got_out.get(0) if n["items"] is None
                        else [got_out.get(i) for i in range(n["items"])])
         if n["type"] == "approval":
-            n["approval"] = {"fields": configs.get(nid, {}).get("fields", {})}
+            c = configs.get(nid, {})
+            answers = await engine.read_approvals(conn, run_id, nid)
+            n["approval"] = {"fields": c.get("fields", {}), "needed": c.get("approvers", 1),
+                             "approvals": [{"by": who, "answer": said, "at": at.isoformat()}
+                                           for who, said, at in answers],
+                             **{k: c[k] for k in ("role", "group", "timeout", "on_timeout")
+                                if k in c}}
         if nid in written:  # its definition as written (secrets masked by the caller)
             n["definition"] = written[nid]
     failed = [n for n in nodes.values() if n["status"] == "failed"]
@@ -228,10 +234,14 @@ async def approve(request: web.Request) -> web.Response:
         if run.finished:
             raise RunFinished(f"run {run.id} already finished ({run.status})")
         said = {**answer, "approved_by": user.member, **({"comment": comment} if comment else {})}
-        taken = await engine.approve_node(conn, run.id, node, sealer.seal_json(said), user.member)
+        taken = await engine.approve_node(conn, run.id, node, sealer.seal_json(said), user.member,
+                                          user.token_id)
     if not taken:
         raise RunFinished(f"node {node} of run {run.id} is not waiting for an approval")
-    return web.json_response({"approved": True, "node": node, "approved_by": user.member})
+    # approved: whether this answer was the last one needed (approvals of needed so far)
+    return web.json_response({"approved": taken["approved"], "node": node,
+                              "approved_by": user.member, "approvals": taken["approvals"],
+                              "needed": taken["needed"]})
 
 
 VALIDATE_SECONDS = 5.0  # an answer's check; RE2 patterns keep it linear, this bounds it

@@ -7,7 +7,8 @@ starts the run, or publishes webhook.<event> on the bus, in one transaction.
 
 Answers: 201 a run started; 202 accepted without a run (the `if` was false, the
 workflow's on.webhook leaves the event out, or the delivery went to the bus); 200 a
-redelivery of a body already accepted, with what its first delivery did.
+redelivery of a body already accepted, with what its first delivery did; 422 the run's
+input does not match the workflow's input_schema (recorded as the outcome `refused`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from aiohttp import web
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import CryoError, InvalidArgument, Unauthorized
-from cryopg.server import metrics, traces
+from cryopg.errors import CryoError, InputRefused, InvalidArgument, Unauthorized
+from cryopg.server import input_checks, metrics, traces
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.limits import parse_json_off_loop, raw_body, read_body
 from cryopg.server.user_api.triggers import HOOK_ROUTE
@@ -55,10 +56,18 @@ async def _deliver(request: web.Request) -> tuple[web.Response, str]:
     payload = await parse_json_off_loop(body, "the delivery's body")
     trigger, untrusted = webhook.trigger_of(name, event, payload)
     async with connection(request.app[POOL]) as conn:
+        # The run's input against the workflow's input_schema: a refusal is recorded as
+        # the delivery's outcome and answered 422, with the schema's message.
+        refused = (await input_checks.refusal(conn, org, project, hook.workflow,
+                                              {"trigger": trigger})
+                   if hook.workflow else None)
         got = await engine.deliver_webhook(
             conn, org, project, name, body_hash=hashlib.sha256(body).digest(), event=event,
             trigger=trigger, input=sealer.seal_json({"trigger": trigger}),
-            payload=sealer.seal_json({"answer": trigger}), untrusted=untrusted)
+            payload=sealer.seal_json({"answer": trigger}), untrusted=untrusted, refused=refused)
+        if got.outcome == "refused":
+            raise InputRefused(refused or "the delivery's input does not match the workflow's "
+                               "input_schema")
         if not got.duplicate:
             await traces.start_run_trace(conn, got.run_id, "cryopg webhook",
                                          traces.incoming(request), org=org, project=project,

@@ -115,7 +115,7 @@ async def reject(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         taken = await engine.reject_node(
             conn, run.id, node, sealer.seal_json({"rejected_by": user.member, "comment": comment}),
-            user.member)
+            user.member, user.token_id)
     if not taken:
         raise RunFinished(f"node {node} of run {run.id} is not waiting for an approval")
     return web.json_response({"rejected": True, "node": node, "rejected_by": user.member,

@@ -32,7 +32,10 @@ export function approvalForm(node, base, refresh) {
     try { answer = collect(); } catch (e) { msg.className = "error"; msg.textContent = e.message; return; }
     const c = comment.value.trim();
     send(path, c ? { ...answer, comment: c } : answer, "approved");
-  } }, el("strong", {}, `Approval: ${node.id}`), fields, el("label", {}, "Comment (kept in history)", comment),
+  } }, el("strong", {}, `Approval: ${node.id}`),
+     // several approvers needed: how many have approved so far (e.g. "1 of 2 approvals")
+     (node.approval.needed || 1) > 1 ? el("span", { class: "muted" }, ` ${(node.approval.approvals || []).filter((a) => a.answer === "approved").length} of ${node.approval.needed} approvals`) : null,
+     fields, el("label", {}, "Comment (kept in history)", comment),
      S.canAct ? el("div", { class: "row" }, el("button", { type: "submit" }, "Approve"), reject)
               : el("span", { class: "muted" }, "members can approve"), msg);
 }
