@@ -224,6 +224,25 @@ class ConnectionWithheld(CryoError):
     code, http_status = "connection_withheld", 403
 
 
+class WorkflowChanged(CryoError):
+    """(CR240) A save named the version it was edited from, and the workflow has moved on
+    since: reload it and edit again, so nobody's change is lost."""
+
+    code, http_status = "workflow_changed", 409
+
+
+class NotRedeliverable(CryoError):
+    """(CR241) A webhook delivery stored before deliveries kept their input."""
+
+    code, http_status = "not_redeliverable", 409
+
+
+class TriggerOwned(CryoError):
+    """(CR242) A schedule or handler a workflow's `on:` registered: change the workflow."""
+
+    code, http_status = "trigger_owned", 409
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -251,6 +270,9 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR207": ConnectionSecretMissing,
     "CR208": ConnectionWithheld,
     "CR190": BadTraceparent,
+    "CR240": WorkflowChanged,
+    "CR241": NotRedeliverable,
+    "CR242": TriggerOwned,
 }
 
 
