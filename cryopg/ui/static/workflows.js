@@ -81,7 +81,7 @@ export async function workflowDetailPage(main, name, ctl) {
   const edit = wf.kind === "graph"
     ? el("a", { href: wfHash(name, "/edit"), id: "open-canvas" }, S.canAct ? "Edit on the canvas" : "View on the canvas")
     : [S.canAct ? el("a", { href: wfHash(name, "/code"), id: "edit-code" }, "Edit the source") : "",
-       wf.kind === "pipeline" ? [" · ", el("a", { href: wfHash(name, "/edit"), id: "open-canvas" }, "View on the canvas")] : ""];
+       ...(wf.kind === "pipeline" ? [" · ", el("a", { href: wfHash(name, "/edit"), id: "open-canvas" }, "View on the canvas")] : [])];
   main.replaceChildren(
     el("h1", {}, name, " ", el("span", { class: "muted" }, wf.kind + (wf.pipeline ? ` ${wf.pipeline}` : ""), ` · v${wf.version}`)),
     el("div", { class: "kv" }, ["file", wf.filename, "interpreter", wf.interpreter || "by extension", "directory", wf.workdir || "—",
