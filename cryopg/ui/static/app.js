@@ -14,7 +14,8 @@ import { editorPage } from "./editor/page.js";
 import { S, loadCookieSession, signOut } from "./session.js";
 import { handlersEditPage, schedulesEditPage, webhooksEditPage } from "./trigger_edit.js";
 import { workflowDetailPage, workflowsListPage } from "./workflows.js";
-import { workflowEditPage } from "./workflow_edit.js";
+// The code editor brings CodeMirror (~0.5 MB): loaded when that page is first opened.
+const workflowEditPage = async (m, name, c) => (await import("./workflow_edit.js")).workflowEditPage(m, name, c);
 
 // First path segment -> page. `admin: true` pages are hidden from (and refused to) others,
 // as the API refuses them.
