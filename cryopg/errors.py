@@ -252,6 +252,23 @@ class BadConcurrencyLimit(CryoError):
     """(CR228) A concurrency limit below 1 or a window not longer than 0."""
 
     code, http_status = "bad_concurrency_limit", 400
+class WorkflowChanged(CryoError):
+    """(CR240) A save named the version it was edited from, and the workflow has moved on
+    since: reload it and edit again, so nobody's change is lost."""
+
+    code, http_status = "workflow_changed", 409
+
+
+class NotRedeliverable(CryoError):
+    """(CR241) A webhook delivery stored before deliveries kept their input."""
+
+    code, http_status = "not_redeliverable", 409
+
+
+class TriggerOwned(CryoError):
+    """(CR242) A schedule or handler a workflow's `on:` registered: change the workflow."""
+
+    code, http_status = "trigger_owned", 409
 
 
 BY_SQLSTATE: dict[str, type[CryoError]] = {
@@ -286,6 +303,9 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR226": NotAnApprover,
     "CR227": InputRefused,
     "CR228": BadConcurrencyLimit,
+    "CR240": WorkflowChanged,
+    "CR241": NotRedeliverable,
+    "CR242": TriggerOwned,
 }
 
 

@@ -287,6 +287,17 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._check_not_owned(p_what text, p_name text, p_source text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_source IS NOT NULL THEN
+        RAISE EXCEPTION '% % is registered by workflow %''s on:; change that workflow instead',
+            p_what, p_name, p_source USING ERRCODE = 'CR242';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION cryo._check_outcome(p_outcome text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -2308,7 +2319,8 @@ BEGIN
         END;
     END LOOP;
     IF NOT EXISTS (SELECT 1 FROM cryo.event_handlers h
-                    WHERE h.org = p_org AND h.project = p_project AND h.event = p_name) THEN
+                    WHERE h.org = p_org AND h.project = p_project AND h.event = p_name
+                      AND NOT h.paused) THEN
         RETURN;
     END IF;
     IF p_depth >= cryo._handler_depth_limit() THEN
@@ -2321,7 +2333,8 @@ BEGIN
         RETURN;
     END IF;
     FOR v_h IN SELECT * FROM cryo.event_handlers h
-                WHERE h.org = p_org AND h.project = p_project AND h.event = p_name ORDER BY h.name
+                WHERE h.org = p_org AND h.project = p_project AND h.event = p_name
+                  AND NOT h.paused ORDER BY h.name
     LOOP
         v_trigger := jsonb_build_object('kind', 'event', 'name', p_name, 'payload', p_clear,
                                         'depth', p_depth, 'event_id', p_event_id, 'handler', v_h.name);
@@ -2718,6 +2731,7 @@ CREATE TABLE cryo.workflows (
     kind text DEFAULT 'script'::text NOT NULL,
     graph jsonb,
     workdir text,
+    version integer DEFAULT 1 NOT NULL,
     CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
 );
 
@@ -2790,6 +2804,53 @@ CREATE FUNCTION cryo._role_rank(p_role text) RETURNS integer
     AS $$
     SELECT CASE p_role WHEN 'owner' THEN 4 WHEN 'admin' THEN 3 WHEN 'member' THEN 2
                        WHEN 'viewer' THEN 1 ELSE 0 END
+$$;
+
+CREATE TABLE cryo.webhooks (
+    org text NOT NULL,
+    project text NOT NULL,
+    name text NOT NULL,
+    workflow text,
+    secret bytea NOT NULL,
+    status_url text,
+    created_at timestamp with time zone NOT NULL,
+    paused boolean DEFAULT false NOT NULL
+);
+
+COMMENT ON TABLE cryo.webhooks IS 'Webhooks: a signing secret (sealed) for deliveries to /api/v1/hooks/{org}/{project}/{name}; with a workflow a delivery starts it, without one it is published on the bus as webhook.<event>. status_url receives the run''s outcome when it ends.';
+
+CREATE FUNCTION cryo._route_delivery(p_hook cryo.webhooks, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text, OUT outcome text, OUT run_id text, OUT event_id bigint) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_wf cryo.workflows;
+BEGIN
+    IF p_hook.paused THEN
+        outcome := 'paused';
+    ELSIF p_hook.workflow IS NULL THEN
+        event_id := cryo._publish_event(p_hook.org, p_hook.project, 'webhook.' || p_event,
+                                        p_payload, NULL, NULL, p_untrusted);
+        outcome := 'published';
+    ELSE
+        v_wf := cryo._require_workflow(p_hook.org, p_hook.project, p_hook.workflow);
+        IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
+            outcome := 'ignored';
+        ELSIF p_refused IS NOT NULL THEN
+            outcome := 'refused';  -- its input failed the workflow's input_schema (the server's check)
+        ELSE
+            run_id := cryo._start_triggered(
+                p_hook.org, p_hook.project, p_hook.workflow, p_input, NULL,
+                jsonb_build_object('trigger', p_trigger, 'input', jsonb_build_object('trigger', p_trigger)),
+                p_untrusted, NULL, 'webhook', p_hook.name);
+            outcome := CASE WHEN run_id IS NULL THEN 'skipped' ELSE 'started' END;
+            IF run_id IS NOT NULL AND p_hook.status_url IS NOT NULL THEN
+                INSERT INTO cryo.status_posts (run_id, org, project, webhook, url, sha, created_at)
+                VALUES (run_id, p_hook.org, p_hook.project, p_hook.name, p_hook.status_url,
+                        p_trigger ->> 'sha', cryo.now());
+            END IF;
+        END IF;
+    END IF;
+END
 $$;
 
 CREATE TABLE cryo.artifacts (
@@ -4313,10 +4374,8 @@ CREATE FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_
     AS $$
 DECLARE
     v_hook cryo.webhooks;
-    v_wf cryo.workflows;
-    v_outcome text;
-    v_run text;
-    v_event bigint;
+    v_id bigint;
+    v_route record;
 BEGIN
     SELECT * INTO v_hook FROM cryo.webhooks w
      WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
@@ -4325,44 +4384,28 @@ BEGIN
     END IF;
     PERFORM cryo._check_name('webhook event', p_event);
     -- A concurrent redelivery waits here for the first one to commit, then finds it.
-    INSERT INTO cryo.webhook_deliveries (org, project, webhook, body_hash, event, created_at)
-    VALUES (p_org, p_project, p_name, p_body_hash, p_event, cryo.now())
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
+    INSERT INTO cryo.webhook_deliveries (org, project, webhook, body_hash, event, input,
+                                         untrusted, created_at)
+    VALUES (p_org, p_project, p_name, p_body_hash, p_event, p_input,
+            coalesce(p_untrusted, false), cryo.now())
+    ON CONFLICT DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
         RETURN QUERY SELECT d.outcome, d.run_id, d.event_id, true FROM cryo.webhook_deliveries d
                       WHERE d.org = p_org AND d.project = p_project AND d.webhook = p_name
-                        AND d.body_hash = p_body_hash;
+                        AND d.body_hash = p_body_hash AND d.redelivery_of IS NULL;
         RETURN;
     END IF;
-    IF v_hook.workflow IS NULL THEN
-        v_event := cryo._publish_event(p_org, p_project, 'webhook.' || p_event, p_payload, NULL,
-                                       NULL, p_untrusted);
-        v_outcome := 'published';
-    ELSE
-        v_wf := cryo._require_workflow(p_org, p_project, v_hook.workflow);
-        IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
-            v_outcome := 'ignored';
-        ELSIF p_refused IS NOT NULL THEN
-            v_outcome := 'refused';  -- its input failed the workflow's input_schema (the server's check)
-        ELSE
-            v_run := cryo._start_triggered(
-                p_org, p_project, v_hook.workflow, p_input, NULL,
-                jsonb_build_object('trigger', p_trigger, 'input', jsonb_build_object('trigger', p_trigger)),
-                p_untrusted, NULL, 'webhook', p_name);
-            v_outcome := CASE WHEN v_run IS NULL THEN 'skipped' ELSE 'started' END;
-            IF v_run IS NOT NULL AND v_hook.status_url IS NOT NULL THEN
-                INSERT INTO cryo.status_posts (run_id, org, project, webhook, url, sha, created_at)
-                VALUES (v_run, p_org, p_project, p_name, v_hook.status_url, p_trigger ->> 'sha', cryo.now());
-            END IF;
-        END IF;
-    END IF;
-    UPDATE cryo.webhook_deliveries d SET outcome = v_outcome, run_id = v_run, event_id = v_event
-     WHERE d.org = p_org AND d.project = p_project AND d.webhook = p_name AND d.body_hash = p_body_hash;
-    RETURN QUERY SELECT v_outcome, v_run, v_event, false;
+    v_route := cryo._route_delivery(v_hook, p_event, p_trigger, p_input, p_payload, p_untrusted,
+                                    p_refused);
+    UPDATE cryo.webhook_deliveries d
+       SET outcome = v_route.outcome, run_id = v_route.run_id, event_id = v_route.event_id
+     WHERE d.org = p_org AND d.project = p_project AND d.id = v_id;
+    RETURN QUERY SELECT v_route.outcome, v_route.run_id, v_route.event_id, false;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text) IS 'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false, its on.webhook leaves the event out, or p_refused says why its input failed the workflow''s input_schema) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | refused | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
+COMMENT ON FUNCTION cryo.deliver_webhook(p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea, p_untrusted boolean, p_refused text) IS 'Records a signed delivery (by its body hash, with its sealed input) and, in the same transaction, starts the webhook''s workflow (unless the webhook is paused, its if is false, its on.webhook leaves the event out, or p_refused says why its input failed the workflow''s input_schema) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | refused | published | paused, run_id, event_id, duplicate), a redelivery of the same body answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
 
 CREATE FUNCTION cryo.drain_agents(p_org text, p_build text DEFAULT NULL::text, p_agent_id text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
@@ -4556,7 +4599,10 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR225', 'approval_answered', 'that member already answered this approval: each approver counts once'),
         ('CR226', 'not_an_approver', 'the member lacks the role or group the approval is restricted to'),
         ('CR227', 'input_refused', 'the input does not match the workflow''s input_schema'),
-        ('CR228', 'bad_concurrency_limit', 'a concurrency limit below 1 or a window not longer than 0')
+        ('CR228', 'bad_concurrency_limit', 'a concurrency limit below 1 or a window not longer than 0'),
+        ('CR240', 'workflow_changed', 'a workflow was saved over a version other than its current one: it changed since the editor opened it'),
+        ('CR241', 'not_redeliverable', 'a webhook delivery stored before deliveries kept their input cannot be delivered again'),
+        ('CR242', 'trigger_owned', 'a schedule or handler registered by a workflow''s on: is changed by putting that workflow again')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -5002,11 +5048,11 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_webhook(p_org text, p_project text, p_name text) IS 'Returns a webhook''s workflow, sealed secret and status URL. Raises CR005 for an unknown webhook.';
 
-CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb, workdir text)
+CREATE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb, workdir text, version integer)
     LANGUAGE plpgsql STABLE
     AS $$
 BEGIN
-    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph, w.workdir
+    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph, w.workdir, w.version
                    FROM cryo.workflows w
                   WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
     IF NOT FOUND THEN
@@ -5015,7 +5061,25 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, and the directory it was stored from. Raises CR005 for an unknown workflow.';
+COMMENT ON FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text) IS 'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, the directory it was stored from and its current version number. Raises CR005 for an unknown workflow.';
+
+CREATE FUNCTION cryo.get_workflow_version(p_org text, p_project text, p_name text, p_version integer) RETURNS TABLE(filename text, interpreter text, source bytea, kind text, graph jsonb, workdir text, created_by text, created_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY SELECT v.filename, v.interpreter, v.source, v.kind, v.graph, v.workdir,
+                        v.created_by, v.created_at
+                   FROM cryo.workflow_versions v
+                  WHERE v.org = p_org AND v.project = p_project AND v.workflow = p_name
+                    AND v.version = p_version;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow % in project %/% has no version %', p_name, p_org, p_project, p_version
+            USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.get_workflow_version(p_org text, p_project text, p_name text, p_version integer) IS 'Returns one version of a stored workflow: filename, interpreter, sealed source, kind, compiled graph, directory, who stored it and when. Raises CR005 for an unknown workflow or version.';
 
 CREATE FUNCTION cryo.graph_defer(p_run_id text, p_token uuid, p_error text) RETURNS double precision
     LANGUAGE plpgsql
@@ -5575,14 +5639,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_events(p_org text, p_project text, p_name text, p_limit integer) IS 'Returns a project''s newest bus events first (payloads sealed unless sent in the clear from SQL), each with its depth in a chain of handler runs, whether it is untrusted, and why no handler run started (refused), if so. Raises nothing.';
 
-CREATE FUNCTION cryo.list_handlers(p_org text, p_project text) RETURNS TABLE(name text, event text, workflow text, source_workflow text, created_at timestamp with time zone)
+CREATE FUNCTION cryo.list_handlers(p_org text, p_project text) RETURNS TABLE(name text, event text, workflow text, source_workflow text, created_at timestamp with time zone, paused boolean)
     LANGUAGE sql STABLE
     AS $$
-    SELECT h.name, h.event, h.workflow, h.source_workflow, h.created_at FROM cryo.event_handlers h
+    SELECT h.name, h.event, h.workflow, h.source_workflow, h.created_at, h.paused
+      FROM cryo.event_handlers h
      WHERE h.org = p_org AND h.project = p_project ORDER BY h.name
 $$;
 
-COMMENT ON FUNCTION cryo.list_handlers(p_org text, p_project text) IS 'Returns a project''s event handlers by name. Raises nothing.';
+COMMENT ON FUNCTION cryo.list_handlers(p_org text, p_project text) IS 'Returns a project''s event handlers by name, with whether each is paused. Raises nothing.';
 
 CREATE FUNCTION cryo.list_members(p_org text) RETURNS TABLE(login text, role text, created_at timestamp with time zone)
     LANGUAGE sql STABLE
@@ -5725,31 +5790,55 @@ $$;
 
 COMMENT ON FUNCTION cryo.list_tokens(p_org text) IS 'Returns every token of an org (never a secret or its hash), oldest first. Raises nothing.';
 
-CREATE FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer DEFAULT 20) RETURNS TABLE(webhook text, event text, outcome text, run_id text, event_id bigint, created_at timestamp with time zone)
+CREATE FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer DEFAULT 20) RETURNS TABLE(webhook text, event text, outcome text, run_id text, event_id bigint, created_at timestamp with time zone, id bigint, redelivery_of bigint, redelivered_by text, redeliverable boolean)
     LANGUAGE sql STABLE
     AS $$
-    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at
+    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at, d.id,
+           d.redelivery_of, d.redelivered_by, d.input IS NOT NULL
       FROM cryo.webhook_deliveries d
      WHERE d.org = p_org AND d.project = p_project
      ORDER BY d.created_at DESC LIMIT least(greatest(p_limit, 0), 200)
 $$;
 
-COMMENT ON FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer) IS 'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published) and the run started or event published. Raises nothing.';
+COMMENT ON FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text, p_limit integer) IS 'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published | paused), the run started or event published, the delivery''s id, the first delivery a redelivery repeats and who asked for it, and whether it can be delivered again. Raises nothing.';
 
-CREATE FUNCTION cryo.list_webhooks(p_org text, p_project text) RETURNS TABLE(name text, workflow text, status_url text, created_at timestamp with time zone, deliveries bigint, last_delivery_at timestamp with time zone)
+CREATE FUNCTION cryo.list_webhooks(p_org text, p_project text) RETURNS TABLE(name text, workflow text, status_url text, created_at timestamp with time zone, deliveries bigint, last_delivery_at timestamp with time zone, paused boolean)
     LANGUAGE sql STABLE
     AS $$
     SELECT w.name, w.workflow, w.status_url, w.created_at,
            (SELECT count(*) FROM cryo.webhook_deliveries d
              WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name),
            (SELECT max(d.created_at) FROM cryo.webhook_deliveries d
-             WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name)
+             WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name),
+           w.paused
       FROM cryo.webhooks w WHERE w.org = p_org AND w.project = p_project ORDER BY w.name
 $$;
 
-COMMENT ON FUNCTION cryo.list_webhooks(p_org text, p_project text) IS 'Returns a project''s webhooks by name (never their secrets) with how many deliveries each accepted. Raises nothing.';
+COMMENT ON FUNCTION cryo.list_webhooks(p_org text, p_project text) IS 'Returns a project''s webhooks by name (never their secrets) with how many deliveries each accepted and whether it is paused. Raises nothing.';
 
-CREATE FUNCTION cryo.list_workflows(p_org text, p_project text) RETURNS TABLE(name text, filename text, kind text, pipeline text, updated_at timestamp with time zone, schedules bigint, handlers bigint, webhooks bigint)
+CREATE FUNCTION cryo.list_workflow_versions(p_org text, p_project text, p_name text) RETURNS TABLE(version integer, filename text, kind text, pipeline text, created_by text, created_at timestamp with time zone, current boolean)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_current integer;
+BEGIN
+    SELECT w.version INTO v_current FROM cryo.workflows w
+     WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN QUERY
+    SELECT v.version, v.filename, CASE WHEN v.graph ? 'pipeline' THEN 'pipeline' ELSE v.kind END,
+           v.graph ->> 'pipeline', v.created_by, v.created_at, v.version = v_current
+      FROM cryo.workflow_versions v
+     WHERE v.org = p_org AND v.project = p_project AND v.workflow = p_name
+     ORDER BY v.version DESC;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.list_workflow_versions(p_org text, p_project text, p_name text) IS 'Returns the versions of a stored workflow, newest first: number, filename, kind (script, graph or pipeline), pipeline version, who stored it (NULL: from SQL or before versions were kept), when, and whether it is the current one. Raises CR005 for an unknown workflow.';
+
+CREATE FUNCTION cryo.list_workflows(p_org text, p_project text) RETURNS TABLE(name text, filename text, kind text, pipeline text, updated_at timestamp with time zone, schedules bigint, handlers bigint, webhooks bigint, version integer, updated_by text)
     LANGUAGE plpgsql STABLE
     AS $$
 BEGIN
@@ -5763,14 +5852,18 @@ BEGIN
            (SELECT count(*) FROM cryo.event_handlers h
              WHERE h.org = w.org AND h.project = w.project AND h.workflow = w.name),
            (SELECT count(*) FROM cryo.webhooks k
-             WHERE k.org = w.org AND k.project = w.project AND k.workflow = w.name)
+             WHERE k.org = w.org AND k.project = w.project AND k.workflow = w.name),
+           w.version,
+           (SELECT v.created_by FROM cryo.workflow_versions v
+             WHERE v.org = w.org AND v.project = w.project AND v.workflow = w.name
+               AND v.version = w.version)
       FROM cryo.workflows w
      WHERE w.org = p_org AND w.project = p_project
      ORDER BY w.name;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.list_workflows(p_org text, p_project text) IS 'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
+COMMENT ON FUNCTION cryo.list_workflows(p_org text, p_project text) IS 'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, how many schedules, event handlers and webhooks start it, its current version and who stored that. Raises CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.log_context(p_run_id text) RETURNS bytea
     LANGUAGE sql STABLE
@@ -6003,6 +6096,20 @@ $$;
 
 COMMENT ON FUNCTION cryo.park_sleep(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_seconds double precision, p_path text) IS 'Parks the claimed run until now + p_seconds (or the deadline an earlier pass pinned) and ends the claim; returns the wake time. Raises CR002 for a stale claim token, CR004 for a bad duration or identity, CR009 for a disagreeing path.';
 
+CREATE FUNCTION cryo.pause_handler(p_org text, p_project text, p_name text, p_paused boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.event_handlers SET paused = p_paused
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no handler % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.pause_handler(p_org text, p_project text, p_name text, p_paused boolean) IS 'Pauses (p_paused true) or resumes an event handler: while paused, events of its name start no run of it (and are not caught up). Returns nothing. Raises CR005 for an unknown handler.';
+
 CREATE FUNCTION cryo.pause_schedule(p_org text, p_project text, p_name text, p_paused boolean) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -6018,6 +6125,20 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.pause_schedule(p_org text, p_project text, p_name text, p_paused boolean) IS 'Pauses (p_paused true) or resumes a schedule; a resumed schedule fires next at its first tick after now, with no catch-up for the ticks it skipped. Returns nothing. Raises CR005 for an unknown schedule.';
+
+CREATE FUNCTION cryo.pause_webhook(p_org text, p_project text, p_name text, p_paused boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.webhooks SET paused = p_paused
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.pause_webhook(p_org text, p_project text, p_name text, p_paused boolean) IS 'Pauses (p_paused true) or resumes a webhook: while paused each signed delivery is recorded with outcome paused and starts nothing (deliver it again once resumed). Returns nothing. Raises CR005 for an unknown webhook.';
 
 CREATE FUNCTION cryo.plan_schedule(p_org text, p_project text, p_name text, p_next timestamp with time zone) RETURNS void
     LANGUAGE sql
@@ -6215,9 +6336,12 @@ $$;
 
 COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean, p_executable boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored, remembering whether the file was executable (p_executable); returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
-CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text, p_digest bytea DEFAULT NULL::bytea, p_by text DEFAULT NULL::text, p_base_version integer DEFAULT NULL::integer) RETURNS integer
     LANGUAGE plpgsql
     AS $_$
+DECLARE
+    v_cur cryo.workflows;
+    v_version integer;
 BEGIN
     PERFORM cryo._require_project(p_org, p_project);
     IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
@@ -6228,21 +6352,49 @@ BEGIN
                                   OR p_workdir ~ '[[:cntrl:]]') THEN
         RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
     END IF;
+    SELECT * INTO v_cur FROM cryo.workflows
+     WHERE org = p_org AND project = p_project AND name = p_name FOR UPDATE;
+    IF p_base_version IS NOT NULL AND coalesce(v_cur.version, 0) <> p_base_version THEN
+        RAISE EXCEPTION 'workflow % is at version %, not %: it changed since you opened it (reload and edit again)',
+            p_name, coalesce(v_cur.version, 0), p_base_version USING ERRCODE = 'CR240';
+    END IF;
+    IF v_cur.name IS NOT NULL AND p_digest IS NOT NULL AND EXISTS (
+        SELECT 1 FROM cryo.workflow_versions v
+         WHERE v.org = p_org AND v.project = p_project AND v.workflow = p_name
+           AND v.version = v_cur.version AND v.digest = p_digest
+           AND v.filename = p_filename
+           AND v.interpreter IS NOT DISTINCT FROM nullif(p_interpreter, '')
+           AND v.workdir IS NOT DISTINCT FROM p_workdir) THEN
+        RETURN v_cur.version;  -- the same definition again: no new version
+    END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                workdir, updated_at)
+                                workdir, updated_at, version)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
-            cryo.now())
+            cryo.now(), 1)
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
-           workdir = excluded.workdir, updated_at = excluded.updated_at;
+           workdir = excluded.workdir, updated_at = excluded.updated_at,
+           version = cryo.workflows.version + 1
+    RETURNING version INTO v_version;
+    IF p_base_version IS NOT NULL AND v_version <> p_base_version + 1 THEN
+        -- Another first save of the same name committed while this one waited.
+        RAISE EXCEPTION 'workflow % changed since you opened it (reload and edit again)', p_name
+            USING ERRCODE = 'CR240';
+    END IF;
+    INSERT INTO cryo.workflow_versions (org, project, workflow, version, filename, interpreter,
+                                        source, kind, graph, workdir, digest, created_by, created_at)
+    VALUES (p_org, p_project, p_name, v_version, p_filename, nullif(p_interpreter, ''), p_source,
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
+            p_digest, p_by, cryo.now());
     -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
     PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
+    RETURN v_version;
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text, p_digest bytea, p_by text, p_base_version integer) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one and keeping it as a new version by p_by (unless p_digest, filename, interpreter and directory equal the current version''s); p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns the current version number. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory, CR240 when p_base_version is given and is not the current version (0: the workflow must not exist yet).';
 
 CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -6479,6 +6631,23 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_run_detail(p_run_id text) IS 'Returns a run''s input (sealed, or in the clear until its first claim seals it; both for a handler run of a sealed event, see _start_triggered), its parent run id, the trigger (kind, name, handler depth) that started it and whether it runs untrusted; no row for an unknown run. Raises nothing.';
 
+CREATE FUNCTION cryo.read_schedule_input(p_org text, p_project text, p_name text) RETURNS bytea
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_input bytea;
+BEGIN
+    SELECT s.input INTO v_input FROM cryo.schedules s
+     WHERE s.org = p_org AND s.project = p_project AND s.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN v_input;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.read_schedule_input(p_org text, p_project text, p_name text) IS 'Returns a schedule''s sealed input (NULL when it has none). Raises CR005 for an unknown schedule.';
+
 CREATE FUNCTION cryo.read_secret_values(p_org text, p_project text) RETURNS TABLE(name text, value bytea)
     LANGUAGE sql STABLE
     AS $$
@@ -6496,6 +6665,27 @@ CREATE FUNCTION cryo.read_status_post(p_run_id text) RETURNS TABLE(webhook text,
 $$;
 
 COMMENT ON FUNCTION cryo.read_status_post(p_run_id text) IS 'Returns the commit status of a webhook run: where it goes, whether it was sent, and why not. Raises nothing.';
+
+CREATE FUNCTION cryo.read_webhook_delivery(p_org text, p_project text, p_id bigint) RETURNS TABLE(webhook text, event text, input bytea, untrusted boolean)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_d cryo.webhook_deliveries;
+BEGIN
+    SELECT * INTO v_d FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project AND d.id = p_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook delivery % in %/%', p_id, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    IF v_d.input IS NULL THEN
+        RAISE EXCEPTION 'webhook delivery % was stored before deliveries kept their input: it cannot be delivered again', p_id
+            USING ERRCODE = 'CR241';
+    END IF;
+    RETURN QUERY SELECT v_d.webhook, v_d.event, v_d.input, v_d.untrusted;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.read_webhook_delivery(p_org text, p_project text, p_id bigint) IS 'Returns a stored delivery''s webhook, event, sealed input and untrusted flag, for a redelivery. Raises CR005 for an unknown delivery, CR241 for one stored without its input.';
 
 CREATE FUNCTION cryo.record_run_artifact_upload(p_run_id text, p_token uuid, p_sha256 text, p_size bigint) RETURNS boolean
     LANGUAGE plpgsql
@@ -6590,6 +6780,42 @@ END
 $$;
 
 COMMENT ON FUNCTION cryo.record_steps(p_run_ids text[], p_tokens uuid[], p_positions integer[], p_families text[], p_names text[], p_ordinals integer[], p_labels text[], p_results bytea[], p_exit_codes integer[], p_paths text[], p_started_ats timestamp with time zone[]) IS 'Records each listed step as cryo.record_step does, in one transaction; returns per item (n, its 1-based index) the seq, or NULL with the SQLSTATE and message that refused that item alone. Raises CR004 for arrays of different lengths.';
+
+CREATE FUNCTION cryo.redeliver_webhook(p_org text, p_project text, p_id bigint, p_trigger jsonb, p_input bytea, p_payload bytea, p_by text, p_refused text DEFAULT NULL::text) RETURNS TABLE(id bigint, outcome text, run_id text, event_id bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_d cryo.webhook_deliveries;
+    v_hook cryo.webhooks;
+    v_id bigint;
+    v_route record;
+BEGIN
+    SELECT * INTO v_d FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project AND d.id = p_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook delivery % in %/%', p_id, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    IF v_d.input IS NULL OR p_input IS NULL THEN
+        RAISE EXCEPTION 'webhook delivery % was stored before deliveries kept their input: it cannot be delivered again', p_id
+            USING ERRCODE = 'CR241';
+    END IF;
+    SELECT * INTO v_hook FROM cryo.webhooks w
+     WHERE w.org = p_org AND w.project = p_project AND w.name = v_d.webhook;
+    INSERT INTO cryo.webhook_deliveries (org, project, webhook, body_hash, event, input, untrusted,
+                                         redelivery_of, redelivered_by, created_at)
+    VALUES (p_org, p_project, v_d.webhook, v_d.body_hash, v_d.event, p_input, v_d.untrusted,
+            coalesce(v_d.redelivery_of, v_d.id), p_by, cryo.now())
+    RETURNING webhook_deliveries.id INTO v_id;
+    v_route := cryo._route_delivery(v_hook, v_d.event, p_trigger, p_input, p_payload, v_d.untrusted,
+                                    p_refused);
+    UPDATE cryo.webhook_deliveries d
+       SET outcome = v_route.outcome, run_id = v_route.run_id, event_id = v_route.event_id
+     WHERE d.org = p_org AND d.project = p_project AND d.id = v_id;
+    RETURN QUERY SELECT v_id, v_route.outcome, v_route.run_id, v_route.event_id;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.redeliver_webhook(p_org text, p_project text, p_id bigint, p_trigger jsonb, p_input bytea, p_payload bytea, p_by text, p_refused text) IS 'Delivers a stored webhook delivery again as a new delivery (redelivery_of the first, redelivered_by p_by), routed as deliver_webhook routes one (p_refused: why its input fails the workflow''s input_schema now), without the body-hash dedup; returns (id, outcome, run_id, event_id). Raises CR005 for an unknown delivery or a workflow gone, CR241 for a delivery stored without its input.';
 
 CREATE FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text DEFAULT NULL::text, p_instance text DEFAULT NULL::text, p_last_claim_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE sql
@@ -6927,6 +7153,24 @@ CREATE FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer DEFAULT 200
 $$;
 
 COMMENT ON FUNCTION cryo.run_entity_cells(p_run_id text, p_limit integer) IS 'Returns up to p_limit entity cells of the run''s project that the run created or wrote last, with versions (values sealed). Raises nothing.';
+
+CREATE FUNCTION cryo.run_schedule_now(p_org text, p_project text, p_name text, p_input bytea, p_scope jsonb) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_s cryo.schedules;
+BEGIN
+    SELECT * INTO v_s FROM cryo.schedules s
+     WHERE s.org = p_org AND s.project = p_project AND s.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN cryo._start_triggered(p_org, p_project, v_s.workflow, p_input, NULL, p_scope, false,
+                                 NULL, 'schedule', p_name);
+END
+$$;
+
+COMMENT ON FUNCTION cryo.run_schedule_now(p_org text, p_project text, p_name text, p_input bytea, p_scope jsonb) IS 'Starts one run of a schedule''s workflow now with the sealed p_input, marked as started by the schedule, leaving its ticks as they were; returns the run id, NULL when the workflow''s if was false. Raises CR005 for an unknown schedule or a workflow gone, CR030 when its concurrency group''s queue is full.';
 
 CREATE FUNCTION cryo.run_state_get(p_run_id text, p_token uuid, p_entity text, p_key text, p_tainted boolean DEFAULT false) RETURNS TABLE(value bytea, version bigint, created_by_run text, updated_at timestamp with time zone, tainted boolean, published boolean)
     LANGUAGE plpgsql
@@ -7819,6 +8063,78 @@ $$;
 
 COMMENT ON FUNCTION cryo.unindexed_artifact_blobs(p_org text, p_project text, p_sha256s text[]) IS 'Takes the project''s artifact lock until commit and returns those of p_sha256s the project has no blob row for, whose bytes the caller may delete from the store. Raises nothing.';
 
+CREATE FUNCTION cryo.update_handler(p_org text, p_project text, p_name text, p_event text, p_workflow text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_h cryo.event_handlers;
+BEGIN
+    SELECT * INTO v_h FROM cryo.event_handlers h
+     WHERE h.org = p_org AND h.project = p_project AND h.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no handler % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    PERFORM cryo._check_not_owned('handler', p_name, v_h.source_workflow);
+    PERFORM cryo._check_name('event', p_event);
+    PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    UPDATE cryo.event_handlers SET event = p_event, workflow = p_workflow
+     WHERE org = p_org AND project = p_project AND name = p_name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.update_handler(p_org text, p_project text, p_name text, p_event text, p_workflow text) IS 'Changes the event an event handler listens for and the workflow it starts. Returns nothing. Raises CR005 for an unknown handler or workflow, CR004 for a bad event name, CR242 for a handler a workflow''s on: registered.';
+
+CREATE FUNCTION cryo.update_schedule(p_org text, p_project text, p_name text, p_workflow text, p_cron text, p_timezone text, p_every_seconds double precision, p_input bytea, p_keep_input boolean, p_next_fire_at timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_s cryo.schedules;
+BEGIN
+    SELECT * INTO v_s FROM cryo.schedules s
+     WHERE s.org = p_org AND s.project = p_project AND s.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    PERFORM cryo._check_not_owned('schedule', p_name, v_s.source_workflow);
+    PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    IF (p_cron IS NULL) = (p_every_seconds IS NULL) THEN
+        RAISE EXCEPTION 'a schedule needs either a cron expression or an interval' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_every_seconds IS NOT NULL AND NOT (p_every_seconds >= 1 AND p_every_seconds < 'infinity') THEN
+        RAISE EXCEPTION 'a schedule''s interval must be at least 1 second' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.schedules
+       SET workflow = p_workflow, cron = p_cron, timezone = coalesce(p_timezone, 'UTC'),
+           every_seconds = p_every_seconds,
+           input = CASE WHEN p_keep_input THEN input ELSE p_input END,
+           next_fire_at = CASE WHEN paused THEN NULL ELSE p_next_fire_at END,
+           updated_at = cryo.now()
+     WHERE org = p_org AND project = p_project AND name = p_name;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.update_schedule(p_org text, p_project text, p_name text, p_workflow text, p_cron text, p_timezone text, p_every_seconds double precision, p_input bytea, p_keep_input boolean, p_next_fire_at timestamp with time zone) IS 'Changes a schedule''s workflow, cron expression (in p_timezone) or interval and, unless p_keep_input, its sealed input; it fires next at p_next_fire_at (the server computes it; a paused schedule is planned when resumed). Returns nothing. Raises CR005 for an unknown schedule or workflow, CR004 for both or neither of cron and interval or an interval under 1 s, CR242 for a schedule a workflow''s on: registered.';
+
+CREATE FUNCTION cryo.update_webhook(p_org text, p_project text, p_name text, p_workflow text, p_status_url text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_workflow IS NOT NULL THEN
+        PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    END IF;
+    IF p_status_url IS NOT NULL AND p_workflow IS NULL THEN
+        RAISE EXCEPTION 'a commit status URL needs a workflow whose run it reports' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.webhooks SET workflow = p_workflow, status_url = p_status_url
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.update_webhook(p_org text, p_project text, p_name text, p_workflow text, p_status_url text) IS 'Points a webhook at another workflow (NULL: deliveries go to the bus) and sets its status URL; the signing secret is kept. Returns nothing. Raises CR005 for an unknown webhook or workflow, CR004 for a status URL without a workflow.';
+
 CREATE FUNCTION cryo.wait_all_activities(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_path text DEFAULT NULL::text) RETURNS TABLE(parked boolean, failed integer)
     LANGUAGE plpgsql
     AS $$
@@ -8024,7 +8340,8 @@ CREATE TABLE cryo.event_handlers (
     event text NOT NULL,
     workflow text NOT NULL,
     source_workflow text,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    paused boolean DEFAULT false NOT NULL
 );
 
 COMMENT ON TABLE cryo.event_handlers IS 'Event handlers: each event of that name published on the project bus starts one run of the workflow, in the publishing transaction.';
@@ -8632,22 +8949,44 @@ CREATE TABLE cryo.webhook_deliveries (
     outcome text,
     run_id text,
     event_id bigint,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    id bigint NOT NULL,
+    input bytea,
+    untrusted boolean DEFAULT false NOT NULL,
+    redelivery_of bigint,
+    redelivered_by text
 );
 
 COMMENT ON TABLE cryo.webhook_deliveries IS 'One row per signed body a webhook accepted (SHA-256 of the raw body), so a redelivery creates nothing: outcome started | skipped (if was false) | ignored (event not in on.webhook) | published.';
 
-CREATE TABLE cryo.webhooks (
+COMMENT ON COLUMN cryo.webhook_deliveries.input IS 'The sealed run input ({trigger}) of the delivery, which a redelivery starts again; NULL for a delivery stored before redeliveries.';
+
+ALTER TABLE cryo.webhook_deliveries ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
+    SEQUENCE NAME cryo.webhook_deliveries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE cryo.workflow_versions (
     org text NOT NULL,
     project text NOT NULL,
-    name text NOT NULL,
-    workflow text,
-    secret bytea NOT NULL,
-    status_url text,
+    workflow text NOT NULL,
+    version integer NOT NULL,
+    filename text NOT NULL,
+    interpreter text,
+    source bytea NOT NULL,
+    kind text NOT NULL,
+    graph jsonb,
+    workdir text,
+    digest bytea,
+    created_by text,
     created_at timestamp with time zone NOT NULL
 );
 
-COMMENT ON TABLE cryo.webhooks IS 'Webhooks: a signing secret (sealed) for deliveries to /api/v1/hooks/{org}/{project}/{name}; with a workflow a delivery starts it, without one it is published on the bus as webhook.<event>. status_url receives the run''s outcome when it ends.';
+COMMENT ON TABLE cryo.workflow_versions IS 'Each definition a stored workflow has had, numbered from 1: the sealed source, its compiled graph, who stored it (a member login; NULL from SQL or before versions were kept) and when. digest is a keyed hash of the clear source the server computes, so an unchanged save adds no version.';
 
 ALTER TABLE ONLY cryo.events ALTER COLUMN id SET DEFAULT nextval('cryo.events_id_seq'::regclass);
 
@@ -8796,10 +9135,13 @@ ALTER TABLE ONLY cryo.tokens
     ADD CONSTRAINT tokens_secret_hash_key UNIQUE (secret_hash);
 
 ALTER TABLE ONLY cryo.webhook_deliveries
-    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (org, project, webhook, body_hash);
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (org, project, id);
 
 ALTER TABLE ONLY cryo.webhooks
     ADD CONSTRAINT webhooks_pkey PRIMARY KEY (org, project, name);
+
+ALTER TABLE ONLY cryo.workflow_versions
+    ADD CONSTRAINT workflow_versions_pkey PRIMARY KEY (org, project, workflow, version);
 
 ALTER TABLE ONLY cryo.workflows
     ADD CONSTRAINT workflows_pkey PRIMARY KEY (org, project, name);
@@ -8891,6 +9233,8 @@ CREATE INDEX state_cells_project ON cryo.state_cells USING btree (org, project);
 CREATE INDEX state_cells_run ON cryo.state_cells USING btree (run_id) WHERE (run_id IS NOT NULL);
 
 CREATE INDEX status_posts_open ON cryo.status_posts USING btree (created_at) WHERE (state = ANY (ARRAY['waiting'::text, 'sending'::text]));
+
+CREATE UNIQUE INDEX webhook_deliveries_body ON cryo.webhook_deliveries USING btree (org, project, webhook, body_hash) WHERE (redelivery_of IS NULL);
 
 CREATE INDEX webhook_deliveries_recent ON cryo.webhook_deliveries USING btree (org, project, created_at DESC);
 
@@ -9013,6 +9357,9 @@ ALTER TABLE ONLY cryo.webhook_deliveries
 
 ALTER TABLE ONLY cryo.webhooks
     ADD CONSTRAINT webhooks_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug) ON DELETE CASCADE;
+
+ALTER TABLE ONLY cryo.workflow_versions
+    ADD CONSTRAINT workflow_versions_org_project_workflow_fkey FOREIGN KEY (org, project, workflow) REFERENCES cryo.workflows(org, project, name) ON DELETE CASCADE;
 
 ALTER TABLE ONLY cryo.workflows
     ADD CONSTRAINT workflows_org_project_fkey FOREIGN KEY (org, project) REFERENCES cryo.projects(org, slug);

@@ -75,6 +75,7 @@ from cryopg.engine.graphs import (
     rerun_graph,
     submit_graph,
     wake_due_graphs,
+    workflow_version,
     workflow_workdir,
 )
 from cryopg.engine.journal import (
@@ -205,9 +206,11 @@ from cryopg.engine.triggers import (
     Delivery,
     DueSchedule,
     Handler,
+    Redelivery,
     Schedule,
     StatusPost,
     StatusPostState,
+    StoredDelivery,
     Webhook,
     WebhookRow,
     claim_schedules,
@@ -225,10 +228,19 @@ from cryopg.engine.triggers import (
     list_handlers,
     list_schedules,
     list_webhooks,
+    pause_handler,
     pause_schedule,
+    pause_webhook,
     plan_schedule,
+    read_schedule_input,
     read_status_post,
+    read_webhook_delivery,
+    redeliver_webhook,
+    run_schedule_now,
     take_status_posts,
+    update_handler,
+    update_schedule,
+    update_webhook,
 )
 from cryopg.engine.types import (
     Cell,
@@ -254,6 +266,12 @@ from cryopg.engine.types import (
     UserAuth,
     WaitAnswer,
 )
+from cryopg.engine.versions import (
+    StoredVersion,
+    WorkflowVersion,
+    get_workflow_version,
+    list_workflow_versions,
+)
 from cryopg.engine.waits import (
     acquire_lease,
     collect_activity,
@@ -273,6 +291,22 @@ from cryopg.engine.waits import (
 )
 
 __all__ = [
+    "workflow_version",
+    "Redelivery",
+    "StoredDelivery",
+    "StoredVersion",
+    "WorkflowVersion",
+    "get_workflow_version",
+    "list_workflow_versions",
+    "update_webhook",
+    "update_schedule",
+    "update_handler",
+    "run_schedule_now",
+    "redeliver_webhook",
+    "read_webhook_delivery",
+    "read_schedule_input",
+    "pause_webhook",
+    "pause_handler",
     "Connection",
     "connection_for_run",
     "create_connection",

@@ -236,6 +236,12 @@ async def workflow_workdir(conn: AsyncConnection, org: str, project: str,
                       (org, project, name))
 
 
+async def workflow_version(conn: AsyncConnection, org: str, project: str, name: str) -> int:
+    """A stored workflow's current version number."""
+    return await _one(conn, "SELECT version FROM cryo.get_workflow(%s, %s, %s)",
+                      (org, project, name))
+
+
 async def read_graph(conn: AsyncConnection, run_id: str) -> tuple[dict[str, Any], bytes] | None:
     cur = await conn.execute("SELECT graph, source FROM cryo.read_graph(%s)", (run_id,))
     row = await cur.fetchone()

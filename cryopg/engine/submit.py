@@ -44,10 +44,13 @@ async def submit_run(conn: AsyncConnection, org: str, project: str, workflow: st
 async def put_workflow(conn: AsyncConnection, org: str, project: str, name: str, *,
                        filename: str, interpreter: str | None, source: bytes,
                        graph: dict[str, Any] | None = None,
-                       workdir: str | None = None) -> None:
-    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s, %s)",
-                       (org, project, name, filename, interpreter, source,
-                        Jsonb(graph) if graph is not None else None, workdir))
+                       workdir: str | None = None, digest: bytes | None = None,
+                       by: str | None = None, base_version: int | None = None) -> int:
+    """Stores the workflow; returns its current version (a new one unless unchanged)."""
+    return await _one(conn, "SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                      (org, project, name, filename, interpreter, source,
+                       Jsonb(graph) if graph is not None else None, workdir, digest, by,
+                       base_version))
 
 
 async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,

@@ -65,6 +65,8 @@ class WorkflowRow:
     schedules: int
     handlers: int
     webhooks: int
+    version: int
+    updated_by: str | None
 
 
 async def list_workflows(conn: AsyncConnection, org: str, project: str) -> list[WorkflowRow]:

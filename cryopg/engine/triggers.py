@@ -57,6 +57,7 @@ class WebhookRow:
     created_at: dt.datetime
     deliveries: int
     last_delivery_at: dt.datetime | None
+    paused: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +97,23 @@ class Handler:
     workflow: str
     source_workflow: str | None
     created_at: dt.datetime
+    paused: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredDelivery:
+    webhook: str
+    event: str
+    input: bytes
+    untrusted: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Redelivery:
+    id: int
+    outcome: str
+    run_id: str | None
+    event_id: int | None
 
 
 # -- schedules ------------------------------------------------------------------------------
@@ -118,6 +136,26 @@ async def list_schedules(conn: AsyncConnection, org: str, project: str) -> list[
 async def pause_schedule(conn: AsyncConnection, org: str, project: str, name: str,
                          paused: bool) -> None:
     await conn.execute("SELECT cryo.pause_schedule(%s, %s, %s, %s)", (org, project, name, paused))
+
+
+async def update_schedule(conn: AsyncConnection, org: str, project: str, name: str, *,
+                          workflow: str, cron: str | None, timezone: str,
+                          every_seconds: float | None, input: bytes | None, keep_input: bool,
+                          next_fire_at: dt.datetime | None) -> None:
+    await conn.execute("SELECT cryo.update_schedule(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                       (org, project, name, workflow, cron, timezone, every_seconds, input,
+                        keep_input, next_fire_at))
+
+
+async def read_schedule_input(conn: AsyncConnection, org: str, project: str,
+                              name: str) -> bytes | None:
+    return await _one(conn, "SELECT cryo.read_schedule_input(%s, %s, %s)", (org, project, name))
+
+
+async def run_schedule_now(conn: AsyncConnection, org: str, project: str, name: str, *,
+                           input: bytes, scope: dict[str, Any]) -> str | None:
+    return await _one(conn, "SELECT cryo.run_schedule_now(%s, %s, %s, %s, %s)",
+                      (org, project, name, input, Jsonb(scope)))
 
 
 async def delete_schedule(conn: AsyncConnection, org: str, project: str, name: str) -> None:
@@ -164,6 +202,34 @@ async def list_webhooks(conn: AsyncConnection, org: str, project: str) -> list[W
     return await cur.fetchall()
 
 
+async def update_webhook(conn: AsyncConnection, org: str, project: str, name: str, *,
+                         workflow: str | None, status_url: str | None) -> None:
+    await conn.execute("SELECT cryo.update_webhook(%s, %s, %s, %s, %s)",
+                       (org, project, name, workflow, status_url))
+
+
+async def pause_webhook(conn: AsyncConnection, org: str, project: str, name: str,
+                        paused: bool) -> None:
+    await conn.execute("SELECT cryo.pause_webhook(%s, %s, %s, %s)", (org, project, name, paused))
+
+
+async def read_webhook_delivery(conn: AsyncConnection, org: str, project: str,
+                                delivery: int) -> StoredDelivery:
+    cur = conn.cursor(row_factory=class_row(StoredDelivery))
+    await cur.execute("SELECT * FROM cryo.read_webhook_delivery(%s, %s, %s)",
+                      (org, project, delivery))
+    return await cur.fetchone()  # type: ignore[return-value]
+
+
+async def redeliver_webhook(conn: AsyncConnection, org: str, project: str, delivery: int, *,
+                            trigger: dict[str, Any], input: bytes, payload: bytes,
+                            by: str | None, refused: str | None = None) -> Redelivery:
+    cur = conn.cursor(row_factory=class_row(Redelivery))
+    await cur.execute("SELECT * FROM cryo.redeliver_webhook(%s, %s, %s, %s, %s, %s, %s, %s)",
+                      (org, project, delivery, Jsonb(trigger), input, payload, by, refused))
+    return await cur.fetchone()  # type: ignore[return-value]
+
+
 async def delete_webhook(conn: AsyncConnection, org: str, project: str, name: str) -> None:
     await conn.execute("SELECT cryo.delete_webhook(%s, %s, %s)", (org, project, name))
 
@@ -206,6 +272,17 @@ async def list_handlers(conn: AsyncConnection, org: str, project: str) -> list[H
     cur = conn.cursor(row_factory=class_row(Handler))
     await cur.execute("SELECT * FROM cryo.list_handlers(%s, %s)", (org, project))
     return await cur.fetchall()
+
+
+async def update_handler(conn: AsyncConnection, org: str, project: str, name: str, *,
+                         event: str, workflow: str) -> None:
+    await conn.execute("SELECT cryo.update_handler(%s, %s, %s, %s, %s)",
+                       (org, project, name, event, workflow))
+
+
+async def pause_handler(conn: AsyncConnection, org: str, project: str, name: str,
+                        paused: bool) -> None:
+    await conn.execute("SELECT cryo.pause_handler(%s, %s, %s, %s)", (org, project, name, paused))
 
 
 async def delete_handler(conn: AsyncConnection, org: str, project: str, name: str) -> None:

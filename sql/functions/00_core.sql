@@ -228,7 +228,10 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR225', 'approval_answered', 'that member already answered this approval: each approver counts once'),
         ('CR226', 'not_an_approver', 'the member lacks the role or group the approval is restricted to'),
         ('CR227', 'input_refused', 'the input does not match the workflow''s input_schema'),
-        ('CR228', 'bad_concurrency_limit', 'a concurrency limit below 1 or a window not longer than 0')
+        ('CR228', 'bad_concurrency_limit', 'a concurrency limit below 1 or a window not longer than 0'),
+        ('CR240', 'workflow_changed', 'a workflow was saved over a version other than its current one: it changed since the editor opened it'),
+        ('CR241', 'not_redeliverable', 'a webhook delivery stored before deliveries kept their input cannot be delivered again'),
+        ('CR242', 'trigger_owned', 'a schedule or handler registered by a workflow''s on: is changed by putting that workflow again')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

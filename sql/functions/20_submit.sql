@@ -134,12 +134,20 @@ COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, tex
 
 -- Stores (or replaces) a named script so applications can submit it from SQL. p_workdir
 -- is the directory it was stored from (`cryopg workflow put` sends its own): runs started
--- by name have no other, and a local agent runs them there.
+-- by name have no other, and a local agent runs them there. Each change of what is
+-- stored is a new row of workflow_versions, with who (p_by) and when; p_digest (a keyed
+-- hash of the clear source, from the server) tells an unchanged save, which adds none.
+-- p_base_version is the version an editor started from (0: a new workflow): a save over
+-- a later one is refused, so two people editing at once cannot lose each other's work.
 CREATE OR REPLACE FUNCTION cryo.put_workflow(
     p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea,
-    p_graph jsonb DEFAULT NULL, p_workdir text DEFAULT NULL)
-RETURNS void
+    p_graph jsonb DEFAULT NULL, p_workdir text DEFAULT NULL, p_digest bytea DEFAULT NULL,
+    p_by text DEFAULT NULL, p_base_version integer DEFAULT NULL)
+RETURNS integer
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_cur cryo.workflows;
+    v_version integer;
 BEGIN
     PERFORM cryo._require_project(p_org, p_project);
     IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
@@ -150,21 +158,49 @@ BEGIN
                                   OR p_workdir ~ '[[:cntrl:]]') THEN
         RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
     END IF;
+    SELECT * INTO v_cur FROM cryo.workflows
+     WHERE org = p_org AND project = p_project AND name = p_name FOR UPDATE;
+    IF p_base_version IS NOT NULL AND coalesce(v_cur.version, 0) <> p_base_version THEN
+        RAISE EXCEPTION 'workflow % is at version %, not %: it changed since you opened it (reload and edit again)',
+            p_name, coalesce(v_cur.version, 0), p_base_version USING ERRCODE = 'CR240';
+    END IF;
+    IF v_cur.name IS NOT NULL AND p_digest IS NOT NULL AND EXISTS (
+        SELECT 1 FROM cryo.workflow_versions v
+         WHERE v.org = p_org AND v.project = p_project AND v.workflow = p_name
+           AND v.version = v_cur.version AND v.digest = p_digest
+           AND v.filename = p_filename
+           AND v.interpreter IS NOT DISTINCT FROM nullif(p_interpreter, '')
+           AND v.workdir IS NOT DISTINCT FROM p_workdir) THEN
+        RETURN v_cur.version;  -- the same definition again: no new version
+    END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                workdir, updated_at)
+                                workdir, updated_at, version)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
-            cryo.now())
+            cryo.now(), 1)
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
-           workdir = excluded.workdir, updated_at = excluded.updated_at;
+           workdir = excluded.workdir, updated_at = excluded.updated_at,
+           version = cryo.workflows.version + 1
+    RETURNING version INTO v_version;
+    IF p_base_version IS NOT NULL AND v_version <> p_base_version + 1 THEN
+        -- Another first save of the same name committed while this one waited.
+        RAISE EXCEPTION 'workflow % changed since you opened it (reload and edit again)', p_name
+            USING ERRCODE = 'CR240';
+    END IF;
+    INSERT INTO cryo.workflow_versions (org, project, workflow, version, filename, interpreter,
+                                        source, kind, graph, workdir, digest, created_by, created_at)
+    VALUES (p_org, p_project, p_name, v_version, p_filename, nullif(p_interpreter, ''), p_source,
+            CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
+            p_digest, p_by, cryo.now());
     -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
     PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
+    RETURN v_version;
 END
 $$;
-COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text) IS
-    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
+COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text, bytea, text, integer) IS
+    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one and keeping it as a new version by p_by (unless p_digest, filename, interpreter and directory equal the current version''s); p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns the current version number. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory, CR240 when p_base_version is given and is not the current version (0: the workflow must not exist yet).';
 
 -- The one rule for the agent capability a script needs (every submit that is given no
 -- capabilities uses it): a shell for a script run by a shell, or with no interpreter a
@@ -301,10 +337,10 @@ COMMENT ON FUNCTION cryo.queue_position(text) IS
 
 CREATE OR REPLACE FUNCTION cryo.get_workflow(p_org text, p_project text, p_name text)
 RETURNS TABLE (filename text, interpreter text, source bytea, kind text, graph jsonb,
-               workdir text)
+               workdir text, version integer)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph, w.workdir
+    RETURN QUERY SELECT w.filename, w.interpreter, w.source, w.kind, w.graph, w.workdir, w.version
                    FROM cryo.workflows w
                   WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
     IF NOT FOUND THEN
@@ -313,4 +349,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.get_workflow(text, text, text) IS
-    'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, and the directory it was stored from. Raises CR005 for an unknown workflow.';
+    'Returns a stored workflow: filename, interpreter, sealed source, kind (script or graph), for a graph its compiled structure, the directory it was stored from and its current version number. Raises CR005 for an unknown workflow.';

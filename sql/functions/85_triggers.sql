@@ -169,6 +169,84 @@ $$;
 COMMENT ON FUNCTION cryo.delete_schedule(text, text, text) IS
     'Deletes a schedule (runs it started stay). Returns nothing. Raises CR005 for an unknown schedule.';
 
+-- Changes what a schedule starts and when: its workflow, cron (with time zone) or
+-- interval, and (unless p_keep_input) its sealed input. The server computes p_next from
+-- the new timing; a paused schedule stays paused and is planned when resumed.
+CREATE OR REPLACE FUNCTION cryo.update_schedule(
+    p_org text, p_project text, p_name text, p_workflow text, p_cron text, p_timezone text,
+    p_every_seconds double precision, p_input bytea, p_keep_input boolean,
+    p_next_fire_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_s cryo.schedules;
+BEGIN
+    SELECT * INTO v_s FROM cryo.schedules s
+     WHERE s.org = p_org AND s.project = p_project AND s.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    PERFORM cryo._check_not_owned('schedule', p_name, v_s.source_workflow);
+    PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    IF (p_cron IS NULL) = (p_every_seconds IS NULL) THEN
+        RAISE EXCEPTION 'a schedule needs either a cron expression or an interval' USING ERRCODE = 'CR004';
+    END IF;
+    IF p_every_seconds IS NOT NULL AND NOT (p_every_seconds >= 1 AND p_every_seconds < 'infinity') THEN
+        RAISE EXCEPTION 'a schedule''s interval must be at least 1 second' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.schedules
+       SET workflow = p_workflow, cron = p_cron, timezone = coalesce(p_timezone, 'UTC'),
+           every_seconds = p_every_seconds,
+           input = CASE WHEN p_keep_input THEN input ELSE p_input END,
+           next_fire_at = CASE WHEN paused THEN NULL ELSE p_next_fire_at END,
+           updated_at = cryo.now()
+     WHERE org = p_org AND project = p_project AND name = p_name;
+END
+$$;
+COMMENT ON FUNCTION cryo.update_schedule(text, text, text, text, text, text, double precision, bytea, boolean, timestamptz) IS
+    'Changes a schedule''s workflow, cron expression (in p_timezone) or interval and, unless p_keep_input, its sealed input; it fires next at p_next_fire_at (the server computes it; a paused schedule is planned when resumed). Returns nothing. Raises CR005 for an unknown schedule or workflow, CR004 for both or neither of cron and interval or an interval under 1 s, CR242 for a schedule a workflow''s on: registered.';
+
+-- A schedule's sealed input, which the server opens to start a run now.
+CREATE OR REPLACE FUNCTION cryo.read_schedule_input(p_org text, p_project text, p_name text)
+RETURNS bytea
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_input bytea;
+BEGIN
+    SELECT s.input INTO v_input FROM cryo.schedules s
+     WHERE s.org = p_org AND s.project = p_project AND s.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN v_input;
+END
+$$;
+COMMENT ON FUNCTION cryo.read_schedule_input(text, text, text) IS
+    'Returns a schedule''s sealed input (NULL when it has none). Raises CR005 for an unknown schedule.';
+
+-- "Run now": one run of a schedule's workflow outside its ticks (paused or not), marked
+-- as started by the schedule; its ticks stay as they were. p_input is the sealed input
+-- with its trigger ({kind: schedule, name, manual: true, by}), p_scope the clear
+-- {trigger, input} a graph's if and concurrency read.
+CREATE OR REPLACE FUNCTION cryo.run_schedule_now(
+    p_org text, p_project text, p_name text, p_input bytea, p_scope jsonb)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_s cryo.schedules;
+BEGIN
+    SELECT * INTO v_s FROM cryo.schedules s
+     WHERE s.org = p_org AND s.project = p_project AND s.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN cryo._start_triggered(p_org, p_project, v_s.workflow, p_input, NULL, p_scope, false,
+                                 NULL, 'schedule', p_name);
+END
+$$;
+COMMENT ON FUNCTION cryo.run_schedule_now(text, text, text, bytea, jsonb) IS
+    'Starts one run of a schedule''s workflow now with the sealed p_input, marked as started by the schedule, leaving its ticks as they were; returns the run id, NULL when the workflow''s if was false. Raises CR005 for an unknown schedule or a workflow gone, CR030 when its concurrency group''s queue is full.';
+
 -- The scheduler's first call in its transaction: up to p_limit schedules, of any
 -- project, whose tick is due or that have no next fire time yet, locked for this
 -- transaction (SKIP LOCKED: another server takes the others). Also returns the engine's
@@ -336,17 +414,18 @@ COMMENT ON FUNCTION cryo.get_webhook(text, text, text) IS
 
 CREATE OR REPLACE FUNCTION cryo.list_webhooks(p_org text, p_project text)
 RETURNS TABLE (name text, workflow text, status_url text, created_at timestamptz,
-               deliveries bigint, last_delivery_at timestamptz)
+               deliveries bigint, last_delivery_at timestamptz, paused boolean)
 LANGUAGE sql STABLE AS $$
     SELECT w.name, w.workflow, w.status_url, w.created_at,
            (SELECT count(*) FROM cryo.webhook_deliveries d
              WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name),
            (SELECT max(d.created_at) FROM cryo.webhook_deliveries d
-             WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name)
+             WHERE d.org = w.org AND d.project = w.project AND d.webhook = w.name),
+           w.paused
       FROM cryo.webhooks w WHERE w.org = p_org AND w.project = p_project ORDER BY w.name
 $$;
 COMMENT ON FUNCTION cryo.list_webhooks(text, text) IS
-    'Returns a project''s webhooks by name (never their secrets) with how many deliveries each accepted. Raises nothing.';
+    'Returns a project''s webhooks by name (never their secrets) with how many deliveries each accepted and whether it is paused. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.delete_webhook(p_org text, p_project text, p_name text)
 RETURNS void
@@ -361,9 +440,49 @@ $$;
 COMMENT ON FUNCTION cryo.delete_webhook(text, text, text) IS
     'Deletes a webhook and its delivery records (runs it started stay). Returns nothing. Raises CR005 for an unknown webhook.';
 
+-- Where one delivery goes (deliver_webhook and redeliver_webhook): a paused webhook
+-- starts nothing (the delivery can be delivered again later); one bound to a workflow
+-- starts it unless its on.webhook leaves the event out or its `if` is false; one without
+-- publishes webhook.<event> on the bus. Returns (outcome, run_id, event_id).
+CREATE OR REPLACE FUNCTION cryo._route_delivery(
+    p_hook cryo.webhooks, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea,
+    p_untrusted boolean, p_refused text, OUT outcome text, OUT run_id text, OUT event_id bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_wf cryo.workflows;
+BEGIN
+    IF p_hook.paused THEN
+        outcome := 'paused';
+    ELSIF p_hook.workflow IS NULL THEN
+        event_id := cryo._publish_event(p_hook.org, p_hook.project, 'webhook.' || p_event,
+                                        p_payload, NULL, NULL, p_untrusted);
+        outcome := 'published';
+    ELSE
+        v_wf := cryo._require_workflow(p_hook.org, p_hook.project, p_hook.workflow);
+        IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
+            outcome := 'ignored';
+        ELSIF p_refused IS NOT NULL THEN
+            outcome := 'refused';  -- its input failed the workflow's input_schema (the server's check)
+        ELSE
+            run_id := cryo._start_triggered(
+                p_hook.org, p_hook.project, p_hook.workflow, p_input, NULL,
+                jsonb_build_object('trigger', p_trigger, 'input', jsonb_build_object('trigger', p_trigger)),
+                p_untrusted, NULL, 'webhook', p_hook.name);
+            outcome := CASE WHEN run_id IS NULL THEN 'skipped' ELSE 'started' END;
+            IF run_id IS NOT NULL AND p_hook.status_url IS NOT NULL THEN
+                INSERT INTO cryo.status_posts (run_id, org, project, webhook, url, sha, created_at)
+                VALUES (run_id, p_hook.org, p_hook.project, p_hook.name, p_hook.status_url,
+                        p_trigger ->> 'sha', cryo.now());
+            END IF;
+        END IF;
+    END IF;
+END
+$$;
+
 -- One signed delivery, after the server checked its signature. p_trigger is the clear
 -- trigger ({kind, event, ref, sha, payload}) the `if` reads, never stored; p_input the
--- sealed run input ({trigger}); p_payload the sealed bus payload ({"answer": trigger}).
+-- sealed run input ({trigger}), kept on the delivery so it can be delivered again;
+-- p_payload the sealed bus payload ({"answer": trigger}).
 -- A body already delivered answers what its first delivery did, with duplicate true.
 CREATE OR REPLACE FUNCTION cryo.deliver_webhook(
     p_org text, p_project text, p_name text, p_body_hash bytea, p_event text, p_trigger jsonb,
@@ -372,10 +491,8 @@ RETURNS TABLE (outcome text, run_id text, event_id bigint, duplicate boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_hook cryo.webhooks;
-    v_wf cryo.workflows;
-    v_outcome text;
-    v_run text;
-    v_event bigint;
+    v_id bigint;
+    v_route record;
 BEGIN
     SELECT * INTO v_hook FROM cryo.webhooks w
      WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
@@ -384,44 +501,130 @@ BEGIN
     END IF;
     PERFORM cryo._check_name('webhook event', p_event);
     -- A concurrent redelivery waits here for the first one to commit, then finds it.
-    INSERT INTO cryo.webhook_deliveries (org, project, webhook, body_hash, event, created_at)
-    VALUES (p_org, p_project, p_name, p_body_hash, p_event, cryo.now())
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
+    INSERT INTO cryo.webhook_deliveries (org, project, webhook, body_hash, event, input,
+                                         untrusted, created_at)
+    VALUES (p_org, p_project, p_name, p_body_hash, p_event, p_input,
+            coalesce(p_untrusted, false), cryo.now())
+    ON CONFLICT DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
         RETURN QUERY SELECT d.outcome, d.run_id, d.event_id, true FROM cryo.webhook_deliveries d
                       WHERE d.org = p_org AND d.project = p_project AND d.webhook = p_name
-                        AND d.body_hash = p_body_hash;
+                        AND d.body_hash = p_body_hash AND d.redelivery_of IS NULL;
         RETURN;
     END IF;
-    IF v_hook.workflow IS NULL THEN
-        v_event := cryo._publish_event(p_org, p_project, 'webhook.' || p_event, p_payload, NULL,
-                                       NULL, p_untrusted);
-        v_outcome := 'published';
-    ELSE
-        v_wf := cryo._require_workflow(p_org, p_project, v_hook.workflow);
-        IF v_wf.graph #> '{on,webhook}' IS NOT NULL AND NOT (v_wf.graph #> '{on,webhook}') ? p_event THEN
-            v_outcome := 'ignored';
-        ELSIF p_refused IS NOT NULL THEN
-            v_outcome := 'refused';  -- its input failed the workflow's input_schema (the server's check)
-        ELSE
-            v_run := cryo._start_triggered(
-                p_org, p_project, v_hook.workflow, p_input, NULL,
-                jsonb_build_object('trigger', p_trigger, 'input', jsonb_build_object('trigger', p_trigger)),
-                p_untrusted, NULL, 'webhook', p_name);
-            v_outcome := CASE WHEN v_run IS NULL THEN 'skipped' ELSE 'started' END;
-            IF v_run IS NOT NULL AND v_hook.status_url IS NOT NULL THEN
-                INSERT INTO cryo.status_posts (run_id, org, project, webhook, url, sha, created_at)
-                VALUES (v_run, p_org, p_project, p_name, v_hook.status_url, p_trigger ->> 'sha', cryo.now());
-            END IF;
-        END IF;
-    END IF;
-    UPDATE cryo.webhook_deliveries d SET outcome = v_outcome, run_id = v_run, event_id = v_event
-     WHERE d.org = p_org AND d.project = p_project AND d.webhook = p_name AND d.body_hash = p_body_hash;
-    RETURN QUERY SELECT v_outcome, v_run, v_event, false;
+    v_route := cryo._route_delivery(v_hook, p_event, p_trigger, p_input, p_payload, p_untrusted,
+                                    p_refused);
+    UPDATE cryo.webhook_deliveries d
+       SET outcome = v_route.outcome, run_id = v_route.run_id, event_id = v_route.event_id
+     WHERE d.org = p_org AND d.project = p_project AND d.id = v_id;
+    RETURN QUERY SELECT v_route.outcome, v_route.run_id, v_route.event_id, false;
 END
 $$;
 COMMENT ON FUNCTION cryo.deliver_webhook(text, text, text, bytea, text, jsonb, bytea, bytea, boolean, text) IS
-    'Records a signed delivery (by its body hash) and, in the same transaction, starts the webhook''s workflow (unless its if is false, its on.webhook leaves the event out, or p_refused says why its input failed the workflow''s input_schema) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | refused | published, run_id, event_id, duplicate), a redelivery answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
+    'Records a signed delivery (by its body hash, with its sealed input) and, in the same transaction, starts the webhook''s workflow (unless the webhook is paused, its if is false, its on.webhook leaves the event out, or p_refused says why its input failed the workflow''s input_schema) or, for a webhook without a workflow, publishes webhook.<event> on the bus; returns (outcome started | skipped | ignored | refused | published | paused, run_id, event_id, duplicate), a redelivery of the same body answering what the first did. Raises CR005 for an unknown webhook or a workflow gone, CR004 for a bad event name.';
+
+-- What the server needs to deliver a stored delivery again: its webhook, event, sealed
+-- input and whether it came untrusted.
+CREATE OR REPLACE FUNCTION cryo.read_webhook_delivery(p_org text, p_project text, p_id bigint)
+RETURNS TABLE (webhook text, event text, input bytea, untrusted boolean)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_d cryo.webhook_deliveries;
+BEGIN
+    SELECT * INTO v_d FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project AND d.id = p_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook delivery % in %/%', p_id, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    IF v_d.input IS NULL THEN
+        RAISE EXCEPTION 'webhook delivery % was stored before deliveries kept their input: it cannot be delivered again', p_id
+            USING ERRCODE = 'CR241';
+    END IF;
+    RETURN QUERY SELECT v_d.webhook, v_d.event, v_d.input, v_d.untrusted;
+END
+$$;
+COMMENT ON FUNCTION cryo.read_webhook_delivery(text, text, bigint) IS
+    'Returns a stored delivery''s webhook, event, sealed input and untrusted flag, for a redelivery. Raises CR005 for an unknown delivery, CR241 for one stored without its input.';
+
+-- Delivers a stored delivery again, as a new delivery row (redelivery_of names the
+-- first) routed by the webhook as it is now: a run started, an event published, or
+-- nothing (paused, skipped, ignored). p_trigger, p_input and p_payload are what the
+-- server opened from the stored input and sealed again; p_by is who asked.
+CREATE OR REPLACE FUNCTION cryo.redeliver_webhook(
+    p_org text, p_project text, p_id bigint, p_trigger jsonb, p_input bytea, p_payload bytea,
+    p_by text, p_refused text DEFAULT NULL)
+RETURNS TABLE (id bigint, outcome text, run_id text, event_id bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_d cryo.webhook_deliveries;
+    v_hook cryo.webhooks;
+    v_id bigint;
+    v_route record;
+BEGIN
+    SELECT * INTO v_d FROM cryo.webhook_deliveries d
+     WHERE d.org = p_org AND d.project = p_project AND d.id = p_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook delivery % in %/%', p_id, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    IF v_d.input IS NULL OR p_input IS NULL THEN
+        RAISE EXCEPTION 'webhook delivery % was stored before deliveries kept their input: it cannot be delivered again', p_id
+            USING ERRCODE = 'CR241';
+    END IF;
+    SELECT * INTO v_hook FROM cryo.webhooks w
+     WHERE w.org = p_org AND w.project = p_project AND w.name = v_d.webhook;
+    INSERT INTO cryo.webhook_deliveries (org, project, webhook, body_hash, event, input, untrusted,
+                                         redelivery_of, redelivered_by, created_at)
+    VALUES (p_org, p_project, v_d.webhook, v_d.body_hash, v_d.event, p_input, v_d.untrusted,
+            coalesce(v_d.redelivery_of, v_d.id), p_by, cryo.now())
+    RETURNING webhook_deliveries.id INTO v_id;
+    v_route := cryo._route_delivery(v_hook, v_d.event, p_trigger, p_input, p_payload, v_d.untrusted,
+                                    p_refused);
+    UPDATE cryo.webhook_deliveries d
+       SET outcome = v_route.outcome, run_id = v_route.run_id, event_id = v_route.event_id
+     WHERE d.org = p_org AND d.project = p_project AND d.id = v_id;
+    RETURN QUERY SELECT v_id, v_route.outcome, v_route.run_id, v_route.event_id;
+END
+$$;
+COMMENT ON FUNCTION cryo.redeliver_webhook(text, text, bigint, jsonb, bytea, bytea, text, text) IS
+    'Delivers a stored webhook delivery again as a new delivery (redelivery_of the first, redelivered_by p_by), routed as deliver_webhook routes one (p_refused: why its input fails the workflow''s input_schema now), without the body-hash dedup; returns (id, outcome, run_id, event_id). Raises CR005 for an unknown delivery or a workflow gone, CR241 for a delivery stored without its input.';
+
+-- Changes where a webhook's deliveries go (its workflow, or none: the bus) and its
+-- commit status URL; the secret stays.
+CREATE OR REPLACE FUNCTION cryo.update_webhook(
+    p_org text, p_project text, p_name text, p_workflow text, p_status_url text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_workflow IS NOT NULL THEN
+        PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    END IF;
+    IF p_status_url IS NOT NULL AND p_workflow IS NULL THEN
+        RAISE EXCEPTION 'a commit status URL needs a workflow whose run it reports' USING ERRCODE = 'CR004';
+    END IF;
+    UPDATE cryo.webhooks SET workflow = p_workflow, status_url = p_status_url
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.update_webhook(text, text, text, text, text) IS
+    'Points a webhook at another workflow (NULL: deliveries go to the bus) and sets its status URL; the signing secret is kept. Returns nothing. Raises CR005 for an unknown webhook or workflow, CR004 for a status URL without a workflow.';
+
+CREATE OR REPLACE FUNCTION cryo.pause_webhook(p_org text, p_project text, p_name text, p_paused boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.webhooks SET paused = p_paused
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no webhook % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.pause_webhook(text, text, text, boolean) IS
+    'Pauses (p_paused true) or resumes a webhook: while paused each signed delivery is recorded with outcome paused and starts nothing (deliver it again once resumed). Returns nothing. Raises CR005 for an unknown webhook.';
 
 -- The commit-status outbox. A server takes posts whose run has ended (a post taken by
 -- a server that died is taken again after five minutes), sends them outside any engine
@@ -491,13 +694,64 @@ COMMENT ON FUNCTION cryo.create_handler(text, text, text, text, text) IS
     'Creates an event handler: each event p_event published on the project bus starts one run of p_workflow. Returns nothing. Raises CR005 for an unknown project or workflow, CR004 for a bad or taken name or a bad event name.';
 
 CREATE OR REPLACE FUNCTION cryo.list_handlers(p_org text, p_project text)
-RETURNS TABLE (name text, event text, workflow text, source_workflow text, created_at timestamptz)
+RETURNS TABLE (name text, event text, workflow text, source_workflow text, created_at timestamptz,
+               paused boolean)
 LANGUAGE sql STABLE AS $$
-    SELECT h.name, h.event, h.workflow, h.source_workflow, h.created_at FROM cryo.event_handlers h
+    SELECT h.name, h.event, h.workflow, h.source_workflow, h.created_at, h.paused
+      FROM cryo.event_handlers h
      WHERE h.org = p_org AND h.project = p_project ORDER BY h.name
 $$;
 COMMENT ON FUNCTION cryo.list_handlers(text, text) IS
-    'Returns a project''s event handlers by name. Raises nothing.';
+    'Returns a project''s event handlers by name, with whether each is paused. Raises nothing.';
+
+-- A trigger a workflow's own `on:` registered is that workflow's: it is changed by
+-- putting the workflow again, never behind its back.
+CREATE OR REPLACE FUNCTION cryo._check_not_owned(p_what text, p_name text, p_source text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_source IS NOT NULL THEN
+        RAISE EXCEPTION '% % is registered by workflow %''s on:; change that workflow instead',
+            p_what, p_name, p_source USING ERRCODE = 'CR242';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION cryo.update_handler(
+    p_org text, p_project text, p_name text, p_event text, p_workflow text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_h cryo.event_handlers;
+BEGIN
+    SELECT * INTO v_h FROM cryo.event_handlers h
+     WHERE h.org = p_org AND h.project = p_project AND h.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no handler % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    PERFORM cryo._check_not_owned('handler', p_name, v_h.source_workflow);
+    PERFORM cryo._check_name('event', p_event);
+    PERFORM cryo._require_workflow(p_org, p_project, p_workflow);
+    UPDATE cryo.event_handlers SET event = p_event, workflow = p_workflow
+     WHERE org = p_org AND project = p_project AND name = p_name;
+END
+$$;
+COMMENT ON FUNCTION cryo.update_handler(text, text, text, text, text) IS
+    'Changes the event an event handler listens for and the workflow it starts. Returns nothing. Raises CR005 for an unknown handler or workflow, CR004 for a bad event name, CR242 for a handler a workflow''s on: registered.';
+
+CREATE OR REPLACE FUNCTION cryo.pause_handler(p_org text, p_project text, p_name text, p_paused boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.event_handlers SET paused = p_paused
+     WHERE org = p_org AND project = p_project AND name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no handler % in %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.pause_handler(text, text, text, boolean) IS
+    'Pauses (p_paused true) or resumes an event handler: while paused, events of its name start no run of it (and are not caught up). Returns nothing. Raises CR005 for an unknown handler.';
 
 CREATE OR REPLACE FUNCTION cryo.delete_handler(p_org text, p_project text, p_name text)
 RETURNS void
@@ -552,7 +806,8 @@ BEGIN
         END;
     END LOOP;
     IF NOT EXISTS (SELECT 1 FROM cryo.event_handlers h
-                    WHERE h.org = p_org AND h.project = p_project AND h.event = p_name) THEN
+                    WHERE h.org = p_org AND h.project = p_project AND h.event = p_name
+                      AND NOT h.paused) THEN
         RETURN;
     END IF;
     IF p_depth >= cryo._handler_depth_limit() THEN
@@ -565,7 +820,8 @@ BEGIN
         RETURN;
     END IF;
     FOR v_h IN SELECT * FROM cryo.event_handlers h
-                WHERE h.org = p_org AND h.project = p_project AND h.event = p_name ORDER BY h.name
+                WHERE h.org = p_org AND h.project = p_project AND h.event = p_name
+                  AND NOT h.paused ORDER BY h.name
     LOOP
         v_trigger := jsonb_build_object('kind', 'event', 'name', p_name, 'payload', p_clear,
                                         'depth', p_depth, 'event_id', p_event_id, 'handler', v_h.name);

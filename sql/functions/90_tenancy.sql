@@ -439,7 +439,8 @@ COMMENT ON FUNCTION cryo.list_projects(text) IS 'Returns the projects of an org 
 -- it (schedules and event handlers naming it, webhooks bound to it), read in one pass.
 CREATE OR REPLACE FUNCTION cryo.list_workflows(p_org text, p_project text)
 RETURNS TABLE (name text, filename text, kind text, pipeline text, updated_at timestamptz,
-               schedules bigint, handlers bigint, webhooks bigint)
+               schedules bigint, handlers bigint, webhooks bigint, version integer,
+               updated_by text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     PERFORM cryo._require_project(p_org, p_project);
@@ -452,14 +453,63 @@ BEGIN
            (SELECT count(*) FROM cryo.event_handlers h
              WHERE h.org = w.org AND h.project = w.project AND h.workflow = w.name),
            (SELECT count(*) FROM cryo.webhooks k
-             WHERE k.org = w.org AND k.project = w.project AND k.workflow = w.name)
+             WHERE k.org = w.org AND k.project = w.project AND k.workflow = w.name),
+           w.version,
+           (SELECT v.created_by FROM cryo.workflow_versions v
+             WHERE v.org = w.org AND v.project = w.project AND v.workflow = w.name
+               AND v.version = w.version)
       FROM cryo.workflows w
      WHERE w.org = p_org AND w.project = p_project
      ORDER BY w.name;
 END
 $$;
 COMMENT ON FUNCTION cryo.list_workflows(text, text) IS
-    'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, and how many schedules, event handlers and webhooks start it. Raises CR005 for an unknown project.';
+    'Returns the stored workflows of a project by name: filename, kind (script, graph or pipeline), the pipeline version, when it was last put, how many schedules, event handlers and webhooks start it, its current version and who stored that. Raises CR005 for an unknown project.';
+
+-- A stored workflow's versions, newest first, for the workflows page: who stored each
+-- and when (the sources stay sealed; get_workflow_version reads one).
+CREATE OR REPLACE FUNCTION cryo.list_workflow_versions(p_org text, p_project text, p_name text)
+RETURNS TABLE (version integer, filename text, kind text, pipeline text, created_by text,
+               created_at timestamptz, current boolean)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_current integer;
+BEGIN
+    SELECT w.version INTO v_current FROM cryo.workflows w
+     WHERE w.org = p_org AND w.project = p_project AND w.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no workflow % in project %/%', p_name, p_org, p_project USING ERRCODE = 'CR005';
+    END IF;
+    RETURN QUERY
+    SELECT v.version, v.filename, CASE WHEN v.graph ? 'pipeline' THEN 'pipeline' ELSE v.kind END,
+           v.graph ->> 'pipeline', v.created_by, v.created_at, v.version = v_current
+      FROM cryo.workflow_versions v
+     WHERE v.org = p_org AND v.project = p_project AND v.workflow = p_name
+     ORDER BY v.version DESC;
+END
+$$;
+COMMENT ON FUNCTION cryo.list_workflow_versions(text, text, text) IS
+    'Returns the versions of a stored workflow, newest first: number, filename, kind (script, graph or pipeline), pipeline version, who stored it (NULL: from SQL or before versions were kept), when, and whether it is the current one. Raises CR005 for an unknown workflow.';
+
+CREATE OR REPLACE FUNCTION cryo.get_workflow_version(p_org text, p_project text, p_name text,
+                                                     p_version integer)
+RETURNS TABLE (filename text, interpreter text, source bytea, kind text, graph jsonb,
+               workdir text, created_by text, created_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT v.filename, v.interpreter, v.source, v.kind, v.graph, v.workdir,
+                        v.created_by, v.created_at
+                   FROM cryo.workflow_versions v
+                  WHERE v.org = p_org AND v.project = p_project AND v.workflow = p_name
+                    AND v.version = p_version;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow % in project %/% has no version %', p_name, p_org, p_project, p_version
+            USING ERRCODE = 'CR005';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo.get_workflow_version(text, text, text, integer) IS
+    'Returns one version of a stored workflow: filename, interpreter, sealed source, kind, compiled graph, directory, who stored it and when. Raises CR005 for an unknown workflow or version.';
 
 -- Removes a stored workflow. The schedules and handlers its own `on:` registered go with
 -- it; a schedule, handler or webhook made separately that starts it is never removed

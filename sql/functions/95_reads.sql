@@ -328,15 +328,17 @@ COMMENT ON FUNCTION cryo.read_event(bigint) IS
 CREATE OR REPLACE FUNCTION cryo.list_webhook_deliveries(p_org text, p_project text,
                                                          p_limit integer DEFAULT 20)
 RETURNS TABLE (webhook text, event text, outcome text, run_id text, event_id bigint,
-               created_at timestamptz)
+               created_at timestamptz, id bigint, redelivery_of bigint, redelivered_by text,
+               redeliverable boolean)
 LANGUAGE sql STABLE AS $$
-    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at
+    SELECT d.webhook, d.event, d.outcome, d.run_id, d.event_id, d.created_at, d.id,
+           d.redelivery_of, d.redelivered_by, d.input IS NOT NULL
       FROM cryo.webhook_deliveries d
      WHERE d.org = p_org AND d.project = p_project
      ORDER BY d.created_at DESC LIMIT least(greatest(p_limit, 0), 200)
 $$;
 COMMENT ON FUNCTION cryo.list_webhook_deliveries(text, text, integer) IS
-    'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published) and the run started or event published. Raises nothing.';
+    'Returns a project''s latest accepted webhook deliveries, newest first (at most 200): the webhook, the event, the outcome (started | skipped | ignored | published | paused), the run started or event published, the delivery''s id, the first delivery a redelivery repeats and who asked for it, and whether it can be delivered again. Raises nothing.';
 
 CREATE OR REPLACE FUNCTION cryo.read_logs_before(p_run_id text, p_before bigint, p_limit integer DEFAULT 64)
 RETURNS TABLE (id bigint, data bytea, created_at timestamptz)

@@ -24,11 +24,14 @@ from cryopg.server.user_api import (
     sign_in_admin,
     signals_events,
     state_reads,
+    trigger_edits,
     triggers,
+    workflow_versions,
 )
 
 
 def add_routes(app: web.Application) -> None:
     for module in (runs, graphs, logs, live, signals_events, state_reads, admin, secrets,
-                   connections, triggers, hooks, sign_in_admin, artifacts, operators, run_counts):
+                   connections, triggers, trigger_edits, hooks, sign_in_admin, artifacts,
+                   operators, run_counts, workflow_versions):
         module.add_routes(app)

@@ -129,7 +129,8 @@ async def list_workflows(request: web.Request) -> web.Response:
     return web.json_response({"workflows": [
         {"name": w.name, "filename": w.filename, "kind": w.kind, "pipeline": w.pipeline,
          "updated_at": iso(w.updated_at), "schedules": w.schedules, "handlers": w.handlers,
-         "webhooks": w.webhooks} for w in rows]})
+         "webhooks": w.webhooks, "version": w.version, "updated_by": w.updated_by}
+        for w in rows]})
 
 
 async def delete_workflow(request: web.Request) -> web.Response:

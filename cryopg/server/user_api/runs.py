@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -12,7 +11,7 @@ from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.graphs.nodes import state_node
-from cryopg.payloads import open_document, run_input, run_outputs
+from cryopg.payloads import run_input, run_outputs
 from cryopg.seal import Sealer
 from cryopg.server import traces
 from cryopg.server.app_state import KEYS, POOL, TIMERS
@@ -20,7 +19,7 @@ from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int, script_fields
 from cryopg.server.redact import masked
 from cryopg.server.render import iso, run_json
-from cryopg.server.user_api import operators
+from cryopg.server.user_api import operators, workflow_versions
 from cryopg.server.user_api.graphs import (
     Prepared,
     admission_group,
@@ -213,25 +212,37 @@ async def cancel(request: web.Request) -> web.Response:
 
 
 async def put_workflow(request: web.Request) -> web.Response:
-    await require_user(request, MEMBER)
+    """Stores a workflow after the checks a submit makes; a definition that does not
+    compile is a 400 naming the line it is about (`error.line`) and stores nothing.
+    `base_version` (the version an editor started from; 0 for a new one) refuses a save
+    over someone else's later one (409)."""
+    user = await require_user(request, MEMBER)
     org, project = project_of(request)
     body = await json_body(request)
     source, filename, interpreter = script_fields(body)
     # Where the workflow was stored from: runs started by name run there on a local agent.
     workdir = optional_str_field(body, "workdir", limit=4096)
-    graph = await compiled_graph(source, filename)
-    for expr in (graph.structure.get("on", {}).get("schedule", []) if graph else []):
-        try:  # on.schedule registers schedules (in UTC): each cron text must read
-            cron.check_cron(expr)
-        except cron.ScheduleError as exc:
-            raise InvalidArgument(f"on.schedule: {exc}") from None
+    base = body.get("base_version")
+    if base is not None and (isinstance(base, bool) or not isinstance(base, int)
+                             or not 0 <= base < 2**31):
+        raise InvalidArgument("base_version must be a version number (0: a new workflow)")
+    try:
+        graph = await compiled_graph(source, filename)
+        for expr in (graph.structure.get("on", {}).get("schedule", []) if graph else []):
+            try:  # on.schedule registers schedules (in UTC): each cron text must read
+                cron.check_cron(expr)
+            except cron.ScheduleError as exc:
+                raise InvalidArgument(f"on.schedule: {exc}") from None
+    except InvalidArgument as exc:
+        return workflow_versions.refused(exc, source)
     sealer = await request.app[KEYS].sealer(org)
     async with connection(request.app[POOL]) as conn:
-        await engine.put_workflow(conn, org, project, request.match_info["name"], filename=filename,
-                                  interpreter=interpreter,
-                                  source=sealer.seal_text(graph.source() if graph else source),
-                                  graph=graph and graph.structure, workdir=workdir)
-    return web.json_response({"name": request.match_info["name"],
+        version = await engine.put_workflow(
+            conn, org, project, request.match_info["name"], filename=filename,
+            interpreter=interpreter, source=sealer.seal_text(graph.source() if graph else source),
+            graph=graph and graph.structure, workdir=workdir, digest=sealer.digest(source),
+            by=user.member, base_version=base)
+    return web.json_response({"name": request.match_info["name"], "version": version,
                               **_kind(graph and graph.structure)})
 
 
@@ -256,19 +267,17 @@ async def get_workflow(request: web.Request) -> web.Response:
         filename, interpreter, sealed, _, structure = await engine.get_workflow(
             conn, org, project, name)
         workdir = await engine.workflow_workdir(conn, org, project, name)
+        version = await engine.workflow_version(conn, org, project, name)
     got: dict[str, Any] = {"name": name, "filename": filename, "interpreter": interpreter,
-                           "workdir": workdir, **_kind(structure)}
+                           "workdir": workdir, "version": version, **_kind(structure)}
     if structure is not None:
         got["nodes"] = [{"id": n["id"], "type": n["type"], "needs": n.get("deps", [])}
                         for n in structure.get("nodes", [])]
         got.update({k: structure[k] for k in ("on", "cancel_on", "input_schema")
                     if k in structure})
-    if with_source:
-        text = open_document(await request.app[KEYS].sealer(org), sealed)
-        if structure is not None:  # what was written: a pipeline's YAML, a graph's JSON
-            doc = json.loads(text)
-            text = doc.get("pipeline_source") or doc.get("graph_source") or text
-        got["source"] = text
+    if with_source:  # what was written: a pipeline's YAML, a graph's JSON
+        got["source"] = workflow_versions.stored_text(await request.app[KEYS].sealer(org),
+                                                      sealed, structure)
     return web.json_response(got)
 
 

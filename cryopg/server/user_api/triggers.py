@@ -26,10 +26,28 @@ from cryopg.triggers import cron, forge, webhook
 HOOK_ROUTE = "/api/v1/hooks/{org}/{project}/{name}"
 
 
-def _schedule_json(s: engine.Schedule) -> dict[str, Any]:
+NEXT_FIRES = 5  # the fire times a schedule lists ahead (the UI shows them)
+
+
+def _next_fires(s: engine.Schedule) -> list[str]:
+    """The schedule's next few ticks from its next one (none while paused)."""
+    if s.paused or s.next_fire_at is None:
+        return []
+    ticks = [s.next_fire_at]
+    try:
+        while len(ticks) < NEXT_FIRES:
+            ticks.append(cron.next_after(s.cron, s.timezone, s.every_seconds, ticks[-1],
+                                         anchor=s.next_fire_at))
+    except cron.ScheduleError:
+        pass
+    return [iso(t) for t in ticks]
+
+
+def schedule_json(s: engine.Schedule) -> dict[str, Any]:
     return {"name": s.name, "workflow": s.workflow, "cron": s.cron, "timezone": s.timezone,
             "every_seconds": s.every_seconds, "paused": s.paused,
             "registered_by": s.source_workflow, "next_fire_at": iso(s.next_fire_at),
+            "next_fires": _next_fires(s),
             "last_fire_at": iso(s.last_fire_at), "last_run_id": s.last_run_id,
             "created_at": iso(s.created_at)}
 
@@ -71,7 +89,7 @@ async def create_schedule(request: web.Request) -> web.Response:
                                      timezone=timezone, every_seconds=every, input=sealed,
                                      next_fire_at=cron.next_after(expr, timezone, every, now))
         got = [s for s in await engine.list_schedules(conn, org, project) if s.name == name]
-    return web.json_response(_schedule_json(got[0]), status=201)
+    return web.json_response(schedule_json(got[0]), status=201)
 
 
 async def list_schedules(request: web.Request) -> web.Response:
@@ -79,7 +97,7 @@ async def list_schedules(request: web.Request) -> web.Response:
     org, project = project_of(request)
     async with connection(request.app[POOL]) as conn:
         rows = await engine.list_schedules(conn, org, project)
-    return web.json_response({"schedules": [_schedule_json(s) for s in rows]})
+    return web.json_response({"schedules": [schedule_json(s) for s in rows]})
 
 
 async def _pause(request: web.Request, paused: bool) -> web.Response:
@@ -98,7 +116,7 @@ async def _pause(request: web.Request, paused: bool) -> web.Response:
                     raise InvalidArgument(str(exc)) from None
                 await engine.plan_schedule(conn, org, project, name, nxt)
         got = [s for s in await engine.list_schedules(conn, org, project) if s.name == name]
-    return web.json_response(_schedule_json(got[0]))
+    return web.json_response(schedule_json(got[0]))
 
 
 async def pause_schedule(request: web.Request) -> web.Response:
@@ -160,7 +178,7 @@ async def list_webhooks(request: web.Request) -> web.Response:
         {"name": w.name, "workflow": w.workflow, "status_url": w.status_url,
          "path": HOOK_ROUTE.format(org=org, project=project, name=w.name),
          "deliveries": w.deliveries, "last_delivery_at": iso(w.last_delivery_at),
-         "created_at": iso(w.created_at)} for w in rows]})
+         "paused": w.paused, "created_at": iso(w.created_at)} for w in rows]})
 
 
 async def delete_webhook(request: web.Request) -> web.Response:
@@ -188,7 +206,8 @@ async def list_handlers(request: web.Request) -> web.Response:
         rows = await engine.list_handlers(conn, org, project)
     return web.json_response({"handlers": [
         {"name": h.name, "event": h.event, "workflow": h.workflow,
-         "registered_by": h.source_workflow, "created_at": iso(h.created_at)} for h in rows]})
+         "registered_by": h.source_workflow, "paused": h.paused,
+         "created_at": iso(h.created_at)} for h in rows]})
 
 
 async def delete_handler(request: web.Request) -> web.Response:

@@ -32,7 +32,9 @@ export async function api(path, opts = {}) {
   if (!r.ok) {
     const e = (body && body.error) || {};
     if (r.status === 401 && !opts.signingIn) { S.clear(); S.cookie = null; S.me = null; hooks.signedOut(); }
-    throw new ApiError(r.status, e.code || "http", e.message || `HTTP ${r.status}`);
+    const err = new ApiError(r.status, e.code || "http", e.message || `HTTP ${r.status}`);
+    if (e.line) err.line = e.line;  // a source that did not compile: the line it is about
+    throw err;
   }
   return body;
 }

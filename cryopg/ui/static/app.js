@@ -12,18 +12,22 @@ import { runPage } from "./run/page.js";
 import { runsPage } from "./runs.js";
 import { editorPage } from "./editor/page.js";
 import { S, loadCookieSession, signOut } from "./session.js";
-import { handlersPage, schedulesPage, webhooksPage, workflowPage, workflowsPage } from "./triggers.js";
+import { handlersEditPage, schedulesEditPage, webhooksEditPage } from "./trigger_edit.js";
+import { workflowDetailPage, workflowsListPage } from "./workflows.js";
+// The code editor brings CodeMirror (~0.5 MB): loaded when that page is first opened.
+const workflowEditPage = async (m, name, c) => (await import("./workflow_edit.js")).workflowEditPage(m, name, c);
 
 // First path segment -> page. `admin: true` pages are hidden from (and refused to) others,
 // as the API refuses them.
 const PAGES = {
   runs: { page: (m, p, q, c) => runsPage(m, q, c), nav: "Runs" },
   run: { page: (m, p, q, c) => runPage(m, p[0], c, q) },
-  workflows: { page: (m, p, q, c) => (p[0] === "new" ? editorPage(m, null, c) : p[1] === "edit" ? editorPage(m, p[0], c)
-    : p[0] ? workflowPage(m, p[0], c) : workflowsPage(m, c)), nav: "Workflows" },
-  schedules: { page: (m, p, q, c) => schedulesPage(m, c), nav: "Schedules" },
-  webhooks: { page: (m, p, q, c) => webhooksPage(m, c), nav: "Webhooks" },
-  handlers: { page: (m, p, q, c) => handlersPage(m, c), nav: "Handlers" },
+  workflows: { page: (m, p, q, c) => (p[0] === "new" ? (q.get("as") === "file" ? workflowEditPage(m, null, c) : editorPage(m, null, c))
+    : p[1] === "edit" ? editorPage(m, p[0], c) : p[1] === "code" ? workflowEditPage(m, p[0], c)
+    : p[0] ? workflowDetailPage(m, p[0], c) : workflowsListPage(m, c)), nav: "Workflows" },
+  schedules: { page: (m, p, q, c) => schedulesEditPage(m, c), nav: "Schedules" },
+  webhooks: { page: (m, p, q, c) => webhooksEditPage(m, c), nav: "Webhooks" },
+  handlers: { page: (m, p, q, c) => handlersEditPage(m, c), nav: "Handlers" },
   events: { page: (m, p, q, c) => eventsPage(m, c), nav: "Events" },
   secrets: { page: (m, p, q, c) => secretsPage(m, c), nav: "Secrets", admin: true },
   connections: { page: (m, p, q, c) => connectionsPage(m, c), nav: "Connections" },

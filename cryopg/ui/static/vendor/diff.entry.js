@@ -1,0 +1,1 @@
+export { createTwoFilesPatch, structuredPatch, diffLines } from "diff";
