@@ -38,7 +38,13 @@ class YamlError(ValueError):
     """A file that is not the YAML a pipeline can be, said in one line."""
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (its wheels are): some ten times faster
+# than the pure-Python one (3,000 jobs: 3.6 s of CPU); the constructor and resolvers below
+# are Python either way.
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Base):  # type: ignore[misc, valid-type]
     """SafeLoader with YAML 1.2 booleans, no timestamps, and no duplicate keys."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
