@@ -116,15 +116,17 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     if len(nodes) > MAX_NODES:
         raise GraphError(f"nodes: a graph has at most {MAX_NODES} nodes")
     ids: list[str] = []
+    seen: set[str] = set()  # (a list's `in` made 10,000 nodes cost 4 s)
     for i, n in enumerate(nodes):
         if not isinstance(n, dict):
             raise GraphError(f"nodes[{i}]: a node is an object")
         nid = n.get("id")
         if not isinstance(nid, str) or not _ID.match(nid):
             raise GraphError(f"nodes[{i}]: id must be 1-64 letters, digits, _ or - (got {nid!r})")
-        if nid in ids:
+        if nid in seen:
             raise GraphError(f"node {nid}: id is used twice")
         ids.append(nid)
+        seen.add(nid)
     known = frozenset(ids)
     deps: dict[str, list[str]] = {i: [] for i in ids}
     edges = doc.get("edges", [])
