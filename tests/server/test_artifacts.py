@@ -169,6 +169,7 @@ def unbounded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_a_1_gib_artifact_streams(unbounded: Path, tmp_path: Path, srv: Server) -> None:
     """Through the CLI (a child process) and the server (this process): neither holds
     more than a few MiB of it at once."""

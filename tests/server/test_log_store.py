@@ -257,6 +257,7 @@ def _buffers(plan: dict) -> int:  # type: ignore[type-arg]
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
 
+@pytest.mark.slow
 async def test_finding_logs_to_move_does_not_grow_with_finished_runs(srv: Server) -> None:
     done = await srv.run_to_end()
     waiting = await srv.claim_run(await srv.submit())

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import hypothesis
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
@@ -110,6 +111,7 @@ def _fuzz(doc: dict[str, Any], base_url: str, tokens: dict[str, str],
     return failures
 
 
+@pytest.mark.slow
 async def test_schemathesis_finds_no_server_error(srv: Server) -> None:
     doc = (await srv.request("GET", OPENAPI_PATH, token=None)).ok()
     grant = await srv.claim_run(await srv.submit())

@@ -70,6 +70,7 @@ def test_a_timed_out_wait_records_124(db: psycopg.Connection) -> None:
     assert _wait_signal(db, run_id, token2)[3] is True
 
 
+@pytest.mark.slow
 def test_one_event_wakes_a_thousand_parked_runs_exactly_once(db: psycopg.Connection) -> None:
     db.execute("""
         SELECT cryo.submit_script('dev', 'default', 'w.sh', NULL, '\\x00')
