@@ -16,6 +16,7 @@ LATER = {
     ("_publish_event", "_on_event"),  # an event starts its handlers
     ("finish_and_claim_grants", "finish_runs"),  # an agent's finish and next claim in one
     ("_delete_runs", "log_objects_to_delete"),  # a collected run's moved log goes too
+    ("_delete_runs", "_count_history_of"),  # its history is counted before it goes
 }
 DEFINE = re.compile(r"CREATE OR REPLACE (?:FUNCTION|VIEW) cryo\.(\w+)")
 
