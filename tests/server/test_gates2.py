@@ -75,7 +75,7 @@ async def test_a_submitted_graph_is_checked_against_its_own_input_schema(srv: Se
 
 
 async def test_the_canvas_gets_the_node_keys_schema(srv: Server) -> None:
-    got = (await srv.request("GET", "/api/v1/graphs/node-types")).ok()
+    got = (await srv.user("GET", "/api/v1/graphs/node-types")).ok()
     keys = got["node_keys"]["properties"]
     assert {"if", "retry", "concurrency", "fan_out", "continue_on_error", "always"} <= set(keys)
     limit = keys["concurrency"]["anyOf"][1]["properties"]["limit"]
@@ -158,12 +158,13 @@ async def test_a_graph_level_limit_of_two_admits_two_runs_at_once(srv: Server) -
     assert [(await until(srv, i, ended))["status"] for i in runs] == ["succeeded"] * 3
 
 
-FANNED = graph([{"id": "ok", "type": "approval", "fan_out": {"items": "[1, 2]"},
+FANNED = graph([{"id": "ok", "type": "approval", "fan_out": {"items": "input.xs"},
                  "config": {"fields": {}}}])
+XS = {"xs": [1, 2]}
 
 
 async def test_an_answer_names_one_item_of_a_fanned_out_approval(srv: Server) -> None:
-    run_id = await submit_graph(srv, FANNED)
+    run_id = await submit_graph(srv, FANNED, input=XS)
     await until(srv, run_id, lambda r: r["substate"] == "awaiting-approval")
     got = (await srv.user("POST", f"/runs/{run_id}/approvals/ok?item=1", {})).ok()
     assert (got["approved"], got["item"]) == (True, 1)
@@ -176,11 +177,11 @@ async def test_an_answer_names_one_item_of_a_fanned_out_approval(srv: Server) ->
 
 
 async def test_an_answer_naming_no_item_answers_every_waiting_one(srv: Server) -> None:
-    run_id = await submit_graph(srv, FANNED)
+    run_id = await submit_graph(srv, FANNED, input=XS)
     await until(srv, run_id, lambda r: r["substate"] == "awaiting-approval")
     (await srv.user("POST", f"/runs/{run_id}/approvals/ok", {})).ok()
     assert (await until(srv, run_id, ended))["status"] == "succeeded"
-    rejected = await submit_graph(srv, FANNED)
+    rejected = await submit_graph(srv, FANNED, input=XS)
     await until(srv, rejected, lambda r: r["substate"] == "awaiting-approval")
     (await srv.user("POST", f"/runs/{rejected}/approvals/ok/reject?item=0", {})).ok()
     run = await until(srv, rejected, ended)
