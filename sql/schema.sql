@@ -176,7 +176,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._approval_record(p_run cryo.runs, p_node text, p_by text, p_auth text, p_answer text) RETURNS TABLE(approvals integer, needed integer)
+CREATE FUNCTION cryo._approval_record(p_run cryo.runs, p_node text, p_by text, p_auth text, p_answer text, p_item integer DEFAULT NULL::integer) RETURNS TABLE(approvals integer, needed integer)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -185,7 +185,8 @@ DECLARE
 BEGIN
     SELECT array_agg(i.item ORDER BY i.item) INTO v_items FROM cryo.node_instances i
      WHERE i.run_id = p_run.id AND i.node_id = p_node AND i.status = 'waiting'
-       AND i.wait_kind = 'approval' AND i.output IS NULL;
+       AND i.wait_kind = 'approval' AND i.output IS NULL
+       AND (p_item IS NULL OR i.item = p_item);
     IF v_items IS NULL THEN
         RETURN;
     END IF;
@@ -1815,13 +1816,15 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._instance_answer(p_run_id text, p_node text, p_answer bytea, p_by text) RETURNS boolean
+CREATE FUNCTION cryo._instance_answer(p_run_id text, p_node text, p_answer bytea, p_by text, p_item integer DEFAULT NULL::integer) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    -- p_item: that item of a fanned-out node only; NULL: every waiting one.
     UPDATE cryo.node_instances i SET output = p_answer, wait_name = p_by
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
-       AND i.wait_kind = 'approval' AND i.output IS NULL;
+       AND i.wait_kind = 'approval' AND i.output IS NULL
+       AND (p_item IS NULL OR i.item = p_item);
     RETURN FOUND;
 END
 $$;
@@ -1920,7 +1923,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._instance_reject(p_run_id text, p_org text, p_project text, p_node text, p_by text, p_payload bytea) RETURNS boolean
+CREATE FUNCTION cryo._instance_reject(p_run_id text, p_org text, p_project text, p_node text, p_by text, p_payload bytea, p_item integer DEFAULT NULL::integer) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1930,6 +1933,7 @@ BEGIN
     FOR v_item IN UPDATE cryo.node_instances i SET wait_name = p_by
                    WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
                      AND i.wait_kind = 'approval' AND i.output IS NULL
+                     AND (p_item IS NULL OR i.item = p_item)
                   RETURNING i.item LOOP
         PERFORM cryo._instance_ended(p_run_id, p_org, p_project, p_node, v_item, 'failed', NULL,
                                      left('rejected by ' || p_by, 200), NULL, NULL, false,
@@ -3434,14 +3438,14 @@ $$;
 
 COMMENT ON FUNCTION cryo.append_log_at(p_run_id text, p_token uuid, p_offset bigint, p_length bigint, p_data bytea, p_claim_seconds double precision) IS 'Appends a sealed log chunk of p_length plain bytes whose first byte is at p_offset of the pass''s log, only when p_offset is the stored end (bytes already stored are acknowledged and not stored again), and renews the claim; returns the cancel flag and the stored end after the call (short of p_offset + p_length: the chunk overlapped the stored end and its new tail was not stored). Raises CR002 for a stale claim token, CR004 for a missing or negative offset or length, CR160 for an offset past the stored end (the message names it).';
 
-CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text DEFAULT NULL::text) RETURNS jsonb
+CREATE FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text DEFAULT NULL::text, p_item integer DEFAULT NULL::integer) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_run cryo.runs := cryo._approvable(p_run_id);
     v_got record;
 BEGIN
-    SELECT * INTO v_got FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'approved');
+    SELECT * INTO v_got FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'approved', p_item);
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -3451,7 +3455,7 @@ BEGIN
         RETURN jsonb_build_object('approvals', v_got.approvals, 'needed', v_got.needed,
                                   'approved', false);
     END IF;
-    PERFORM cryo._instance_answer(p_run_id, p_node, p_answer, p_by);
+    PERFORM cryo._instance_answer(p_run_id, p_node, p_answer, p_by, p_item);
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
                           p_payload => p_answer);
     -- The wake says why in history under its own kind: node_approved is written once.
@@ -3461,7 +3465,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text) IS 'Records p_by''s approval (a sealed answer) of a waiting approval node of a graph run, as signed in with token or session p_auth; once the node''s approvers (default 1) different members approved, gives the node the last answer and wakes the run. Returns {approvals, needed, approved}, or NULL when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
+COMMENT ON FUNCTION cryo.approve_node(p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text, p_item integer) IS 'Records p_by''s approval (a sealed answer) of a waiting approval node of a graph run (of its item p_item alone when given, else of every waiting item), as signed in with token or session p_auth; once the node''s approvers (default 1) different members approved, gives the node the last answer and wakes the run. Returns {approvals, needed, approved}, or NULL when that node (or item) is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
 
 CREATE FUNCTION cryo.archive_run_log(p_run_id text, p_attempt_id text, p_object_key text, p_bytes bigint, p_object_bytes bigint, p_sha256 bytea) RETURNS boolean
     LANGUAGE plpgsql
@@ -5340,6 +5344,25 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
+CREATE FUNCTION cryo.graph_refuse_input(p_run_id text, p_token uuid, p_reason text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    IF EXISTS (SELECT 1 FROM cryo.lease_waiters w WHERE w.run_id = p_run_id) THEN
+        PERFORM cryo._leave_lease_queues(p_run_id);
+    END IF;
+    PERFORM cryo._graph_cancel_nodes(p_run_id, true);
+    PERFORM cryo._nodes_skip_unstarted(v_q, 'the run''s input was refused');
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'input_refused', 'input', '', 0);
+    PERFORM cryo._finalize(p_run_id, 'failed', 1, 'CR227 ' || left(coalesce(p_reason, 'input: refused'), 2000));
+    RETURN 'failed';
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_refuse_input(p_run_id text, p_token uuid, p_reason text) IS 'Fails graph run p_run_id (claimed by the driver with p_token) because its input fails its input_schema: its error reads ''CR227 '' and p_reason (the schema''s message), its nodes are skipped, a history entry input_refused is written. Returns ''failed''. Raises CR002 for a stale token.';
+
 CREATE FUNCTION cryo.graph_runs_waiting() RETURNS boolean
     LANGUAGE plpgsql STABLE
     AS $$
@@ -6838,14 +6861,15 @@ $$;
 
 COMMENT ON FUNCTION cryo.register_agent(p_org text, p_agent_id text, p_capabilities text[], p_build text, p_instance text, p_last_claim_at timestamp with time zone) IS 'Records (or refreshes) an agent: the capabilities it advertises, its build, its process instance (a new one clears a drain asked of the old), when it last received a run (a known one is kept when NULL), the server replica it claims through (the session''s cryo.replica_id), and that it is not gone. Returns true when the agent was asked to drain. Raises nothing of its own.';
 
-CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text DEFAULT NULL::text) RETURNS boolean
+CREATE FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text DEFAULT NULL::text, p_item integer DEFAULT NULL::integer) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_run cryo.runs := cryo._approvable(p_run_id);
 BEGIN
-    PERFORM 1 FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'rejected');
-    IF NOT FOUND OR NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by, p_payload) THEN
+    PERFORM 1 FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'rejected', p_item);
+    IF NOT FOUND OR NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by,
+                                              p_payload, p_item) THEN
         RETURN false;
     END IF;
     PERFORM cryo._graph_poke(p_run_id, 'approval_received');
@@ -6853,7 +6877,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text) IS 'Turns down a waiting approval node of a graph run (rejected by p_by, signed in with token or session p_auth, with a sealed payload holding the comment): one rejection fails the node, so the run fails (its always nodes still run); returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
+COMMENT ON FUNCTION cryo.reject_node(p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text, p_item integer) IS 'Turns down a waiting approval node of a graph run (its item p_item alone when given, else every waiting item; rejected by p_by, signed in with token or session p_auth, with a sealed payload holding the comment): one rejection fails the node, so the run fails (its always nodes still run); returns false when that node (or item) is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
 
 CREATE FUNCTION cryo.release_claim(p_run_id text, p_token uuid) RETURNS void
     LANGUAGE plpgsql

@@ -15,19 +15,24 @@ from cryopg.cli.target import resolve
 @click.argument("node")
 @click.option("--json", "answer", metavar="JSON", required=True,
               help="The answer, a JSON object checked against the node's fields.")
-def approve(run: str, node: str, answer: str) -> None:
+@click.option("--item", type=click.IntRange(0), metavar="K",
+              help="Answer item K of a fanned-out approval node only (default: every "
+                   "waiting item).")
+def approve(run: str, node: str, answer: str, item: int | None) -> None:
     """Answer the waiting approval NODE of graph run RUN."""
     value = parse_json(answer, "--json")
     if not isinstance(value, dict):
         raise click.BadParameter("the answer must be a JSON object", param_hint="--json")
     target = resolve()
+    query = "" if item is None else f"?item={item}"
     got = Client(target).call(
-        "POST", f"/runs/{part(target.qualify(run), 'run id')}/approvals/{part(node, 'node')}",
-        value)
+        "POST", f"/runs/{part(target.qualify(run), 'run id')}/approvals/{part(node, 'node')}"
+        f"{query}", value)
     counted = (f" ({got['approvals']} of {got['needed']} approvals)"
                if got.get("needed", 1) > 1 else "")
     state = "approved" if got.get("approved", True) else "recorded approval of"
-    click.echo(f"{state} {node} of {target.qualify(run)} as {got['approved_by']}{counted}")
+    which = node if item is None else f"{node} item {item}"
+    click.echo(f"{state} {which} of {target.qualify(run)} as {got['approved_by']}{counted}")
 
 
 @click.command()

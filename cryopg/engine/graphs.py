@@ -171,6 +171,12 @@ async def graph_settle(conn: AsyncConnection, run_id: str, token: uuid.UUID, fin
                       (run_id, token, finish, output))
 
 
+async def graph_refuse_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,
+                             reason: str) -> str:
+    return await _one(conn, "SELECT cryo.graph_refuse_input(%s, %s, %s)",
+                      (run_id, token, reason))
+
+
 async def graph_yield(conn: AsyncConnection, run_id: str, token: uuid.UUID) -> None:
     await conn.execute("SELECT cryo.graph_yield(%s, %s)", (run_id, token))
 
@@ -184,10 +190,12 @@ async def wake_due_graphs(conn: AsyncConnection) -> float | None:
 
 
 async def approve_node(conn: AsyncConnection, run_id: str, node: str, answer: bytes,
-                       by: str, auth: str | None = None) -> dict[str, Any] | None:
-    """{approvals, needed, approved}, or None when the node waits for no approval."""
-    return await _one(conn, "SELECT cryo.approve_node(%s, %s, %s, %s, %s)",
-                      (run_id, node, answer, by, auth))
+                       by: str, auth: str | None = None,
+                       item: int | None = None) -> dict[str, Any] | None:
+    """{approvals, needed, approved}, or None when the node (or its item `item`) waits
+    for no approval."""
+    return await _one(conn, "SELECT cryo.approve_node(%s, %s, %s, %s, %s, %s)",
+                      (run_id, node, answer, by, auth, item))
 
 
 async def read_approvals(conn: AsyncConnection, run_id: str,

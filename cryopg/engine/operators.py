@@ -44,6 +44,6 @@ async def rerun_run_with_input(conn: AsyncConnection, run_id: str,
 
 
 async def reject_node(conn: AsyncConnection, run_id: str, node: str, payload: bytes,
-                      by: str, auth: str | None = None) -> bool:
-    return await _one(conn, "SELECT cryo.reject_node(%s, %s, %s, %s, %s)",
-                      (run_id, node, payload, by, auth))
+                      by: str, auth: str | None = None, item: int | None = None) -> bool:
+    return await _one(conn, "SELECT cryo.reject_node(%s, %s, %s, %s, %s, %s)",
+                      (run_id, node, payload, by, auth, item))

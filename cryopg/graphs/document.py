@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from cryopg.graphs import gates, schemas
+from cryopg.graphs import gates, node_keys, schemas
 from cryopg.graphs.artifacts import check_links as check_artifact_links
 from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
     STATE_OPS,
@@ -298,11 +298,7 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
     nid = n["id"]
     field = "id"
     try:
-        unknown = set(n) - {"id", "type", "config", "if", "retry", "concurrency", "fan_out",
-                            "continue_on_error", "always"}
-        if unknown:
-            field = sorted(unknown)[0]
-            raise GraphError(f"node {nid}: unknown key {field!r}")
+        node_keys.check(nid, n)  # every key beside config, against its schema
         ntype = n.get("type")
         if ntype not in NODE_TYPES:
             raise GraphError(f"node {nid}: type must be one of {', '.join(sorted(NODE_TYPES))}")

@@ -29,6 +29,7 @@ from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.engine import Driven, NodeRow
 from cryopg.errors import DatabaseUnavailable
+from cryopg.graphs import schemas
 from cryopg.graphs import starts as graph_nodes
 from cryopg.graphs.nodes import state_node
 from cryopg.payloads import open_document, run_input
@@ -107,6 +108,9 @@ async def advance(host: Host, conn: Any, g: Driven) -> str:
     # turn that rolls back after sending them only leaves those nodes to this path.
     calls = pin.calls if pin.calls and not pin.sent else None
     input_value = run_input(sealer, g.input, g.input_clear)
+    # An input nothing checked before the run existed (a handler's, an app's submit_run).
+    if g.input_clear is not None and (refused := schemas.input_refusal(pin.graph, input_value)):
+        return await engine.graph_refuse_input(conn, g.run_id, g.claim_token, refused)
     opened: dict[bytes, Any] = {}  # a turn opens each sealed output once
 
     def open_json(sealed: bytes) -> Any:

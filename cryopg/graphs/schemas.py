@@ -151,3 +151,17 @@ def first_error(schema: dict[str, Any], instance: Any) -> str | None:
         return None
     where = ".".join(str(p) for p in errors[0].path)
     return f"field {where}: {errors[0].message}" if where else errors[0].message
+
+
+def input_refusal(structure: dict[str, Any] | None, value: Any) -> str | None:
+    """Why `value` may not be the input of a run of the graph whose clear structure is
+    `structure` (`input: ` and the schema's message), or None when it may or the graph
+    declares no input_schema. The one check every way a run starts goes through: the
+    server's routes and triggers (cryopg/server/input_checks.py, off the event loop), a
+    workflow node's child, and the driver's first turn of a run that started where
+    nothing could check it (an event handler's, an application's cryo.submit_run)."""
+    schema = (structure or {}).get("input_schema")
+    if not isinstance(schema, dict):
+        return None
+    error = first_error(schema, {} if value is None else value)
+    return None if error is None else f"input: {error}"

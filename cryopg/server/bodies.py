@@ -158,6 +158,12 @@ def script_fields(body: dict[str, Any]) -> tuple[str, str, str | None]:
     return source, filename, interpreter or None
 
 
+def approval_item(request: web.Request) -> int | None:
+    """`?item=K`: the one item of a fanned-out approval node an answer is for (None: all
+    its waiting items). A query parameter, so no answer field is taken for it."""
+    return query_int(request, "item", 0) if "item" in request.query else None
+
+
 def query_int(request: web.Request, name: str, default: int,
               bounds: tuple[int, int] = (0, INT4[1])) -> int:
     """An integer query parameter (limits.py already bounded its length)."""

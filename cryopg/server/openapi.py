@@ -53,7 +53,8 @@ A = "/api/v1/agent/runs/{run}"
 ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str, Any]]]] = [
     ("GET", "/api/v1/health", "none", "The server and its database answer", None, {}),
     ("GET", "/api/v1/graphs/node-types", "none",
-     "Every graph node type with the JSON Schema of its config", None, {}),
+     "Every graph node type with the JSON Schema of its config, and the node-level keys' "
+     "schema", None, {}),
     ("GET", OPENAPI_PATH, "none", "This document", None, {}),
     ("POST", f"{P}/runs", "user", "Submit a script, graph or pipeline as a run",
      _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S, input=_ANY,
@@ -85,13 +86,15 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("DELETE", f"{P}/workflows/{{name}}", "user",
      "Delete a stored workflow and the triggers its on: made", None, {}),
     ("POST", f"{P}/runs/{{run}}/approvals/{{node}}", "user",
-     "Answer a waiting approval node", _obj(), {}),
+     "Answer a waiting approval node (?item=K: one item of a fanned-out one)", _obj(),
+     {"item": _I}),
     ("POST", f"{P}/runs/{{run}}/rerun", "user", "Rerun a graph run from a node",
      _obj(("from",), **{"from": _S}), {}),
     ("POST", f"{P}/runs/{{run}}/run-again", "user",
      "Start a new run with the same source and input (any kind)", None, {}),
     ("POST", f"{P}/runs/{{run}}/approvals/{{node}}/reject", "user",
-     "Turn down a waiting approval node (the run fails)", _obj(comment=_S), {}),
+     "Turn down a waiting approval node (the run fails; ?item=K: one item of a "
+     "fanned-out one)", _obj(comment=_S), {"item": _I}),
     ("POST", f"{P}/workflows/{{name}}/runs", "user", "Start a stored workflow by name",
      _obj(), {}),
     ("GET", f"{P}/runs/{{run}}/logs", "user", "A run's log (text), optionally followed; "

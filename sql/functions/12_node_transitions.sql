@@ -397,13 +397,15 @@ $$;
 -- An approver's answer to a waiting approval instance (the driver records it on its next
 -- turn). Returns false when none of the node waits for one.
 CREATE OR REPLACE FUNCTION cryo._instance_answer(p_run_id text, p_node text, p_answer bytea,
-                                                 p_by text)
+                                                 p_by text, p_item integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- p_item: that item of a fanned-out node only; NULL: every waiting one.
     UPDATE cryo.node_instances i SET output = p_answer, wait_name = p_by
      WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
-       AND i.wait_kind = 'approval' AND i.output IS NULL;
+       AND i.wait_kind = 'approval' AND i.output IS NULL
+       AND (p_item IS NULL OR i.item = p_item);
     RETURN FOUND;
 END
 $$;
@@ -487,7 +489,8 @@ $$;
 -- the reason; history says node_rejected with the sealed payload (who, the comment).
 -- Returns false when none of the node waits for an approval.
 CREATE OR REPLACE FUNCTION cryo._instance_reject(p_run_id text, p_org text, p_project text,
-                                                 p_node text, p_by text, p_payload bytea)
+                                                 p_node text, p_by text, p_payload bytea,
+                                                 p_item integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -497,6 +500,7 @@ BEGIN
     FOR v_item IN UPDATE cryo.node_instances i SET wait_name = p_by
                    WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.status = 'waiting'
                      AND i.wait_kind = 'approval' AND i.output IS NULL
+                     AND (p_item IS NULL OR i.item = p_item)
                   RETURNING i.item LOOP
         PERFORM cryo._instance_ended(p_run_id, p_org, p_project, p_node, v_item, 'failed', NULL,
                                      left('rejected by ' || p_by, 200), NULL, NULL, false,

@@ -39,11 +39,12 @@ END
 $$;
 
 -- Records p_by's answer (approved or rejected) to each waiting approval instance of the
--- node, once per person: a second answer raises CR225. Returns, for the least answered
--- instance, how many approvals it has and how many it needs; NULL when no instance of
--- the node waits for an approval.
+-- node -- or, for a fanned-out node, to item p_item's only -- once per person: a second
+-- answer raises CR225. Returns, for the least answered of those instances, how many
+-- approvals it has and how many it needs; NULL when none of them waits for an approval.
 CREATE OR REPLACE FUNCTION cryo._approval_record(
-    p_run cryo.runs, p_node text, p_by text, p_auth text, p_answer text)
+    p_run cryo.runs, p_node text, p_by text, p_auth text, p_answer text,
+    p_item integer DEFAULT NULL)
 RETURNS TABLE (approvals integer, needed integer)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -52,7 +53,8 @@ DECLARE
 BEGIN
     SELECT array_agg(i.item ORDER BY i.item) INTO v_items FROM cryo.node_instances i
      WHERE i.run_id = p_run.id AND i.node_id = p_node AND i.status = 'waiting'
-       AND i.wait_kind = 'approval' AND i.output IS NULL;
+       AND i.wait_kind = 'approval' AND i.output IS NULL
+       AND (p_item IS NULL OR i.item = p_item);
     IF v_items IS NULL THEN
         RETURN;
     END IF;
@@ -87,3 +89,28 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION cryo.read_approvals(text, text) IS
     'Returns the answers approval node p_node of graph run p_run_id got (approver, approved or rejected, when), oldest first. Raises nothing.';
+
+-- A graph run whose input fails its workflow's input_schema, found by the driver at its
+-- first turn: a run whose input could not be checked before it existed (an event
+-- handler's run starts inside the publishing transaction, an application's
+-- cryo.submit_run in its own). It fails, as a run of a bad input would in Windmill or
+-- Temporal, with the schema's message and the code CR227: the publish or submit stands,
+-- and the failed run shows what came in. No node has started: they are all skipped.
+CREATE OR REPLACE FUNCTION cryo.graph_refuse_input(p_run_id text, p_token uuid, p_reason text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+BEGIN
+    IF EXISTS (SELECT 1 FROM cryo.lease_waiters w WHERE w.run_id = p_run_id) THEN
+        PERFORM cryo._leave_lease_queues(p_run_id);
+    END IF;
+    PERFORM cryo._graph_cancel_nodes(p_run_id, true);
+    PERFORM cryo._nodes_skip_unstarted(v_q, 'the run''s input was refused');
+    PERFORM cryo._history(p_run_id, v_q.org, v_q.project, 'input_refused', 'input', '', 0);
+    PERFORM cryo._finalize(p_run_id, 'failed', 1, 'CR227 ' || left(coalesce(p_reason, 'input: refused'), 2000));
+    RETURN 'failed';
+END
+$$;
+COMMENT ON FUNCTION cryo.graph_refuse_input(text, uuid, text) IS
+    'Fails graph run p_run_id (claimed by the driver with p_token) because its input fails its input_schema: its error reads ''CR227 '' and p_reason (the schema''s message), its nodes are skipped, a history entry input_refused is written. Returns ''failed''. Raises CR002 for a stale token.';

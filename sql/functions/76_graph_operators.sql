@@ -20,17 +20,19 @@ $$;
 -- the server first). The node's policy (cryo._approval_record, 73_graph_gates.sql) says
 -- who may answer (a role, a group: CR226 otherwise) and how many different approvers it
 -- takes; each answer is recorded, nobody counts twice (CR225), and the last one needed
--- gives the node its answer. Returns {approvals, needed, approved}; NULL when the node
--- is not waiting for an approval.
+-- gives the node its answer. A fanned-out node waits once per item: p_item answers that
+-- item alone, NULL every waiting one. Returns {approvals, needed, approved}; NULL when
+-- the node (or that item) is not waiting for an approval.
 CREATE OR REPLACE FUNCTION cryo.approve_node(
-    p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text DEFAULT NULL)
+    p_run_id text, p_node text, p_answer bytea, p_by text, p_auth text DEFAULT NULL,
+    p_item integer DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_run cryo.runs := cryo._approvable(p_run_id);
     v_got record;
 BEGIN
-    SELECT * INTO v_got FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'approved');
+    SELECT * INTO v_got FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'approved', p_item);
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -40,7 +42,7 @@ BEGIN
         RETURN jsonb_build_object('approvals', v_got.approvals, 'needed', v_got.needed,
                                   'approved', false);
     END IF;
-    PERFORM cryo._instance_answer(p_run_id, p_node, p_answer, p_by);
+    PERFORM cryo._instance_answer(p_run_id, p_node, p_answer, p_by, p_item);
     PERFORM cryo._history(p_run_id, v_run.org, v_run.project, 'node_approved', 'node', p_node, 0,
                           p_payload => p_answer);
     -- The wake says why in history under its own kind: node_approved is written once.
@@ -49,31 +51,34 @@ BEGIN
                               'approved', true);
 END
 $$;
-COMMENT ON FUNCTION cryo.approve_node(text, text, bytea, text, text) IS
-    'Records p_by''s approval (a sealed answer) of a waiting approval node of a graph run, as signed in with token or session p_auth; once the node''s approvers (default 1) different members approved, gives the node the last answer and wakes the run. Returns {approvals, needed, approved}, or NULL when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
+COMMENT ON FUNCTION cryo.approve_node(text, text, bytea, text, text, integer) IS
+    'Records p_by''s approval (a sealed answer) of a waiting approval node of a graph run (of its item p_item alone when given, else of every waiting item), as signed in with token or session p_auth; once the node''s approvers (default 1) different members approved, gives the node the last answer and wakes the run. Returns {approvals, needed, approved}, or NULL when that node (or item) is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
 
 -- An approver turns a waiting approval node down: one rejection rejects, whatever the
 -- approvals so far. The node fails with the reason, as any failed node does (the run
 -- fails unless the node has continue_on_error; what depends on it is skipped and an
 -- always node after it still runs) on the driver's next turn. The sealed payload (who
--- and the comment) goes to history as node_rejected.
+-- and the comment) goes to history as node_rejected. p_item: that item of a fanned-out
+-- node alone; NULL: every waiting one.
 CREATE OR REPLACE FUNCTION cryo.reject_node(
-    p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text DEFAULT NULL)
+    p_run_id text, p_node text, p_payload bytea, p_by text, p_auth text DEFAULT NULL,
+    p_item integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_run cryo.runs := cryo._approvable(p_run_id);
 BEGIN
-    PERFORM 1 FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'rejected');
-    IF NOT FOUND OR NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by, p_payload) THEN
+    PERFORM 1 FROM cryo._approval_record(v_run, p_node, p_by, p_auth, 'rejected', p_item);
+    IF NOT FOUND OR NOT cryo._instance_reject(p_run_id, v_run.org, v_run.project, p_node, p_by,
+                                              p_payload, p_item) THEN
         RETURN false;
     END IF;
     PERFORM cryo._graph_poke(p_run_id, 'approval_received');
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION cryo.reject_node(text, text, bytea, text, text) IS
-    'Turns down a waiting approval node of a graph run (rejected by p_by, signed in with token or session p_auth, with a sealed payload holding the comment): one rejection fails the node, so the run fails (its always nodes still run); returns false when that node is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
+COMMENT ON FUNCTION cryo.reject_node(text, text, bytea, text, text, integer) IS
+    'Turns down a waiting approval node of a graph run (its item p_item alone when given, else every waiting item; rejected by p_by, signed in with token or session p_auth, with a sealed payload holding the comment): one rejection fails the node, so the run fails (its always nodes still run); returns false when that node (or item) is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
 
 -- A new run of a finished graph run's pinned definition and input. Nodes upstream of
 -- p_from (those it depends on, transitively) are not run again: they are seeded with

@@ -24,6 +24,8 @@ def check(nid: str, c: dict[str, Any]) -> None:
 async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
     """A child graph run of the stored graph."""
     from cryopg import engine
+    from cryopg.errors import InputRefused
+    from cryopg.graphs import schemas
     from cryopg.graphs.turn import start_job
     from cryopg.payloads import open_document
 
@@ -31,6 +33,9 @@ async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
         turn.conn, turn.org, turn.project, str(c["graph"]))
     if kind != "graph":
         raise ValueError(f"workflow {c['graph']!r} is a script; use a script node")
+    refused = schemas.input_refusal(graph, c.get("input"))
+    if refused is not None:  # the node fails with the schema's message; no child starts
+        raise InputRefused(refused)
     await start_job(turn, p, filename=filename, interpreter=interpreter,
                     source=open_document(turn.sealer, sealed), caps=[],
                     job_input=c.get("input"), graph=graph, workflow=str(c["graph"]))

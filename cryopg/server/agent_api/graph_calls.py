@@ -17,7 +17,7 @@ from cryopg.errors import InvalidArgument
 from cryopg.graphs.document import GraphError
 from cryopg.payloads import answer
 from cryopg.seal import Sealer
-from cryopg.server import offload, work
+from cryopg.server import input_checks, offload, work
 from cryopg.server.agent_api.in_run import add_run_route
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import agent_claim, agent_run
@@ -49,6 +49,7 @@ async def call_graph(request: web.Request) -> web.Response:
         if kind != "graph" or graph is None:
             raise InvalidArgument(f"workflow {name!r} is a script, not a graph; call-graph "
                                   "runs stored graphs")
+        await input_checks.check(graph, body.get("input"))  # CR227 names the field
         got = await engine.call_graph(
             conn, run_id, token, **recorded_at(body), family="graph.call",
             name=name, ordinal=to_int(body, "ordinal"), workflow=name, filename=filename,

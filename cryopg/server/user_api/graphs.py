@@ -14,7 +14,7 @@ from cryopg import engine
 from cryopg.db import connection
 from cryopg.engine import GraphJob
 from cryopg.errors import InvalidArgument, NotFound, RunFinished
-from cryopg.graphs import nodes, schemas
+from cryopg.graphs import node_keys, nodes, schemas
 from cryopg.graphs.document import (
     Compiled,
     GraphError,
@@ -27,7 +27,7 @@ from cryopg.seal import Sealer
 from cryopg.server import offload, work
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, require_user
-from cryopg.server.bodies import json_body, optional_str_field, str_field
+from cryopg.server.bodies import approval_item, json_body, optional_str_field, str_field
 from cryopg.server.render import run_json
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run
 from cryopg.server.work import Prepared
@@ -216,6 +216,7 @@ async def approve(request: web.Request) -> web.Response:
     user = await require_user(request, MEMBER)
     run = await own_run(request, MEMBER)
     node = request.match_info["node"]
+    item = approval_item(request)
     answer = await json_body(request)
     # An optional comment goes to history with the answer, not through the fields' check.
     comment = optional_str_field(answer, "comment", limit=2000)
@@ -235,13 +236,18 @@ async def approve(request: web.Request) -> web.Response:
             raise RunFinished(f"run {run.id} already finished ({run.status})")
         said = {**answer, "approved_by": user.member, **({"comment": comment} if comment else {})}
         taken = await engine.approve_node(conn, run.id, node, sealer.seal_json(said), user.member,
-                                          user.token_id)
+                                          user.token_id, item)
     if not taken:
-        raise RunFinished(f"node {node} of run {run.id} is not waiting for an approval")
+        raise RunFinished(f"node {node}{_of_item(item)} of run {run.id} is not waiting for "
+                          "an approval")
     # approved: whether this answer was the last one needed (approvals of needed so far)
-    return web.json_response({"approved": taken["approved"], "node": node,
+    return web.json_response({"approved": taken["approved"], "node": node, "item": item,
                               "approved_by": user.member, "approvals": taken["approvals"],
                               "needed": taken["needed"]})
+
+
+def _of_item(item: int | None) -> str:
+    return "" if item is None else f" item {item}"
 
 
 VALIDATE_SECONDS = 5.0  # an answer's check; RE2 patterns keep it linear, this bounds it
@@ -270,9 +276,12 @@ NODE_TYPES_PATH = "/api/v1/graphs/node-types"
 
 
 async def node_types(request: web.Request) -> web.Response:
-    """Every node type with the JSON Schema of its config (cryopg/graphs/nodes/), for a
-    canvas editor to build its forms from. The same for everyone: no secret is in it."""
-    return web.json_response({"node_types": nodes.node_types()})
+    """Every node type with the JSON Schema of its config (cryopg/graphs/nodes/), and the
+    schema of the keys every node takes beside its config (`node_keys`: if, retry,
+    concurrency, ...; cryopg/graphs/node_keys.py), for a canvas editor to build its forms
+    from. The same for everyone: no secret is in it."""
+    return web.json_response({"node_types": nodes.node_types(),
+                              "node_keys": node_keys.schema()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -7,19 +7,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
-from psycopg import AsyncConnection
 
 from cryopg import engine
 from cryopg.db import connection
-from cryopg.errors import InvalidArgument, NotFound, RunFinished
-from cryopg.graphs import schemas
-from cryopg.server import offload
+from cryopg.errors import InvalidArgument, RunFinished
+from cryopg.server import input_checks
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, require_user
-from cryopg.server.bodies import json_body, optional_json_body, optional_str_field, query_int
+from cryopg.server.bodies import (
+    approval_item,
+    json_body,
+    optional_json_body,
+    optional_str_field,
+    query_int,
+)
 from cryopg.server.redact import masked
 from cryopg.server.render import run_json
-from cryopg.server.user_api.graphs import VALIDATE_SECONDS
 from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 
 # Any of these selects the search (cryo.search_runs) instead of the plain page.
@@ -78,9 +81,9 @@ async def rerun(request: web.Request) -> web.Response:
             new_id = await engine.rerun_run(conn, run.id)
         else:
             value: Any = body["input"]
-            schema = await _workflow_schema(conn, run.org, run.project, run.workflow)
-            if schema is not None:
-                await _check_input(schema, {} if value is None else value)
+            await input_checks.check(
+                await input_checks.workflow_structure(conn, run.org, run.project, run.workflow),
+                value, code="invalid_argument")
             sealer = await request.app[KEYS].sealer(run.org)
             sealed = sealer.seal_json(value) if value is not None else None
             new_id = await engine.rerun_run_with_input(conn, run.id, sealed)
@@ -88,25 +91,12 @@ async def rerun(request: web.Request) -> web.Response:
     return web.json_response({**run_json(new), "rerun_of": run.id}, status=201)
 
 
-async def _workflow_schema(conn: AsyncConnection, org: str, project: str,
-                           workflow: str | None) -> dict[str, Any] | None:
-    """The input_schema the run's stored workflow declares; None without one (an ad-hoc
-    run, a workflow since deleted, or one that declares none)."""
-    if not workflow:
-        return None
-    try:
-        structure = (await engine.get_workflow(conn, org, project, workflow))[4]
-    except NotFound:
-        return None
-    got = (structure or {}).get("input_schema")
-    return got if isinstance(got, dict) else None
-
-
 async def reject(request: web.Request) -> web.Response:
     """An approver turns a waiting approval down, with an optional comment: the run fails."""
     user = await require_user(request, MEMBER)
     run = await own_run(request, MEMBER)
     node = request.match_info["node"]
+    item = approval_item(request)
     body = await json_body(request)
     comment = optional_str_field(body, "comment", limit=COMMENT_MAX)
     sealer = await request.app[KEYS].sealer(run.org)
@@ -115,10 +105,12 @@ async def reject(request: web.Request) -> web.Response:
     async with connection(request.app[POOL]) as conn:
         taken = await engine.reject_node(
             conn, run.id, node, sealer.seal_json({"rejected_by": user.member, "comment": comment}),
-            user.member, user.token_id)
+            user.member, user.token_id, item)
     if not taken:
-        raise RunFinished(f"node {node} of run {run.id} is not waiting for an approval")
-    return web.json_response({"rejected": True, "node": node, "rejected_by": user.member,
+        said = "" if item is None else f" item {item}"
+        raise RunFinished(f"node {node}{said} of run {run.id} is not waiting for an approval")
+    return web.json_response({"rejected": True, "node": node, "item": item,
+                              "rejected_by": user.member,
                               "comment": comment})
 
 
@@ -132,20 +124,10 @@ async def start(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     async with connection(request.app[POOL]) as conn:
         structure = (await engine.get_workflow(conn, org, project, name))[4]
-    schema = (structure or {}).get("input_schema")
-    if schema is not None:
-        await _check_input(schema, {} if value is None else value)
+    await input_checks.check(structure, value, code="invalid_argument")
     async with connection(request.app[POOL]) as conn:
         run_id = await engine.submit_run(conn, org, project, name, value)
     return web.json_response({"run_id": run_id}, status=201)
-
-
-async def _check_input(schema: dict[str, Any], value: Any) -> None:
-    """As an approval's answer is checked: off the loop, local references, RE2 patterns."""
-    error = await offload.run(schemas.first_error, schema, value, timeout=VALIDATE_SECONDS,
-                              what="the input's check against the workflow's input_schema")
-    if error is not None:
-        raise InvalidArgument(f"input: {error}")
 
 
 async def deliveries(request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ from cryopg.errors import InvalidArgument
 from cryopg.graphs.nodes import state_node
 from cryopg.payloads import run_input, run_outputs
 from cryopg.seal import Sealer
-from cryopg.server import traces
+from cryopg.server import input_checks, traces
 from cryopg.server.app_state import KEYS, POOL, TIMERS
 from cryopg.server.auth import MEMBER, VIEWER, require_user
 from cryopg.server.bodies import json_body, optional_str_field, query_int, script_fields
@@ -82,6 +82,7 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
     """A graph run in one call: one whose every node is a constant state node goes with
     its state calls sealed, and the database runs it whole before answering."""
     compiled = graph.compiled
+    await input_checks.check(compiled.structure, input_value)  # its own input_schema
     group = group or await admission_group(conn, compiled, input_value)
     calls = (state_node.constant_calls(compiled.structure, compiled.document.get("configs", {}),
                                        sealer, graph.wanted)
