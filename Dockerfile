@@ -14,7 +14,7 @@ COPY . /app
 ENV PYTHONPATH=/app
 # compat mode: a plain path entry, not the editable finder (~13 ms per in-script verb);
 # bytecode compiled now, since the cryo user cannot write it under /app later.
-RUN pip install --no-cache-dir -e . --config-settings editable_mode=compat \
+RUN pip install --no-cache-dir -e '.[fast]' --config-settings editable_mode=compat \
     && python -m compileall -q cryopg agent sdks/python \
     && useradd --create-home --uid 1000 cryo
 

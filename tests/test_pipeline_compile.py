@@ -268,3 +268,40 @@ def test_failure_keys_carry_over_to_the_graph() -> None:
     with pytest.raises(PipelineError, match="on_failure"):
         compile_pipeline("version: cryosleep/pipeline/v1\non_failure: nope\n"
                          "jobs:\n  a: {steps: [\"true\"]}\n")
+
+
+def test_a_connector_job_is_a_connector_node() -> None:
+    g = graph_of("""
+        jobs:
+          short: {connector: gh}
+          issue:
+            connector:
+              connection: gh
+              method: POST
+              path: "/repos/{{ input.repo }}/issues"
+              query: {state: open}
+              body: {title: "{{ input.title }}"}
+    """)
+    got = {n["id"]: (n["type"], n["config"]) for n in g["nodes"]}
+    assert got == {
+        "short": ("connector", {"connection": "gh"}),
+        "issue": ("connector", {"connection": "gh", "method": "POST",
+                                "path": {"$template": "/repos/{{ input.repo }}/issues"},
+                                "query": {"state": "open"},
+                                "body": {"title": {"$template": "{{ input.title }}"}}})}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("jobs: {a: {connector: {connection: 'GH!'}}}", "job a: connector.connection must be a "),
+    ("jobs: {a: {connector: {connection: 'gh-{{ input.x }}'}}}",
+     "job a: connector.connection: must be a connection's name, given literally"),
+    ("jobs: {a: {connector: {path: /x}}}", "job a: connector: a connection's name, or "),
+    ("jobs: {a: {connector: {connection: gh, url: x}}}", "job a: connector.url: unknown key"),
+    ("jobs: {a: {connector: {connection: gh, method: FETCH}}}",
+     "job a: connector.method must be GET, POST"),
+    ("jobs: {a: {connector: gh, steps: [x]}}", "job a: steps/script/"),
+])
+def test_a_bad_connector_job_is_one_line(text: str, message: str) -> None:
+    got = refused(text)
+    assert got.startswith(message), got
+    assert "node" not in got, got

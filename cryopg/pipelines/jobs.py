@@ -14,12 +14,13 @@ from typing import Any
 KINDS = {  # job key -> graph node type
     "steps": "shell", "script": "script", "approval": "approval",
     "wait_for_event": "wait", "wait_for_signal": "wait", "sleep": "wait",
-    "state": "state", "http": "http", "workflow": "workflow"}
+    "state": "state", "http": "http", "connector": "connector", "workflow": "workflow"}
 NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always")
 JOB_KEYS = frozenset({*KINDS, *NODE_FIELDS, "needs", "env", "input", "artifacts"})
 ARTIFACT_KINDS = ("steps", "script")  # the jobs that run a command an agent can wrap
 STATE_KEYS = frozenset({"op", "key", "value", "entity", "expected", "by"})
 HTTP_KEYS = frozenset({"method", "url", "headers", "body"})
+CONNECTOR_KEYS = frozenset({"connection", "method", "path", "query", "headers", "body"})
 _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -195,7 +196,27 @@ def _http(value: Any, job: dict[str, Any], env: dict[str, Any]) -> dict[str, Any
     return templated(value)
 
 
+def _connector(value: Any, job: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    """A request to a stored connection of the project: the connector node's config. Its
+    name stays literal (the grant reads it to give that connection's secret, and only
+    that one, to the agent making the request); the rest may hold templates."""
+    if isinstance(value, str):
+        value = {"connection": value}
+    if not isinstance(value, dict) or "connection" not in value:
+        raise JobError("connector: a connection's name, or {connection, method, path, query, "
+                       "headers, body}")
+    extra = sorted(set(value) - CONNECTOR_KEYS)
+    if extra:
+        raise JobError(f"connector.{extra[0]}: unknown key (connector takes "
+                       f"{', '.join(sorted(CONNECTOR_KEYS))})")
+    name = value["connection"]
+    if not isinstance(name, str) or "{{" in name:
+        raise JobError("connector.connection: must be a connection's name, given literally")
+    return {"connection": name,
+            **templated({k: v for k, v in value.items() if k != "connection"})}
+
+
 _CONFIG = {"steps": _steps, "script": _script, "workflow": _workflow, "approval": _approval,
            "wait_for_event": _wait_named("wait_for_event", "event"),
            "wait_for_signal": _wait_named("wait_for_signal", "signal"),
-           "sleep": _sleep, "state": _state, "http": _http}
+           "sleep": _sleep, "state": _state, "http": _http, "connector": _connector}

@@ -25,6 +25,7 @@ class Notifier:
         self._work = asyncio.Event()
         self._graph = asyncio.Event()
         self._runs: dict[str, asyncio.Event] = {}
+        self._on_work: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         self.closing = False
@@ -44,9 +45,16 @@ class Notifier:
             ev = self._runs[run_id] = asyncio.Event()
         return ev
 
+    def on_work(self, hook: Callable[[], None]) -> None:
+        """Calls `hook` in the loop whenever the work event is set (the claim dispatcher:
+        a callback, not a task per wait)."""
+        self._on_work.append(hook)
+
     def _wake_work(self) -> None:
         ev, self._work = self._work, asyncio.Event()
         ev.set()
+        for hook in self._on_work:
+            hook()
 
     def _wake_graph(self) -> None:
         ev, self._graph = self._graph, asyncio.Event()

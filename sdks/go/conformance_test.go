@@ -192,6 +192,19 @@ func activityOptions(c map[string]any) ActivityOptions {
 	return o
 }
 
+// stepArgv is a step's argv; with "script", that file written (executable) and its path first.
+func stepArgv(c map[string]any, dir string) []string {
+	script, ok := c["script"].(map[string]any)
+	if !ok {
+		return strs(c, "argv")
+	}
+	path := filepath.Join(dir, str(script, "file"))
+	if err := os.WriteFile(path, []byte(str(script, "source")), 0o755); err != nil {
+		panic(err)
+	}
+	return append([]string{path}, strs(c, "argv")...)
+}
+
 func makeCall(c map[string]any, fnCalls *int, dir string) (any, error) {
 	opts := common(c)
 	name := str(c, "name")
@@ -209,9 +222,9 @@ func makeCall(c map[string]any, fnCalls *int, dir string) (any, error) {
 			return c["returns"], nil
 		}, opts...)
 	case "step":
-		return Step(name, strs(c, "argv"), opts...)
+		return Step(name, stepArgv(c, dir), opts...)
 	case "step_unchecked":
-		r, err := StepUnchecked(name, strs(c, "argv"), opts...)
+		r, err := StepUnchecked(name, stepArgv(c, dir), opts...)
 		return map[string]any{"exit_code": r.ExitCode, "stdout": r.Stdout}, err
 	case "sleep":
 		return nil, Sleep(seconds(c, "seconds"))

@@ -210,17 +210,28 @@ func StepUnchecked(name string, argv []string, opts ...Option) (StepResult, erro
 }
 
 func runCommand(argv []string, key string) StepResult {
-	cmd := exec.Command(argv[0], argv[1:]...)
 	// The command gets no agent handles (a nested verb must fail loudly), only its key.
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "CRYO_") {
-			cmd.Env = append(cmd.Env, kv)
+			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "CRYO_IDEMPOTENCY_KEY="+key)
+	env = append(env, "CRYO_IDEMPOTENCY_KEY="+key)
 	var out bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, &out, os.Stderr
-	err := cmd.Run()
+	run := func(argv []string) error {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, &out, os.Stderr
+		return cmd.Run()
+	}
+	err := run(argv)
+	if errors.Is(err, syscall.ENOEXEC) {
+		// A script without a `#!` line: /bin/sh reads it, as a shell (or execvp) would.
+		if script := shellScript(argv); script != nil {
+			err = run(script)
+		}
+	}
 	code := 0
 	var exitErr *exec.ExitError
 	switch {
@@ -238,6 +249,28 @@ func runCommand(argv []string, key string) StepResult {
 		code = 127
 	}
 	return StepResult{out.String(), code}
+}
+
+// shellScript is ["/bin/sh", path, args...] for a text file (no NUL in its first line,
+// bash's test) that exec refused as no program; nil for anything else, which stays an
+// exec format error (127).
+func shellScript(argv []string) []string {
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	head := make([]byte, 256)
+	n, _ := f.Read(head)
+	line, _, _ := bytes.Cut(head[:n], []byte("\n"))
+	if bytes.IndexByte(line, 0) >= 0 {
+		return nil
+	}
+	return append([]string{"/bin/sh", path}, argv[1:]...)
 }
 
 // Sleep parks the run for d; the agent is freed meanwhile.

@@ -51,6 +51,16 @@ def _duration(given: float | None) -> dt.timedelta | None:
     return None if given is None else dt.timedelta(seconds=given)
 
 
+def _argv(call: dict[str, Any], files: Path) -> list[str]:
+    """A step's argv; with `script`, that file written (executable) and its path first."""
+    if "script" not in call:
+        return list(call["argv"])
+    path = files / call["script"]["file"]
+    path.write_text(call["script"]["source"])
+    path.chmod(0o755)
+    return [str(path), *call["argv"]]
+
+
 def _run(call: dict[str, Any], files: Path, counter: list[int]) -> Any:
     """Make the neutral call of a vector with the Python SDK; return its JSON-ish result."""
     verb = call["verb"]
@@ -63,9 +73,9 @@ def _run(call: dict[str, Any], files: Path, counter: list[int]) -> Any:
             return UNENCODABLE if call.get("returns_unencodable") else call.get("returns")
         return script.step_fn(call["name"], fn, label=call.get("label"))
     if verb == "step":
-        return script.step(call["name"], call["argv"], label=call.get("label"))
+        return script.step(call["name"], _argv(call, files), label=call.get("label"))
     if verb == "step_unchecked":
-        r = script.step_unchecked(call["name"], call["argv"], label=call.get("label"))
+        r = script.step_unchecked(call["name"], _argv(call, files), label=call.get("label"))
         return {"exit_code": r.exit_code, "stdout": r.stdout}
     if verb == "sleep":
         return script.sleep(dt.timedelta(seconds=call["seconds"]))

@@ -103,3 +103,35 @@ async def test_the_cli_manages_connections(srv: Server) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     gone = await srv.cli("connection", "delete", "gh")
     assert gone.returncode == 0 and "deleted connection gh" in gone.stdout
+
+
+PIPELINE = """version: cryosleep/pipeline/v1
+jobs:
+  call:
+    connector: {connection: %s, method: POST, path: /repos/acme/app/issues,
+                query: {per_page: 5, state: open}, body: {title: hi}}
+"""
+
+
+async def test_a_pipelines_connector_job_gets_only_its_connections_secret(
+        srv: Server) -> None:
+    await _setup(srv)
+    run_id = await srv.submit(PIPELINE % "gh", filename="ci.yaml")
+    job = await _claim_connector(srv, run_id)
+    assert job["secrets"] == {"GH_TOKEN": TOKEN}  # not OTHER
+    assert TOKEN not in json.dumps(job["input"]) and TOKEN not in job["source"]
+    assert job["input"]["url"] == ("https://api.example.test/v3/repos/acme/app/issues"
+                                   "?per_page=5&state=open")
+    assert job["input"]["auth"]["secret"] == "GH_TOKEN"
+
+
+async def test_a_pipelines_bad_connection_name_is_a_one_line_400(srv: Server) -> None:
+    for method, path in (("POST", "/runs"), ("PUT", "/workflows/ci")):
+        reply = await srv.user(method, path, {"source": PIPELINE % "'GH token'",
+                                              "filename": "ci.yaml"})
+        got = reply.refused(400, "invalid_argument")
+        assert got.startswith("ci.yaml: job call: connector.connection must be"), got
+        assert "\n" not in got
+    # A well-formed name of no connection fails the job at its start, as the node does.
+    run = await until(srv, await srv.submit(PIPELINE % "nosuch", filename="ci.yaml"), ended)
+    assert "no connection nosuch" in json.dumps(nodes_of(run)["call"])

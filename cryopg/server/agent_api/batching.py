@@ -74,9 +74,15 @@ class ClaimDispatcher:
         self._notifier = notifier
         self._claim_seconds = claim_seconds
         self._waiting: dict[tuple[str, tuple[str, ...]], list[_Waiter]] = {}
-        self._kick = asyncio.Event()
-        # Set by a cryo_work notify heard on the claim connection itself (see _arm).
-        self._heard = asyncio.Event()
+        # Why the loop should run again, noted whenever it happens (during a pass too):
+        # work may be pending (a cryo_work notify, heard on the claim connection itself
+        # or by the notifier), or a new long-poll arrived. _wakeup is the one future the
+        # idle loop awaits: a notify resolves it straight from the socket's reader, with
+        # no event, task or asyncio.wait between the notify and the claim.
+        self._work_seen = False
+        self._kicked = False
+        self._wakeup: asyncio.Future[None] | None = None
+        notifier.on_work(self._poke_work)
         self._reading = -1  # the socket _arm watches, while the connection is idle
         self._task: asyncio.Task[None] | None = None
 
@@ -91,7 +97,8 @@ class ClaimDispatcher:
         waiter = _Waiter(agent_id, loop.time() + wait, alive, loop.create_future(),
                          agent_token=agent_token)
         self._waiting.setdefault((org, tuple(caps)), []).append(waiter)
-        self._kick.set()
+        self._kicked = True
+        self._wake()
         try:
             return await asyncio.shield(waiter.future)
         except asyncio.CancelledError:
@@ -112,8 +119,33 @@ class ClaimDispatcher:
         if self._conn is not None:
             await self._conn.close()
 
+    def _poke_work(self) -> None:
+        self._work_seen = True
+        self._wake()
+
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    async def _idle(self, timeout: float) -> str | None:
+        """Until work may be pending ("work"), a long-poll arrived ("kick"), or `timeout`
+        seconds passed (None); what happened since the pass began counts at once."""
+        if not (self._work_seen or self._kicked):
+            loop = asyncio.get_running_loop()
+            wakeup = self._wakeup = loop.create_future()
+            timer = loop.call_later(timeout, self._wake)
+            self._arm()
+            try:
+                await wakeup
+            finally:
+                timer.cancel()
+                self._wakeup = None
+                self._disarm()
+        return "work" if self._work_seen else "kick" if self._kicked else None
+
     def _arm(self) -> None:
-        """While the claim connection is idle, a notify arriving on it sets _heard. (During
+        """While the claim connection is idle, a notify arriving on it wakes the loop. (During
         a query psycopg reads notifies itself and hands them to the handler.)"""
         conn = self._conn
         if conn is None or conn.closed or conn.broken or self._reading >= 0:
@@ -138,10 +170,10 @@ class ClaimDispatcher:
             # The connection is gone: the next claim reconnects; the notifier's own
             # connection and the poll backstop cover the gap.
             self._disarm()
-            self._heard.set()
+            self._poke_work()
             return
         while pgconn.notifies() is not None:
-            self._heard.set()
+            self._poke_work()
 
     async def _claim_grants(self, org: str, agent_ids: list[str], caps: list[str],
                             agent_tokens: list[str] | None) -> list[ClaimGrant]:
@@ -159,7 +191,7 @@ class ClaimDispatcher:
                 # It listens for work too: the backend that tells it a run is pending is
                 # the one that claims it, just awake, with no hop through the notifier's
                 # task and a second backend (about a millisecond of enqueue-to-start).
-                self._conn.add_notify_handler(lambda _note: self._heard.set())
+                self._conn.add_notify_handler(lambda _note: self._poke_work())
                 await self._conn.execute("LISTEN cryo_work")
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(f"database unavailable: {exc}".splitlines()[0]) from exc
@@ -184,9 +216,8 @@ class ClaimDispatcher:
         everyone = True  # the first pass tries every key
         polled = loop.time()  # when every key was last tried
         while True:
-            woken = self._notifier.work_event()  # taken before the database is read
-            self._heard.clear()  # likewise: a notify heard during the pass's claim counts
-            self._kick.clear()
+            # Cleared before the database is read: a notify heard during the pass counts.
+            self._work_seen = self._kicked = False
             if self._notifier.closing:
                 self._resolve_all(None)
             else:
@@ -203,13 +234,9 @@ class ClaimDispatcher:
             timeout = min([polled + POLL_SECONDS - now, *(d - now for d in deadlines)])
             if self._waiting:
                 timeout = min(timeout, REAP_SECONDS)
-            self._arm()
-            try:
-                first = await _first_of([self._heard, woken, self._kick], max(timeout, 0.0))
-            finally:
-                self._disarm()
+            first = await self._idle(max(timeout, 0.0))
             # A timeout short of the poll backstop only reaps (and expires) waiters.
-            everyone = first is not self._kick and (
+            everyone = first != "kick" and (
                 first is not None or loop.time() >= polled + POLL_SECONDS
                 or any(w.deadline <= loop.time() for ws in self._waiting.values()
                        for w in ws))
@@ -286,20 +313,6 @@ def _tokens(tokens: list[str | None]) -> list[str] | None:
     if any(t is None for t in tokens):
         raise ValueError("a claim batch mixes bound and unbound claims")
     return [t for t in tokens if t is not None]
-
-
-async def _first_of(events: list[asyncio.Event], timeout: float) -> asyncio.Event | None:
-    """Which of the events was set first, or None after `timeout` seconds."""
-    for ev in events:
-        if ev.is_set():
-            return ev
-    waits = {asyncio.ensure_future(ev.wait()): ev for ev in events}
-    try:
-        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-    return next((ev for w, ev in waits.items() if w in done), None)
 
 
 class _Batcher(Generic[T]):

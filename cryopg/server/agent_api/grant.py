@@ -58,14 +58,13 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
     than letting it run without its recorded answers."""
     app = request.app
     claim = got.claim
-    held = held_token(got)
     try:
         sealer = await app[KEYS].sealer(org)
         source = sealer.open_text(claim.source)
         if claim.input_clear is not None:
             input_value = run_input(sealer, claim.input, claim.input_clear)
             async with connection(app[POOL]) as conn:
-                await engine.seal_run_input(conn, claim.run_id, held,
+                await engine.seal_run_input(conn, claim.run_id, held_token(got),
                                             sealer.seal_json(input_value))
         else:
             input_value = sealer.open_json(claim.input) if claim.input is not None else None
@@ -83,7 +82,7 @@ async def grant(request: web.Request, org: str, got: ClaimGrant) -> dict[str, An
                    if not s.withheld and s.value is not None}
         withheld = [s.name for s in got.secrets if s.withheld]
     except Unreadable as exc:
-        await finish_unreadable(request, claim.run_id, held, exc)
+        await finish_unreadable(request, claim.run_id, held_token(got), exc)
         return None
     traceparent = None
     if tracing.enabled():  # the claim is a span of the run's trace; the agent's pass its child

@@ -337,15 +337,27 @@ pub fn step_unchecked_with(name: &str, argv: &[&str], options: &StepOptions) -> 
 
 fn run_command(argv: &[&str], key: &str) -> StepOutput {
     use std::os::unix::process::ExitStatusExt;
-    let mut cmd = Command::new(argv[0]);
-    // The command gets no agent handles (a nested verb must fail loudly), only its key.
-    cmd.args(&argv[1..])
-        .env_clear()
-        .envs(std::env::vars_os().filter(|(k, _)| !k.to_string_lossy().starts_with("CRYO_")))
-        .env("CRYO_IDEMPOTENCY_KEY", key)
-        .stdin(Stdio::inherit())
-        .stderr(Stdio::inherit());
-    match cmd.output() {
+    let run = |program: &str, args: &[&str]| {
+        let mut cmd = Command::new(program);
+        // The command gets no agent handles (a nested verb must fail loudly), only its key.
+        cmd.args(args)
+            .env_clear()
+            .envs(std::env::vars_os().filter(|(k, _)| !k.to_string_lossy().starts_with("CRYO_")))
+            .env("CRYO_IDEMPOTENCY_KEY", key)
+            .stdin(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        cmd.output()
+    };
+    let mut ran = run(argv[0], &argv[1..]);
+    if matches!(&ran, Err(e) if e.raw_os_error() == Some(ENOEXEC)) {
+        // A script without a `#!` line: /bin/sh reads it, as a shell (or execvp) would.
+        if let Some(path) = shell_script(argv[0]) {
+            let mut args = vec![path.as_str()];
+            args.extend_from_slice(&argv[1..]);
+            ran = run("/bin/sh", &args);
+        }
+    }
+    match ran {
         Ok(o) => StepOutput {
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
             exit_code: o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0)),
@@ -356,6 +368,30 @@ fn run_command(argv: &[&str], key: &str) -> StepOutput {
             StepOutput { stdout: String::new(), exit_code }
         }
     }
+}
+
+/// errno's "exec format error" on Linux and the BSDs alike.
+const ENOEXEC: i32 = 8;
+
+/// The path /bin/sh should read for a program exec refused as no program: a text file (no
+/// NUL in its first line, bash's test), found as exec finds it; None for anything else,
+/// which stays an exec format error (127).
+fn shell_script(program: &str) -> Option<String> {
+    use std::io::Read;
+    let path = if program.contains('/') {
+        std::path::PathBuf::from(program)
+    } else {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())?
+    };
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(&path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].split(|b| *b == b'\n').next().unwrap_or(&[]);
+    if line.contains(&0) {
+        return None;
+    }
+    Some(path.to_string_lossy().into_owned())
 }
 
 // -- waits -------------------------------------------------------------------------------

@@ -150,7 +150,15 @@ fn unencodable() -> BTreeMap<(i32, i32), i32> {
 fn make_call(c: &Value, fn_calls: &mut u32, dir: &Path) -> Result<Value, Error> {
     let name = s(c, "name");
     let key = s(c, "key");
-    let argv_owned = if c.get("argv").is_some() { argv(c) } else { vec![] };
+    let mut argv_owned = if c.get("argv").is_some() { argv(c) } else { vec![] };
+    if let Some(script) = c.get("script") {
+        // The file written (executable) and its path first.
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(s(script, "file"));
+        std::fs::write(&path, s(script, "source")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        argv_owned.insert(0, path.to_string_lossy().into_owned());
+    }
     let argv: Vec<&str> = argv_owned.iter().map(String::as_str).collect();
     let step_options = StepOptions { label: o(c, "label").map(String::from), secrets: vec![] };
     Ok(match s(c, "verb") {

@@ -7,8 +7,8 @@
  * run: the agent stops this process and the script runs again from the top later.
  */
 import { spawn as spawnChild } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { basename } from "node:path";
+import { closeSync, openSync, readFileSync, readSync } from "node:fs";
+import { basename, join } from "node:path";
 import { constants } from "node:os";
 import { AgentUnavailable, ScriptError, StepFailed, WaitTimeout } from "./errors.js";
 import { checkJson, encodeJson } from "./json.js";
@@ -191,25 +191,65 @@ export async function stepUnchecked(
   return ran;
 }
 
-function runCommand(argv: string[], key: string): Promise<StepResult> {
+async function runCommand(argv: string[], key: string): Promise<StepResult> {
   // The command gets no agent handles (a nested verb must fail loudly), only its key.
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (!k.startsWith("CRYO_") && v !== undefined) env[k] = v;
   }
   env.CRYO_IDEMPOTENCY_KEY = key;
+  const ran = await spawnCommand(argv, env);
+  // A script without a `#!` line: /bin/sh reads it, as a shell (or execvp) would. (Node
+  // on Linux spawns through execvp, which does so itself; posix_spawn elsewhere does not.)
+  const script = ran.errno === "ENOEXEC" ? shellScript(argv, env) : undefined;
+  const result = script ? await spawnCommand(script, env) : ran;
+  if (result.errno) process.stderr.write(`cryosleep step: cannot run ${argv[0]} (${result.errno})\n`);
+  return { stdout: result.stdout, exitCode: result.exitCode };
+}
+
+/** ["/bin/sh", path, ...args] for a text file (no NUL in its first line, bash's test); none
+ * for anything else, which stays an exec format error (127). */
+function shellScript(argv: string[], env: Record<string, string>): string[] | undefined {
+  const name = argv[0]!;
+  const dirs = name.includes("/") ? [""] : (env.PATH ?? "").split(":");
+  for (const dir of dirs) {
+    const path = dir ? join(dir, name) : name;
+    const head = Buffer.alloc(256);
+    let n: number;
+    try {
+      const fd = openSync(path, "r");
+      try {
+        n = readSync(fd, head, 0, head.length, 0);
+      } finally {
+        closeSync(fd);
+      }
+    } catch {
+      continue;
+    }
+    const end = head.subarray(0, n).indexOf(10);
+    const line = head.subarray(0, end < 0 ? n : end);
+    return line.includes(0) ? undefined : ["/bin/sh", path, ...argv.slice(1)];
+  }
+  return undefined;
+}
+
+function spawnCommand(
+  argv: string[],
+  env: Record<string, string>,
+): Promise<StepResult & { errno?: string }> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let child;
     try {
       child = spawnChild(argv[0]!, argv.slice(1), { env, stdio: ["inherit", "pipe", "inherit"] });
     } catch (err: any) {
-      return resolve({ stdout: "", exitCode: err?.code === "EACCES" ? 126 : 127 });
+      const errno = String(err?.code ?? err);
+      return resolve({ stdout: "", exitCode: errno === "EACCES" ? 126 : 127, errno });
     }
     child.stdout!.on("data", (c: Buffer) => chunks.push(c));
     child.on("error", (err: any) => {
-      process.stderr.write(`cryosleep step: cannot run ${argv[0]} (${err?.code ?? err})\n`);
-      resolve({ stdout: "", exitCode: err?.code === "EACCES" ? 126 : 127 });
+      const errno = String(err?.code ?? err);
+      resolve({ stdout: "", exitCode: errno === "EACCES" ? 126 : 127, errno });
     });
     child.on("close", (code, signal) => {
       const signo = signal ? (constants.signals as Record<string, number>)[signal] ?? 0 : 0;

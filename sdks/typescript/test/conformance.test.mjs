@@ -68,6 +68,14 @@ function unencodable() {
   return 10n; // a BigInt has no JSON form
 }
 
+/** A step's argv; with `script`, that file written (executable) and its path first. */
+function stepArgv(c, dir) {
+  if (!c.script) return c.argv;
+  const path = join(dir, c.script.file);
+  writeFileSync(path, c.script.source, { mode: 0o755 });
+  return [path, ...c.argv];
+}
+
 async function makeCall(c, state, dir) {
   const opt = (o) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
   switch (c.verb) {
@@ -83,9 +91,9 @@ async function makeCall(c, state, dir) {
         opt({ label: c.label }),
       );
     case "step":
-      return sdk.step(c.name, c.argv, opt({ label: c.label }));
+      return sdk.step(c.name, stepArgv(c, dir), opt({ label: c.label }));
     case "step_unchecked": {
-      const r = await sdk.stepUnchecked(c.name, c.argv, opt({ label: c.label }));
+      const r = await sdk.stepUnchecked(c.name, stepArgv(c, dir), opt({ label: c.label }));
       return { exit_code: r.exitCode, stdout: r.stdout };
     }
     case "sleep":
