@@ -756,6 +756,12 @@ BEGIN
         RETURN p_expr -> 'lit';
     ELSIF p_expr ? 'path' THEN
         v_a := p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path'));
+        -- A triggered run's input carries its trigger: `trigger.x` in a node's template
+        -- reads `input.trigger.x` when the scope has no trigger of its own (a driver's).
+        IF v_a IS NULL AND p_expr #>> '{path,0}' = 'trigger' AND NOT p_scope ? 'trigger' THEN
+            v_a := p_scope #> (ARRAY['input'] ||
+                               ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path')));
+        END IF;
         -- The driver leaves out the nodes it reads that have not started (they would make
         -- every turn's scope the graph's size): one missing reads as pending.
         IF v_a IS NULL AND p_expr #>> '{path,0}' = 'nodes' AND p_expr #>> '{path,2}' = 'status'
@@ -2081,7 +2087,9 @@ CREATE FUNCTION cryo._nodes_seed(p_new text, p_old text, p_up text[]) RETURNS vo
     AS $$
 BEGIN
     UPDATE cryo.node_states n
-       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
+       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' WHEN 'failed' THEN 'failed'
+                                  ELSE 'seeded' END,
+           tolerated = o.tolerated, error = o.error,
            items = o.items, output = o.output, output_clear = o.output_clear,
            started_at = cryo.now(), finished_at = cryo.now()
       FROM cryo.node_states o
@@ -6507,6 +6515,9 @@ DECLARE
     v_old cryo.runs;
     v_new text;
     v_up text[];
+    v_down text[];
+    v_seed text[];
+    v_bad text;
 BEGIN
     v_old := cryo._run_row(p_run_id);
     IF v_old.kind <> 'graph' THEN
@@ -6522,21 +6533,44 @@ BEGIN
         SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d JOIN up ON up.node_id = d.node_id
     )
     SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
+    WITH RECURSIVE down(node_id) AS (
+        SELECT p_from
+        UNION
+        SELECT d.node_id FROM cryo._graph_node_defs(v_old.graph) d JOIN down ON down.node_id = ANY (d.deps)
+    )
+    SELECT array_agg(node_id) INTO v_down FROM down;
     IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
-                  AND NOT cryo._node_status_in(n.status, 'ended well')) THEN
+                  AND NOT cryo._node_status_in(n.status, 'ended well')
+                  AND NOT (n.status = 'failed' AND n.tolerated)) THEN
         RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
             USING ERRCODE = 'CR004';
     END IF;
+    SELECT n.node_id INTO v_bad FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND NOT n.node_id = ANY (v_down) AND n.status = 'failed'
+       AND NOT n.tolerated
+     ORDER BY n.ord LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'node % failed in run % and is not downstream of %; rerun from it', v_bad,
+            p_run_id, p_from USING ERRCODE = 'CR004';
+    END IF;
+    -- Seeded: what ended outside p_from's descendants, but not what the old run's end
+    -- skipped or cancelled before it started (that runs).
+    SELECT coalesce(array_agg(n.node_id), '{}') INTO v_seed FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND NOT n.node_id = ANY (v_down)
+       AND (cryo._node_status_in(n.status, 'done') OR (n.status = 'failed' AND n.tolerated)
+            OR (n.status = 'skipped'
+                AND n.error IS DISTINCT FROM 'the run failed'
+                AND n.error IS DISTINCT FROM 'the run did not fail'));
     SELECT s.run_id INTO v_new FROM cryo.submit_script(
         v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
         NULL, '{graph}', v_old.workflow, v_old.input_clear, p_untrusted => v_old.untrusted,
         p_graph => v_old.graph) s;
-    PERFORM cryo._nodes_seed(v_new, p_run_id, v_up);
+    PERFORM cryo._nodes_seed(v_new, p_run_id, v_seed);
     RETURN v_new;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
+COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input that runs p_from and the nodes downstream of it again: every other node that ended in the old run is seeded from what it recorded (status seeded or skipped; a failure continue_on_error tolerated stays failed, tolerated), and what never started because the old run ended runs; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run, a node upstream of p_from did not end well (or fail tolerated), or a node not downstream of p_from failed, CR005 for an unknown node.';
 
 CREATE FUNCTION cryo.rerun_run(p_run_id text) RETURNS text
     LANGUAGE plpgsql

@@ -15,7 +15,7 @@
 --   _node_end              pending | running | waiting -> succeeded | failed | skipped
 --   _graph_skip            pending            -> skipped, with the reason
 --   _nodes_skip_unstarted  pending (all)      -> skipped, as the run ends
---   _nodes_seed            pending            -> seeded (a rerun from a node)
+--   _nodes_seed            pending            -> seeded | skipped | failed (a rerun)
 --   _graph_cancel_nodes    live               -> cancelled
 -- An instance:
 --   _instance_open         (nothing)          -> ready
@@ -265,14 +265,17 @@ BEGIN
 END
 $$;
 
--- A rerun from a node: the nodes upstream of it (p_up) take what the old run recorded
--- (seeded, or skipped as they were), and every node's count of open predecessors follows.
+-- A rerun from a node: the nodes it does not run again (p_up) take what the old run
+-- recorded (seeded, or skipped, or failed and tolerated, as they were), and every node's
+-- count of open predecessors follows.
 CREATE OR REPLACE FUNCTION cryo._nodes_seed(p_new text, p_old text, p_up text[])
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE cryo.node_states n
-       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
+       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' WHEN 'failed' THEN 'failed'
+                                  ELSE 'seeded' END,
+           tolerated = o.tolerated, error = o.error,
            items = o.items, output = o.output, output_clear = o.output_clear,
            started_at = cryo.now(), finished_at = cryo.now()
       FROM cryo.node_states o
