@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from cryopg.graphs import schemas
+from cryopg.graphs import flow, schemas
 from cryopg.graphs.artifacts import check_links as check_artifact_links
 from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
     STATE_OPS,
@@ -283,7 +283,7 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
     field = "id"
     try:
         unknown = set(n) - {"id", "type", "config", "if", "retry", "concurrency", "fan_out",
-                            "continue_on_error", "always"}
+                            "continue_on_error", "always", *flow.FLOW_KEYS}
         if unknown:
             field = sorted(unknown)[0]
             raise GraphError(f"node {nid}: unknown key {field!r}")
@@ -325,6 +325,12 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "config"
         _check_config(nid, ntype, config, known)
         compiled = _compile_value(config, known)
+        if n.keys() & flow.FLOW_KEYS:  # loop, stop_if, cache (cryopg/graphs/flow.py)
+            field = sorted(n.keys() & flow.FLOW_KEYS)[0]
+            flow_fields, flow_config = flow.compile_flow(n, known)
+            s.update(flow_fields)
+            compiled.update(flow_config)
+            field = "config"
         if ntype == "http" and config.get("secrets"):  # names, in the clear, for the grant
             s["secrets"] = list(dict.fromkeys(config["secrets"]))
         if ntype == "connector":  # its name, in the clear: the grant gives its secret

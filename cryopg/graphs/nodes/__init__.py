@@ -34,3 +34,11 @@ TYPES: dict[str, NodeType] = _registry()
 def node_types() -> list[dict[str, Any]]:
     """What GET /api/v1/graphs/node-types answers: every type with its config schema."""
     return [t.listing() for t in TYPES.values()]
+
+
+def node_fields() -> dict[str, Any]:
+    """The JSON Schema of the fields every node may carry beside its config that editors
+    build forms for (loop, stop_if, cache: cryopg/graphs/flow.py)."""
+    from cryopg.graphs.flow import SCHEMA
+
+    return {"type": "object", "properties": SCHEMA}

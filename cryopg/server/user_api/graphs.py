@@ -135,16 +135,22 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
                     outputs.setdefault(r.node_id, {})[r.item] = sealer.open_json(r.output)
                 elif r.output_clear is not None:  # an output holding no user data
                     outputs.setdefault(r.node_id, {})[r.item] = r.output_clear
+            if r.cached:
+                n["cached"] = True
             if r.job_run_id:
                 n.setdefault("runs", []).append(r.job_run_id)
             if r.wait_kind:
                 n["waiting_for"] = r.wait_kind
         if r.error and not n["error"]:
             n["error"] = r.error
+    loops = {d["id"] for d in structure.get("nodes", []) if "loop" in d}
     for nid, n in nodes.items():
         got_out = outputs.get(nid, {})
         n["output"] = (got_out.get(0) if n["items"] is None
                        else [got_out.get(i) for i in range(n["items"])])
+        if nid in loops:  # its iterations are its instances; its output the last one's
+            n["iterations"] = sum(1 for r in rows if r.node_id == nid and r.item is not None)
+            n["output"] = got_out[max(got_out)] if got_out else None
         if n["type"] == "approval":
             n["approval"] = {"fields": configs.get(nid, {}).get("fields", {})}
         if nid in written:  # its definition as written (secrets masked by the caller)
@@ -260,9 +266,11 @@ NODE_TYPES_PATH = "/api/v1/graphs/node-types"
 
 
 async def node_types(request: web.Request) -> web.Response:
-    """Every node type with the JSON Schema of its config (cryopg/graphs/nodes/), for a
-    canvas editor to build its forms from. The same for everyone: no secret is in it."""
-    return web.json_response({"node_types": nodes.node_types()})
+    """Every node type with the JSON Schema of its config (cryopg/graphs/nodes/), and the
+    schema of the fields any node carries beside it (node_fields: loop, stop_if, cache),
+    for a canvas editor to build its forms from. The same for everyone: no secret."""
+    return web.json_response({"node_types": nodes.node_types(),
+                              "node_fields": nodes.node_fields()})
 
 
 def add_routes(app: web.Application) -> None:
