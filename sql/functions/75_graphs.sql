@@ -460,7 +460,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_record_item(text, uuid, text, integer, text, bytea, text, integer, jsonb) IS
-    'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
+    'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have (a loop''s node is decided by the next round); a success stores its output under the instance''s cache key, if its cache missed. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
 -- An agent-bound instance becomes a child run; its end wakes the graph run.
 CREATE OR REPLACE FUNCTION cryo.graph_start_job(
