@@ -1124,6 +1124,17 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_flow_due(p_run_id text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.node_states n
+                    WHERE n.run_id = p_run_id AND n.def ? 'stop_if' AND n.status = 'succeeded'
+                      AND NOT n.stop_checked)
+        OR EXISTS (SELECT 1 FROM cryo.node_states n
+                    WHERE n.run_id = p_run_id AND n.def ? 'loop'
+                      AND cryo._node_status_in(n.status, 'under way'))
+$$;
+
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -5005,7 +5016,9 @@ BEGIN
     LOOP
         v_again := false;
         -- Loops and early stop decide first, over this round's scope (74_graph_flow.sql).
-        p_scope := coalesce(cryo._graph_flow(v_q, p_scope), p_scope);
+        IF cryo._graph_flow_due(p_run_id) THEN
+            p_scope := coalesce(cryo._graph_flow(v_q, p_scope), p_scope);
+        END IF;
         -- A failed node (after its retries, without continue_on_error) fails the run: from
         -- then on only always nodes and the failure branch start.
         v_failing := cryo._graph_failing(p_run_id);

@@ -22,6 +22,21 @@
 -- key, and cryo.graph_record_item stores its output there when it succeeds. Entries are
 -- per project and per trust: an untrusted run reads and writes only untrusted entries.
 
+-- Whether a round has a flow decision to make: a succeeded node whose stop_if is not yet
+-- decided, or a loop under way. Most runs have neither, and two probes of partial
+-- indexes empty for them cost a fraction of opening cryo._graph_flow's loops (which
+-- graph_plan calls only when this says so).
+CREATE OR REPLACE FUNCTION cryo._graph_flow_due(p_run_id text)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.node_states n
+                    WHERE n.run_id = p_run_id AND n.def ? 'stop_if' AND n.status = 'succeeded'
+                      AND NOT n.stop_checked)
+        OR EXISTS (SELECT 1 FROM cryo.node_states n
+                    WHERE n.run_id = p_run_id AND n.def ? 'loop'
+                      AND cryo._node_status_in(n.status, 'under way'))
+$$;
+
 -- One round's flow decisions for a driven graph run: stop_if of the nodes that
 -- succeeded since, and the loops whose last iteration ended. Returns the scope with the
 -- status of each loop it ended (when an expression reads it), or NULL when it changed

@@ -41,7 +41,9 @@ BEGIN
     LOOP
         v_again := false;
         -- Loops and early stop decide first, over this round's scope (74_graph_flow.sql).
-        p_scope := coalesce(cryo._graph_flow(v_q, p_scope), p_scope);
+        IF cryo._graph_flow_due(p_run_id) THEN
+            p_scope := coalesce(cryo._graph_flow(v_q, p_scope), p_scope);
+        END IF;
         -- A failed node (after its retries, without continue_on_error) fails the run: from
         -- then on only always nodes and the failure branch start.
         v_failing := cryo._graph_failing(p_run_id);
