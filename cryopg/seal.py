@@ -120,12 +120,17 @@ class Sealer:
     def open_json(self, envelope: bytes) -> Any:
         return json.loads(self.open(envelope))
 
+    def keyed_digest(self, purpose: str, text: str) -> bytes:
+        """32 bytes naming `text` for `purpose` (e.g. a node's cache key) that the
+        database can compare without learning the text: an HMAC-SHA256 under the org's
+        data key (a new key gives new digests)."""
+        return hmac.new(self._key, f"{purpose}|{self.org}|{text}".encode(),
+                        hashlib.sha256).digest()
+
     def digest(self, text: str) -> bytes:
-        """A keyed hash of a clear text (HMAC-SHA256 under a key derived from the org's
-        data key): the database can tell two sealed texts apart by it, and learn nothing
-        of either."""
-        key = hmac.new(self._key, b"cryopg digest", hashlib.sha256).digest()
-        return hmac.new(key, text.encode(), hashlib.sha256).digest()
+        """A keyed hash of a clear text (a workflow's source): the database can tell two
+        sealed texts apart by it, and learn nothing of either."""
+        return self.keyed_digest("text", text)
 
 
 class OrgSealers(Protocol):

@@ -821,6 +821,12 @@ BEGIN
         RETURN p_expr -> 'lit';
     ELSIF p_expr ? 'path' THEN
         v_a := p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path'));
+        -- A triggered run's input carries its trigger: `trigger.x` in a node's template
+        -- reads `input.trigger.x` when the scope has no trigger of its own (a driver's).
+        IF v_a IS NULL AND p_expr #>> '{path,0}' = 'trigger' AND NOT p_scope ? 'trigger' THEN
+            v_a := p_scope #> (ARRAY['input'] ||
+                               ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path')));
+        END IF;
         -- The driver leaves out the nodes it reads that have not started (they would make
         -- every turn's scope the graph's size): one missing reads as pending.
         IF v_a IS NULL AND p_expr #>> '{path,0}' = 'nodes' AND p_expr #>> '{path,2}' = 'status'
@@ -965,6 +971,29 @@ CREATE FUNCTION cryo._grant_secrets(p_org text, p_project text, p_untrusted bool
      WHERE s.org = p_org AND s.project = p_project ORDER BY s.name
 $$;
 
+CREATE FUNCTION cryo._graph_cache_keep(p_run_id text, p_node text, p_item integer, p_output bytea, p_output_clear jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO cryo.graph_cache (org, project, untrusted, key_hash, value, value_clear,
+                                  stored_at, run_id, node_id)
+    SELECT i.org, i.project, cryo._graph_cache_trust(p_run_id), i.cache_key, p_output,
+           CASE WHEN p_output IS NULL THEN p_output_clear END, cryo.now(), p_run_id, p_node
+      FROM cryo.node_instances i
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item
+       AND i.cache_key IS NOT NULL
+    ON CONFLICT (org, project, untrusted, key_hash) DO UPDATE
+       SET value = excluded.value, value_clear = excluded.value_clear,
+           stored_at = excluded.stored_at, run_id = excluded.run_id, node_id = excluded.node_id;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_cache_trust(p_run_id text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT cryo._run_untrusted(p_run_id)
+$$;
+
 CREATE FUNCTION cryo._graph_call_memo(p_child_id text) RETURNS TABLE(result bytea, answer jsonb, exit_code integer)
     LANGUAGE sql STABLE
     AS $$
@@ -1088,6 +1117,87 @@ BEGIN
     RETURN EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.status = 'failed'
                       AND NOT n.tolerated);
 END
+$$;
+
+CREATE FUNCTION cryo._graph_flow(p_q cryo.queue, p_scope jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_node cryo.node_states;
+    v_last cryo.node_instances;
+    v_changed boolean := false;
+    v_loop jsonb;
+    v_scope jsonb;
+    v_again boolean;
+    v_max integer;
+BEGIN
+    FOR v_node IN SELECT * FROM cryo.node_states n
+                   WHERE n.run_id = p_q.run_id AND n.def ? 'stop_if' AND n.status = 'succeeded'
+                     AND NOT n.stop_checked
+                   ORDER BY n.ord LOOP
+        PERFORM cryo._node_stop_checked(p_q.run_id, v_node.node_id);
+        CONTINUE WHEN cryo._graph_failing(p_q.run_id) OR NOT cryo._truthy(cryo._eval(
+            v_node.def -> 'stop_if', p_scope || jsonb_build_object('node', jsonb_build_object(
+                'id', v_node.node_id))));
+        PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'graph_stopped', 'node',
+                              v_node.node_id, 0);
+        PERFORM cryo._nodes_skip_unstarted(p_q, 'stopped early: the stop_if of '
+                                                || v_node.node_id || ' held');
+        v_changed := true;
+    END LOOP;
+    FOR v_node IN SELECT * FROM cryo.node_states n
+                   WHERE n.run_id = p_q.run_id AND n.def ? 'loop'
+                     AND cryo._node_status_in(n.status, 'under way')
+                   ORDER BY n.ord LOOP
+        SELECT * INTO v_last FROM cryo.node_instances i
+         WHERE i.run_id = p_q.run_id AND i.node_id = v_node.node_id
+         ORDER BY i.item DESC LIMIT 1;
+        -- (A failed iteration ended its node; one under way is not decided yet.)
+        CONTINUE WHEN v_last.item IS NULL OR NOT cryo._node_status_in(v_last.status, 'done');
+        v_loop := v_node.def -> 'loop';
+        v_max := (v_loop ->> 'max_iterations')::integer;
+        v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+            'id', v_node.node_id, 'iteration', v_last.item));
+        v_again := cryo._truthy(cryo._eval(coalesce(v_loop -> 'while', v_loop -> 'until'), v_scope));
+        IF v_loop ? 'until' THEN
+            v_again := NOT v_again;
+        END IF;
+        v_changed := true;
+        IF v_again AND v_last.item + 1 < v_max THEN
+            PERFORM cryo._instance_open(p_q, v_node.node_id, v_last.item + 1);
+            PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_iteration', 'node',
+                                  v_node.node_id, v_last.item + 1);
+            CONTINUE;
+        ELSIF v_again THEN
+            PERFORM cryo._node_end(p_q.run_id, v_node.node_id, 'failed',
+                format('loop reached max_iterations (%s) and its condition still asked for more',
+                       v_max));
+            PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_failed', 'node',
+                                  v_node.node_id, v_last.item);
+        ELSE
+            PERFORM cryo._node_end(p_q.run_id, v_node.node_id, 'succeeded', NULL, v_last.output,
+                                   v_last.output_clear);
+            PERFORM cryo._history(p_q.run_id, p_q.org, p_q.project, 'node_completed', 'node',
+                                  v_node.node_id, v_last.item, v_last.attempt, v_last.output);
+        END IF;
+        IF p_scope -> 'nodes' ? v_node.node_id THEN  -- an expression after it reads it
+            p_scope := jsonb_set(p_scope, ARRAY['nodes', v_node.node_id, 'status'],
+                                 to_jsonb(CASE WHEN v_again THEN 'failed' ELSE 'succeeded' END));
+        END IF;
+    END LOOP;
+    RETURN CASE WHEN v_changed THEN p_scope END;
+END
+$$;
+
+CREATE FUNCTION cryo._graph_flow_due(p_run_id text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM cryo.node_states n
+                    WHERE n.run_id = p_run_id AND n.def ? 'stop_if' AND n.status = 'succeeded'
+                      AND NOT n.stop_checked)
+        OR EXISTS (SELECT 1 FROM cryo.node_states n
+                    WHERE n.run_id = p_run_id AND n.def ? 'loop'
+                      AND cryo._node_status_in(n.status, 'under way'))
 $$;
 
 CREATE FUNCTION cryo._graph_init(p_run_id text, p_org text, p_project text, p_graph jsonb) RETURNS void
@@ -1346,6 +1456,7 @@ CREATE TABLE cryo.node_states (
     state_call jsonb,
     state_value bytea,
     output_clear jsonb,
+    stop_checked boolean DEFAULT false NOT NULL,
     CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
@@ -1361,6 +1472,8 @@ COMMENT ON COLUMN cryo.node_states.state_value IS 'For a constant set, add or ca
 
 COMMENT ON COLUMN cryo.node_states.output_clear IS 'A node output holding no user data (state set/delete/add/cas), in the clear; output is NULL then.';
 
+COMMENT ON COLUMN cryo.node_states.stop_checked IS 'The node''s stop_if was decided (it ends the run early when it held).';
+
 CREATE FUNCTION cryo._graph_start_instances(p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb) RETURNS TABLE(item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
@@ -1370,6 +1483,8 @@ DECLARE
     v_node text := p_node.node_id;
     v_max integer := nullif(p_node.def ->> 'max_parallel', '')::integer;
     v_fan boolean := p_node.items IS NOT NULL;
+    -- A loop's iterations are its items: each its own key, and node.iteration to read.
+    v_loop boolean := p_node.def ? 'loop';
     v_items jsonb;
     v_active integer;
     v_next integer;
@@ -1401,7 +1516,8 @@ BEGIN
         EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
         v_path := 'node/' || v_node || '/' || v_n;
         v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-            'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan)));
+            'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan OR v_loop))
+            || CASE WHEN v_loop THEN jsonb_build_object('iteration', v_n) ELSE '{}' END);
         IF v_fan THEN
             v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
         END IF;
@@ -1839,6 +1955,15 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._instance_cache(p_run_id text, p_node text, p_item integer, p_key bytea, p_cached boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_instances i SET cache_key = p_key, cached = p_cached
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+END
+$$;
+
 CREATE FUNCTION cryo._instance_ended(p_run_id text, p_org text, p_project text, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb, p_retry boolean DEFAULT true, p_event text DEFAULT NULL::text, p_payload bytea DEFAULT NULL::bytea) RETURNS text
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
@@ -1887,7 +2012,9 @@ BEGIN
        FOR UPDATE;
     IF p_outcome = 'failed' THEN
         v_status := 'failed';
-    ELSIF (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
+    -- A loop's iteration that succeeded leaves its node running: the next turn decides
+    -- whether another iteration opens or the node ends (cryo._graph_loops).
+    ELSIF NOT v_def ? 'loop' AND (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
               AND cryo._node_status_in(i.status, 'done')) = coalesce(v_node.items, 1) THEN
         v_status := 'succeeded';
     END IF;
@@ -1962,12 +2089,18 @@ CREATE TABLE cryo.node_instances (
     started_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
     output_clear jsonb,
+    cache_key bytea,
+    cached boolean DEFAULT false NOT NULL,
     CONSTRAINT node_instances_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'running'::text, 'waiting'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'seeded'::text, 'cancelled'::text])))
 );
 
 COMMENT ON TABLE cryo.node_instances IS 'One row per started instance of a graph node (one, or one per fan-out item): attempt, the child run doing it, what it waits on, sealed output.';
 
 COMMENT ON COLUMN cryo.node_instances.output_clear IS 'An instance output holding no user data, in the clear; output is NULL then.';
+
+COMMENT ON COLUMN cryo.node_instances.cache_key IS 'For a node with cache whose entry missed: the key its output is stored under when it succeeds.';
+
+COMMENT ON COLUMN cryo.node_instances.cached IS 'The instance ended at once with a cached output (its node''s cache: {key, ttl}).';
 
 CREATE FUNCTION cryo._instance_run(p_run_id text, p_node text, p_item integer, p_group text) RETURNS cryo.node_instances
     LANGUAGE plpgsql
@@ -2194,6 +2327,15 @@ CREATE FUNCTION cryo._node_status_in(p_status text, p_set text) RETURNS boolean
         END)
 $$;
 
+CREATE FUNCTION cryo._node_stop_checked(p_run_id text, p_node text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE cryo.node_states n SET stop_checked = true
+     WHERE n.run_id = p_run_id AND n.node_id = p_node;
+END
+$$;
+
 CREATE FUNCTION cryo._node_waits(p_run_id text, p_node text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -2237,7 +2379,9 @@ CREATE FUNCTION cryo._nodes_seed(p_new text, p_old text, p_up text[]) RETURNS vo
     AS $$
 BEGIN
     UPDATE cryo.node_states n
-       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
+       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' WHEN 'failed' THEN 'failed'
+                                  ELSE 'seeded' END,
+           tolerated = o.tolerated, error = o.error,
            items = o.items, output = o.output, output_clear = o.output_clear,
            started_at = cryo.now(), finished_at = cryo.now()
       FROM cryo.node_states o
@@ -4283,6 +4427,7 @@ BEGIN
              ORDER BY id FOR UPDATE) r;
     PERFORM cryo._delete_runs(v_ids);  -- leases and their queues go with their runs
     DELETE FROM cryo.state_cells WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.graph_cache WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.events WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.secrets WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.workflows WHERE org = p_org AND project = p_project;
@@ -4291,7 +4436,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs (moved ones queued for the movers to delete), cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
+COMMENT ON FUNCTION cryo.delete_project(p_org text, p_project text) IS 'Deletes a project with all its runs (live ones included), journals, logs (moved ones queued for the movers to delete), cells of both scopes, cached node outputs, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
 
 CREATE FUNCTION cryo.delete_role_map(p_org text, p_claim text, p_value text) RETURNS boolean
     LANGUAGE sql
@@ -5085,6 +5230,34 @@ $$;
 
 COMMENT ON FUNCTION cryo.get_workflow_version(p_org text, p_project text, p_name text, p_version integer) IS 'Returns one version of a stored workflow: filename, interpreter, sealed source, kind, compiled graph, directory, who stored it and when. Raises CR005 for an unknown workflow or version.';
 
+CREATE FUNCTION cryo.graph_cache_take(p_run_id text, p_token uuid, p_node text, p_item integer, p_key bytea, p_ttl double precision) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_entry cryo.graph_cache;
+BEGIN
+    IF p_key IS NULL OR length(p_key) <> 32 OR p_ttl IS NULL OR NOT p_ttl > 0 THEN
+        RAISE EXCEPTION 'a cache key is 32 bytes and a ttl more than 0 seconds' USING ERRCODE = 'CR004';
+    END IF;
+    SELECT * INTO v_entry FROM cryo.graph_cache c
+     WHERE c.org = v_q.org AND c.project = v_q.project
+       AND c.untrusted = cryo._graph_cache_trust(p_run_id) AND c.key_hash = p_key
+       AND c.stored_at > cryo.now() - make_interval(secs => p_ttl);
+    IF NOT FOUND THEN
+        PERFORM cryo._instance_cache(p_run_id, p_node, p_item, p_key, false);
+        RETURN false;
+    END IF;
+    PERFORM cryo._instance_cache(p_run_id, p_node, p_item, NULL, true);
+    PERFORM cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, 'succeeded',
+                                 v_entry.value, NULL, NULL, v_entry.value_clear, false,
+                                 'node_cached');
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.graph_cache_take(p_run_id text, p_token uuid, p_node text, p_item integer, p_key bytea, p_ttl double precision) IS 'Before an instance of a node with a cache starts: when the run''s project holds an entry under p_key (a 32-byte keyed digest of the rendered key) for the run''s trust, stored less than p_ttl seconds ago, ends the instance succeeded with its output, marked cached, and returns true; else keeps the key on the instance (its output is stored there when it succeeds) and returns false. Raises CR002 for a stale token, CR004 for a bad key or ttl, CR005 for an instance never started.';
+
 CREATE FUNCTION cryo.graph_defer(p_run_id text, p_token uuid, p_error text) RETURNS double precision
     LANGUAGE plpgsql
     AS $$
@@ -5163,6 +5336,10 @@ BEGIN
     END IF;
     LOOP
         v_again := false;
+        -- Loops and early stop decide first, over this round's scope (74_graph_flow.sql).
+        IF cryo._graph_flow_due(p_run_id) THEN
+            p_scope := coalesce(cryo._graph_flow(v_q, p_scope), p_scope);
+        END IF;
         -- A failed node (after its retries, without continue_on_error) fails the run: from
         -- then on only always nodes and the failure branch start.
         v_failing := cryo._graph_failing(p_run_id);
@@ -5336,13 +5513,18 @@ CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text,
     AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_status text;
 BEGIN
-    RETURN cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
-                                p_output, p_error, p_exit_code, p_output_clear);
+    v_status := cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
+                                     p_output, p_error, p_exit_code, p_output_clear);
+    IF v_status = 'succeeded' AND p_outcome = 'succeeded' THEN  -- its cache, if it has one
+        PERFORM cryo._graph_cache_keep(p_run_id, p_node, p_item, p_output, p_output_clear);
+    END IF;
+    RETURN v_status;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
+COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have (a loop''s node is decided by the next round); a success stores its output under the instance''s cache key, if its cache missed. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
 CREATE FUNCTION cryo.graph_refuse_input(p_run_id text, p_token uuid, p_reason text) RETURNS text
     LANGUAGE plpgsql
@@ -6480,20 +6662,21 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer) IS 'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
 
-CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone, output_clear jsonb)
+CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone, output_clear jsonb, cached boolean)
     LANGUAGE sql STABLE
     AS $$
     SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
            coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
            i.job_run_id, i.wait_kind, n.started_at, n.finished_at,
-           coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
+           coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END),
+           coalesce(i.cached, false)
       FROM cryo.node_states n
       LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
      WHERE n.run_id = p_run_id
      ORDER BY n.node_id, i.item
 $$;
 
-COMMENT ON FUNCTION cryo.read_graph_nodes(p_run_id text) IS 'Returns every node of a graph run with each started instance: status, attempt, sealed output (or output_clear, for one holding no user data), error and the child run doing it. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_graph_nodes(p_run_id text) IS 'Returns every node of a graph run with each started instance (a fan-out''s items, a loop''s iterations): status, attempt, sealed output (or output_clear, for one holding no user data), error, the child run doing it, and cached (its output came from the node''s cache). Raises nothing.';
 
 CREATE FUNCTION cryo.read_history(p_run_id text) RETURNS TABLE(id bigint, kind text, family text, name text, ordinal integer, attempt integer, payload bytea, created_at timestamp with time zone, label text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -7025,6 +7208,9 @@ DECLARE
     v_old cryo.runs;
     v_new text;
     v_up text[];
+    v_down text[];
+    v_seed text[];
+    v_bad text;
 BEGIN
     v_old := cryo._run_row(p_run_id);
     IF v_old.kind <> 'graph' THEN
@@ -7040,21 +7226,44 @@ BEGIN
         SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d JOIN up ON up.node_id = d.node_id
     )
     SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
+    WITH RECURSIVE down(node_id) AS (
+        SELECT p_from
+        UNION
+        SELECT d.node_id FROM cryo._graph_node_defs(v_old.graph) d JOIN down ON down.node_id = ANY (d.deps)
+    )
+    SELECT array_agg(node_id) INTO v_down FROM down;
     IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
-                  AND NOT cryo._node_status_in(n.status, 'ended well')) THEN
+                  AND NOT cryo._node_status_in(n.status, 'ended well')
+                  AND NOT (n.status = 'failed' AND n.tolerated)) THEN
         RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
             USING ERRCODE = 'CR004';
     END IF;
+    SELECT n.node_id INTO v_bad FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND NOT n.node_id = ANY (v_down) AND n.status = 'failed'
+       AND NOT n.tolerated
+     ORDER BY n.ord LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'node % failed in run % and is not downstream of %; rerun from it', v_bad,
+            p_run_id, p_from USING ERRCODE = 'CR004';
+    END IF;
+    -- Seeded: what ended outside p_from's descendants, but not what the old run's end
+    -- skipped or cancelled before it started (that runs).
+    SELECT coalesce(array_agg(n.node_id), '{}') INTO v_seed FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND NOT n.node_id = ANY (v_down)
+       AND (cryo._node_status_in(n.status, 'done') OR (n.status = 'failed' AND n.tolerated)
+            OR (n.status = 'skipped'
+                AND n.error IS DISTINCT FROM 'the run failed'
+                AND n.error IS DISTINCT FROM 'the run did not fail'));
     SELECT s.run_id INTO v_new FROM cryo.submit_script(
         v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
         NULL, '{graph}', v_old.workflow, v_old.input_clear, p_untrusted => v_old.untrusted,
         p_graph => v_old.graph) s;
-    PERFORM cryo._nodes_seed(v_new, p_run_id, v_up);
+    PERFORM cryo._nodes_seed(v_new, p_run_id, v_seed);
     RETURN v_new;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
+COMMENT ON FUNCTION cryo.rerun_graph(p_run_id text, p_from text) IS 'Starts a new run of a graph run''s pinned definition and input that runs p_from and the nodes downstream of it again: every other node that ended in the old run is seeded from what it recorded (status seeded or skipped; a failure continue_on_error tolerated stays failed, tolerated), and what never started because the old run ended runs; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run, a node upstream of p_from did not end well (or fail tolerated), or a node not downstream of p_from failed, CR005 for an unknown node.';
 
 CREATE FUNCTION cryo.rerun_run(p_run_id text) RETURNS text
     LANGUAGE plpgsql
@@ -8396,6 +8605,20 @@ CREATE SEQUENCE cryo.events_id_seq
 
 ALTER SEQUENCE cryo.events_id_seq OWNED BY cryo.events.id;
 
+CREATE TABLE cryo.graph_cache (
+    org text NOT NULL,
+    project text NOT NULL,
+    untrusted boolean NOT NULL,
+    key_hash bytea NOT NULL,
+    value bytea,
+    value_clear jsonb,
+    stored_at timestamp with time zone NOT NULL,
+    run_id text NOT NULL,
+    node_id text NOT NULL
+);
+
+COMMENT ON TABLE cryo.graph_cache IS 'Cached node outputs (a node''s cache: {key, ttl}): per project and trust (untrusted), keyed by a keyed digest of the rendered key, the output sealed (value) or in the clear (value_clear, no user data); stored_at is when, run_id / node_id who stored it.';
+
 CREATE VIEW cryo.graph_nodes WITH (security_barrier='true') AS
  SELECT n.run_id,
     n.org,
@@ -9050,6 +9273,9 @@ ALTER TABLE ONLY cryo.event_handlers
 ALTER TABLE ONLY cryo.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY cryo.graph_cache
+    ADD CONSTRAINT graph_cache_pkey PRIMARY KEY (org, project, untrusted, key_hash);
+
 ALTER TABLE ONLY cryo.history
     ADD CONSTRAINT history_pkey PRIMARY KEY (id);
 
@@ -9214,7 +9440,11 @@ CREATE INDEX node_states_failing ON cryo.node_states USING btree (run_id) WHERE 
 
 CREATE INDEX node_states_live ON cryo.node_states USING btree (run_id, ord) WHERE (status = ANY (ARRAY['running'::text, 'waiting'::text]));
 
+CREATE INDEX node_states_loops ON cryo.node_states USING btree (run_id) WHERE ((def ? 'loop'::text) AND (status = ANY (ARRAY['running'::text, 'waiting'::text])));
+
 CREATE INDEX node_states_ready ON cryo.node_states USING btree (run_id, ord) WHERE ((status = 'pending'::text) AND (open_deps = 0));
+
+CREATE INDEX node_states_stop_if ON cryo.node_states USING btree (run_id) WHERE ((def ? 'stop_if'::text) AND (status = 'succeeded'::text) AND (NOT stop_checked));
 
 CREATE INDEX oidc_cli_nonces_expiry ON cryo.oidc_cli_nonces USING btree (expires_at);
 

@@ -42,6 +42,7 @@ from cryopg.engine.finish import (
     finish_run,
     finish_runs,
 )
+from cryopg.engine.graph_flow import graph_cache_take
 from cryopg.engine.graphs import (
     Driven,
     GraphCall,
@@ -398,6 +399,7 @@ __all__ = [
     "graph_jobs",
     "graph_plan",
     "graph_take_signal",
+    "graph_cache_take",
     "graph_record_item",
     "graph_start_job",
     "GraphCall",

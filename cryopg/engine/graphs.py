@@ -81,6 +81,7 @@ class GraphNode:
     started_at: Any
     finished_at: Any
     output_clear: Any  # an output holding no user data (output is None then)
+    cached: bool = False  # the instance's output came from its node's cache
 
 
 async def submit_graph(conn: AsyncConnection, org: str, project: str, *, filename: str,

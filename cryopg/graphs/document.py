@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from cryopg.graphs import gates, node_keys, schemas
+from cryopg.graphs import flow, gates, node_keys, schemas
 from cryopg.graphs.artifacts import check_links as check_artifact_links
 from cryopg.graphs.checks import (  # noqa: F401 - re-exported for the callers of old
     STATE_OPS,
@@ -243,39 +243,28 @@ def _template(value: Any, known: frozenset[str]) -> dict[str, Any]:
     raise ExprError("must be a string or a {\"$template\": ...}")
 
 
-# Names the engine stores in the clear (a concurrency group, a state cell's key and
-# entity) while the input they are rendered from is sealed: each {{ }} hole of such a
-# template renders as a digest of its value (cryo._digest; the text around it stays
-# readable), so equal inputs still meet in one group or cell without the value being
-# stored. DIGEST_PREFIX marks a digested part.
+# Names the engine keeps in the clear as identities (a concurrency group, a state cell's
+# key and entity) render their holes as text, exactly as any template does: a graph's
+# `seen-{{ input.id }}` is the cell a script names `seen-1042`, and `deploy-{{ input.env }}`
+# the lock a script takes as `deploy-prod` (issue 39 item 5; the spec: one cell and one
+# lock whichever surface reaches it). Workflows compiled before kept {"op": "digest"}
+# holes (issue 20); cryo._digest still evaluates them, and DIGEST_PREFIX / digest_part
+# name what those rendered.
 DIGEST_PREFIX = "h_"
 
 
 def digest_part(value: Any) -> str:
-    """What a hole of value `value` renders as in a digested name: the twin of
-    cryo._digest (a test keeps the two equal), for finding a group or a cell by input."""
+    """What a hole of value `value` rendered as in a name compiled before issue 39 (its
+    digest): the twin of cryo._digest (a test keeps the two equal)."""
     if value is None:
         return ""
     text = value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
     return DIGEST_PREFIX + hashlib.sha256(f"cryopg-digest/v1|{text}".encode()).hexdigest()[:24]
 
 
-def _digested(compiled: Any) -> Any:
-    """A compiled template or {"$template"} / {"$expr"} value whose holes render as
-    digests."""
-    if isinstance(compiled, dict) and "tpl" in compiled:
-        return {"tpl": [p if isinstance(p, str) else {"op": "digest", "a": p}
-                        for p in compiled["tpl"]]}
-    if isinstance(compiled, dict) and "$template" in compiled:
-        return {"$template": _digested(compiled["$template"])}
-    if isinstance(compiled, dict) and "$expr" in compiled:
-        return {"$expr": {"op": "digest", "a": compiled["$expr"]}}
-    return compiled
-
-
 def _identifier(value: Any, known: frozenset[str]) -> dict[str, Any]:
-    """A template for a name stored in the clear: its holes digested (see DIGEST_PREFIX)."""
-    return _digested(_template(value, known))
+    """A template for a name stored in the clear (a group, a cell's key or entity)."""
+    return _template(value, known)
 
 
 def _compile_value(value: Any, known: frozenset[str]) -> Any:
@@ -339,16 +328,18 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "config"
         _check_config(nid, ntype, config, known)
         compiled = _compile_value(config, known)
+        if n.keys() & flow.FLOW_KEYS:  # loop, stop_if, cache (cryopg/graphs/flow.py)
+            field = sorted(n.keys() & flow.FLOW_KEYS)[0]
+            flow_fields, flow_config = flow.compile_flow(n, known)
+            s.update(flow_fields)
+            compiled.update(flow_config)
+            field = "config"
         if ntype == "http" and config.get("secrets"):  # names, in the clear, for the grant
             s["secrets"] = list(dict.fromkeys(config["secrets"]))
         if ntype == "approval" and (policy := approval_policy(nid, config)):
             s["approval"] = policy  # who may answer and how many: the database enforces it
         if ntype == "connector":  # its name, in the clear: the grant gives its secret
             s["connection"] = config["connection"]
-        if ntype == "state":  # a cell's key and entity are stored in the clear
-            for name in ("key", "entity"):
-                if isinstance(compiled.get(name), dict):
-                    compiled[name] = _digested(compiled[name])
     except ExprError as exc:
         raise GraphError(f"node {nid}: {field}: {exc}") from None
     return s, compiled

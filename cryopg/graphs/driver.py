@@ -86,8 +86,8 @@ def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
         if r.item is None:
             continue
         got = items.get(r.node_id, {})
-        if r.items is None:
-            nodes[r.node_id]["output"] = got.get(0)
+        if r.items is None:  # (a loop's is its last ended iteration's: its highest item)
+            nodes[r.node_id]["output"] = got[max(got)] if got else None
         else:
             nodes[r.node_id]["output"] = [got.get(i) for i in range(r.items)]
     return {"input": input_value, "nodes": nodes, "run": {"id": run_id}}

@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
-from cryopg.graphs import gates
+from cryopg.graphs import flow, gates
 from cryopg.graphs.checks import GraphError
 from cryopg.graphs.nodes.wait import DURATION
 
@@ -56,6 +56,7 @@ KEYS: dict[str, dict[str, Any]] = {
     "always": {"type": "boolean",
                "description": "When true, the node runs once what it depends on has ended, "
                               "even if that failed or was skipped."},
+    **flow.SCHEMA,  # loop, stop_if, cache
 }
 REQUIRED = ("id", "type")
 
@@ -68,7 +69,10 @@ def schema() -> dict[str, Any]:
             "properties": KEYS, "required": list(REQUIRED), "additionalProperties": False}
 
 
-_VALIDATOR = jsonschema.Draft202012Validator(schema())
+# The flow keys are checked by flow.compile_flow, whose messages say more ("loop.max_iterations
+# is required"); here they are only known.
+_VALIDATOR = jsonschema.Draft202012Validator(
+    {**schema(), "properties": {**KEYS, **{k: {} for k in flow.SCHEMA}}})
 
 
 def check(nid: str, node: dict[str, Any]) -> None:

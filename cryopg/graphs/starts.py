@@ -6,12 +6,15 @@ result), its wait answered or timed out, its approval given.
 
 from __future__ import annotations
 
+from typing import Any
+
 from cryopg import engine
 from cryopg.db import translated
 from cryopg.engine import NodeRow, PlanRow
 from cryopg.engine import artifacts as index
 from cryopg.errors import CryoError, DatabaseUnavailable
 from cryopg.graphs import artifacts
+from cryopg.graphs.flow import CACHE_CONFIG
 from cryopg.graphs.nodes import TYPES, approval
 from cryopg.graphs.turn import Turn
 from cryopg.payloads import answer
@@ -20,15 +23,20 @@ __all__ = ["Turn", "collect", "start"]
 
 
 async def start(turn: Turn, p: PlanRow) -> bool:
-    """Starts one instance. Returns True when it also ended (a database node)."""
+    """Starts one instance. Returns True when it also ended (a database node, or a
+    node whose cache held a fresh output)."""
     assert p.node_id is not None and p.item is not None and p.type is not None
+    config = dict(p.config or {})
+    cache = config.pop(CACHE_CONFIG, None)  # the node's cache: not its type's config
     try:
         # A savepoint: a call the database refuses undoes only this start, and the turn's
         # transaction stays usable to record the failure (without it the whole turn
         # rolled back and the driver retried the same run forever).
         with translated():
             async with turn.conn.transaction():
-                return await TYPES[p.type].start(turn, p, p.config or {})
+                if cache is not None and await _cached(turn, p, cache):
+                    return True
+                return await TYPES[p.type].start(turn, p, config)
     except DatabaseUnavailable:
         raise  # an outage fails no node: the turn rolls back and runs again
     except (CryoError, ValueError, TypeError) as exc:
@@ -36,6 +44,18 @@ async def start(turn: Turn, p: PlanRow) -> bool:
         # one, a stored workflow that is not there) fails, with the reason.
         await turn.record(p.node_id, p.item, False, None, str(exc).splitlines()[0])
         return True
+
+
+async def _cached(turn: Turn, p: PlanRow, cache: dict[str, Any]) -> bool:
+    """Whether the node's cache held a fresh output, which ended the instance. The
+    rendered key is stored only as a keyed digest (the org's key), never in clear."""
+    assert p.node_id is not None and p.item is not None
+    key = cache.get("key")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"cache.key rendered to {key!r}, not a text")
+    digest = turn.sealer.keyed_digest("cryopg-node-cache/v1", key)
+    return await engine.graph_cache_take(turn.conn, turn.run_id, turn.token, p.node_id,
+                                         p.item, digest, float(cache["ttl"]))
 
 
 async def collect(turn: Turn, r: NodeRow) -> bool:

@@ -1,9 +1,9 @@
 """One pipeline job to one graph node.
 
 A job has exactly one kind key, which picks the node type and its config; the other keys
-(`if`, `retry`, `concurrency`, `fan_out`) are the node's own fields, and `needs` becomes
-edges (made by the caller). Text holding `{{ ... }}` becomes a graph template, so
-`{{ input.x }}` and `{{ item }}` work wherever a value may be a template.
+(`if`, `retry`, `concurrency`, `fan_out`, `loop`, `stop_if`, `cache`) are the node's own
+fields, and `needs` becomes edges (made by the caller). Text holding `{{ ... }}` becomes
+a graph template, so `{{ input.x }}` and `{{ item }}` work wherever a value may be one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ KINDS = {  # job key -> graph node type
     "steps": "shell", "script": "script", "approval": "approval",
     "wait_for_event": "wait", "wait_for_signal": "wait", "sleep": "wait",
     "state": "state", "http": "http", "connector": "connector", "workflow": "workflow"}
-NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always")
+NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always",
+               "loop", "stop_if", "cache")
 JOB_KEYS = frozenset({*KINDS, *NODE_FIELDS, "needs", "env", "input", "artifacts"})
 ARTIFACT_KINDS = ("steps", "script")  # the jobs that run a command an agent can wrap
 STATE_KEYS = frozenset({"op", "key", "value", "entity", "expected", "by"})

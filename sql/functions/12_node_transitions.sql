@@ -15,7 +15,7 @@
 --   _node_end              pending | running | waiting -> succeeded | failed | skipped
 --   _graph_skip            pending            -> skipped, with the reason
 --   _nodes_skip_unstarted  pending (all)      -> skipped, as the run ends
---   _nodes_seed            pending            -> seeded (a rerun from a node)
+--   _nodes_seed            pending            -> seeded | skipped | failed (a rerun)
 --   _graph_cancel_nodes    live               -> cancelled
 -- An instance:
 --   _instance_open         (nothing)          -> ready
@@ -26,6 +26,8 @@
 --   _instance_answer       waiting            -> waiting, answered by an approver
 --   _instance_ended        live               -> succeeded | failed | retrying; ends its node
 --   _instance_reject       waiting            -> failed, turned down by an approver
+--   _instance_cache        running            -> running, its cache key kept, or ended cached
+--   _node_stop_checked     succeeded          -> succeeded, its stop_if decided
 -- Ending a node (_graph_node_ended, once per node) lowers its dependents' count of open
 -- predecessors: that count is what makes a node ready, so nothing ends a node but here.
 
@@ -265,14 +267,17 @@ BEGIN
 END
 $$;
 
--- A rerun from a node: the nodes upstream of it (p_up) take what the old run recorded
--- (seeded, or skipped as they were), and every node's count of open predecessors follows.
+-- A rerun from a node: the nodes it does not run again (p_up) take what the old run
+-- recorded (seeded, or skipped, or failed and tolerated, as they were), and every node's
+-- count of open predecessors follows.
 CREATE OR REPLACE FUNCTION cryo._nodes_seed(p_new text, p_old text, p_up text[])
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE cryo.node_states n
-       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' ELSE 'seeded' END,
+       SET status = CASE o.status WHEN 'skipped' THEN 'skipped' WHEN 'failed' THEN 'failed'
+                                  ELSE 'seeded' END,
+           tolerated = o.tolerated, error = o.error,
            items = o.items, output = o.output, output_clear = o.output_clear,
            started_at = cryo.now(), finished_at = cryo.now()
       FROM cryo.node_states o
@@ -468,7 +473,9 @@ BEGIN
        FOR UPDATE;
     IF p_outcome = 'failed' THEN
         v_status := 'failed';
-    ELSIF (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
+    -- A loop's iteration that succeeded leaves its node running: the next turn decides
+    -- whether another iteration opens or the node ends (cryo._graph_loops).
+    ELSIF NOT v_def ? 'loop' AND (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
               AND cryo._node_status_in(i.status, 'done')) = coalesce(v_node.items, 1) THEN
         v_status := 'succeeded';
     END IF;
@@ -508,5 +515,29 @@ BEGIN
         v_found := true;
     END LOOP;
     RETURN v_found;
+END
+$$;
+
+-- -- flow (74_graph_flow.sql) --------------------------------------------------------------
+
+-- An instance of a node with a cache: the key its output is stored under when it
+-- succeeds (its entry missed), or, with p_cached, that its output came from the cache.
+CREATE OR REPLACE FUNCTION cryo._instance_cache(p_run_id text, p_node text, p_item integer,
+                                                p_key bytea, p_cached boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.node_instances i SET cache_key = p_key, cached = p_cached
+     WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
+END
+$$;
+
+-- A succeeded node's stop_if was decided (once: it is not asked again).
+CREATE OR REPLACE FUNCTION cryo._node_stop_checked(p_run_id text, p_node text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cryo.node_states n SET stop_checked = true
+     WHERE n.run_id = p_run_id AND n.node_id = p_node;
 END
 $$;

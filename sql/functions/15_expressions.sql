@@ -20,11 +20,11 @@ LANGUAGE sql IMMUTABLE AS $$
                         ELSE true END END
 $$;
 
--- A hole of a name the engine stores in the clear (a concurrency group, a state cell's
--- key or entity), rendered from sealed input: 'h_' and 24 hex digits of a SHA-256 of its
--- value instead of the value, so equal inputs still share one group or cell while the
--- value is not stored. NULL renders as nothing, as in any template. Python's twin is
--- cryopg.graphs.document.digest_part.
+-- A digested hole ({"op": "digest"}): 'h_' and 24 hex digits of a SHA-256 of its value.
+-- Workflows compiled between issues 20 and 39 rendered the holes of a concurrency group
+-- and a state key or entity so; they still do until put again (names now render as
+-- text, the cell or lock a script names the same). NULL renders as nothing. Python's
+-- twin is cryopg.graphs.document.digest_part.
 CREATE OR REPLACE FUNCTION cryo._digest(p_value jsonb)
 RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
@@ -50,6 +50,12 @@ BEGIN
         RETURN p_expr -> 'lit';
     ELSIF p_expr ? 'path' THEN
         v_a := p_scope #> ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path'));
+        -- A triggered run's input carries its trigger: `trigger.x` in a node's template
+        -- reads `input.trigger.x` when the scope has no trigger of its own (a driver's).
+        IF v_a IS NULL AND p_expr #>> '{path,0}' = 'trigger' AND NOT p_scope ? 'trigger' THEN
+            v_a := p_scope #> (ARRAY['input'] ||
+                               ARRAY(SELECT jsonb_array_elements_text(p_expr -> 'path')));
+        END IF;
         -- The driver leaves out the nodes it reads that have not started (they would make
         -- every turn's scope the graph's size): one missing reads as pending.
         IF v_a IS NULL AND p_expr #>> '{path,0}' = 'nodes' AND p_expr #>> '{path,2}' = 'status'

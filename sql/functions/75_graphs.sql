@@ -40,6 +40,10 @@ BEGIN
     END IF;
     LOOP
         v_again := false;
+        -- Loops and early stop decide first, over this round's scope (74_graph_flow.sql).
+        IF cryo._graph_flow_due(p_run_id) THEN
+            p_scope := coalesce(cryo._graph_flow(v_q, p_scope), p_scope);
+        END IF;
         -- A failed node (after its retries, without continue_on_error) fails the run: from
         -- then on only always nodes and the failure branch start.
         v_failing := cryo._graph_failing(p_run_id);
@@ -346,6 +350,8 @@ DECLARE
     v_node text := p_node.node_id;
     v_max integer := nullif(p_node.def ->> 'max_parallel', '')::integer;
     v_fan boolean := p_node.items IS NOT NULL;
+    -- A loop's iterations are its items: each its own key, and node.iteration to read.
+    v_loop boolean := p_node.def ? 'loop';
     v_items jsonb;
     v_active integer;
     v_next integer;
@@ -377,7 +383,8 @@ BEGIN
         EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
         v_path := 'node/' || v_node || '/' || v_n;
         v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
-            'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan)));
+            'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan OR v_loop))
+            || CASE WHEN v_loop THEN jsonb_build_object('iteration', v_n) ELSE '{}' END);
         IF v_fan THEN
             v_scope := v_scope || jsonb_build_object('item', v_items -> v_n, 'item_index', v_n);
         END IF;
@@ -448,13 +455,18 @@ RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
+    v_status text;
 BEGIN
-    RETURN cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
-                                p_output, p_error, p_exit_code, p_output_clear);
+    v_status := cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
+                                     p_output, p_error, p_exit_code, p_output_clear);
+    IF v_status = 'succeeded' AND p_outcome = 'succeeded' THEN  -- its cache, if it has one
+        PERFORM cryo._graph_cache_keep(p_run_id, p_node, p_item, p_output, p_output_clear);
+    END IF;
+    RETURN v_status;
 END
 $$;
 COMMENT ON FUNCTION cryo.graph_record_item(text, uuid, text, integer, text, bytea, text, integer, jsonb) IS
-    'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
+    'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have (a loop''s node is decided by the next round); a success stores its output under the instance''s cache key, if its cache missed. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
 -- An agent-bound instance becomes a child run; its end wakes the graph run.
 CREATE OR REPLACE FUNCTION cryo.graph_start_job(

@@ -80,9 +80,10 @@ $$;
 COMMENT ON FUNCTION cryo.reject_node(text, text, bytea, text, text, integer) IS
     'Turns down a waiting approval node of a graph run (its item p_item alone when given, else every waiting item; rejected by p_by, signed in with token or session p_auth, with a sealed payload holding the comment): one rejection fails the node, so the run fails (its always nodes still run); returns false when that node (or item) is not waiting for an approval. Raises CR003 for an unknown run, CR006 for a finished one, CR225 when p_by answered it already, CR226 when p_by lacks the node''s role or group.';
 
--- A new run of a finished graph run's pinned definition and input. Nodes upstream of
--- p_from (those it depends on, transitively) are not run again: they are seeded with
--- what the old run recorded.
+-- A new run of a finished graph run's pinned definition and input that runs p_from and
+-- what depends on it (transitively) again, and nothing else: every other node that ended
+-- in the old run is seeded with what it recorded (a failure continue_on_error tolerated
+-- stays failed, tolerated). What never started because the old run ended runs.
 CREATE OR REPLACE FUNCTION cryo.rerun_graph(p_run_id text, p_from text)
 RETURNS text
 LANGUAGE plpgsql AS $$
@@ -90,6 +91,9 @@ DECLARE
     v_old cryo.runs;
     v_new text;
     v_up text[];
+    v_down text[];
+    v_seed text[];
+    v_bad text;
 BEGIN
     v_old := cryo._run_row(p_run_id);
     IF v_old.kind <> 'graph' THEN
@@ -105,18 +109,41 @@ BEGIN
         SELECT unnest(d.deps) FROM cryo._graph_node_defs(v_old.graph) d JOIN up ON up.node_id = d.node_id
     )
     SELECT coalesce(array_agg(node_id), '{}') INTO v_up FROM up;
+    WITH RECURSIVE down(node_id) AS (
+        SELECT p_from
+        UNION
+        SELECT d.node_id FROM cryo._graph_node_defs(v_old.graph) d JOIN down ON down.node_id = ANY (d.deps)
+    )
+    SELECT array_agg(node_id) INTO v_down FROM down;
     IF EXISTS (SELECT 1 FROM cryo.node_states n WHERE n.run_id = p_run_id AND n.node_id = ANY (v_up)
-                  AND NOT cryo._node_status_in(n.status, 'ended well')) THEN
+                  AND NOT cryo._node_status_in(n.status, 'ended well')
+                  AND NOT (n.status = 'failed' AND n.tolerated)) THEN
         RAISE EXCEPTION 'nodes upstream of % did not all end well in run %', p_from, p_run_id
             USING ERRCODE = 'CR004';
     END IF;
+    SELECT n.node_id INTO v_bad FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND NOT n.node_id = ANY (v_down) AND n.status = 'failed'
+       AND NOT n.tolerated
+     ORDER BY n.ord LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'node % failed in run % and is not downstream of %; rerun from it', v_bad,
+            p_run_id, p_from USING ERRCODE = 'CR004';
+    END IF;
+    -- Seeded: what ended outside p_from's descendants, but not what the old run's end
+    -- skipped or cancelled before it started (that runs).
+    SELECT coalesce(array_agg(n.node_id), '{}') INTO v_seed FROM cryo.node_states n
+     WHERE n.run_id = p_run_id AND NOT n.node_id = ANY (v_down)
+       AND (cryo._node_status_in(n.status, 'done') OR (n.status = 'failed' AND n.tolerated)
+            OR (n.status = 'skipped'
+                AND n.error IS DISTINCT FROM 'the run failed'
+                AND n.error IS DISTINCT FROM 'the run did not fail'));
     SELECT s.run_id INTO v_new FROM cryo.submit_script(
         v_old.org, v_old.project, v_old.filename, v_old.interpreter, v_old.source, v_old.input,
         NULL, '{graph}', v_old.workflow, v_old.input_clear, p_untrusted => v_old.untrusted,
         p_graph => v_old.graph) s;
-    PERFORM cryo._nodes_seed(v_new, p_run_id, v_up);
+    PERFORM cryo._nodes_seed(v_new, p_run_id, v_seed);
     RETURN v_new;
 END
 $$;
 COMMENT ON FUNCTION cryo.rerun_graph(text, text) IS
-    'Starts a new run of a graph run''s pinned definition and input in which the nodes upstream of p_from are seeded from what the old run recorded (status seeded) instead of run again; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run or an upstream node did not end well, CR005 for an unknown node.';
+    'Starts a new run of a graph run''s pinned definition and input that runs p_from and the nodes downstream of it again: every other node that ended in the old run is seeded from what it recorded (status seeded or skipped; a failure continue_on_error tolerated stays failed, tolerated), and what never started because the old run ended runs; returns the new run id. Raises CR003 for an unknown run, CR004 when it is not a graph run, a node upstream of p_from did not end well (or fail tolerated), or a node not downstream of p_from failed, CR005 for an unknown node.';

@@ -6,19 +6,20 @@ CREATE OR REPLACE FUNCTION cryo.read_graph_nodes(p_run_id text)
 RETURNS TABLE (node_id text, type text, status text, items integer, item integer,
                item_status text, attempt integer, output bytea, error text, job_run_id text,
                wait_kind text, started_at timestamptz, finished_at timestamptz,
-               output_clear jsonb)
+               output_clear jsonb, cached boolean)
 LANGUAGE sql STABLE AS $$
     SELECT n.node_id, n.type, n.status, n.items, i.item, i.status, i.attempt,
            coalesce(i.output, CASE WHEN i.item IS NULL THEN n.output END), coalesce(i.error, n.error),
            i.job_run_id, i.wait_kind, n.started_at, n.finished_at,
-           coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END)
+           coalesce(i.output_clear, CASE WHEN i.item IS NULL THEN n.output_clear END),
+           coalesce(i.cached, false)
       FROM cryo.node_states n
       LEFT JOIN cryo.node_instances i ON i.run_id = n.run_id AND i.node_id = n.node_id
      WHERE n.run_id = p_run_id
      ORDER BY n.node_id, i.item
 $$;
 COMMENT ON FUNCTION cryo.read_graph_nodes(text) IS
-    'Returns every node of a graph run with each started instance: status, attempt, sealed output (or output_clear, for one holding no user data), error and the child run doing it. Raises nothing.';
+    'Returns every node of a graph run with each started instance (a fan-out''s items, a loop''s iterations): status, attempt, sealed output (or output_clear, for one holding no user data), error, the child run doing it, and cached (its output came from the node''s cache). Raises nothing.';
 
 CREATE OR REPLACE VIEW cryo.graph_nodes WITH (security_barrier) AS
 SELECT n.run_id, n.org, n.project, n.node_id, n.type, n.status, n.items,

@@ -246,6 +246,7 @@ BEGIN
              ORDER BY id FOR UPDATE) r;
     PERFORM cryo._delete_runs(v_ids);  -- leases and their queues go with their runs
     DELETE FROM cryo.state_cells WHERE org = p_org AND project = p_project;
+    DELETE FROM cryo.graph_cache WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.events WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.secrets WHERE org = p_org AND project = p_project;
     DELETE FROM cryo.workflows WHERE org = p_org AND project = p_project;
@@ -254,4 +255,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.delete_project(text, text) IS
-    'Deletes a project with all its runs (live ones included), journals, logs (moved ones queued for the movers to delete), cells of both scopes, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';
+    'Deletes a project with all its runs (live ones included), journals, logs (moved ones queued for the movers to delete), cells of both scopes, cached node outputs, events, leases, secrets and workflows, in one transaction; returns how many runs went. Raises CR005 for an unknown project.';

@@ -447,6 +447,7 @@ COMMENT ON FUNCTION cryo.delete_webhook(text, text, text) IS
 CREATE OR REPLACE FUNCTION cryo._route_delivery(
     p_hook cryo.webhooks, p_event text, p_trigger jsonb, p_input bytea, p_payload bytea,
     p_untrusted boolean, p_refused text, OUT outcome text, OUT run_id text, OUT event_id bigint)
+RETURNS record
 LANGUAGE plpgsql AS $$
 DECLARE
     v_wf cryo.workflows;

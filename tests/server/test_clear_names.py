@@ -1,13 +1,13 @@
-"""Input never lands in clear in a name the engine stores in the clear (issue 20):
-a concurrency group or a state cell's key or entity rendered from a graph's input keeps
-its literal text and holds a digest where the input was, so equal inputs still meet in
-one group or cell."""
+"""One cell and one lock whatever the surface (issue 39 item 5): a concurrency group or a
+state cell's key or entity a graph renders from its input is the text a script names, so
+a graph's `seen-{{ input.id }}` is the cell a script writes as `seen-1042`, and a node's
+`deploy-{{ input.env }}` the lock a script holds as `deploy-prod`. The input itself stays
+sealed: only the names the user templated it into hold it (as a script's names do)."""
 
 from __future__ import annotations
 
-from cryopg.graphs.document import digest_part
 from tests.server.conftest import Server
-from tests.server.test_graphs import graph, nodes_of, submit_graph, until
+from tests.server.test_graphs import ended, graph, nodes_of, submit_graph, until
 
 SECRET = "tok-9f8e7d6c5b4a"
 
@@ -24,36 +24,50 @@ async def _tables_holding(srv: Server, needle: str) -> list[str]:
                 f"SELECT count(*) FROM cryo.{t} x WHERE x::text LIKE %s", (f"%{needle}%",))
             if (await cur.fetchone())[0]:
                 found.append(t)
-    return found
+    return sorted(found)
 
 
-DOC = graph([
-    {"id": "count", "type": "state", "concurrency": "node-{{ input.secret }}",
-     "config": {"op": "incr", "key": {"$template": "seen-{{ input.secret }}"},
-                "entity": {"$expr": "input.secret"}}},
-    {"id": "hold", "type": "wait", "config": {"signal": "go"}},
-], [("count", "hold")], concurrency="g-{{ input.secret }}")
-
-
-async def test_a_group_and_a_cell_rendered_from_input_hold_no_input(srv: Server) -> None:
-    first = await submit_graph(srv, DOC, input={"secret": SECRET})
-    run = await until(srv, first, lambda r: nodes_of(r)["hold"]["status"] == "waiting")
-    assert nodes_of(run)["count"]["output"]["value"] == 1
-    assert run["concurrency_group"] == "g-" + digest_part(SECRET)  # literal text readable
-    # The same input meets the same group: the second run queues behind the first.
-    second = await submit_graph(srv, DOC, input={"secret": SECRET})
-    assert (await srv.show(second))["status"] == "queued"
-    other = await submit_graph(srv, DOC, input={"secret": "another"})
-    await until(srv, other, lambda r: nodes_of(r)["hold"]["status"] == "waiting")
+async def test_a_graph_node_and_a_script_share_one_cell_and_one_lock(srv: Server) -> None:
+    # A script holds the lock deploy-prod and writes the cell seen-1042 of entity ledger.
+    script = await srv.submit(concurrency="deploy-prod")
+    grant = await srv.claim_run(script)
+    (await srv.in_run(grant, "state/set", key="seen-1042", entity="ledger",
+                      value={"by": "script"})).ok()
+    doc = graph([
+        {"id": "read", "type": "state",
+         "config": {"op": "get", "key": {"$template": "seen-{{ input.id }}"},
+                    "entity": {"$expr": "input.entity"}}},
+        {"id": "deploy", "type": "state", "concurrency": "deploy-{{ input.env }}",
+         "config": {"op": "set", "key": {"$template": "seen-{{ input.id }}"},
+                    "entity": "ledger", "value": {"by": "graph"}}},
+    ], [("read", "deploy")])
+    run_id = await submit_graph(srv, doc, input={"id": 1042, "env": "prod",
+                                                 "entity": "ledger"})
+    # The graph reads the script's cell, then waits for the script's lock.
+    run = await until(srv, run_id, lambda r: r["substate"] == "awaiting-lease")
+    assert nodes_of(run)["read"]["output"] == {"value": {"by": "script"}, "version": 1}
+    assert nodes_of(run)["deploy"]["status"] == "waiting"
+    await srv.finish(grant)
+    run = await until(srv, run_id, ended)
+    assert run["status"] == "succeeded" and nodes_of(run)["deploy"]["output"] == {"version": 2}
     async with await srv.connect() as conn:
         cells = await (await conn.execute(
-            "SELECT entity, key FROM cryo.state_cells ORDER BY key")).fetchall()
-    assert (digest_part(SECRET), "seen-" + digest_part(SECRET)) in cells
-    assert len(cells) == 2  # one cell per input
-    assert await _tables_holding(srv, SECRET) == []
-    assert await _tables_holding(srv, "another") == []
+            "SELECT entity, key, version FROM cryo.state_cells")).fetchall()
+    assert cells == [("ledger", "seen-1042", 2)]  # one cell, written by both
+
+
+async def test_a_graph_level_group_is_the_scripts_lock_and_input_stays_sealed(
+        srv: Server) -> None:
+    doc = graph([{"id": "hold", "type": "wait", "config": {"signal": "go"}}],
+                concurrency="g-{{ input.secret }}")
+    first = await submit_graph(srv, doc, input={"secret": SECRET, "other": "kept-sealed-77"})
+    run = await until(srv, first, lambda r: nodes_of(r)["hold"]["status"] == "waiting")
+    assert run["concurrency_group"] == "g-" + SECRET  # the name as written, as a script's
+    script = await srv.submit(concurrency="g-" + SECRET)
+    assert await srv.status(script) == "queued"  # behind the graph, in the same lock
+    # The input is sealed; only the name templated from it holds its text.
+    assert await _tables_holding(srv, "kept-sealed-77") == []
+    assert await _tables_holding(srv, SECRET) == ["lease_waiters", "leases", "runs"]
     (await srv.user("POST", f"/runs/{first}/signal/go", {})).ok(201)
-    # The second run, same input, counts in the same cell.
-    run = await until(srv, second, lambda r: nodes_of(r)["hold"]["status"] == "waiting")
-    assert nodes_of(run)["count"]["output"]["value"] == 2
-    assert await _tables_holding(srv, SECRET) == []
+    await until(srv, first, ended)
+    assert (await srv.claim_run(script))["run_id"] == script

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from cryopg.graphs.document import compile_graph, digest_part
+from cryopg.graphs.document import compile_graph
 from cryopg.graphs.expr import parse, parse_template
 
 IDS = frozenset({"a", "wait-pr", "later"})
@@ -61,8 +61,8 @@ def test_a_stored_graph_runs_from_an_applications_transaction(db: psycopg.Connec
                             ).fetchone()[0]
     row = db.execute("SELECT r.kind, q.required_caps, r.concurrency_group FROM cryo.runs r "
                      "JOIN cryo.queue q ON q.run_id = r.id WHERE r.id = %s", (run_id,)).fetchone()
-    # The input's part of the group is stored as its digest (issue 20), never in clear.
-    assert row == ("graph", ["graph"], "deploy-" + digest_part("eu"))
+    # The group is the text a script names (issue 39 item 5).
+    assert row == ("graph", ["graph"], "deploy-eu")
     listed = db.execute("SELECT node_id, status FROM cryo.graph_nodes").fetchall()
     assert listed == [("a", "pending")]
     # Agents never take a graph run, whatever they advertise.

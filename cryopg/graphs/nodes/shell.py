@@ -32,7 +32,8 @@ def check(nid: str, c: dict[str, Any]) -> None:
 
 
 async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
-    """A child run of `bash` with the node's key (and env) exported."""
+    """A child run of `bash` with the node's key (and env) exported, and the graph's
+    input in its $CRYO_INPUT_FILE."""
     from cryopg.graphs.turn import start_job
 
     env = c.get("env") or {}
@@ -42,8 +43,10 @@ async def start(turn: Turn, p: PlanRow, c: dict[str, Any]) -> bool:
     run = str(c["run"])
     if artifacts.moves(c):
         run = artifacts.wrap(c, turn.configs, turn.run_id, run)
+    # The graph's input is the job's $CRYO_INPUT_FILE, as a script run's input is.
     await start_job(turn, p, filename="node.sh", interpreter="bash",
-                    source="\n".join(lines) + "\n" + run + "\n", caps=["shell"])
+                    source="\n".join(lines) + "\n" + run + "\n", caps=["shell"],
+                    job_input=turn.scope.get("input"))
     return False
 
 

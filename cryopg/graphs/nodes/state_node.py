@@ -137,7 +137,8 @@ def constant_calls(graph: dict[str, Any], configs: dict[str, Any], sealer: Any,
     each with `read`: whether an expression reads the node (`wanted`, None for all)."""
     calls: dict[str, Any] = {}
     for n in graph.get("nodes", []):
-        if n.get("type") == "state" and "fan_out" not in n:
+        # (A loop or stop_if is decided in a turn's rounds: such a node runs there too.)
+        if n.get("type") == "state" and "fan_out" not in n and not n.keys() & {"loop", "stop_if"}:
             call = constant_call(configs.get(n["id"], {}), sealer)
             if call is not None:
                 calls[n["id"]] = {**call, "read": wanted is None or n["id"] in wanted}

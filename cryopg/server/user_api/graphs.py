@@ -135,16 +135,22 @@ async def graph_json(conn: AsyncConnection, sealer: Sealer, run_id: str) -> dict
                     outputs.setdefault(r.node_id, {})[r.item] = sealer.open_json(r.output)
                 elif r.output_clear is not None:  # an output holding no user data
                     outputs.setdefault(r.node_id, {})[r.item] = r.output_clear
+            if r.cached:
+                n["cached"] = True
             if r.job_run_id:
                 n.setdefault("runs", []).append(r.job_run_id)
             if r.wait_kind:
                 n["waiting_for"] = r.wait_kind
         if r.error and not n["error"]:
             n["error"] = r.error
+    loops = {d["id"] for d in structure.get("nodes", []) if "loop" in d}
     for nid, n in nodes.items():
         got_out = outputs.get(nid, {})
         n["output"] = (got_out.get(0) if n["items"] is None
                        else [got_out.get(i) for i in range(n["items"])])
+        if nid in loops:  # its iterations are its instances; its output the last one's
+            n["iterations"] = sum(1 for r in rows if r.node_id == nid and r.item is not None)
+            n["output"] = got_out[max(got_out)] if got_out else None
         if n["type"] == "approval":
             c = configs.get(nid, {})
             answers = await engine.read_approvals(conn, run_id, nid)
