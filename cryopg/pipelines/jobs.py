@@ -15,7 +15,8 @@ KINDS = {  # job key -> graph node type
     "steps": "shell", "script": "script", "approval": "approval",
     "wait_for_event": "wait", "wait_for_signal": "wait", "sleep": "wait",
     "state": "state", "http": "http", "workflow": "workflow"}
-NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always")
+NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always",
+               "timeout")
 JOB_KEYS = frozenset({*KINDS, *NODE_FIELDS, "needs", "env", "input", "artifacts"})
 ARTIFACT_KINDS = ("steps", "script")  # the jobs that run a command an agent can wrap
 STATE_KEYS = frozenset({"op", "key", "value", "entity", "expected", "by"})

@@ -223,6 +223,7 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR206', 'connection_not_found', 'the project has no connection of that name'),
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
         ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
+        ('CR215', 'run_timed_out', 'the run passed its deadline and was failed with exit code 124; its agent stops the job'),
         ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
