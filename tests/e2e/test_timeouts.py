@@ -36,7 +36,8 @@ def test_a_timed_out_job_is_killed_whole_and_exits_124(split: Any) -> None:
     body = script(split.dir, "stubborn.sh", f"""
 trap 'echo parent >> {termed}' TERM
 trap '' HUP
-sh -c 'trap "echo child >> {termed}" TERM; trap "" HUP; echo $$ >> {pids}; while :; do sleep 1; done' &
+sh -c 'trap "echo child >> {termed}" TERM; trap "" HUP; echo $$ >> {pids}; \
+  while :; do sleep 1; done' &
 echo $$ >> {pids}
 while :; do sleep 1; done
 """)
