@@ -2640,10 +2640,16 @@ CREATE TABLE cryo.workflows (
     kind text DEFAULT 'script'::text NOT NULL,
     graph jsonb,
     workdir text,
+    timeout_s double precision,
+    priority integer,
     CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
 );
 
 COMMENT ON COLUMN cryo.workflows.workdir IS 'The absolute directory the workflow was stored from (NULL when not given); runs started from it by name (submit_run, schedules, webhooks, handlers) get it as runs.workdir.';
+
+COMMENT ON COLUMN cryo.workflows.timeout_s IS 'The default timeout (seconds) of runs of this workflow; a submit''s own wins. NULL: the graph''s own, or none.';
+
+COMMENT ON COLUMN cryo.workflows.priority IS 'The default claim priority of runs of this workflow; a submit''s own wins. NULL: 0.';
 
 CREATE FUNCTION cryo._require_workflow(p_org text, p_project text, p_workflow text) RETURNS cryo.workflows
     LANGUAGE plpgsql STABLE
@@ -6057,11 +6063,16 @@ $$;
 
 COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean, p_executable boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored, remembering whether the file was executable (p_executable); returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
-CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text, p_timeout double precision DEFAULT NULL::double precision, p_priority integer DEFAULT NULL::integer) RETURNS void
     LANGUAGE plpgsql
     AS $_$
 BEGIN
     PERFORM cryo._require_project(p_org, p_project);
+    IF p_timeout IS NOT NULL AND NOT p_timeout BETWEEN 0.001 AND 31622400
+       OR p_priority IS NOT NULL AND p_priority NOT BETWEEN -1000 AND 1000 THEN
+        RAISE EXCEPTION 'a timeout is between 0 and 366 days and a priority from -1000 to 1000'
+            USING ERRCODE = 'CR004';
+    END IF;
     IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
@@ -6071,20 +6082,21 @@ BEGIN
         RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
     END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                workdir, updated_at)
+                                workdir, updated_at, timeout_s, priority)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
-            cryo.now())
+            cryo.now(), p_timeout, p_priority)
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
-           workdir = excluded.workdir, updated_at = excluded.updated_at;
+           workdir = excluded.workdir, updated_at = excluded.updated_at,
+           timeout_s = excluded.timeout_s, priority = excluded.priority;
     -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
     PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text, p_timeout double precision, p_priority integer) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); p_timeout (seconds) and p_priority are the defaults of its runs; the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name, a relative working directory, or a bad timeout or priority.';
 
 CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -7395,12 +7407,20 @@ CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, 
 DECLARE
     v_id text;
     v_policy text := coalesce(p_policy, 'queue');
-    -- The submit's timeout, else its graph document's own; its priority, else its
-    -- parent's (a node's job is claimed as its graph run would be).
-    v_timeout double precision := coalesce(p_timeout, (p_graph ->> 'timeout')::float8);
-    v_priority integer := coalesce(p_priority, CASE WHEN p_parent_run_id IS NOT NULL THEN
-        (SELECT p.priority FROM cryo.runs p WHERE p.id = p_parent_run_id) END, 0);
+    -- The submit's timeout, else its stored workflow's, else its graph document's own;
+    -- its priority, else its workflow's, else its parent's (a node's job is claimed as
+    -- its graph run would be).
+    v_wf cryo.workflows;
+    v_timeout double precision;
+    v_priority integer;
 BEGIN
+    IF p_workflow IS NOT NULL AND (p_timeout IS NULL OR p_priority IS NULL) THEN
+        SELECT * INTO v_wf FROM cryo.workflows w
+         WHERE w.org = p_org AND w.project = p_project AND w.name = p_workflow;
+    END IF;
+    v_timeout := coalesce(p_timeout, v_wf.timeout_s, (p_graph ->> 'timeout')::float8);
+    v_priority := coalesce(p_priority, v_wf.priority, CASE WHEN p_parent_run_id IS NOT NULL THEN
+        (SELECT p.priority FROM cryo.runs p WHERE p.id = p_parent_run_id) END, 0);
     IF v_timeout IS NOT NULL AND (v_timeout <= 0 OR v_timeout > 31622400
                                   OR v_timeout = 'NaN'::float8) THEN
         RAISE EXCEPTION 'a timeout is between 0 and 366 days, not % s', v_timeout
@@ -7465,7 +7485,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb, p_timeout double precision, p_priority integer) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s); p_timeout (seconds, else the graph''s own timeout) fails it with exit code 124 that long after submit; p_priority (-1000..1000, else its parent''s, else 0) orders pending claims, higher first. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group, a relative working directory, a bad timeout or priority, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb, p_timeout double precision, p_priority integer) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s); p_timeout (seconds, else its stored workflow''s default, else the graph''s own timeout) fails it with exit code 124 that long after submit; p_priority (-1000..1000, else its workflow''s default, else its parent''s, else 0) orders pending claims, higher first. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group, a relative working directory, a bad timeout or priority, CR030 when the group''s queue is full.';
 
 CREATE FUNCTION cryo.take_oidc_login(p_id_hash bytea, p_state text) RETURNS TABLE(nonce text, code_verifier text, org text)
     LANGUAGE plpgsql

@@ -46,10 +46,12 @@ async def submit_run(conn: AsyncConnection, org: str, project: str, workflow: st
 async def put_workflow(conn: AsyncConnection, org: str, project: str, name: str, *,
                        filename: str, interpreter: str | None, source: bytes,
                        graph: dict[str, Any] | None = None,
-                       workdir: str | None = None) -> None:
-    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s, %s)",
+                       workdir: str | None = None, timeout: float | None = None,
+                       priority: int | None = None) -> None:
+    await conn.execute("SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                        (org, project, name, filename, interpreter, source,
-                        Jsonb(graph) if graph is not None else None, workdir))
+                        Jsonb(graph) if graph is not None else None, workdir, timeout,
+                        priority))
 
 
 async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,

@@ -69,12 +69,20 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_id text;
     v_policy text := coalesce(p_policy, 'queue');
-    -- The submit's timeout, else its graph document's own; its priority, else its
-    -- parent's (a node's job is claimed as its graph run would be).
-    v_timeout double precision := coalesce(p_timeout, (p_graph ->> 'timeout')::float8);
-    v_priority integer := coalesce(p_priority, CASE WHEN p_parent_run_id IS NOT NULL THEN
-        (SELECT p.priority FROM cryo.runs p WHERE p.id = p_parent_run_id) END, 0);
+    -- The submit's timeout, else its stored workflow's, else its graph document's own;
+    -- its priority, else its workflow's, else its parent's (a node's job is claimed as
+    -- its graph run would be).
+    v_wf cryo.workflows;
+    v_timeout double precision;
+    v_priority integer;
 BEGIN
+    IF p_workflow IS NOT NULL AND (p_timeout IS NULL OR p_priority IS NULL) THEN
+        SELECT * INTO v_wf FROM cryo.workflows w
+         WHERE w.org = p_org AND w.project = p_project AND w.name = p_workflow;
+    END IF;
+    v_timeout := coalesce(p_timeout, v_wf.timeout_s, (p_graph ->> 'timeout')::float8);
+    v_priority := coalesce(p_priority, v_wf.priority, CASE WHEN p_parent_run_id IS NOT NULL THEN
+        (SELECT p.priority FROM cryo.runs p WHERE p.id = p_parent_run_id) END, 0);
     IF v_timeout IS NOT NULL AND (v_timeout <= 0 OR v_timeout > 31622400
                                   OR v_timeout = 'NaN'::float8) THEN
         RAISE EXCEPTION 'a timeout is between 0 and 366 days, not % s', v_timeout
@@ -139,18 +147,24 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, text, jsonb, double precision, integer) IS
-    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s); p_timeout (seconds, else the graph''s own timeout) fails it with exit code 124 that long after submit; p_priority (-1000..1000, else its parent''s, else 0) orders pending claims, higher first. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group, a relative working directory, a bad timeout or priority, CR030 when the group''s queue is full.';
+    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s); p_timeout (seconds, else its stored workflow''s default, else the graph''s own timeout) fails it with exit code 124 that long after submit; p_priority (-1000..1000, else its workflow''s default, else its parent''s, else 0) orders pending claims, higher first. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group, a relative working directory, a bad timeout or priority, CR030 when the group''s queue is full.';
 
 -- Stores (or replaces) a named script so applications can submit it from SQL. p_workdir
 -- is the directory it was stored from (`cryopg workflow put` sends its own): runs started
 -- by name have no other, and a local agent runs them there.
 CREATE OR REPLACE FUNCTION cryo.put_workflow(
     p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea,
-    p_graph jsonb DEFAULT NULL, p_workdir text DEFAULT NULL)
+    p_graph jsonb DEFAULT NULL, p_workdir text DEFAULT NULL,
+    p_timeout double precision DEFAULT NULL, p_priority integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM cryo._require_project(p_org, p_project);
+    IF p_timeout IS NOT NULL AND NOT p_timeout BETWEEN 0.001 AND 31622400
+       OR p_priority IS NOT NULL AND p_priority NOT BETWEEN -1000 AND 1000 THEN
+        RAISE EXCEPTION 'a timeout is between 0 and 366 days and a priority from -1000 to 1000'
+            USING ERRCODE = 'CR004';
+    END IF;
     IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
@@ -160,20 +174,21 @@ BEGIN
         RAISE EXCEPTION 'a working directory must be an absolute path' USING ERRCODE = 'CR004';
     END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                workdir, updated_at)
+                                workdir, updated_at, timeout_s, priority)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
-            cryo.now())
+            cryo.now(), p_timeout, p_priority)
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
-           workdir = excluded.workdir, updated_at = excluded.updated_at;
+           workdir = excluded.workdir, updated_at = excluded.updated_at,
+           timeout_s = excluded.timeout_s, priority = excluded.priority;
     -- Its on: schedule / event register schedules and handlers (85_triggers.sql).
     PERFORM cryo._register_workflow_triggers(p_org, p_project, p_name, p_graph);
 END
 $$;
-COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text) IS
-    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory.';
+COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text, double precision, integer) IS
+    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one; p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); p_timeout (seconds) and p_priority are the defaults of its runs; the schedules and handlers its on names replace those its earlier version registered. Returns nothing. Raises CR005 for an unknown project, CR004 for a bad name, a relative working directory, or a bad timeout or priority.';
 
 -- The one rule for the agent capability a script needs (every submit that is given no
 -- capabilities uses it): a shell for a script run by a shell, or with no interpreter a

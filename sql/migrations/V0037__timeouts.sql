@@ -23,3 +23,12 @@ CREATE INDEX queue_pending_priority ON cryo.queue (org, priority DESC, enqueued_
 ALTER TABLE cryo.history ADD COLUMN detail jsonb;
 COMMENT ON COLUMN cryo.history.detail IS
     'Clear facts about the event that hold no user data: node_retry_scheduled has {"delay": seconds}.';
+
+-- A stored workflow's defaults for the runs started by name (`cryopg workflow put
+-- --timeout --priority`); a graph's own `timeout` is in its structure.
+ALTER TABLE cryo.workflows ADD COLUMN timeout_s double precision,
+                           ADD COLUMN priority integer;
+COMMENT ON COLUMN cryo.workflows.timeout_s IS
+    'The default timeout (seconds) of runs of this workflow; a submit''s own wins. NULL: the graph''s own, or none.';
+COMMENT ON COLUMN cryo.workflows.priority IS
+    'The default claim priority of runs of this workflow; a submit''s own wins. NULL: 0.';

@@ -243,6 +243,7 @@ async def put_workflow(request: web.Request) -> web.Response:
     source, filename, interpreter = script_fields(body)
     # Where the workflow was stored from: runs started by name run there on a local agent.
     workdir = optional_str_field(body, "workdir", limit=4096)
+    timeout, priority = timeout_field(body), priority_field(body)
     graph = await compiled_graph(source, filename)
     for expr in (graph.structure.get("on", {}).get("schedule", []) if graph else []):
         try:  # on.schedule registers schedules (in UTC): each cron text must read
@@ -254,7 +255,8 @@ async def put_workflow(request: web.Request) -> web.Response:
         await engine.put_workflow(conn, org, project, request.match_info["name"], filename=filename,
                                   interpreter=interpreter,
                                   source=sealer.seal_text(graph.source() if graph else source),
-                                  graph=graph and graph.structure, workdir=workdir)
+                                  graph=graph and graph.structure, workdir=workdir,
+                                  timeout=timeout, priority=priority)
     return web.json_response({"name": request.match_info["name"],
                               **_kind(graph and graph.structure)})
 
