@@ -109,3 +109,22 @@ def test_durations_read_as_documents_write_them(db: psycopg.Connection) -> None:
     got = [db.execute("SELECT cryo._duration_text(%s)", (s,)).fetchone()[0]
            for s in (30, 1.5, 0.25, 60, 90, 3600, 5400, 86400 + 61)]
     assert got == ["30s", "1.5s", "0.25s", "1m", "1m30s", "1h", "1h30m", "1d1m1s"]
+
+
+def test_a_graph_run_past_its_timeout_fails_and_no_node_stays_pending(
+        db: psycopg.Connection) -> None:
+    """The graph document's own timeout is the run's; at it the run fails with 124 and
+    every node it had not ended ends with it."""
+    _at(db, "2030-01-01 00:00:00+00")
+    graph = ('{"timeout": 60, "nodes": [{"id": "a", "type": "shell", "deps": []},'
+             ' {"id": "b", "type": "shell", "deps": ["a"]}]}')
+    run_id = db.execute(
+        "SELECT run_id FROM cryo.submit_script('dev', 'default', 'g.json', NULL, %s,"
+        " p_graph => %s::jsonb)", (b"doc", graph)).fetchone()[0]
+    assert db.execute("SELECT timeout_s FROM cryo.runs WHERE id = %s",
+                      (run_id,)).fetchone() == (60,)
+    _at(db, LATER)
+    db.execute("SELECT * FROM cryo.tick()")
+    assert _outcome(db, run_id) == ("failed", 124, "timed out after 1m")
+    assert db.execute("SELECT array_agg(DISTINCT status) FROM cryo.node_states"
+                      " WHERE run_id = %s", (run_id,)).fetchone() == (["cancelled"],)
