@@ -137,6 +137,10 @@ class Job:
         self._end = End.TIMED_OUT
         if self._proc is not None:
             grace = kill_grace()
+            if self._tree is not None:
+                # No agent can be given the run again, so the guard's lapse kill (which
+                # guards against that) waits out the grace too.
+                self._tree.renew(time.monotonic() + grace + 1.0)
             self._proc.terminate()
             asyncio.get_running_loop().call_later(grace, self._proc.kill)
 
