@@ -57,6 +57,10 @@ class StaleClaim(AgentAPIError):
     """The claim token is no longer valid: the run belongs to someone else now."""
 
 
+class RunTimedOut(StaleClaim):
+    """The run passed its deadline and the database failed it: stop the whole job."""
+
+
 class ServerUnavailable(AgentAPIError):
     """The server could not be reached, or answered with a gateway/unavailable status."""
 
@@ -356,6 +360,8 @@ def _error_from(status: int, payload: Any) -> AgentAPIError:
     code = str(err.get("code") or "") if isinstance(err, dict) else ""
     message = str(err.get("message") or "") if isinstance(err, dict) else ""
     message = message or f"HTTP {status}"
+    if status == 409 and code == "run_timed_out":
+        return RunTimedOut(code, message, status)
     if status == 409 and code == "stale_claim":
         return StaleClaim(code, message, status)
     if status in (502, 503, 504):

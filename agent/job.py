@@ -13,7 +13,7 @@ import tempfile
 import time
 from typing import Any
 
-from agent.api import AgentAPI, AgentAPIError, StaleClaim, retry_until
+from agent.api import AgentAPI, AgentAPIError, RunTimedOut, StaleClaim, retry_until
 from agent.env import sealed_env
 from agent.jobtree import JobTree, alive, job_prefix
 from agent.logs import HEARTBEAT_INTERVAL, LogStreamer
@@ -28,6 +28,8 @@ DRAIN_SECONDS = 1.0
 SETTLE_SECONDS = 35.0
 # How long a stopping agent waits to hand its run back.
 RELEASE_SECONDS = 3.0
+# How long a timed-out job has between SIGTERM and SIGKILL (CRYOPG_KILL_GRACE overrides).
+KILL_GRACE_SECONDS = 5.0
 
 
 def lapse_margin(claim_seconds: float) -> float:
@@ -44,6 +46,7 @@ class End(enum.Enum):
     STOPPED = "stopped"  # the agent is shutting down; the run is handed back
     CANCELLED = "cancelled"  # the server asked for it via a logs reply
     DIVERGED = "diverged"  # determinism error: fail the run
+    TIMED_OUT = "timed_out"  # the database failed the run at its deadline; no finish call
 
 
 class Job:
@@ -120,8 +123,26 @@ class Job:
     def parked(self) -> None:
         self._finish_early(End.PARKED)
 
-    def stale(self) -> None:
-        self._finish_early(End.STALE)
+    def stale(self, why: BaseException | None = None) -> None:
+        """The claim is gone. When the database failed the run at its deadline
+        (RunTimedOut) the job's tree gets SIGTERM, and SIGKILL after a grace."""
+        if isinstance(why, RunTimedOut):
+            self._time_out()
+        else:
+            self._finish_early(End.STALE)
+
+    def _time_out(self) -> None:
+        if self._end is not None:
+            return
+        self._end = End.TIMED_OUT
+        if self._proc is not None:
+            grace = kill_grace()
+            if self._tree is not None:
+                # No agent can be given the run again, so the guard's lapse kill (which
+                # guards against that) waits out the grace too.
+                self._tree.renew(time.monotonic() + grace + 1.0)
+            self._proc.terminate()
+            asyncio.get_running_loop().call_later(grace, self._proc.kill)
 
     def diverged(self, message: str) -> None:
         """Fail the run now: a determinism error, or a step that needs a secret the run
@@ -307,7 +328,7 @@ class Job:
         if why is End.STOPPED:
             await release(self.api, self.run_id, self.claim_token)
             return
-        if why in (End.PARKED, End.STALE):
+        if why in (End.PARKED, End.STALE, End.TIMED_OUT):
             return
         try:
             self._last_output = await self._logs.take_final()
@@ -343,6 +364,14 @@ class Job:
             pass  # someone else owns the run now; nothing to report
         except AgentAPIError as e:
             _log(f"run {self.run_id}: could not report {outcome}: {e.message}")
+
+
+def kill_grace() -> float:
+    """Seconds between a timed-out job's SIGTERM and its SIGKILL."""
+    try:
+        return max(0.0, float(os.environ.get("CRYOPG_KILL_GRACE", KILL_GRACE_SECONDS)))
+    except ValueError:
+        return KILL_GRACE_SECONDS
 
 
 def job_dir_prefix() -> str:

@@ -303,6 +303,17 @@ class JobTree:
     def lapsed(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def signal(self, sig: int) -> None:
+        """Send `sig` to every process of the job's cgroup (kill() is what ends them)."""
+        if self.cgroup is None:
+            return
+        with contextlib.suppress(OSError):
+            with open(os.path.join(self.cgroup, "cgroup.procs")) as f:
+                pids = [int(line) for line in f if line.strip()]
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
     def kill(self) -> None:
         """SIGKILL everything the job started: its cgroup, and its process group."""
         if self.cgroup is not None:

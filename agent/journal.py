@@ -138,8 +138,8 @@ class JournalCursor:
         """Await a server call, turning its failures into `engine` replies."""
         try:
             return await call
-        except StaleClaim:
-            self._job.stale()
+        except StaleClaim as e:
+            self._job.stale(e)
             raise VerbError("engine", "the claim on this run was lost") from None
         except ServerUnavailable as e:
             raise self._unreachable(e) from None

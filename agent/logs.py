@@ -55,7 +55,7 @@ class LogStreamer:
         *,
         heartbeat: float = HEARTBEAT_INTERVAL,
         on_cancel: Callable[[], None],
-        on_stale: Callable[[], None],
+        on_stale: Callable[..., None],
         on_pressure: Callable[[bool], None] = lambda _high: None,
         secrets: list[str] | None = None,
         claim_seconds: float | None = None,
@@ -231,8 +231,8 @@ class LogStreamer:
             try:
                 await self.flush(heartbeat=True)
                 self._warned = False
-            except StaleClaim:
-                self._on_stale()
+            except StaleClaim as e:
+                self._on_stale(e)  # a RunTimedOut: the job is stopped TERM, then KILL
                 return
             except ServerUnavailable as e:
                 if not self._warned:  # one line per outage, the next tick retries

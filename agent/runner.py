@@ -144,6 +144,16 @@ class PtyProcess:
                 return
             self._on_output(data)
 
+    def terminate(self) -> None:
+        """SIGTERM the script's process group and every process of its cgroup (a body
+        may trap it and clean up); kill() follows after a grace."""
+        if self._tree is not None:
+            self._tree.signal(signal.SIGTERM)
+        try:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill(self) -> None:
         """SIGKILL the script and everything it started: its cgroup when it has one
         (descendants that left with setsid too), and its process group."""

@@ -23,6 +23,13 @@ class StaleClaim(CryoError):
     code, http_status = "stale_claim", 409
 
 
+class RunTimedOut(StaleClaim):
+    """(CR215) The run passed its deadline and the database failed it (exit code 124):
+    the claim is gone, and its agent stops the job's whole process tree."""
+
+    code, http_status = "run_timed_out", 409
+
+
 class RunNotFound(CryoError):
     code, http_status = "run_not_found", 404
 
@@ -297,6 +304,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR206": ConnectionNotFound,
     "CR207": ConnectionSecretMissing,
     "CR208": ConnectionWithheld,
+    "CR215": RunTimedOut,
     "CR190": BadTraceparent,
     "CR230": BadFoldBatch,
     "CR225": ApprovalAnswered,

@@ -146,6 +146,9 @@ CREATE TABLE cryo.runs (
     log_claim uuid,
     log_end bigint DEFAULT 0 NOT NULL,
     traceparent text,
+    timeout_s double precision,
+    deadline_at timestamp with time zone,
+    priority integer DEFAULT 0 NOT NULL,
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -164,6 +167,12 @@ COMMENT ON COLUMN cryo.runs.log_context IS 'Sealed: the last bytes of the run''s
 COMMENT ON COLUMN cryo.runs.log_claim IS 'The claim (token) whose pass log_end counts: a chunk posted under another claim starts a new pass at byte 0.';
 
 COMMENT ON COLUMN cryo.runs.log_end IS 'How many (plain) log bytes the pass of log_claim has stored with an offset: the only offset the next chunk may start at (cryo._log_take).';
+
+COMMENT ON COLUMN cryo.runs.timeout_s IS 'The run''s timeout in seconds (submit --timeout, its graph''s timeout, or its node''s), NULL for none.';
+
+COMMENT ON COLUMN cryo.runs.deadline_at IS 'When the run fails with exit code 124 unless it has ended: its submit plus timeout_s (wall time, parked or not).';
+
+COMMENT ON COLUMN cryo.runs.priority IS 'Claim priority: among pending runs an agent may take, higher first, then oldest. Default 0.';
 
 CREATE FUNCTION cryo._approvable(p_run_id text) RETURNS cryo.runs
     LANGUAGE plpgsql
@@ -369,7 +378,7 @@ BEGIN
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
                             WHERE c.org = p_org AND c.state = 'pending'
                               AND c.required_caps <@ p_capabilities
-                            ORDER BY c.enqueued_at
+                            ORDER BY c.priority DESC, c.enqueued_at
                             LIMIT 1 FOR UPDATE SKIP LOCKED)
         RETURNING q.run_id INTO v_run;
         IF v_run IS NOT NULL THEN
@@ -389,7 +398,7 @@ BEGIN
         SELECT c.run_id FROM cryo.queue c
          WHERE c.org = p_org AND c.state = 'pending'
            AND c.required_caps <@ p_capabilities
-         ORDER BY c.enqueued_at
+         ORDER BY c.priority DESC, c.enqueued_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), picked AS (
@@ -433,6 +442,8 @@ CREATE TABLE cryo.queue (
     claim_expires_at timestamp with time zone,
     park_name text,
     claim_agent_token text,
+    deadline_at timestamp with time zone,
+    priority integer DEFAULT 0 NOT NULL,
     CONSTRAINT queue_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'parked'::text])))
 );
 
@@ -449,6 +460,12 @@ BEGIN
        AND claim_expires_at > cryo.now()
        FOR UPDATE;
     IF NOT FOUND THEN
+        -- A run the sweep failed at its deadline says so: its agent stops the job's
+        -- whole tree (TERM, then KILL) rather than treat it as a lost claim.
+        IF EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = p_run_id AND r.status = 'failed'
+                      AND r.exit_code = 124 AND r.deadline_at <= r.finished_at) THEN
+            RAISE EXCEPTION 'run % timed out', p_run_id USING ERRCODE = 'CR215';
+        END IF;
         RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
             USING ERRCODE = 'CR002';
     END IF;
@@ -595,7 +612,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS text
+CREATE FUNCTION cryo._create_run(p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text, p_required_caps text[], p_untrusted boolean, p_parent_run_id text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb, p_timeout double precision DEFAULT NULL::double precision, p_priority integer DEFAULT 0) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -604,7 +621,8 @@ DECLARE
 BEGIN
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
-                           workdir, kind, graph, created_at, updated_at)
+                           workdir, kind, graph, created_at, updated_at,
+                           timeout_s, deadline_at, priority)
     -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
     -- on them (runs, journal, history, logs) insert at their right edge instead of at a
     -- random page of a large index; the random part keeps ids unguessable.
@@ -617,7 +635,9 @@ BEGIN
             -- a child runs where its parent does
             coalesce(p_workdir, (SELECT p.workdir FROM cryo.runs p WHERE p.id = p_parent_run_id)),
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
-            v_now, v_now)
+            v_now, v_now,
+            -- a timeout counts wall time from submit, parked or not (see 79_timeouts.sql)
+            p_timeout, v_now + make_interval(secs => p_timeout), coalesce(p_priority, 0))
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
     IF v_id IS NOT NULL THEN
@@ -781,18 +801,34 @@ CREATE FUNCTION cryo._drop_lease(p_org text, p_project text, p_group text, p_run
      WHERE org = p_org AND project = p_project AND grp = p_group AND holder_run_id = p_run_id
 $$;
 
+CREATE FUNCTION cryo._duration_text(p_seconds double precision) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN p_seconds IS NULL THEN NULL
+        WHEN p_seconds <> trunc(p_seconds) OR p_seconds < 60 THEN
+            trim(trailing '.' FROM trim(trailing '0' FROM round(p_seconds::numeric, 3)::text)) || 's'
+        ELSE concat_ws('',
+            nullif(floor(p_seconds / 86400)::bigint, 0) || 'd',
+            nullif(floor(p_seconds::bigint % 86400 / 3600), 0) || 'h',
+            nullif(floor(p_seconds::bigint % 3600 / 60), 0) || 'm',
+            nullif(p_seconds::bigint % 60, 0) || 's')
+    END
+$$;
+
 CREATE FUNCTION cryo._enqueue(p_run_id text, p_org text, p_project text, p_required_caps text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
-    INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
+    INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at,
+                            deadline_at, priority)
     SELECT p_run_id, p_org, p_project, 'pending',
            CASE WHEN r.untrusted AND p_required_caps <> '{graph}'
                  AND NOT 'isolated' = ANY (p_required_caps)
                 THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
-           cryo.now()
+           cryo.now(), r.deadline_at, r.priority
       FROM cryo.runs r WHERE r.id = p_run_id;
     -- Graph runs have their own channel: only the servers' graph drivers take them.
     IF p_required_caps = '{graph}' THEN
@@ -876,6 +912,25 @@ BEGIN
                                   WHEN '>=' THEN (v_a #>> '{}') >= (v_b #>> '{}') END);
     END IF;
     RETURN 'false'::jsonb;
+END
+$$;
+
+CREATE FUNCTION cryo._expire_deadlines(p_batch integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id text;
+    v_n integer := 0;
+BEGIN
+    FOR v_id IN SELECT q.run_id FROM cryo.queue q
+                 WHERE q.deadline_at IS NOT NULL AND q.deadline_at <= cryo.now()
+                 ORDER BY q.deadline_at
+                 LIMIT p_batch
+                   FOR UPDATE SKIP LOCKED LOOP
+        PERFORM cryo._time_out_run(v_id);
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
 END
 $$;
 
@@ -1973,6 +2028,7 @@ DECLARE
     v_inst cryo.node_instances;
     v_node cryo.node_states;
     v_retry jsonb;
+    v_delay double precision;
     v_status text;
 BEGIN
     IF p_outcome NOT IN ('succeeded', 'failed') THEN
@@ -1992,13 +2048,20 @@ BEGIN
        AND v_inst.attempt < coalesce((v_retry ->> 'attempts')::integer, 1)
        AND (v_retry -> 'on_exit' IS NULL OR p_exit_code IS NULL
             OR v_retry -> 'on_exit' @> to_jsonb(p_exit_code)) THEN
+        -- backoff is the first wait; an exponential retry (factor) multiplies it by the
+        -- factor for each attempt already failed, up to max_delay.
+        v_delay := least(coalesce((v_retry ->> 'max_delay')::float8, 'infinity'),
+                         coalesce((v_retry ->> 'backoff')::float8, 0)
+                         * power(coalesce((v_retry ->> 'factor')::float8, 1), v_inst.attempt - 1));
         UPDATE cryo.node_instances i
            SET status = 'retrying', attempt = i.attempt + 1, error = p_error, job_run_id = NULL,
-               due_at = cryo.now() + make_interval(secs => coalesce((v_retry ->> 'backoff')::float8, 0))
+               due_at = cryo.now() + make_interval(secs => v_delay)
          WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
         PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
-        PERFORM cryo._history(p_run_id, p_org, p_project, 'node_retry_scheduled', 'node', p_node,
-                              p_item, v_inst.attempt);
+        INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                                  key_ordinal, attempt, detail, created_at)
+        VALUES (p_run_id, p_org, p_project, 'node_retry_scheduled', 'run', 'node', p_node, p_item,
+                v_inst.attempt, jsonb_build_object('delay', v_delay), cryo.now());
         RETURN 'retrying';
     END IF;
     UPDATE cryo.node_instances i
@@ -2879,11 +2942,17 @@ CREATE TABLE cryo.workflows (
     kind text DEFAULT 'script'::text NOT NULL,
     graph jsonb,
     workdir text,
+    timeout_s double precision,
+    priority integer,
     version integer DEFAULT 1 NOT NULL,
     CONSTRAINT workflows_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text])))
 );
 
 COMMENT ON COLUMN cryo.workflows.workdir IS 'The absolute directory the workflow was stored from (NULL when not given); runs started from it by name (submit_run, schedules, webhooks, handlers) get it as runs.workdir.';
+
+COMMENT ON COLUMN cryo.workflows.timeout_s IS 'The default timeout (seconds) of runs of this workflow; a submit''s own wins. NULL: the graph''s own, or none.';
+
+COMMENT ON COLUMN cryo.workflows.priority IS 'The default claim priority of runs of this workflow; a submit''s own wins. NULL: 0.';
 
 CREATE FUNCTION cryo._require_workflow(p_org text, p_project text, p_workflow text) RETURNS cryo.workflows
     LANGUAGE plpgsql STABLE
@@ -3319,6 +3388,29 @@ CREATE FUNCTION cryo._test_clock() RETURNS boolean
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
     SELECT EXISTS (SELECT 1 FROM cryo.test_database)
+$$;
+
+CREATE FUNCTION cryo._time_out_run(p_run_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_run cryo.runs;
+    v_child record;
+BEGIN
+    SELECT * INTO v_run FROM cryo.runs WHERE id = p_run_id;
+    IF NOT FOUND OR cryo.is_terminal(v_run.status) THEN
+        RETURN;
+    END IF;
+    FOR v_child IN SELECT c.id FROM cryo.runs c
+                    WHERE c.parent_run_id = p_run_id AND NOT cryo.is_terminal(c.status) LOOP
+        PERFORM cryo.cancel_run(v_child.id);
+    END LOOP;
+    IF v_run.kind = 'graph' THEN
+        PERFORM cryo._graph_cancel_nodes(p_run_id, false);
+    END IF;
+    PERFORM cryo._finalize(p_run_id, 'failed', 124,
+                           'timed out after ' || cryo._duration_text(v_run.timeout_s));
+END
 $$;
 
 CREATE FUNCTION cryo._truthy(p_value jsonb) RETURNS boolean
@@ -4751,7 +4843,9 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR228', 'bad_concurrency_limit', 'a concurrency limit below 1 or a window not longer than 0'),
         ('CR240', 'workflow_changed', 'a workflow was saved over a version other than its current one: it changed since the editor opened it'),
         ('CR241', 'not_redeliverable', 'a webhook delivery stored before deliveries kept their input cannot be delivered again'),
-        ('CR242', 'trigger_owned', 'a schedule or handler registered by a workflow''s on: is changed by putting that workflow again')
+        ('CR242', 'trigger_owned', 'a schedule or handler registered by a workflow''s on: is changed by putting that workflow again'),
+        ('CR215', 'run_timed_out', 'the run passed its deadline and was failed with exit code 124; its agent stops the job'),
+        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -5510,19 +5604,29 @@ COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb
 
 CREATE FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea DEFAULT NULL::bytea, p_error text DEFAULT NULL::text, p_exit_code integer DEFAULT NULL::integer, p_output_clear jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_status text;
+    v_if jsonb;
 BEGIN
-    v_status := cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
-                                     p_output, p_error, p_exit_code, p_output_clear);
+    IF p_outcome = 'failed' THEN  -- its retry_if decides over the failure
+        SELECT n.def #> '{retry,retry_if}' INTO v_if FROM cryo.node_states n
+         WHERE n.run_id = p_run_id AND n.node_id = p_node;
+    END IF;
+    v_status := cryo._instance_ended(
+        p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome, p_output, p_error,
+        p_exit_code, p_output_clear,
+        v_if IS NULL OR cryo._truthy(cryo._eval(v_if, jsonb_build_object(
+            'failure', jsonb_build_object(
+                'exit_code', p_exit_code, 'error', p_error,
+                'status', substring(p_error FROM '^HTTP ([0-9]{3})$')::integer)))));
     IF v_status = 'succeeded' AND p_outcome = 'succeeded' THEN  -- its cache, if it has one
         PERFORM cryo._graph_cache_keep(p_run_id, p_node, p_item, p_output, p_output_clear);
     END IF;
     RETURN v_status;
 END
-$$;
+$_$;
 
 COMMENT ON FUNCTION cryo.graph_record_item(p_run_id text, p_token uuid, p_node text, p_item integer, p_outcome text, p_output bytea, p_error text, p_exit_code integer, p_output_clear jsonb) IS 'Records that an instance of a node of the driven graph run ended (succeeded or failed, with its sealed output, or p_output_clear for one holding no user data), or schedules its retry; ends the node when all its instances have (a loop''s node is decided by the next round); a success stores its output under the instance''s cache key, if its cache missed. Returns the instance''s status (succeeded, failed, retrying). Raises CR002 for a stale token, CR004 for a bad outcome, CR005 for an instance never started.';
 
@@ -5634,7 +5738,10 @@ DECLARE
 BEGIN
     SELECT s.run_id INTO v_child FROM cryo.submit_script(
         v_q.org, v_q.project, p_filename, p_interpreter, p_source, p_input, NULL,
-        p_required_caps, p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph) s;
+        p_required_caps, p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph,
+        -- the node's timeout bounds each attempt's job (79_timeouts.sql)
+        p_timeout => (SELECT (n.def ->> 'timeout')::float8 FROM cryo.node_states n
+                       WHERE n.run_id = p_run_id AND n.node_id = p_node)) s;
     UPDATE cryo.runs SET graph_node = p_node, graph_item = p_item WHERE id = v_child;
     PERFORM cryo._instance_job(p_run_id, p_node, p_item, v_child);
     RETURN v_child;
@@ -6541,7 +6648,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.put_run_artifact(p_run_id text, p_token uuid, p_key text, p_name text, p_sha256 text, p_size bigint, p_max_bytes bigint, p_public boolean, p_executable boolean) IS 'Points the run''s artifact p_name (or, with p_key, the project''s cached artifact) at a blob already stored, remembering whether the file was executable (p_executable); returns (scope, name, sha256, size, created_at). An untrusted run''s put is tainted and never replaces a trusted artifact; a trusted run''s p_public lets untrusted runs read it. Raises CR002 for a stale claim token, CR004 for a bad name, key, digest or size, CR075 past p_max_bytes, CR170 when an untrusted run names a blob it did not upload through the server (cryo.record_run_artifact_upload) and no published artifact names.';
 
-CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text, p_digest bytea DEFAULT NULL::bytea, p_by text DEFAULT NULL::text, p_base_version integer DEFAULT NULL::integer) RETURNS integer
+CREATE FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb DEFAULT NULL::jsonb, p_workdir text DEFAULT NULL::text, p_digest bytea DEFAULT NULL::bytea, p_by text DEFAULT NULL::text, p_base_version integer DEFAULT NULL::integer, p_timeout double precision DEFAULT NULL::double precision, p_priority integer DEFAULT NULL::integer) RETURNS integer
     LANGUAGE plpgsql
     AS $_$
 DECLARE
@@ -6549,6 +6656,11 @@ DECLARE
     v_version integer;
 BEGIN
     PERFORM cryo._require_project(p_org, p_project);
+    IF p_timeout IS NOT NULL AND NOT p_timeout BETWEEN 0.001 AND 31622400
+       OR p_priority IS NOT NULL AND p_priority NOT BETWEEN -1000 AND 1000 THEN
+        RAISE EXCEPTION 'a timeout is between 0 and 366 days and a priority from -1000 to 1000'
+            USING ERRCODE = 'CR004';
+    END IF;
     IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
@@ -6569,18 +6681,21 @@ BEGIN
            AND v.version = v_cur.version AND v.digest = p_digest
            AND v.filename = p_filename
            AND v.interpreter IS NOT DISTINCT FROM nullif(p_interpreter, '')
-           AND v.workdir IS NOT DISTINCT FROM p_workdir) THEN
+           AND v.workdir IS NOT DISTINCT FROM p_workdir)
+       AND v_cur.timeout_s IS NOT DISTINCT FROM p_timeout
+       AND v_cur.priority IS NOT DISTINCT FROM p_priority THEN
         RETURN v_cur.version;  -- the same definition again: no new version
     END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                workdir, updated_at, version)
+                                workdir, updated_at, version, timeout_s, priority)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
-            cryo.now(), 1)
+            cryo.now(), 1, p_timeout, p_priority)
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
            workdir = excluded.workdir, updated_at = excluded.updated_at,
+           timeout_s = excluded.timeout_s, priority = excluded.priority,
            version = cryo.workflows.version + 1
     RETURNING version INTO v_version;
     IF p_base_version IS NOT NULL AND v_version <> p_base_version + 1 THEN
@@ -6599,7 +6714,7 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text, p_digest bytea, p_by text, p_base_version integer) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one and keeping it as a new version by p_by (unless p_digest, filename, interpreter and directory equal the current version''s); p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns the current version number. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory, CR240 when p_base_version is given and is not the current version (0: the workflow must not exist yet).';
+COMMENT ON FUNCTION cryo.put_workflow(p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea, p_graph jsonb, p_workdir text, p_digest bytea, p_by text, p_base_version integer, p_timeout double precision, p_priority integer) IS 'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one and keeping it as a new version by p_by (unless p_digest, filename, interpreter, directory, timeout and priority equal the current version''s); p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); p_timeout (seconds) and p_priority are the defaults of its runs; the schedules and handlers its on names replace those its earlier version registered. Returns the current version number. Raises CR005 for an unknown project, CR004 for a bad name, a relative working directory, or a bad timeout or priority, CR240 when p_base_version is given and is not the current version (0: the workflow must not exist yet).';
 
 CREATE FUNCTION cryo.queue_position(p_run_id text) RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -7955,7 +8070,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.submit_activity(p_run_id text, p_token uuid, p_position integer, p_name text, p_source bytea, p_required_caps text[], p_retries integer, p_retry_backoff double precision, p_retry_on integer[], p_path text) IS 'Submits a named child job of the claimed run (a name is unique per run) with a retry policy; returns its run id, the same one for a repeat at the same path. Raises CR002 for a stale claim, CR007 for a name already used, CR004 for a bad policy or name, CR009 for a disagreeing path.';
 
-CREATE FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean, status text, queue_position integer)
+CREATE FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb DEFAULT NULL::jsonb, p_timeout double precision DEFAULT NULL::double precision, p_priority integer DEFAULT NULL::integer) RETURNS TABLE(run_id text, created boolean, status text, queue_position integer)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -7976,7 +8091,8 @@ BEGIN
     SELECT s.run_id, s.created INTO v_id, v_created
       FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
                               p_idempotency_key, '{graph}', NULL, NULL, p_concurrency,
-                              p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
+                              p_policy, p_untrusted, NULL, p_workdir, p_graph,
+                              p_timeout, p_priority) s;
     IF v_itself THEN
         PERFORM set_config('cryo.graph_self_driven', '', true);
         IF v_id IS NOT NULL AND v_created THEN
@@ -8021,9 +8137,9 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb) IS 'Creates a graph run as submit_script does (p_graph its compiled structure, p_source its sealed document); when every node is a constant state node whose call is in p_calls ({node: {op, key, entity, expected, read, value as hex of the sealed value}}) with no if, fan-out or concurrency and the graph has no output expression or concurrency group, drives it at once in this transaction, so it has usually ended when this returns. Returns (run_id, created, status, queue_position); run_id NULL when skip found the group held. Raises what submit_script raises.';
+COMMENT ON FUNCTION cryo.submit_graph(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text, p_workdir text, p_graph jsonb, p_calls jsonb, p_timeout double precision, p_priority integer) IS 'Creates a graph run as submit_script does (p_graph its compiled structure, p_source its sealed document); when every node is a constant state node whose call is in p_calls ({node: {op, key, entity, expected, read, value as hex of the sealed value}}) with no if, fan-out or concurrency and the graph has no output expression or concurrency group, drives it at once in this transaction, so it has usually ended when this returns. Returns (run_id, created, status, queue_position); run_id NULL when skip found the group held. Raises what submit_script raises.';
 
-CREATE FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL::jsonb, p_idempotency_key text DEFAULT NULL::text, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL::jsonb, p_idempotency_key text DEFAULT NULL::text, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_timeout double precision DEFAULT NULL::double precision, p_priority integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'cryo', 'pg_temp'
     AS $$
@@ -8046,20 +8162,42 @@ BEGIN
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         NULL,  -- the capabilities its filename and interpreter need (cryo._required_caps)
         p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
-        p_graph => v_wf.graph) s;
+        p_graph => v_wf.graph, p_timeout => p_timeout, p_priority => p_priority) s;
     RETURN v_id;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy, in the directory the workflow was stored from; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
+COMMENT ON FUNCTION cryo.submit_run(p_org text, p_project text, p_workflow text, p_input jsonb, p_idempotency_key text, p_concurrency text, p_policy text, p_timeout double precision, p_priority integer) IS 'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy, a timeout in seconds (else the graph''s own) and a claim priority, in the directory the workflow was stored from; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
 
-CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id text, created boolean)
+CREATE FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea DEFAULT NULL::bytea, p_idempotency_key text DEFAULT NULL::text, p_required_caps text[] DEFAULT '{shell}'::text[], p_workflow text DEFAULT NULL::text, p_input_clear jsonb DEFAULT NULL::jsonb, p_concurrency text DEFAULT NULL::text, p_policy text DEFAULT NULL::text, p_untrusted boolean DEFAULT false, p_parent_run_id text DEFAULT NULL::text, p_workdir text DEFAULT NULL::text, p_graph jsonb DEFAULT NULL::jsonb, p_timeout double precision DEFAULT NULL::double precision, p_priority integer DEFAULT NULL::integer) RETURNS TABLE(run_id text, created boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_id text;
     v_policy text := coalesce(p_policy, 'queue');
+    -- The submit's timeout, else its stored workflow's, else its graph document's own;
+    -- its priority, else its workflow's, else its parent's (a node's job is claimed as
+    -- its graph run would be).
+    v_wf cryo.workflows;
+    v_timeout double precision;
+    v_priority integer;
 BEGIN
+    IF p_workflow IS NOT NULL AND (p_timeout IS NULL OR p_priority IS NULL) THEN
+        SELECT * INTO v_wf FROM cryo.workflows w
+         WHERE w.org = p_org AND w.project = p_project AND w.name = p_workflow;
+    END IF;
+    v_timeout := coalesce(p_timeout, v_wf.timeout_s, (p_graph ->> 'timeout')::float8);
+    v_priority := coalesce(p_priority, v_wf.priority, CASE WHEN p_parent_run_id IS NOT NULL THEN
+        (SELECT p.priority FROM cryo.runs p WHERE p.id = p_parent_run_id) END, 0);
+    IF v_timeout IS NOT NULL AND (v_timeout <= 0 OR v_timeout > 31622400
+                                  OR v_timeout = 'NaN'::float8) THEN
+        RAISE EXCEPTION 'a timeout is between 0 and 366 days, not % s', v_timeout
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF v_priority NOT BETWEEN -1000 AND 1000 THEN
+        RAISE EXCEPTION 'a priority is an integer from -1000 to 1000, not %', v_priority
+            USING ERRCODE = 'CR004';
+    END IF;
     IF p_required_caps IS NULL THEN
         p_required_caps := cryo._required_caps(p_filename, p_interpreter);
     END IF;
@@ -8102,7 +8240,8 @@ BEGIN
     v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
                              p_input, p_input_clear, p_idempotency_key,
                              CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END,
-                             p_untrusted, p_parent_run_id, p_workdir, p_graph);
+                             p_untrusted, p_parent_run_id, p_workdir, p_graph,
+                             v_timeout, v_priority);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
@@ -8119,7 +8258,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea, p_input bytea, p_idempotency_key text, p_required_caps text[], p_workflow text, p_input_clear jsonb, p_concurrency text, p_policy text, p_untrusted boolean, p_parent_run_id text, p_workdir text, p_graph jsonb, p_timeout double precision, p_priority integer) IS 'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s); p_timeout (seconds, else its stored workflow''s default, else the graph''s own timeout) fails it with exit code 124 that long after submit; p_priority (-1000..1000, else its workflow''s default, else its parent''s, else 0) orders pending claims, higher first. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group, a relative working directory, a bad timeout or priority, CR030 when the group''s queue is full.';
 
 CREATE FUNCTION cryo.take_oidc_login(p_id_hash bytea, p_state text) RETURNS TABLE(nonce text, code_verifier text, org text)
     LANGUAGE plpgsql
@@ -8170,6 +8309,9 @@ DECLARE
     v_waits text[];
     v_retries text[];
 BEGIN
+    -- Runs past their deadline fail (79_timeouts.sql), before an expired claim of one
+    -- could hand it to another agent.
+    PERFORM cryo._expire_deadlines(p_batch);
     -- Expired claims of runs asked to cancel simply end.
     FOR v_cancel IN
         SELECT q.run_id FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
@@ -8228,7 +8370,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.tick(p_batch integer) IS 'Fails live runs past their deadline (exit code 124), re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
 CREATE FUNCTION cryo.trim_run_log(p_run_id text, p_attempt_id text, p_upto bigint, p_marker bytea) RETURNS bigint
     LANGUAGE plpgsql
@@ -8660,8 +8802,11 @@ CASE
         ELSE current_setting('role'::text)
     END)::name, CURRENT_USER, 'MEMBER'::text) THEN NULLIF(current_setting('cryo.replica_id'::text, true), ''::text)
     ELSE NULL::text
-END
+END,
+    detail jsonb
 );
+
+COMMENT ON COLUMN cryo.history.detail IS 'Clear facts about the event that hold no user data: node_retry_scheduled has {"delay": seconds}.';
 
 CREATE SEQUENCE cryo.history_id_seq
     START WITH 1
@@ -9454,11 +9599,15 @@ CREATE INDEX oidc_spent_tokens_expiry ON cryo.oidc_spent_tokens USING btree (exp
 
 CREATE INDEX queue_claimed_expiry ON cryo.queue USING btree (claim_expires_at) WHERE (state = 'claimed'::text);
 
+CREATE INDEX queue_deadline ON cryo.queue USING btree (deadline_at) WHERE (deadline_at IS NOT NULL);
+
 CREATE INDEX queue_graph_pending ON cryo.queue USING btree (enqueued_at) WHERE ((state = 'pending'::text) AND (required_caps = '{graph}'::text[]));
 
 CREATE INDEX queue_parked_wake ON cryo.queue USING btree (wake_at) WHERE (state = 'parked'::text);
 
 CREATE INDEX queue_pending ON cryo.queue USING btree (org, enqueued_at) WHERE (state = 'pending'::text);
+
+CREATE INDEX queue_pending_priority ON cryo.queue USING btree (org, priority DESC, enqueued_at) WHERE (state = 'pending'::text);
 
 CREATE UNIQUE INDEX runs_activity_name ON cryo.runs USING btree (parent_run_id, activity_name) WHERE (activity_name IS NOT NULL);
 

@@ -181,7 +181,7 @@ def test_on_yes_no_and_dates_stay_text() -> None:
 
 @pytest.mark.parametrize("text,message", [
     ("jobs: {deploy: {needs: [buidl], steps: [x]}}", "job deploy: needs: 'buidl' names no job"),
-    ("jobs: {a: {steps: [x], timeout: 3}}", "job a: timeout: unknown key"),
+    ("jobs: {a: {steps: [x], timeout-minutes: 3}}", "job a: timeout-minutes: unknown key"),
     ("jobs: {a: {steps: [x], script: y}}", "job a: steps/script/"),
     ("jobs: {a: {if: 'true'}}", "job a: steps/script/approval/"),
     ("jobs: {a: [x]}", "job a: a job is a mapping"),
@@ -306,3 +306,20 @@ def test_a_bad_connector_job_is_one_line(text: str, message: str) -> None:
     got = refused(text)
     assert got.startswith(message), got
     assert "node" not in got, got
+
+
+def test_a_jobs_timeout_and_retry_policy_reach_its_node() -> None:
+    """A job's timeout and its exponential retry with retry_if compile onto its node; the
+    pipeline's own timeout onto the graph (docs/pipelines.md)."""
+    got = compile_pipeline(
+        "version: cryosleep/pipeline/v1\ntimeout: 30m\njobs:\n"
+        "  a:\n    steps: [make]\n    timeout: 90s\n"
+        "    retry: {attempts: 3, backoff: exponential, delay: 2s, max_delay: 1m,"
+        " retry_if: 'failure.exit_code == 124'}\n")
+    node = got.structure["nodes"][0]
+    assert got.structure["timeout"] == 1800 and node["timeout"] == 90
+    assert {k: v for k, v in node["retry"].items() if k != "retry_if"} == {
+        "attempts": 3, "backoff": 2, "factor": 2, "max_delay": 60}
+    with pytest.raises(PipelineError, match="job w: .*timeout"):
+        compile_pipeline("version: cryosleep/pipeline/v1\njobs:\n"
+                         "  w:\n    sleep: 5s\n    timeout: 1s\n")

@@ -75,14 +75,17 @@ def _follow(target: Target, run_id: str) -> int:
               help="Run the script with I instead of choosing by extension.")
 @click.option("--agents", default=RUN_AGENTS, show_default=True,
               help="Agents of an embedded stack (children and activities need free ones).")
-def run_cmd(file: Path, input_json: str | None, interpreter: str | None, agents: int) -> None:
+@click.option("--timeout", metavar="DURATION",
+              help="Fail the run (exit code 124) this long after it starts, e.g. 30s, 10m.")
+def run_cmd(file: Path, input_json: str | None, interpreter: str | None, agents: int,
+            timeout: str | None) -> None:
     """Run FILE once, here, and exit with its outcome.
 
     FILE runs in the directory it is in, so its relative paths, virtualenv and modules
     resolve as they would by hand. With no stack running here (`cryopg dev`, or
     CRYOPG_URL) an embedded one starts under ./.cryopg/ for this run and stops after it.
     The log streams to stdout; the exit code is the run's (0 succeeded, the script's own
-    code when it failed, 130 cancelled). Ctrl-C cancels the run."""
+    code when it failed, 124 timed out, 130 cancelled). Ctrl-C cancels the run."""
     from cryopg.cli import pipeline
     from cryopg.cli.follow import parse_json as _parse_json
     from cryopg.cli.follow import read_script as _read_script
@@ -95,7 +98,8 @@ def run_cmd(file: Path, input_json: str | None, interpreter: str | None, agents:
     if pipeline.is_pipeline_file(file, source):
         pipeline.check(file, source)
     body = {"source": source, "filename": file.name, "input": value,
-            "interpreter": interpreter, "workdir": str(file.resolve().parent)}
+            "interpreter": interpreter, "workdir": str(file.resolve().parent),
+            **({"timeout": timeout} if timeout else {})}
     target = _running_target()
     if target is not None:
         sys.exit(_follow(target, _submit(target, body)))

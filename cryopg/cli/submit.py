@@ -31,9 +31,14 @@ from cryopg.cli.target import resolve
 @click.option("--policy", type=click.Choice(["queue", "cancel-running", "cancel-queued", "skip"]),
               help="When GROUP is held: wait in its FIFO (queue, the default), cancel the "
                    "holder, cancel the waiters, or create nothing (skip; exit 3).")
+@click.option("--timeout", metavar="DURATION",
+              help="Fail the run (exit code 124) this long after submit, e.g. 30s, 10m, 2h; "
+                   "its whole process tree is killed. Default: the graph's own timeout.")
+@click.option("--priority", type=click.IntRange(-1000, 1000), metavar="N",
+              help="Claim order among pending runs: higher first (default 0).")
 def submit(file: Path, input_json: str | None, idempotency_key: str | None,
            interpreter: str | None, follow: bool, untrusted: bool, concurrency: str | None,
-           policy: str | None) -> None:
+           policy: str | None, timeout: str | None, priority: int | None) -> None:
     """Submit FILE as a new run and print its id.
 
     FILE is a script, a graph (JSON, version cryosleep-graph/v1) or a YAML pipeline
@@ -50,6 +55,9 @@ def submit(file: Path, input_json: str | None, idempotency_key: str | None,
                                          "idempotency_key": idempotency_key,
                                          **({"untrusted": True} if untrusted else {}),
                                          "concurrency": concurrency, "policy": policy,
+                                         **({"timeout": timeout} if timeout else {}),
+                                         **({"priority": priority} if priority is not None
+                                            else {}),
                                          "workdir": os.getcwd()})
     run_id = made["run_id"]
     if made.get("skipped"):

@@ -24,7 +24,13 @@ def workflow() -> None:
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--interpreter", metavar="I", help="Run it with I instead of choosing by extension.")
-def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
+@click.option("--timeout", metavar="DURATION",
+              help="The default timeout of its runs (e.g. 10m): each fails with exit code 124 "
+                   "that long after it starts, unless its submit gives its own.")
+@click.option("--priority", type=click.IntRange(-1000, 1000), metavar="N",
+              help="The default claim priority of its runs (higher first).")
+def workflow_put(name: str, file: Path, interpreter: str | None, timeout: str | None,
+                 priority: int | None) -> None:
     """Store FILE (a script, graph or YAML pipeline) under NAME in the active project."""
     source = read_script(file)
     if pipeline.is_pipeline_file(file, source):
@@ -32,7 +38,9 @@ def workflow_put(name: str, file: Path, interpreter: str | None) -> None:
     target = resolve()
     got = Client(target).call("PUT", f"/workflows/{part(name, 'workflow name')}",
                               {"source": source, "filename": file.name,
-                               "interpreter": interpreter, "workdir": os.getcwd()})
+                               "interpreter": interpreter, "workdir": os.getcwd(),
+                               **({"timeout": timeout} if timeout else {}),
+                               **({"priority": priority} if priority is not None else {})})
     kind = {"pipeline": "pipeline", "graph": "graph"}.get(got.get("kind"), "script")
     click.echo(f"stored {kind} workflow {name} in {target.org}/{target.project}")
 

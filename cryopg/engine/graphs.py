@@ -88,14 +88,17 @@ async def submit_graph(conn: AsyncConnection, org: str, project: str, *, filenam
                        interpreter: str | None, source: bytes, input: bytes | None,
                        idempotency_key: str | None, untrusted: bool, concurrency: str | None,
                        policy: str | None, workdir: str | None, graph: dict[str, Any],
-                       calls: dict[str, Any] | None) -> tuple[str | None, bool, str | None,
-                                                               int | None]:
+                       calls: dict[str, Any] | None, timeout: float | None = None,
+                       priority: int | None = None) -> tuple[str | None, bool, str | None,
+                                                             int | None]:
     """Returns (run id, created, status, queue position); the id is None when `skip`
     found the group held. A graph the database runs whole has usually ended already."""
     cur = await conn.execute(
-        "SELECT * FROM cryo.submit_graph(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "SELECT * FROM cryo.submit_graph(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s, %s)",
         (org, project, filename, interpreter, source, input, idempotency_key, untrusted,
-         concurrency, policy, workdir, Jsonb(graph), Jsonb(calls) if calls else None))
+         concurrency, policy, workdir, Jsonb(graph), Jsonb(calls) if calls else None,
+         timeout, priority))
     row = await cur.fetchone()
     return row[0], row[1], row[2], row[3]
 

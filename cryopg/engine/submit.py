@@ -17,13 +17,15 @@ async def submit_script(conn: AsyncConnection, org: str, project: str, *, filena
                         untrusted: bool = False, concurrency: str | None = None,
                         policy: str | None = None,
                         workdir: str | None = None,
-                        graph: dict[str, Any] | None = None) -> tuple[str | None, bool]:
+                        graph: dict[str, Any] | None = None, timeout: float | None = None,
+                        priority: int | None = None) -> tuple[str | None, bool]:
     """Returns (run id, created); the id is None when `skip` found the group held."""
     cur = await conn.execute(
         "SELECT * FROM cryo.submit_script(%s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s,"
-        " NULL, %s, %s)",
+        " NULL, %s, %s, %s, %s)",
         (org, project, filename, interpreter, source, input, idempotency_key, required_caps,
-         concurrency, policy, untrusted, workdir, Jsonb(graph) if graph is not None else None))
+         concurrency, policy, untrusted, workdir, Jsonb(graph) if graph is not None else None,
+         timeout, priority))
     run_id, created = await cur.fetchone()
     return run_id, created
 
@@ -45,12 +47,14 @@ async def put_workflow(conn: AsyncConnection, org: str, project: str, name: str,
                        filename: str, interpreter: str | None, source: bytes,
                        graph: dict[str, Any] | None = None,
                        workdir: str | None = None, digest: bytes | None = None,
-                       by: str | None = None, base_version: int | None = None) -> int:
+                       by: str | None = None, base_version: int | None = None,
+                       timeout: float | None = None, priority: int | None = None) -> int:
     """Stores the workflow; returns its current version (a new one unless unchanged)."""
-    return await _one(conn, "SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    return await _one(conn, "SELECT cryo.put_workflow(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                            "%s, %s, %s)",
                       (org, project, name, filename, interpreter, source,
                        Jsonb(graph) if graph is not None else None, workdir, digest, by,
-                       base_version))
+                       base_version, timeout, priority))
 
 
 async def seal_run_input(conn: AsyncConnection, run_id: str, token: uuid.UUID,

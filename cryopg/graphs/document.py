@@ -107,7 +107,7 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
                          f"use {VERSION} (or {NODE_VERSION} for one node){hint}")
     unknown = set(doc) - {"version", "nodes", "edges", "concurrency", "output", "name",
                           "if", "cancel_on", "on", "on_failure",
-                          "input_schema"}
+                          "input_schema", "timeout"}
     if unknown:
         raise GraphError(f"unknown top-level key {sorted(unknown)[0]!r}")
     nodes = doc.get("nodes")
@@ -171,6 +171,8 @@ def compile_graph(doc: dict[str, Any]) -> Compiled:
     except ExprError as exc:
         raise GraphError(f"graph: {exc}") from None
     structure.update(_trigger_keys(doc))
+    if "timeout" in doc:  # the run's own: wall time from submit (79_timeouts.sql)
+        structure["timeout"] = timeout(doc["timeout"], "timeout")
     if "input_schema" in doc:  # the start form's fields; the server checks inputs by it
         structure["input_schema"] = _input_schema(doc["input_schema"])
     return Compiled(structure, {"version": VERSION, "configs": configs})
@@ -312,6 +314,14 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
         field = "retry"
         if "retry" in n:
             s["retry"] = _retry(n["retry"], nid)
+        field = "timeout"
+        if "timeout" in n:
+            if ntype not in TIMED_TYPES:
+                raise GraphError(f"node {nid}: timeout bounds a node that runs a job or a child "
+                                 f"run ({', '.join(sorted(TIMED_TYPES))}); a {ntype} node has "
+                                 "none" + (" (its config.timeout bounds the wait)"
+                                           if ntype == "wait" else ""))
+            s["timeout"] = timeout(n["timeout"], f"node {nid}: timeout")
         field = "fan_out"
         if "fan_out" in n:
             fo = n["fan_out"]
@@ -345,14 +355,46 @@ def _compile_node(n: dict[str, Any], known: frozenset[str],
     return s, compiled
 
 
+# The node types whose node-level timeout means something: each attempt's job (or child
+# run) fails with exit code 124 when it passes. A wait node has its config.timeout; an
+# approval's timeout is its own (graphgate); a state node runs in one transaction.
+TIMED_TYPES = frozenset({"shell", "script", "code", "http", "connector", "workflow"})
+RETRY_KEYS = ("attempts", "backoff", "delay", "max_delay", "on_exit", "retry_if")
+
+
+def timeout(value: Any, where: str) -> float:
+    """A timeout: a duration above zero, at most 366 days (what SQL accepts)."""
+    secs = seconds(value, where)
+    if not 0 < secs <= 366 * 86400:
+        raise GraphError(f"{where}: a timeout is more than 0 and at most 366 days")
+    return secs
+
+
 def _retry(r: Any, nid: str) -> dict[str, Any]:
-    if not isinstance(r, dict) or set(r) - {"attempts", "backoff", "on_exit"}:
-        raise GraphError(f"node {nid}: retry is {{\"attempts\", \"backoff\", \"on_exit\"}}")
+    """{attempts, backoff, on_exit} as before (backoff a constant wait), or with backoff
+    "exponential" (or "constant") and delay, max_delay; retry_if an expression over
+    failure.exit_code, failure.error and failure.status (an http node's status)."""
+    if not isinstance(r, dict) or set(r) - set(RETRY_KEYS):
+        raise GraphError(f"node {nid}: retry is {{{', '.join(map(json.dumps, RETRY_KEYS))}}}")
     attempts = r.get("attempts", 1)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
         raise GraphError(f"node {nid}: retry.attempts must be an integer from 1 to 100")
-    out: dict[str, Any] = {"attempts": attempts,
-                           "backoff": seconds(r.get("backoff", 0), f"node {nid}: retry.backoff")}
+    backoff = r.get("backoff", 0)
+    mode = backoff if backoff in ("exponential", "constant") else None
+    if mode is None and "delay" in r:
+        raise GraphError(f"node {nid}: retry.delay goes with backoff: exponential or constant")
+    first = (seconds(r.get("delay", 1 if mode == "exponential" else 0), f"node {nid}: retry.delay")
+             if mode else seconds(backoff, f"node {nid}: retry.backoff"))
+    out: dict[str, Any] = {"attempts": attempts, "backoff": first}
+    if mode == "exponential":
+        out["factor"] = 2
+    if "max_delay" in r:
+        out["max_delay"] = seconds(r["max_delay"], f"node {nid}: retry.max_delay")
+    if "retry_if" in r:
+        try:
+            out["retry_if"] = parse(r["retry_if"], frozenset(), frozenset({"failure"}))
+        except ExprError as exc:
+            raise GraphError(f"node {nid}: retry.retry_if: {exc}") from None
     if "on_exit" in r:
         codes = r["on_exit"]
         if not isinstance(codes, list) or not all(

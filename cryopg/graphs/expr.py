@@ -73,11 +73,13 @@ def _number(val: str) -> int | float:
 
 
 class _Parser:
-    def __init__(self, text: str, node_ids: frozenset[str]) -> None:
+    def __init__(self, text: str, node_ids: frozenset[str],
+                 roots: frozenset[str] = ROOTS) -> None:
         self.text = text
         self.toks = _tokens(text)
         self.i = 0
         self.node_ids = node_ids
+        self.roots = roots
         self.depth = 0
 
     def nest(self, by: int = 1) -> None:
@@ -163,8 +165,8 @@ class _Parser:
         raise ExprError(f"unexpected {val!r} in {_short(self.text)}")
 
     def path(self, root: str) -> dict[str, Any]:
-        if root not in ROOTS:
-            raise ExprError(f"{root!r} is not in scope (use {', '.join(sorted(ROOTS))})")
+        if root not in self.roots:
+            raise ExprError(f"{root!r} is not in scope (use {', '.join(sorted(self.roots))})")
         parts: list[str] = [root]
         while True:
             tok = self.peek()
@@ -192,13 +194,14 @@ class _Parser:
         return {"path": parts}
 
 
-def parse(text: Any, node_ids: frozenset[str]) -> dict[str, Any]:
-    """The compiled form of one expression."""
+def parse(text: Any, node_ids: frozenset[str], roots: frozenset[str] = ROOTS) -> dict[str, Any]:
+    """The compiled form of one expression (reading only `roots`: a retry_if reads
+    failure only)."""
     if not isinstance(text, str):
         raise ExprError("an expression must be a string")
     if len(text) > MAX_EXPR:
         raise ExprError(f"an expression is at most {MAX_EXPR} characters")
-    return _Parser(text, node_ids).parse()
+    return _Parser(text, node_ids, roots).parse()
 
 
 def _short(text: str) -> str:

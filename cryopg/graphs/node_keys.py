@@ -36,12 +36,22 @@ KEYS: dict[str, dict[str, Any]] = {
                                         "and is skipped otherwise."},
     "retry": {"type": "object", "additionalProperties": False,
               "description": "Runs a failed node again: up to `attempts` times in all, "
-                             "`backoff` apart, only for the exit codes in `on_exit` when given.",
+                             "`backoff` apart (a duration, or `exponential`: `delay`, then "
+                             "twice as long each time up to `max_delay`), only for the exit "
+                             "codes in `on_exit` and when `retry_if` (over failure.exit_code, "
+                             "failure.error, failure.status) holds, when given.",
               "properties": {
                   "attempts": {"type": "integer", "minimum": 1, "maximum": 100},
-                  "backoff": DURATION,
+                  "backoff": {"anyOf": [DURATION, {"enum": ["constant", "exponential"]}]},
+                  "delay": DURATION,
+                  "max_delay": DURATION,
+                  "retry_if": _EXPR_TEXT,
                   "on_exit": {"type": "array",
                               "items": {"type": "integer", "minimum": 0, "maximum": 255}}}},
+    "timeout": {**DURATION,
+                "description": "Bounds each attempt of a job node (shell, script, code, http, "
+                               "connector, workflow): past it the job's process tree is killed "
+                               "and the attempt fails with exit code 124."},
     "concurrency": {**gates.SCHEMA,
                     "description": "A group (a template) at most `limit` (default 1) of whose "
                                    "holders run at once, or with a `window` at most `limit` "

@@ -20,7 +20,7 @@ from cryopg.pipelines.yaml_load import YamlError, load_yaml
 VERSION = "cryosleep/pipeline/v1"
 TOP_KEYS = frozenset({"version", "name", "if", "concurrency", "cancel_on", "env", "on", "jobs",
                       "output", "on_failure",
-                      "input_schema"})
+                      "input_schema", "timeout"})
 SUFFIXES = (".yaml", ".yml")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _VERSION_LINE = re.compile(r"^version:\s*['\"]?cryosleep/pipeline/")
@@ -152,7 +152,8 @@ def _top_level(doc: dict[str, Any], ids: frozenset[str], graph: dict[str, Any]) 
     """if, concurrency and output checked here so an error names the key; cancel_on,
     on and input_schema are carried as they are (the graph tier checks their shape, the
     trigger code reads them)."""
-    for key in ("name", "cancel_on", "on", "on_failure", "input_schema"):  # on_failure: job names
+    for key in ("name", "cancel_on", "on", "on_failure", "input_schema",  # on_failure: job names
+                "timeout"):
         if key in doc:
             graph[key] = doc[key]
     key = "if"

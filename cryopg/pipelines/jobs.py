@@ -16,7 +16,7 @@ KINDS = {  # job key -> graph node type
     "wait_for_event": "wait", "wait_for_signal": "wait", "sleep": "wait",
     "state": "state", "http": "http", "connector": "connector", "workflow": "workflow"}
 NODE_FIELDS = ("if", "retry", "concurrency", "fan_out", "continue_on_error", "always",
-               "loop", "stop_if", "cache")
+               "loop", "stop_if", "cache", "timeout")
 JOB_KEYS = frozenset({*KINDS, *NODE_FIELDS, "needs", "env", "input", "artifacts"})
 ARTIFACT_KINDS = ("steps", "script")  # the jobs that run a command an agent can wrap
 STATE_KEYS = frozenset({"op", "key", "value", "entity", "expected", "by"})

@@ -58,7 +58,8 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("GET", OPENAPI_PATH, "none", "This document", None, {}),
     ("POST", f"{P}/runs", "user", "Submit a script, graph or pipeline as a run",
      _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S, input=_ANY,
-          idempotency_key=_S, untrusted=_B, concurrency=_S, policy=_S, workdir=_S), {}),
+          idempotency_key=_S, untrusted=_B, concurrency=_S, policy=_S, workdir=_S,
+          timeout={"type": ["number", "string"]}, priority=_I), {}),
     ("GET", f"{G}/agents", "user", "The org's agents: build, capabilities, last claim, state "
      "(Viewer)", None, {}),
     ("POST", f"{G}/agents/drain", "user", "Ask agents of a build (or an id) to drain at their "
@@ -79,7 +80,7 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("POST", f"{P}/runs/{{run}}/cancel", "user", "Cancel a run", None, {}),
     ("PUT", f"{P}/workflows/{{name}}", "user", "Store a named workflow",
      _obj(("source", "filename"), source=_S, filename=_S, interpreter=_S, workdir=_S,
-          base_version=_I), {}),
+          base_version=_I, timeout={"type": ["number", "string"]}, priority=_I), {}),
     ("GET", f"{P}/workflows/{{name}}/versions", "user",
      "A stored workflow's versions, newest first (who stored each, and when)", None, {}),
     ("GET", f"{P}/workflows/{{name}}/versions/{{version}}", "user",

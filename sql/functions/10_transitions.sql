@@ -47,6 +47,12 @@ BEGIN
        AND claim_expires_at > cryo.now()
        FOR UPDATE;
     IF NOT FOUND THEN
+        -- A run the sweep failed at its deadline says so: its agent stops the job's
+        -- whole tree (TERM, then KILL) rather than treat it as a lost claim.
+        IF EXISTS (SELECT 1 FROM cryo.runs r WHERE r.id = p_run_id AND r.status = 'failed'
+                      AND r.exit_code = 124 AND r.deadline_at <= r.finished_at) THEN
+            RAISE EXCEPTION 'run % timed out', p_run_id USING ERRCODE = 'CR215';
+        END IF;
         RAISE EXCEPTION 'claim token is not the live claim of run %', p_run_id
             USING ERRCODE = 'CR002';
     END IF;
@@ -78,7 +84,8 @@ CREATE OR REPLACE FUNCTION cryo._create_run(
     p_org text, p_project text, p_workflow text, p_filename text, p_interpreter text,
     p_source bytea, p_input bytea, p_input_clear jsonb, p_idempotency_key text,
     p_required_caps text[], p_untrusted boolean, p_parent_run_id text,
-    p_workdir text DEFAULT NULL, p_graph jsonb DEFAULT NULL)
+    p_workdir text DEFAULT NULL, p_graph jsonb DEFAULT NULL,
+    p_timeout double precision DEFAULT NULL, p_priority integer DEFAULT 0)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -87,7 +94,8 @@ DECLARE
 BEGIN
     INSERT INTO cryo.runs (id, org, project, workflow, filename, interpreter, source, input,
                            input_clear, idempotency_key, required_caps, untrusted, parent_run_id,
-                           workdir, kind, graph, created_at, updated_at)
+                           workdir, kind, graph, created_at, updated_at,
+                           timeout_s, deadline_at, priority)
     -- run-<12 hex: ms since 1970><8 random hex>: ids grow with time, so the b-trees keyed
     -- on them (runs, journal, history, logs) insert at their right edge instead of at a
     -- random page of a large index; the random part keeps ids unguessable.
@@ -100,7 +108,9 @@ BEGIN
             -- a child runs where its parent does
             coalesce(p_workdir, (SELECT p.workdir FROM cryo.runs p WHERE p.id = p_parent_run_id)),
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph,
-            v_now, v_now)
+            v_now, v_now,
+            -- a timeout counts wall time from submit, parked or not (see 79_timeouts.sql)
+            p_timeout, v_now + make_interval(secs => p_timeout), coalesce(p_priority, 0))
     ON CONFLICT (org, project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
     IF v_id IS NOT NULL THEN
@@ -120,12 +130,13 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE cryo.runs SET status = 'pending', updated_at = cryo.now()
      WHERE id = p_run_id AND status = 'queued';
-    INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at)
+    INSERT INTO cryo.queue (run_id, org, project, state, required_caps, enqueued_at,
+                            deadline_at, priority)
     SELECT p_run_id, p_org, p_project, 'pending',
            CASE WHEN r.untrusted AND p_required_caps <> '{graph}'
                  AND NOT 'isolated' = ANY (p_required_caps)
                 THEN p_required_caps || '{isolated}'::text[] ELSE p_required_caps END,
-           cryo.now()
+           cryo.now(), r.deadline_at, r.priority
       FROM cryo.runs r WHERE r.id = p_run_id;
     -- Graph runs have their own channel: only the servers' graph drivers take them.
     IF p_required_caps = '{graph}' THEN
@@ -180,7 +191,7 @@ BEGIN
          WHERE q.run_id = (SELECT c.run_id FROM cryo.queue c
                             WHERE c.org = p_org AND c.state = 'pending'
                               AND c.required_caps <@ p_capabilities
-                            ORDER BY c.enqueued_at
+                            ORDER BY c.priority DESC, c.enqueued_at
                             LIMIT 1 FOR UPDATE SKIP LOCKED)
         RETURNING q.run_id INTO v_run;
         IF v_run IS NOT NULL THEN
@@ -200,7 +211,7 @@ BEGIN
         SELECT c.run_id FROM cryo.queue c
          WHERE c.org = p_org AND c.state = 'pending'
            AND c.required_caps <@ p_capabilities
-         ORDER BY c.enqueued_at
+         ORDER BY c.priority DESC, c.enqueued_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), picked AS (

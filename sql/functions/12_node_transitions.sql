@@ -434,6 +434,7 @@ DECLARE
     v_inst cryo.node_instances;
     v_node cryo.node_states;
     v_retry jsonb;
+    v_delay double precision;
     v_status text;
 BEGIN
     IF p_outcome NOT IN ('succeeded', 'failed') THEN
@@ -453,13 +454,20 @@ BEGIN
        AND v_inst.attempt < coalesce((v_retry ->> 'attempts')::integer, 1)
        AND (v_retry -> 'on_exit' IS NULL OR p_exit_code IS NULL
             OR v_retry -> 'on_exit' @> to_jsonb(p_exit_code)) THEN
+        -- backoff is the first wait; an exponential retry (factor) multiplies it by the
+        -- factor for each attempt already failed, up to max_delay.
+        v_delay := least(coalesce((v_retry ->> 'max_delay')::float8, 'infinity'),
+                         coalesce((v_retry ->> 'backoff')::float8, 0)
+                         * power(coalesce((v_retry ->> 'factor')::float8, 1), v_inst.attempt - 1));
         UPDATE cryo.node_instances i
            SET status = 'retrying', attempt = i.attempt + 1, error = p_error, job_run_id = NULL,
-               due_at = cryo.now() + make_interval(secs => coalesce((v_retry ->> 'backoff')::float8, 0))
+               due_at = cryo.now() + make_interval(secs => v_delay)
          WHERE i.run_id = p_run_id AND i.node_id = p_node AND i.item = p_item;
         PERFORM cryo._release_leases(p_run_id, 'node/' || p_node || '/' || p_item);
-        PERFORM cryo._history(p_run_id, p_org, p_project, 'node_retry_scheduled', 'node', p_node,
-                              p_item, v_inst.attempt);
+        INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
+                                  key_ordinal, attempt, detail, created_at)
+        VALUES (p_run_id, p_org, p_project, 'node_retry_scheduled', 'run', 'node', p_node, p_item,
+                v_inst.attempt, jsonb_build_object('delay', v_delay), cryo.now());
         RETURN 'retrying';
     END IF;
     UPDATE cryo.node_instances i

@@ -64,13 +64,36 @@ CREATE OR REPLACE FUNCTION cryo.submit_script(
     p_required_caps text[] DEFAULT '{shell}', p_workflow text DEFAULT NULL,
     p_input_clear jsonb DEFAULT NULL, p_concurrency text DEFAULT NULL,
     p_policy text DEFAULT NULL, p_untrusted boolean DEFAULT false,
-    p_parent_run_id text DEFAULT NULL, p_workdir text DEFAULT NULL, p_graph jsonb DEFAULT NULL)
+    p_parent_run_id text DEFAULT NULL, p_workdir text DEFAULT NULL, p_graph jsonb DEFAULT NULL,
+    p_timeout double precision DEFAULT NULL, p_priority integer DEFAULT NULL)
 RETURNS TABLE (run_id text, created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id text;
     v_policy text := coalesce(p_policy, 'queue');
+    -- The submit's timeout, else its stored workflow's, else its graph document's own;
+    -- its priority, else its workflow's, else its parent's (a node's job is claimed as
+    -- its graph run would be).
+    v_wf cryo.workflows;
+    v_timeout double precision;
+    v_priority integer;
 BEGIN
+    IF p_workflow IS NOT NULL AND (p_timeout IS NULL OR p_priority IS NULL) THEN
+        SELECT * INTO v_wf FROM cryo.workflows w
+         WHERE w.org = p_org AND w.project = p_project AND w.name = p_workflow;
+    END IF;
+    v_timeout := coalesce(p_timeout, v_wf.timeout_s, (p_graph ->> 'timeout')::float8);
+    v_priority := coalesce(p_priority, v_wf.priority, CASE WHEN p_parent_run_id IS NOT NULL THEN
+        (SELECT p.priority FROM cryo.runs p WHERE p.id = p_parent_run_id) END, 0);
+    IF v_timeout IS NOT NULL AND (v_timeout <= 0 OR v_timeout > 31622400
+                                  OR v_timeout = 'NaN'::float8) THEN
+        RAISE EXCEPTION 'a timeout is between 0 and 366 days, not % s', v_timeout
+            USING ERRCODE = 'CR004';
+    END IF;
+    IF v_priority NOT BETWEEN -1000 AND 1000 THEN
+        RAISE EXCEPTION 'a priority is an integer from -1000 to 1000, not %', v_priority
+            USING ERRCODE = 'CR004';
+    END IF;
     IF p_required_caps IS NULL THEN
         p_required_caps := cryo._required_caps(p_filename, p_interpreter);
     END IF;
@@ -113,7 +136,8 @@ BEGIN
     v_id := cryo._create_run(p_org, p_project, p_workflow, p_filename, p_interpreter, p_source,
                              p_input, p_input_clear, p_idempotency_key,
                              CASE WHEN p_graph IS NULL THEN p_required_caps ELSE '{graph}' END,
-                             p_untrusted, p_parent_run_id, p_workdir, p_graph);
+                             p_untrusted, p_parent_run_id, p_workdir, p_graph,
+                             v_timeout, v_priority);
     IF v_id IS NULL THEN
         RETURN QUERY SELECT r.id, false FROM cryo.runs r
          WHERE r.org = p_org AND r.project = p_project AND r.idempotency_key = p_idempotency_key;
@@ -129,8 +153,8 @@ BEGIN
     RETURN QUERY SELECT v_id, true;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, text, jsonb) IS
-    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s). Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group or a relative working directory, CR030 when the group''s queue is full.';
+COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, text, text[], text, jsonb, text, text, boolean, text, text, jsonb, double precision, integer) IS
+    'Creates a run from a sealed source and input (or a clear jsonb input); with p_graph (a compiled graph structure) a graph run whose sealed source is its document, driven by the server''s interpreter; pending, or queued behind its concurrency group''s holder per p_policy (queue, cancel-running, cancel-queued, skip); p_required_caps NULL means what its filename and interpreter need; p_untrusted runs get no secret values; p_parent_run_id makes it a child run; p_workdir is the absolute directory it was submitted from (a child inherits its parent''s); p_timeout (seconds, else its stored workflow''s default, else the graph''s own timeout) fails it with exit code 124 that long after submit; p_priority (-1000..1000, else its workflow''s default, else its parent''s, else 0) orders pending claims, higher first. Returns (run_id, created): created false when the idempotency key already named a run, run_id NULL when skip found the group held. Raises CR005 for an unknown project, CR004 for a missing source, empty key, bad group name, unknown policy, a policy without a group, a relative working directory, a bad timeout or priority, CR030 when the group''s queue is full.';
 
 -- Stores (or replaces) a named script so applications can submit it from SQL. p_workdir
 -- is the directory it was stored from (`cryopg workflow put` sends its own): runs started
@@ -142,7 +166,8 @@ COMMENT ON FUNCTION cryo.submit_script(text, text, text, text, bytea, bytea, tex
 CREATE OR REPLACE FUNCTION cryo.put_workflow(
     p_org text, p_project text, p_name text, p_filename text, p_interpreter text, p_source bytea,
     p_graph jsonb DEFAULT NULL, p_workdir text DEFAULT NULL, p_digest bytea DEFAULT NULL,
-    p_by text DEFAULT NULL, p_base_version integer DEFAULT NULL)
+    p_by text DEFAULT NULL, p_base_version integer DEFAULT NULL,
+    p_timeout double precision DEFAULT NULL, p_priority integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -150,6 +175,11 @@ DECLARE
     v_version integer;
 BEGIN
     PERFORM cryo._require_project(p_org, p_project);
+    IF p_timeout IS NOT NULL AND NOT p_timeout BETWEEN 0.001 AND 31622400
+       OR p_priority IS NOT NULL AND p_priority NOT BETWEEN -1000 AND 1000 THEN
+        RAISE EXCEPTION 'a timeout is between 0 and 366 days and a priority from -1000 to 1000'
+            USING ERRCODE = 'CR004';
+    END IF;
     IF p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
         RAISE EXCEPTION 'workflow name % must be letters, digits, _ . - (up to 128)', p_name
             USING ERRCODE = 'CR004';
@@ -170,18 +200,21 @@ BEGIN
            AND v.version = v_cur.version AND v.digest = p_digest
            AND v.filename = p_filename
            AND v.interpreter IS NOT DISTINCT FROM nullif(p_interpreter, '')
-           AND v.workdir IS NOT DISTINCT FROM p_workdir) THEN
+           AND v.workdir IS NOT DISTINCT FROM p_workdir)
+       AND v_cur.timeout_s IS NOT DISTINCT FROM p_timeout
+       AND v_cur.priority IS NOT DISTINCT FROM p_priority THEN
         RETURN v_cur.version;  -- the same definition again: no new version
     END IF;
     INSERT INTO cryo.workflows (org, project, name, filename, interpreter, source, kind, graph,
-                                workdir, updated_at, version)
+                                workdir, updated_at, version, timeout_s, priority)
     VALUES (p_org, p_project, p_name, p_filename, nullif(p_interpreter, ''), p_source,
             CASE WHEN p_graph IS NULL THEN 'script' ELSE 'graph' END, p_graph, p_workdir,
-            cryo.now(), 1)
+            cryo.now(), 1, p_timeout, p_priority)
     ON CONFLICT (org, project, name) DO UPDATE
        SET filename = excluded.filename, interpreter = excluded.interpreter,
            source = excluded.source, kind = excluded.kind, graph = excluded.graph,
            workdir = excluded.workdir, updated_at = excluded.updated_at,
+           timeout_s = excluded.timeout_s, priority = excluded.priority,
            version = cryo.workflows.version + 1
     RETURNING version INTO v_version;
     IF p_base_version IS NOT NULL AND v_version <> p_base_version + 1 THEN
@@ -199,8 +232,8 @@ BEGIN
     RETURN v_version;
 END
 $$;
-COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text, bytea, text, integer) IS
-    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one and keeping it as a new version by p_by (unless p_digest, filename, interpreter and directory equal the current version''s); p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); the schedules and handlers its on names replace those its earlier version registered. Returns the current version number. Raises CR005 for an unknown project, CR004 for a bad name or a relative working directory, CR240 when p_base_version is given and is not the current version (0: the workflow must not exist yet).';
+COMMENT ON FUNCTION cryo.put_workflow(text, text, text, text, text, bytea, jsonb, text, bytea, text, integer, double precision, integer) IS
+    'Stores a sealed script (or, with p_graph, a sealed graph document and its compiled structure) under a name in a project, replacing any earlier one and keeping it as a new version by p_by (unless p_digest, filename, interpreter, directory, timeout and priority equal the current version''s); p_workdir is the absolute directory it was stored from, which runs started by name get (a local agent runs them there); p_timeout (seconds) and p_priority are the defaults of its runs; the schedules and handlers its on names replace those its earlier version registered. Returns the current version number. Raises CR005 for an unknown project, CR004 for a bad name, a relative working directory, or a bad timeout or priority, CR240 when p_base_version is given and is not the current version (0: the workflow must not exist yet).';
 
 -- The one rule for the agent capability a script needs (every submit that is given no
 -- capabilities uses it): a shell for a script run by a shell, or with no interpreter a
@@ -251,7 +284,8 @@ COMMENT ON FUNCTION cryo.put_compiled_workflow(text, text, text, jsonb) IS
 CREATE OR REPLACE FUNCTION cryo.submit_run(
     p_org text, p_project text, p_workflow text, p_input jsonb DEFAULT NULL,
     p_idempotency_key text DEFAULT NULL, p_concurrency text DEFAULT NULL,
-    p_policy text DEFAULT NULL)
+    p_policy text DEFAULT NULL, p_timeout double precision DEFAULT NULL,
+    p_priority integer DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -273,12 +307,12 @@ BEGIN
         p_org, p_project, v_wf.filename, v_wf.interpreter, v_wf.source, NULL, p_idempotency_key,
         NULL,  -- the capabilities its filename and interpreter need (cryo._required_caps)
         p_workflow, p_input, p_concurrency, p_policy, p_workdir => v_wf.workdir,
-        p_graph => v_wf.graph) s;
+        p_graph => v_wf.graph, p_timeout => p_timeout, p_priority => p_priority) s;
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_run(text, text, text, jsonb, text, text, text) IS
-    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy, in the directory the workflow was stored from; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
+COMMENT ON FUNCTION cryo.submit_run(text, text, text, jsonb, text, text, text, double precision, integer) IS
+    'Submits the stored workflow by name with a jsonb input, optionally under a concurrency group and policy, a timeout in seconds (else the graph''s own) and a claim priority, in the directory the workflow was stored from; returns the run id (the existing one for a repeated idempotency key, NULL when skip found the group held). Raises CR005 for an unknown workflow or project, CR004 for a bad policy, CR030 when the group''s queue is full, CR021 when the caller is an application role of another tenant (or of none).';
 
 -- A child run or activity of an untrusted run is untrusted too, however it was started:
 -- this trigger carries the mark across parent_run_id, so no path through a child can

@@ -444,7 +444,8 @@ END
 $$;
 
 -- Records how an instance ended. A failure with attempts left (and an exit code the
--- node's retry covers) schedules the instance again after its backoff, with a fresh
+-- node's retry covers, and its retry_if true over failure.exit_code, failure.error and
+-- failure.status, an http node's status) schedules the instance again after its backoff, with a fresh
 -- child run, so it re-runs memos and all under the same idempotency key. Returns the
 -- instance's new status.
 CREATE OR REPLACE FUNCTION cryo.graph_record_item(
@@ -456,9 +457,19 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_status text;
+    v_if jsonb;
 BEGIN
-    v_status := cryo._instance_ended(p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome,
-                                     p_output, p_error, p_exit_code, p_output_clear);
+    IF p_outcome = 'failed' THEN  -- its retry_if decides over the failure
+        SELECT n.def #> '{retry,retry_if}' INTO v_if FROM cryo.node_states n
+         WHERE n.run_id = p_run_id AND n.node_id = p_node;
+    END IF;
+    v_status := cryo._instance_ended(
+        p_run_id, v_q.org, v_q.project, p_node, p_item, p_outcome, p_output, p_error,
+        p_exit_code, p_output_clear,
+        v_if IS NULL OR cryo._truthy(cryo._eval(v_if, jsonb_build_object(
+            'failure', jsonb_build_object(
+                'exit_code', p_exit_code, 'error', p_error,
+                'status', substring(p_error FROM '^HTTP ([0-9]{3})$')::integer)))));
     IF v_status = 'succeeded' AND p_outcome = 'succeeded' THEN  -- its cache, if it has one
         PERFORM cryo._graph_cache_keep(p_run_id, p_node, p_item, p_output, p_output_clear);
     END IF;
@@ -481,7 +492,10 @@ DECLARE
 BEGIN
     SELECT s.run_id INTO v_child FROM cryo.submit_script(
         v_q.org, v_q.project, p_filename, p_interpreter, p_source, p_input, NULL,
-        p_required_caps, p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph) s;
+        p_required_caps, p_workflow, p_parent_run_id => p_run_id, p_graph => p_graph,
+        -- the node's timeout bounds each attempt's job (79_timeouts.sql)
+        p_timeout => (SELECT (n.def ->> 'timeout')::float8 FROM cryo.node_states n
+                       WHERE n.run_id = p_run_id AND n.node_id = p_node)) s;
     UPDATE cryo.runs SET graph_node = p_node, graph_item = p_item WHERE id = v_child;
     PERFORM cryo._instance_job(p_run_id, p_node, p_item, v_child);
     RETURN v_child;
@@ -624,7 +638,8 @@ $$;
 CREATE OR REPLACE FUNCTION cryo.submit_graph(
     p_org text, p_project text, p_filename text, p_interpreter text, p_source bytea,
     p_input bytea, p_idempotency_key text, p_untrusted boolean, p_concurrency text, p_policy text,
-    p_workdir text, p_graph jsonb, p_calls jsonb DEFAULT NULL)
+    p_workdir text, p_graph jsonb, p_calls jsonb DEFAULT NULL,
+    p_timeout double precision DEFAULT NULL, p_priority integer DEFAULT NULL)
 RETURNS TABLE (run_id text, created boolean, status text, queue_position integer)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -645,7 +660,8 @@ BEGIN
     SELECT s.run_id, s.created INTO v_id, v_created
       FROM cryo.submit_script(p_org, p_project, p_filename, p_interpreter, p_source, p_input,
                               p_idempotency_key, '{graph}', NULL, NULL, p_concurrency,
-                              p_policy, p_untrusted, NULL, p_workdir, p_graph) s;
+                              p_policy, p_untrusted, NULL, p_workdir, p_graph,
+                              p_timeout, p_priority) s;
     IF v_itself THEN
         PERFORM set_config('cryo.graph_self_driven', '', true);
         IF v_id IS NOT NULL AND v_created THEN
@@ -689,7 +705,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION cryo.submit_graph(text, text, text, text, bytea, bytea, text, boolean, text, text, text, jsonb, jsonb) IS
+COMMENT ON FUNCTION cryo.submit_graph(text, text, text, text, bytea, bytea, text, boolean, text, text, text, jsonb, jsonb, double precision, integer) IS
     'Creates a graph run as submit_script does (p_graph its compiled structure, p_source its sealed document); when every node is a constant state node whose call is in p_calls ({node: {op, key, entity, expected, read, value as hex of the sealed value}}) with no if, fan-out or concurrency and the graph has no output expression or concurrency group, drives it at once in this transaction, so it has usually ended when this returns. Returns (run_id, created, status, queue_position); run_id NULL when skip found the group held. Raises what submit_script raises.';
 
 -- A turn that failed (an error no node could be blamed for) was rolled back to before it

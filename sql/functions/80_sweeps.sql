@@ -15,6 +15,9 @@ DECLARE
     v_waits text[];
     v_retries text[];
 BEGIN
+    -- Runs past their deadline fail (79_timeouts.sql), before an expired claim of one
+    -- could hand it to another agent.
+    PERFORM cryo._expire_deadlines(p_batch);
     -- Expired claims of runs asked to cancel simply end.
     FOR v_cancel IN
         SELECT q.run_id FROM cryo.queue q JOIN cryo.runs r ON r.id = q.run_id
@@ -73,7 +76,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.tick(integer) IS
-    'Re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
+    'Fails live runs past their deadline (exit code 124), re-pends runs whose claim expired, ends expired runs that were asked to cancel, wakes due parked runs (sleeps, timed-out waits, retry backoffs), purges bus events and collects terminal runs past retention, and hands on concurrency groups whose holder ended unnoticed, at most p_batch of each; returns (expired, woken). Raises nothing of its own.';
 
 -- Deletes bus events older than their project's retention, a batch at a time.
 CREATE OR REPLACE FUNCTION cryo._purge_events(p_batch integer)

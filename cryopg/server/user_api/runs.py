@@ -10,6 +10,8 @@ from psycopg import AsyncConnection
 from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.graphs.document import GraphError
+from cryopg.graphs.document import timeout as graph_timeout
 from cryopg.graphs.nodes import state_node
 from cryopg.payloads import run_input, run_outputs
 from cryopg.seal import Sealer
@@ -45,6 +47,7 @@ async def submit(request: web.Request) -> web.Response:
     group, policy = body.get("concurrency"), body.get("policy")
     if any(v is not None and not isinstance(v, str) for v in (group, policy)):
         raise InvalidArgument("concurrency and policy must be strings")
+    timeout, priority = timeout_field(body), priority_field(body)
     graph = await prepared_graph(org, project, source, filename)
     workdir = body.get("workdir")
     if workdir is not None and not isinstance(workdir, str):
@@ -56,12 +59,13 @@ async def submit(request: web.Request) -> web.Response:
             return await _submit_graph(request.app, conn, sealer, graph, org, project,
                                        filename, interpreter, sealed_input, key, untrusted,
                                        group, policy, workdir, body.get("input"),
-                                       traces.incoming(request))
+                                       traces.incoming(request), timeout, priority)
         run_id, created = await engine.submit_script(
             conn, org, project, filename=filename, interpreter=interpreter,
             source=sealer.seal_text(source), input=sealed_input, idempotency_key=key,
             required_caps=None, untrusted=untrusted,  # what it needs: cryo._required_caps
-            concurrency=group, policy=policy, workdir=workdir)
+            concurrency=group, policy=policy, workdir=workdir, timeout=timeout,
+            priority=priority)
         if run_id is None:  # policy skip, and the group was held
             return web.json_response({"run_id": None, "created": False, "skipped": True})
         if created:
@@ -78,7 +82,8 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
                         interpreter: str | None, sealed_input: bytes | None, key: str | None,
                         untrusted: bool, group: str | None, policy: str | None,
                         workdir: str | None, input_value: Any,
-                        traceparent: str | None = None) -> web.Response:
+                        traceparent: str | None = None, timeout: float | None = None,
+                        priority: int | None = None) -> web.Response:
     """A graph run in one call: one whose every node is a constant state node goes with
     its state calls sealed, and the database runs it whole before answering."""
     compiled = graph.compiled
@@ -91,7 +96,7 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
         conn, org, project, filename=filename, interpreter=interpreter,
         source=sealer.seal_text(graph.text), input=sealed_input, idempotency_key=key,
         untrusted=untrusted, concurrency=group, policy=policy, workdir=workdir,
-        graph=compiled.structure, calls=calls)
+        graph=compiled.structure, calls=calls, timeout=timeout, priority=priority)
     if run_id is None:  # policy skip, and the group was held
         return web.json_response({"run_id": None, "created": False, "skipped": True})
     if created:
@@ -101,6 +106,26 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
         app[TIMERS].rearm()
     return web.json_response({"run_id": run_id, "created": created, "status": status,
                               "position": position}, status=201 if created else 200)
+
+
+def timeout_field(body: dict[str, Any]) -> float | None:
+    """A submit's `timeout`: seconds, or a duration text such as 30s, 10m (docs/graphs.md)."""
+    if body.get("timeout") is None:
+        return None
+    try:
+        return graph_timeout(body["timeout"], "timeout")
+    except GraphError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def priority_field(body: dict[str, Any]) -> int | None:
+    """A submit's `priority`: an integer from -1000 to 1000, higher claimed first."""
+    value = body.get("priority")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not -1000 <= value <= 1000:
+        raise InvalidArgument("priority must be an integer from -1000 to 1000")
+    return value
 
 
 # The runs list's filters; any of them selects the paginated view (cryo.list_runs_page).
@@ -223,6 +248,7 @@ async def put_workflow(request: web.Request) -> web.Response:
     source, filename, interpreter = script_fields(body)
     # Where the workflow was stored from: runs started by name run there on a local agent.
     workdir = optional_str_field(body, "workdir", limit=4096)
+    timeout, priority = timeout_field(body), priority_field(body)
     base = body.get("base_version")
     if base is not None and (isinstance(base, bool) or not isinstance(base, int)
                              or not 0 <= base < 2**31):
@@ -242,7 +268,7 @@ async def put_workflow(request: web.Request) -> web.Response:
             conn, org, project, request.match_info["name"], filename=filename,
             interpreter=interpreter, source=sealer.seal_text(graph.source() if graph else source),
             graph=graph and graph.structure, workdir=workdir, digest=sealer.digest(source),
-            by=user.member, base_version=base)
+            by=user.member, base_version=base, timeout=timeout, priority=priority)
     return web.json_response({"name": request.match_info["name"], "version": version,
                               **_kind(graph and graph.structure)})
 
