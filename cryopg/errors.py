@@ -224,6 +224,13 @@ class ConnectionWithheld(CryoError):
     code, http_status = "connection_withheld", 403
 
 
+class FanOutTooLarge(CryoError):
+    """(CR210) A graph's fan_out has more items than the deployment allows
+    (CRYOPG_GRAPH_FAN_OUT_MAX, 10,000 unless set)."""
+
+    code, http_status = "fan_out_too_large", 400
+
+
 BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR001": ReservedKey,
     "CR002": StaleClaim,
@@ -251,6 +258,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR207": ConnectionSecretMissing,
     "CR208": ConnectionWithheld,
     "CR190": BadTraceparent,
+    "CR210": FanOutTooLarge,
 }
 
 

@@ -223,7 +223,8 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR206', 'connection_not_found', 'the project has no connection of that name'),
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
         ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
-        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
+        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
+        ('CR210', 'fan_out_too_large', 'a graph''s fan_out has more items than the deployment allows (CRYOPG_GRAPH_FAN_OUT_MAX)')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

@@ -84,6 +84,37 @@ $$;
 COMMENT ON FUNCTION cryo.drive_graphs(text, integer, boolean) IS
     'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
 
+-- Whether the scope a driver sent holds what a node's expressions read (p_node '$output':
+-- the graph's output expression): a scope without `$for` is whole; one with it holds the
+-- entries the nodes it names read (cryopg/graphs/driver.py sent_scope), so a planning
+-- round costs what it decides, not the number of nodes that have ended.
+CREATE OR REPLACE FUNCTION cryo._graph_scope_covers(p_scope jsonb, p_node text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT NOT p_scope ? '$for' OR (p_scope -> '$for') ? p_node
+$$;
+
+-- The most items a fan_out may have: the deployment's CRYOPG_GRAPH_FAN_OUT_MAX, which the
+-- server sets on its sessions as cryo.graph_fan_out_max (a DBA may set it on the database
+-- too), else 10,000. A list the submitted input holds past it is refused at submit (the
+-- server's 400, fan_out_too_large: CR210); one an expression gives at run time past it
+-- fails its node with the reason.
+CREATE OR REPLACE FUNCTION cryo._graph_fan_out_max()
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('cryo.graph_fan_out_max', true), '')::integer, 10000)
+$$;
+
+-- How many instances one planning call starts before the turn yields (a slice of a
+-- large fan-out; cryo.graph_slice_size, else 200): a turn holds its driver for a bounded
+-- time, and a cancel or another run's turn waits for one slice at most.
+CREATE OR REPLACE FUNCTION cryo._graph_slice()
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT greatest(coalesce(nullif(current_setting('cryo.graph_slice_size', true), '')::integer,
+                             200), 1)
+$$;
+
 -- Everything the driver needs to build a run's scope and see what happened: each node
 -- and instance with its sealed output, the state of the child run doing it, and for a
 -- waiting instance whether what it waits for has come.

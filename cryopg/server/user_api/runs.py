@@ -11,6 +11,7 @@ from psycopg import AsyncConnection
 from cryopg import engine, tracing
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument
+from cryopg.graphs.fan_out import check_input_fan_outs
 from cryopg.graphs.nodes import state_node
 from cryopg.payloads import open_document, run_input, run_outputs
 from cryopg.seal import Sealer
@@ -83,6 +84,7 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
     """A graph run in one call: one whose every node is a constant state node goes with
     its state calls sealed, and the database runs it whole before answering."""
     compiled = graph.compiled
+    check_input_fan_outs(compiled.structure, input_value)  # past the bound: a 400
     group = group or await admission_group(conn, compiled, input_value)
     calls = (state_node.constant_calls(compiled.structure, compiled.document.get("configs", {}),
                                        sealer, graph.wanted)
