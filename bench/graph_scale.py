@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -30,20 +31,30 @@ from graph_bench import (
     _user_token,
 )
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("CRYOPG_BENCH_ROUNDS", "3"))  # medians of this many
 
 
 def reading_chain(bench: Bench, sizes: tuple[int, ...] = (400, 2000)) -> dict[str, Any]:
+    """ms a node of a reading chain at each size, each size on its own server and fresh
+    database, the sizes taken in turn round by round (the machine's load drifts over
+    minutes; a ratio of figures taken apart would measure the drift)."""
     out: dict[str, Any] = {}
+    got: dict[int, list[float]] = {n: [] for n in sizes}
+    with contextlib.ExitStack() as stack:
+        ports = {}
+        for n in sizes:
+            db = bench.fresh_db()
+            _user_token(bench, db)
+            ports[n] = (db, stack.enter_context(cryopg_server(bench, db)))
+        for _ in range(ROUNDS):
+            for n in sizes:
+                db, port = ports[n]
+                got[n].append(_span_ms(bench, db, port, _graph("state-reads", n)) / n)
     for n in sizes:
-        db = bench.fresh_db()
-        _user_token(bench, db)
-        with cryopg_server(bench, db) as port:
-            got = [_span_ms(bench, db, port, _graph("state-reads", n)) / n for _ in range(ROUNDS)]
-        bench.spent.append(db)
-        out[f"reads_{n}_ms_per_node"] = statistics.median(got)
+        bench.spent.append(ports[n][0])
+        out[f"reads_{n}_ms_per_node"] = statistics.median(got[n])
         log(f"graph reading chain of {n}: {out[f'reads_{n}_ms_per_node']:.3f} ms a node "
-            f"(median of {', '.join(f'{x:.3f}' for x in got)})")
+            f"(median of {', '.join(f'{x:.3f}' for x in got[n])})")
     lo, hi = min(sizes), max(sizes)
     out["ratio"] = out[f"reads_{hi}_ms_per_node"] / out[f"reads_{lo}_ms_per_node"]
     out["sizes"] = [lo, hi]
@@ -94,12 +105,18 @@ def big_fan_out(bench: Bench, items: int = 20000) -> dict[str, Any]:
     return out
 
 
+PROFILE: list[tuple[str, int, float]] = []  # the last graph drain's top statements
+
+
 def _drain(bench: Bench, kind: str, doc: str, filename: str, runs: int,
            submitters: int = 16) -> float:
     """Runs/s of `runs` submits of doc by `submitters` clients, four claimers finishing
-    every job at once, timed from the first submit to the last run's end."""
+    every job at once, timed from the first submit to the last run's end. For graphs,
+    where the database's time went (pg_stat_statements, top statements) in PROFILE."""
     db = bench.fresh_db()
     _user_token(bench, db)
+    bench.sql(db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    bench.sql(db, "SELECT pg_stat_statements_reset()")
     ctx = mp.get_context("fork")
     with cryopg_server(bench, db) as port:
         stop = ctx.Event()
@@ -123,6 +140,12 @@ def _drain(bench: Bench, kind: str, doc: str, filename: str, runs: int,
                     break
                 time.sleep(0.02)
         secs = time.monotonic() - t0
+        if kind == "graph":
+            PROFILE[:] = [(q, int(c), float(ms)) for q, c, ms in bench.sql(
+                db, "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 70), calls,"
+                    " total_exec_time FROM pg_stat_statements s JOIN pg_database d"
+                    " ON d.oid = s.dbid WHERE d.datname = current_database()"
+                    " ORDER BY total_exec_time DESC LIMIT 12")]
         stop.set()
         for p in procs + claimers:
             p.join(timeout=10)
@@ -142,6 +165,9 @@ def node_throughput(bench: Bench, graphs: int = 96) -> dict[str, Any]:
     out = {"graph_node_jobs_s": statistics.median(g), "plain_jobs_s": statistics.median(p),
            "rounds_graph": g, "rounds_plain": p}
     out["ratio"] = out["graph_node_jobs_s"] / out["plain_jobs_s"]
+    out["profile"] = list(PROFILE)
+    for q, calls, ms in PROFILE:  # where a graph node's database time went
+        log(f"  {ms:9.0f} ms {calls:7d} calls  {q}")
     log(f"graph node jobs {out['graph_node_jobs_s']:.0f}/s (10-node shell graphs), plain jobs "
         f"{out['plain_jobs_s']:.0f}/s, 4 claimers, 16 submitters (medians of {ROUNDS})")
     log(f"ratio graph-node-jobs/plain-jobs: {out['ratio']:.2f} (target >= 0.5)")

@@ -54,7 +54,7 @@ COMMENT ON FUNCTION cryo.graph_runs_waiting() IS
 CREATE OR REPLACE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1,
                                              p_documents boolean DEFAULT true)
 RETURNS TABLE (run_id text, claim_token uuid, org text, project text, source bytea,
-               input bytea, input_clear jsonb, graph jsonb)
+               input bytea, input_clear jsonb, graph jsonb, more boolean)
 LANGUAGE plpgsql
 -- Its queries are keyed: one generic plan. (With custom plans the read by the arrays'
 -- ids was planned again on every call, about 0.2 ms a turn.)
@@ -62,19 +62,23 @@ SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_ids text[];
     v_tokens uuid[];
+    v_more boolean;
 BEGIN
     -- Two statements, not one join: _drive's queries see runs committed after this
     -- statement's snapshot was taken, and a join under the older snapshot would drop a
     -- just-submitted run while its claim still committed (a run held by no driver).
     SELECT array_agg(d.run_id), array_agg(d.claim_token) INTO v_ids, v_tokens
       FROM cryo._drive(p_driver, p_limit) d;
+    -- Whether others still wait: the driver wakes another at once (the turns go on side
+    -- by side) and looks again after its own, without asking in a round trip of its own.
+    v_more := v_ids IS NOT NULL AND cryo.graph_runs_waiting();
     -- Without p_documents the document and structure stay in the table: a driver that
     -- kept them from an earlier turn would otherwise take both across on every turn, a
     -- cost that grows with the graph (about 1 ms a turn at 400 nodes, 10 at 5,000).
     RETURN QUERY
         SELECT d.run_id, d.claim_token, r.org, r.project,
                CASE WHEN p_documents THEN r.source END, r.input, r.input_clear,
-               CASE WHEN p_documents THEN r.graph END
+               CASE WHEN p_documents THEN r.graph END, v_more
           FROM unnest(v_ids, v_tokens) AS d(run_id, claim_token)
           -- A probe by key per run taken (OFFSET 0: as a plain join, a young table's
           -- generic plan hashed a scan of every run in it).
@@ -82,7 +86,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.drive_graphs(text, integer, boolean) IS
-    'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
+    'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure, and (more) whether other graph runs were still pending once these were taken. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
 
 -- Whether the scope a driver sent holds what a node's expressions read (p_node '$output':
 -- the graph's output expression): a scope without `$for` is whole; one with it holds the
