@@ -4270,26 +4270,30 @@ $$;
 
 COMMENT ON FUNCTION cryo.draining_agents() IS 'Returns (org, id) of every agent asked to drain. Raises nothing.';
 
-CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1, p_documents boolean DEFAULT true) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb)
+CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1, p_documents boolean DEFAULT true) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb, more boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_ids text[];
     v_tokens uuid[];
+    v_more boolean;
 BEGIN
     -- Two statements, not one join: _drive's queries see runs committed after this
     -- statement's snapshot was taken, and a join under the older snapshot would drop a
     -- just-submitted run while its claim still committed (a run held by no driver).
     SELECT array_agg(d.run_id), array_agg(d.claim_token) INTO v_ids, v_tokens
       FROM cryo._drive(p_driver, p_limit) d;
+    -- Whether others still wait: the driver wakes another at once (the turns go on side
+    -- by side) and looks again after its own, without asking in a round trip of its own.
+    v_more := v_ids IS NOT NULL AND cryo.graph_runs_waiting();
     -- Without p_documents the document and structure stay in the table: a driver that
     -- kept them from an earlier turn would otherwise take both across on every turn, a
     -- cost that grows with the graph (about 1 ms a turn at 400 nodes, 10 at 5,000).
     RETURN QUERY
         SELECT d.run_id, d.claim_token, r.org, r.project,
                CASE WHEN p_documents THEN r.source END, r.input, r.input_clear,
-               CASE WHEN p_documents THEN r.graph END
+               CASE WHEN p_documents THEN r.graph END, v_more
           FROM unnest(v_ids, v_tokens) AS d(run_id, claim_token)
           -- A probe by key per run taken (OFFSET 0: as a plain join, a young table's
           -- generic plan hashed a scan of every run in it).
@@ -4297,7 +4301,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.drive_graphs(p_driver text, p_limit integer, p_documents boolean) IS 'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.drive_graphs(p_driver text, p_limit integer, p_documents boolean) IS 'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure, and (more) whether other graph runs were still pending once these were taken. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
 
 CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text DEFAULT NULL::text, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
