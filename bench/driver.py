@@ -98,7 +98,9 @@ class Bench:
         self.batch = batch
         self.base = Path(tempfile.mkdtemp(prefix="cryopg-bench-"))
         self.base.chmod(0o755)
-        self.cluster = Cluster(self.base, port=5433, options=SETTINGS)
+        # (CRYOPG_BENCH_PG_PORT: a second bench on the same machine takes another port.)
+        self.cluster = Cluster(self.base, port=int(os.environ.get("CRYOPG_BENCH_PG_PORT", "5433")),
+                               options=SETTINGS)
         self.master_text = generate_master_key()
         self.results: dict[str, Any] = {"levels": sorted({*LEVELS, *AGENT_LEVELS}),
                                         "batch": batch}

@@ -15,6 +15,7 @@ import os
 import statistics
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -43,6 +44,13 @@ def _graph(kind: str, n: int, *, edges: bool = True) -> str:
     if kind == "state":
         nodes = [{"id": f"n{i}", "type": "state",
                   "config": {"op": "set", "key": f"k{i}", "value": i}} for i in range(n)]
+    elif kind == "state-reads":  # each state node writes the status of the node before
+        first = {"op": "set", "key": "k0", "value": 0}
+        nodes = [{"id": "n0", "type": "state", "config": first}] + [
+            {"id": f"n{i}", "type": "state", "config": {
+                "op": "set", "key": f"k{i}",
+                "value": {"$template": f"{{{{ nodes.n{i - 1}.status }}}}"}}}
+            for i in range(1, n)]
     elif kind == "shell-reads":  # each node's command reads the node before it
         nodes = [{"id": "n0", "type": "shell", "config": {"run": "true"}}] + [
             {"id": f"n{i}", "type": "shell", "config": {"run": {
@@ -61,12 +69,13 @@ def _user_token(bench: Bench, db: str) -> None:
                      (hashlib.sha256(USER_SECRET.encode()).digest(),))
 
 
-def _submitter(port: int, doc: str, count: int, ready: Any, results: Any) -> None:
+def _submitter(port: int, doc: str, count: int, ready: Any, results: Any,
+               filename: str = "g.json") -> None:
     import http.client
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"}
-    body = json.dumps({"source": doc, "filename": "g.json"})
+    body = json.dumps({"source": doc, "filename": filename})
     conn.connect()  # before the clock starts
     ready.wait(timeout=60)
     for _ in range(count):
@@ -226,8 +235,11 @@ def _one_graph(port: int, doc: str, run_input: Any = None) -> str:
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/api/v1/orgs/dev/projects/default/runs", json.dumps(body).encode(),
         {"Authorization": f"Bearer {USER_SECRET}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req) as resp:
-        return json.loads(resp.read())["run_id"]
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return json.loads(resp.read())["run_id"]
+    except urllib.error.HTTPError as exc:  # say why
+        raise RuntimeError(f"submit answered {exc.code}: {exc.read()[:300]!r}") from None
 
 
 def _span_ms(bench: Bench, db: str, port: int, doc: str, run_input: Any = None) -> float:
@@ -354,6 +366,10 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
                 "chain_reads": chain(bench, kind="shell-reads")}
     if os.environ.get("CRYOPG_BENCH_GRAPHS") == "flat":  # the flat-turn figures alone
         return {"state": {}, "shell": {}, "flat": flat_turns(bench, quick)}
+    import graph_scale  # bench/graph_scale.py: issue 39's size figures
+
+    if os.environ.get("CRYOPG_BENCH_GRAPHS") == "scale":  # those alone
+        return {"state": {}, "shell": {}, "scale": graph_scale.scale(bench)}
     out = {"state": graph_throughput(bench, "state", per_level),
            "flat": flat_turns(bench, quick),
            "shell": graph_throughput(bench, "shell", per_level // 2),
@@ -362,6 +378,7 @@ def graphs(bench: Bench, quick: bool) -> dict[str, Any]:
     out["chain_reads"] = chain(bench, kind="shell-reads")
     if not quick:  # an agent's node must not cost more in a longer graph either
         out["chain_long"] = chain(bench, nodes=LONG)
+    out["scale"] = graph_scale.scale(bench)
     return out
 
 
@@ -412,4 +429,6 @@ def report_lines(gr: dict[str, Any]) -> list[str]:
                 f"ratio graph-turn fan-out 1000/10: {fl['ratio_fan_1000_10']:.2f}",
                 f"100 concurrent 10-node state graphs: {fl['concurrent_runs_s']:.1f} runs/s "
                 "(target >= 500)" + _rounds(fl), ""]
+    if gr.get("scale"):
+        out += __import__("graph_scale").report_lines(gr["scale"])  # bench/graph_scale.py
     return out

@@ -7,6 +7,7 @@ through `translated()` so callers see the project's exception classes.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -70,6 +71,20 @@ psycopg_pool.pool_async.AttemptWithBackoff = _CappedBackoff  # type: ignore[misc
 # jit_above_cost (the tick's retention sweep over every project, say) is compiled by
 # LLVM first: some 70 ms of CPU to save nothing, once a second on every server.
 SESSION_SETTINGS = "SET jit = off"
+# The most items a graph's fan_out may have in this deployment; the server's sessions
+# tell SQL (cryo._graph_fan_out_max), and a submit whose input gives more is refused.
+FAN_OUT_MAX_ENV = "CRYOPG_GRAPH_FAN_OUT_MAX"
+FAN_OUT_MAX_DEFAULT = 10_000
+
+
+def graph_fan_out_max() -> int:
+    """CRYOPG_GRAPH_FAN_OUT_MAX, or 10,000 (a value that is not a positive integer too)."""
+    got = os.environ.get(FAN_OUT_MAX_ENV, "").strip()
+    return int(got) if got.isdigit() and int(got) > 0 else FAN_OUT_MAX_DEFAULT
+
+
+def session_settings() -> str:
+    return f"{SESSION_SETTINGS}; SET cryo.graph_fan_out_max = {graph_fan_out_max()}"
 
 
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> AsyncConnectionPool:
@@ -80,7 +95,7 @@ async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> Async
         returned[conn] = time.monotonic()
 
     async def configure(conn: psycopg.AsyncConnection) -> None:
-        await conn.execute(SESSION_SETTINGS)
+        await conn.execute(session_settings())
 
     async def check(conn: psycopg.AsyncConnection) -> None:
         if conn.closed or conn.broken:

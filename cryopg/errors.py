@@ -276,6 +276,11 @@ class TriggerOwned(CryoError):
     """(CR242) A schedule or handler a workflow's `on:` registered: change the workflow."""
 
     code, http_status = "trigger_owned", 409
+class FanOutTooLarge(CryoError):
+    """(CR210) A graph's fan_out has more items than the deployment allows
+    (CRYOPG_GRAPH_FAN_OUT_MAX, 10,000 unless set)."""
+
+    code, http_status = "fan_out_too_large", 400
 
 
 BY_SQLSTATE: dict[str, type[CryoError]] = {
@@ -314,6 +319,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR240": WorkflowChanged,
     "CR241": NotRedeliverable,
     "CR242": TriggerOwned,
+    "CR210": FanOutTooLarge,
 }
 
 

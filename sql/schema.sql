@@ -1174,6 +1174,12 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_fan_out_max() RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(nullif(current_setting('cryo.graph_fan_out_max', true), '')::integer, 10000)
+$$;
+
 CREATE FUNCTION cryo._graph_flow(p_q cryo.queue, p_scope jsonb) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
@@ -1357,7 +1363,7 @@ $$;
 CREATE FUNCTION cryo._graph_schedule(p_q cryo.queue, p_scope jsonb, p_failing boolean, p_budget integer DEFAULT NULL::integer) RETURNS TABLE(action text, node_id text, output jsonb, is_read boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     v_run_id text := p_q.run_id;
     v_node cryo.node_states;
@@ -1410,7 +1416,15 @@ BEGIN
                     v_why := 'its predecessors were all skipped';
                 END IF;
             END IF;
-            -- (Only an `if` and a fan-out read the node's scope.)
+            -- (Only an `if` and a fan-out read the node's scope.) A scope that names the
+            -- nodes it covers (`$for`) holds only what those read: another node is asked
+            -- for, and decided in the driver's next round with its entries.
+            IF v_why IS NULL AND (v_node.def ? 'if' OR v_node.def ? 'fan_out')
+               AND NOT cryo._graph_scope_covers(p_scope, v_node.node_id) THEN
+                action := 'config'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
             IF v_why IS NULL AND (v_node.def ? 'if' OR v_node.def ? 'fan_out') THEN
                 v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
                     'id', v_node.node_id,
@@ -1441,6 +1455,16 @@ BEGIN
                     CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
+                IF v_n > cryo._graph_fan_out_max() THEN  -- the deployment's bound
+                    PERFORM cryo._node_end(v_run_id, v_node.node_id, 'failed',
+                        format('fan_out has %s items, over the limit of %s (CRYOPG_GRAPH_FAN_OUT_MAX)',
+                               v_n, cryo._graph_fan_out_max()));
+                    PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
+                                          v_node.node_id, 0);
+                    v_changed := true;
+                    v_failed_here := true;
+                    CONTINUE;
+                END IF;
             END IF;
             IF v_node.state_call IS NOT NULL AND NOT v_node.def ? 'concurrency' THEN
                 output := cryo._graph_state_now(p_q, v_node);
@@ -1466,7 +1490,13 @@ BEGIN
         END LOOP;
     END LOOP;
 END
-$$;
+$_$;
+
+CREATE FUNCTION cryo._graph_scope_covers(p_scope jsonb, p_node text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT NOT p_scope ? '$for' OR (p_scope -> '$for') ? p_node
+$_$;
 
 CREATE FUNCTION cryo._graph_set_calls(p_run_id text, p_calls jsonb) RETURNS void
     LANGUAGE plpgsql
@@ -1490,6 +1520,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._graph_slice() RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT greatest(coalesce(nullif(current_setting('cryo.graph_slice_size', true), '')::integer,
+                             200), 1)
+$$;
+
 CREATE TABLE cryo.node_states (
     run_id text NOT NULL,
     org text NOT NULL,
@@ -1511,6 +1548,7 @@ CREATE TABLE cryo.node_states (
     state_call jsonb,
     state_value bytea,
     output_clear jsonb,
+    items_done integer DEFAULT 0 NOT NULL,
     stop_checked boolean DEFAULT false NOT NULL,
     CONSTRAINT node_states_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'seeded'::text, 'cancelled'::text])))
 );
@@ -1527,12 +1565,14 @@ COMMENT ON COLUMN cryo.node_states.state_value IS 'For a constant set, add or ca
 
 COMMENT ON COLUMN cryo.node_states.output_clear IS 'A node output holding no user data (state set/delete/add/cas), in the clear; output is NULL then.';
 
+COMMENT ON COLUMN cryo.node_states.items_done IS 'How many of the node''s instances have succeeded (cryo._instance_ended keeps it): the node succeeds when it reaches items (1 without a fan-out).';
+
 COMMENT ON COLUMN cryo.node_states.stop_checked IS 'The node''s stop_if was decided (it ends the run early when it held).';
 
-CREATE FUNCTION cryo._graph_start_instances(p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb) RETURNS TABLE(item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
+CREATE FUNCTION cryo._graph_start_instances(p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb, p_budget integer DEFAULT NULL::integer) RETURNS TABLE(item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     v_run_id text := p_q.run_id;
     v_node text := p_node.node_id;
@@ -1549,10 +1589,17 @@ DECLARE
     v_group text;
     v_holder text;
     v_path text;
+    v_base jsonb := p_scope;
 BEGIN
     IF v_fan THEN
         v_items := cryo._eval(p_node.def -> 'fan_out', p_scope || jsonb_build_object(
             'node', jsonb_build_object('id', v_node)));
+        -- Each item's scope is a copy: without the input when nothing rendered per item
+        -- reads it (a fan-out over a large input copied all of it for every item).
+        IF NOT jsonb_path_exists(jsonb_build_array(p_configs -> v_node, p_node.def -> 'concurrency'),
+                                 'strict $.**.path ? (@[0] == "input")') THEN
+            v_base := p_scope - 'input';
+        END IF;
     END IF;
     SELECT count(*) INTO v_active FROM cryo.node_instances i
      WHERE i.run_id = v_run_id AND i.node_id = v_node
@@ -1569,8 +1616,10 @@ BEGIN
         ORDER BY 1
     LOOP
         EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
+        EXIT WHEN p_budget IS NOT NULL AND p_budget <= 0;  -- the rest in the next slice
+        p_budget := p_budget - 1;
         v_path := 'node/' || v_node || '/' || v_n;
-        v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+        v_scope := v_base || jsonb_build_object('node', jsonb_build_object(
             'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan OR v_loop))
             || CASE WHEN v_loop THEN jsonb_build_object('iteration', v_n) ELSE '{}' END);
         IF v_fan THEN
@@ -1629,7 +1678,7 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END
-$$;
+$_$;
 
 CREATE FUNCTION cryo._graph_state_batch(p_q cryo.queue, p_calls jsonb) RETURNS boolean
     LANGUAGE plpgsql
@@ -2077,9 +2126,14 @@ BEGIN
         v_status := 'failed';
     -- A loop's iteration that succeeded leaves its node running: the next turn decides
     -- whether another iteration opens or the node ends (cryo._graph_loops).
-    ELSIF NOT v_def ? 'loop' AND (SELECT count(*) FROM cryo.node_instances i WHERE i.run_id = p_run_id AND i.node_id = p_node
-              AND cryo._node_status_in(i.status, 'done')) = coalesce(v_node.items, 1) THEN
-        v_status := 'succeeded';
+    ELSIF NOT v_def ? 'loop' THEN
+        -- a count kept on the node: a count(*) of its instances made a fan-out quadratic
+        UPDATE cryo.node_states n SET items_done = n.items_done + 1
+         WHERE n.run_id = p_run_id AND n.node_id = p_node
+        RETURNING n.items_done INTO v_node.items_done;
+        IF v_node.items_done >= coalesce(v_node.items, 1) THEN
+            v_status := 'succeeded';
+        END IF;
     END IF;
     IF v_status IS NOT NULL THEN
         PERFORM cryo._node_end(p_run_id, p_node, v_status, p_error, p_output, p_output_clear);
@@ -4691,26 +4745,30 @@ $$;
 
 COMMENT ON FUNCTION cryo.draining_agents() IS 'Returns (org, id) of every agent asked to drain. Raises nothing.';
 
-CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1, p_documents boolean DEFAULT true) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb)
+CREATE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1, p_documents boolean DEFAULT true) RETURNS TABLE(run_id text, claim_token uuid, org text, project text, source bytea, input bytea, input_clear jsonb, graph jsonb, more boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_ids text[];
     v_tokens uuid[];
+    v_more boolean;
 BEGIN
     -- Two statements, not one join: _drive's queries see runs committed after this
     -- statement's snapshot was taken, and a join under the older snapshot would drop a
     -- just-submitted run while its claim still committed (a run held by no driver).
     SELECT array_agg(d.run_id), array_agg(d.claim_token) INTO v_ids, v_tokens
       FROM cryo._drive(p_driver, p_limit) d;
+    -- Whether others still wait: the driver wakes another at once (the turns go on side
+    -- by side) and looks again after its own, without asking in a round trip of its own.
+    v_more := v_ids IS NOT NULL AND cryo.graph_runs_waiting();
     -- Without p_documents the document and structure stay in the table: a driver that
     -- kept them from an earlier turn would otherwise take both across on every turn, a
     -- cost that grows with the graph (about 1 ms a turn at 400 nodes, 10 at 5,000).
     RETURN QUERY
         SELECT d.run_id, d.claim_token, r.org, r.project,
                CASE WHEN p_documents THEN r.source END, r.input, r.input_clear,
-               CASE WHEN p_documents THEN r.graph END
+               CASE WHEN p_documents THEN r.graph END, v_more
           FROM unnest(v_ids, v_tokens) AS d(run_id, claim_token)
           -- A probe by key per run taken (OFFSET 0: as a plain join, a young table's
           -- generic plan hashed a scan of every run in it).
@@ -4718,7 +4776,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.drive_graphs(p_driver text, p_limit integer, p_documents boolean) IS 'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
+COMMENT ON FUNCTION cryo.drive_graphs(p_driver text, p_limit integer, p_documents boolean) IS 'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure, and (more) whether other graph runs were still pending once these were taken. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
 
 CREATE FUNCTION cryo.emit_from_run(p_run_id text, p_token uuid, p_position integer, p_ordinal integer, p_name text, p_payload bytea, p_path text DEFAULT NULL::text, p_public boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
@@ -4845,7 +4903,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR241', 'not_redeliverable', 'a webhook delivery stored before deliveries kept their input cannot be delivered again'),
         ('CR242', 'trigger_owned', 'a schedule or handler registered by a workflow''s on: is changed by putting that workflow again'),
         ('CR215', 'run_timed_out', 'the run passed its deadline and was failed with exit code 124; its agent stops the job'),
-        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)')
+        ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
+        ('CR210', 'fan_out_too_large', 'a graph''s fan_out has more items than the deployment allows (CRYOPG_GRAPH_FAN_OUT_MAX)')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -5406,7 +5465,7 @@ COMMENT ON FUNCTION cryo.graph_jobs(p_run_id text) IS 'Returns the child runs th
 CREATE FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb DEFAULT NULL::jsonb) RETURNS TABLE(action text, node_id text, type text, item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text, output jsonb)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     v_q cryo.queue := cryo._claimed_row(p_run_id, p_token);
     v_node cryo.node_states;
@@ -5424,6 +5483,10 @@ DECLARE
     v_output jsonb;
     v_default jsonb;
     v_sealed boolean;
+    -- The instances one call starts (a fan-out's are created a slice at a time): past
+    -- it the turn yields, so no turn holds a driver for a whole large fan-out.
+    v_slice constant integer := cryo._graph_slice();
+    v_started integer := 0;
 BEGIN
     IF p_calls IS NOT NULL THEN
         PERFORM cryo._graph_set_calls(p_run_id, cryo._graph_checked_calls(p_run_id, p_calls));
@@ -5464,6 +5527,14 @@ BEGIN
                        ORDER BY n.ord LOOP
             v_failing := cryo._graph_failing(p_run_id);
             CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+            IF v_node.state_call IS NOT NULL AND v_node.def ? 'concurrency'
+               AND NOT cryo._graph_scope_covers(p_scope, v_node.node_id) THEN
+                action := 'config'; node_id := v_node.node_id; type := v_node.type;
+                item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+                idempotency_key := NULL; output := NULL;
+                RETURN NEXT;
+                CONTINUE;  -- its group reads the scope: in the round that covers it
+            END IF;
             IF v_node.state_call IS NOT NULL THEN
                 -- A constant state node: run here, recorded at once (a failure the
                 -- database raises fails the node with its one-line reason, as on the
@@ -5515,7 +5586,13 @@ BEGIN
                 RETURN NEXT;
                 CONTINUE;
             END IF;
-            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
+            IF v_started >= v_slice THEN  -- this call's slice is used: yield below
+                v_again := true;
+                EXIT;
+            END IF;
+            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope,
+                                                                     v_slice - v_started) LOOP
+                v_started := v_started + 1;
                 action := 'start';
                 node_id := v_node.node_id;
                 type := v_node.type;
@@ -5531,8 +5608,11 @@ BEGIN
         -- What ran here may have readied more. After a bounded share the turn yields and
         -- commits: in one transaction every node's earlier row versions stay in the
         -- indexes each read walks, so a longer turn would cost more a node.
-        EXIT WHEN NOT v_again OR v_ran >= v_share;
+        EXIT WHEN NOT v_again OR v_ran >= v_share OR v_started >= v_slice;
     END LOOP;
+    IF v_started >= v_slice THEN
+        v_again := true;
+    END IF;
     IF v_again THEN
         action := 'yield';
         node_id := NULL; type := NULL; item := NULL; attempt := NULL; config := NULL;
@@ -5565,6 +5645,15 @@ BEGIN
         -- An answer holding no user data is settled here: a failed run's (null), or the
         -- default output made of clear outputs. Not for a script's graph call, whose memo
         -- carries the sealed form.
+        IF node_id IS NULL AND v_run.graph ? 'output'
+           AND NOT cryo._graph_scope_covers(p_scope, '$output') THEN
+            -- The output expression's reads come in the next round, asked for as '$output'.
+            action := 'config'; node_id := '$output'; type := NULL; item := NULL;
+            attempt := NULL; config := NULL; item_value := NULL; idempotency_key := NULL;
+            output := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
         IF node_id IS NULL THEN
             v_output := CASE WHEN v_run.graph ? 'output'
                              THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
@@ -5598,7 +5687,7 @@ BEGIN
         RETURN NEXT;
     END IF;
 END
-$$;
+$_$;
 
 COMMENT ON FUNCTION cryo.graph_plan(p_run_id text, p_token uuid, p_configs jsonb, p_scope jsonb, p_calls jsonb) IS 'Decides every node of the driven graph run that can be decided over the given scope: skips it (if false, or all predecessors skipped), runs it when it is a constant state node (p_calls, once per run: {node: {op, key, entity, expected, read, value as hex of the sealed value}}), or starts its instances (fan-out items up to max_parallel, concurrency leases taken or waited for, retries whose backoff passed). Returns (action ''skip'', node) per node skipped, (action ''done'', node, type, item, attempt, output) per constant state instance run and recorded here, (action ''config'', node) per node with instances to start whose config was not given (the driver sends it in its next call), and (action ''start'', node, type, item, attempt, rendered config, item value, idempotency key) per instance to start. When every node ended or one failed: a row with action ''settled'' (type the run''s final status) when the run''s answer held no user data and it was settled here, else a row with action ''finish'' (node_id names the failed node; when it succeeded, output is the graph''s output expression, or with type ''default'' its default output: the outputs of the nodes nothing depends on, a sealed one as {"$sealed": hex}). After 500 state nodes run in one call it returns a row with action ''yield'': more to do, in a new turn (cryo.graph_yield). A concurrency group that renders to a bad name fails its node. Costs what is ready, not the size of the graph. Raises CR002 for a stale token.';
 

@@ -25,6 +25,7 @@ class Driven:
     input: bytes | None
     input_clear: Any
     graph: dict[str, Any] | None
+    more: bool = False  # other graph runs were pending once this one was taken
 
 
 @dataclasses.dataclass(frozen=True)

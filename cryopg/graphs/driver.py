@@ -68,6 +68,68 @@ def referenced(graph: dict[str, Any], configs: dict[str, Any]) -> set[str] | Non
     return {p[1] for p in found if len(p) > 1 and p[0] == "nodes"}
 
 
+def node_reads(graph: dict[str, Any], configs: dict[str, Any]
+               ) -> tuple[dict[str, Reads | None], Reads | None]:
+    """What each node's expressions (its `if`, fan_out, concurrency and config) read, and
+    what the graph's own ones (its output) read: a round sends SQL the scope entries of
+    the nodes it may decide, not every ended node's (the whole scope made each round of a
+    reading chain cost the chain's length)."""
+    from cryopg.graphs.expr import paths
+
+    def of(*asts: Any) -> Reads:
+        found = [p for a in asts for p in paths(a) if isinstance(p, list) and p]
+        if any(p[0] == "nodes" and len(p) < 2 for p in found):
+            return None  # the whole map of nodes
+        return Reads({p[1] for p in found if len(p) > 1 and p[0] == "nodes"},
+                     any(p[0] == "input" for p in found))
+
+    per = {n["id"]: of(n, configs.get(n["id"], {})) for n in graph.get("nodes", [])}
+    return per, of({k: v for k, v in graph.items() if k != "nodes"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Reads:
+    """The nodes an expression set reads, and whether it reads the run's input."""
+
+    nodes: set[str]
+    input: bool
+
+
+# The scope entries the largest planning round of each run sent (a few hundred runs'
+# worth): tests read it, since a long chain's rounds must not send more as it grows.
+SENT_MOST: OrderedDict[str, int] = OrderedDict()
+# What SQL asks for (as a node's config) when it needs the output expression's reads.
+OUTPUT = "$output"
+
+
+def sent_scope(scope: dict[str, Any], pin: Pinned, nodes: set[str], run_id: str
+               ) -> dict[str, Any]:
+    """The part of the turn's scope a planning round sends: the entries read by the given
+    nodes (those whose configs go with it, and those SQL asked for) and, when asked, the
+    graph's output, with `$for` naming what it covers; SQL decides the expressions of no
+    other node in that round, but asks for it (action 'config'). The whole scope when
+    any of them reads every node."""
+    want = [pin.reads.get(n, EMPTY) for n in nodes if n != OUTPUT]
+    if OUTPUT in nodes:
+        want.append(pin.out_reads)
+    if pin.wanted is None or any(r is None for r in want):
+        out = scope
+    else:
+        ids: set[str] = set().union(*(r.nodes for r in want if r is not None))
+        have = scope["nodes"]
+        out = {"nodes": {i: have[i] for i in ids if i in have}, "run": scope["run"],
+               "$for": sorted(nodes)}
+        if any(r is not None and r.input for r in want):
+            out["input"] = scope["input"]
+    SENT_MOST[run_id] = max(SENT_MOST.pop(run_id, 0), len(out["nodes"]))
+    while len(SENT_MOST) > PINNED_RUNS:
+        SENT_MOST.popitem(last=False)
+    return out
+
+
+EMPTY = Reads(set(), False)
+
+
 def scope_of(run_id: str, input_value: Any, rows: list[NodeRow], open_json: Any,
              wanted: set[str] | None = None) -> dict[str, Any]:
     """What expressions read: input, nodes.<id>.output / .status, run.id."""
@@ -144,18 +206,20 @@ async def advance(host: Host, conn: Any, g: Driven) -> str:
     # the nodes after it; SQL asks for any other it needs (action 'config').
     need = _and_after(moved, after)
     for _ in range(MAX_ROUNDS):
+        covered = set(need)  # (a constant node's `if` reads the scope, not its config)
         if pin.sent:  # SQL runs the constant nodes: no config of theirs is needed
             need -= pin.calls.keys()
         plan = await engine.graph_plan(conn, g.run_id, g.claim_token,
-                                       {n: configs.get(n, {}) for n in need}, scope, calls)
+                                       {n: configs.get(n, {}) for n in need},
+                                       sent_scope(scope, pin, covered, g.run_id), calls)
         if calls is not None:
             pin.sent, calls = True, None
         settled_here = next((p for p in plan if p.action == "settled"), None)
         if settled_here is not None:  # its answer held no user data: SQL settled it
             return str(settled_here.type)
-        if any(p.action == "yield" for p in plan):  # SQL ran its share: commit, go on
-            await engine.graph_yield(conn, g.run_id, g.claim_token)
-            return "yielded"
+        # SQL ran its share, or started a slice of a large fan-out: what it started is
+        # started, then the turn commits and the run goes on in its next turn.
+        yielding = any(p.action == "yield" for p in plan)
         asked = {p.node_id for p in plan if p.action == "config"}
         finish = next((p for p in plan if p.action == "finish"), None)
         started = [p for p in plan if p.action == "start"]
@@ -164,6 +228,9 @@ async def advance(host: Host, conn: Any, g: Driven) -> str:
         for p in started:
             if await graph_nodes.start(turn, p):
                 touched.add(p.node_id)
+        if yielding:
+            await engine.graph_yield(conn, g.run_id, g.claim_token)
+            return "yielded"
         if finish is not None and not started:
             output = finish.output
             if finish.type == "default":  # the default output SQL made: open what is sealed
@@ -206,6 +273,8 @@ class Pinned:
     wanted: set[str] | None
     after: dict[str, list[str]]
     calls: dict[str, Any]
+    reads: dict[str, Reads | None] = dataclasses.field(default_factory=dict)
+    out_reads: Reads | None = None
     sent: bool = False
     # Scope entries of nodes the expressions read that have ended, read whole in an
     # earlier turn. Dropped with the pin when a turn rolls back.
@@ -235,7 +304,8 @@ async def _pinned(conn: Any, sealer: Any, g: Driven) -> Pinned:
                 after.setdefault(d, []).append(n["id"])
         wanted = referenced(graph, configs)
         calls = state_node.constant_calls(graph, configs, sealer, wanted)
-        got = _PINNED[g.run_id] = Pinned(graph, configs, wanted, after, calls)
+        reads, out_reads = node_reads(graph, configs)
+        got = _PINNED[g.run_id] = Pinned(graph, configs, wanted, after, calls, reads, out_reads)
         while len(_PINNED) > PINNED_RUNS:
             _PINNED.popitem(last=False)
     else:
@@ -278,13 +348,22 @@ def unsealed(value: Any, open_json: Any) -> Any:
     return value
 
 
-async def drive_once(host: Host) -> int:
+async def drive_once(host: Host, idle: Idle | None = None) -> int:
+    """One transaction of turns; returns how many runs it drove, negated when others
+    were still pending as it took them (the caller looks again at once)."""
     driven: list[Driven] = []
+    more = False
     try:
-        async with connection(host.pool) as conn, conn.transaction():
+        # Pipeline mode: what needs no answer (BEGIN, each savepoint and its release)
+        # goes out with the next query instead of costing a round trip of its own, about
+        # five of a shell node's thirteen.
+        async with connection(host.pool) as conn, conn.pipeline(), conn.transaction():
             # Documents stay in the database: a run's pin holds them after its first
             # turn here, and a miss reads them once (_pinned).
             driven = await engine.drive_graphs(conn, DRIVER_ID, 1, documents=False)
+            more = any(g.more for g in driven)
+            if more and idle is not None:
+                idle.kick()  # another driver takes the next run while this turn runs
             for g in driven:
                 try:
                     # A savepoint: a turn that fails undoes only itself, and the run is
@@ -318,7 +397,7 @@ async def drive_once(host: Host) -> int:
         for g in driven:
             _PINNED.pop(g.run_id, None)
         raise
-    return len(driven)
+    return -len(driven) if more else len(driven)
 
 
 class Timers:
@@ -383,30 +462,22 @@ async def drive_forever(host: Host, stop: asyncio.Event, idle: Idle) -> None:
     # arrives as the event it waits on is set (shutdown sets every waiter's event), and
     # the loop would go on forever, hanging the app's cleanup.
     while not stop.is_set():
+        # Taken before the look (see notifier.py): a notify during the turn sets it, and
+        # is not missed while every driver was busy.
+        notified = host.graph_event()
         try:
-            n = await drive_once(host)
+            n = await drive_once(host, idle)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - an outage: the run stays pending
             print(f"cryopg: graph driver: {type(exc).__name__}: {exc}", file=sys.stderr)
             n = 0
             await asyncio.sleep(0.5)
-        if n and await _more_waiting(host):
-            idle.kick()  # more are pending: one more driver looks, and this one again
+        # More were pending as it took its run (drive_once woke one more driver for
+        # them already), or one was notified since: it looks again at once.
+        if n < 0 or (n and notified.is_set()):
             continue
         await idle.wait(host.graph_event)
-
-
-async def _more_waiting(host: Host) -> bool:
-    """Whether runs are still pending after a turn. (Looking again unasked cost each
-    node of a lone chain two empty looks, a transaction each, on a machine the node's
-    own job shares.) One that is notified later wakes the watcher; when every driver
-    was busy and that notify went unheard, this finds it."""
-    try:
-        async with connection(host.pool) as conn:
-            return await engine.graph_runs_waiting(conn)
-    except Exception:  # noqa: BLE001 - never end a driver: look again, as before, and
-        return True  # meet an outage (or anything else) where drive_once reports it
 
 
 @contextlib.asynccontextmanager

@@ -54,7 +54,7 @@ COMMENT ON FUNCTION cryo.graph_runs_waiting() IS
 CREATE OR REPLACE FUNCTION cryo.drive_graphs(p_driver text, p_limit integer DEFAULT 1,
                                              p_documents boolean DEFAULT true)
 RETURNS TABLE (run_id text, claim_token uuid, org text, project text, source bytea,
-               input bytea, input_clear jsonb, graph jsonb)
+               input bytea, input_clear jsonb, graph jsonb, more boolean)
 LANGUAGE plpgsql
 -- Its queries are keyed: one generic plan. (With custom plans the read by the arrays'
 -- ids was planned again on every call, about 0.2 ms a turn.)
@@ -62,19 +62,23 @@ SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_ids text[];
     v_tokens uuid[];
+    v_more boolean;
 BEGIN
     -- Two statements, not one join: _drive's queries see runs committed after this
     -- statement's snapshot was taken, and a join under the older snapshot would drop a
     -- just-submitted run while its claim still committed (a run held by no driver).
     SELECT array_agg(d.run_id), array_agg(d.claim_token) INTO v_ids, v_tokens
       FROM cryo._drive(p_driver, p_limit) d;
+    -- Whether others still wait: the driver wakes another at once (the turns go on side
+    -- by side) and looks again after its own, without asking in a round trip of its own.
+    v_more := v_ids IS NOT NULL AND cryo.graph_runs_waiting();
     -- Without p_documents the document and structure stay in the table: a driver that
     -- kept them from an earlier turn would otherwise take both across on every turn, a
     -- cost that grows with the graph (about 1 ms a turn at 400 nodes, 10 at 5,000).
     RETURN QUERY
         SELECT d.run_id, d.claim_token, r.org, r.project,
                CASE WHEN p_documents THEN r.source END, r.input, r.input_clear,
-               CASE WHEN p_documents THEN r.graph END
+               CASE WHEN p_documents THEN r.graph END, v_more
           FROM unnest(v_ids, v_tokens) AS d(run_id, claim_token)
           -- A probe by key per run taken (OFFSET 0: as a plain join, a young table's
           -- generic plan hashed a scan of every run in it).
@@ -82,7 +86,38 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cryo.drive_graphs(text, integer, boolean) IS
-    'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
+    'Takes up to p_limit graph runs needing a step forward, for a server driver, with a claim token each; returns each run''s input and, unless p_documents is false (a driver that keeps documents reads them with cryo.read_graph when it has not), its sealed document and clear structure, and (more) whether other graph runs were still pending once these were taken. Settle each with graph_settle in the same transaction. Raises nothing of its own.';
+
+-- Whether the scope a driver sent holds what a node's expressions read (p_node '$output':
+-- the graph's output expression): a scope without `$for` is whole; one with it holds the
+-- entries the nodes it names read (cryopg/graphs/driver.py sent_scope), so a planning
+-- round costs what it decides, not the number of nodes that have ended.
+CREATE OR REPLACE FUNCTION cryo._graph_scope_covers(p_scope jsonb, p_node text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT NOT p_scope ? '$for' OR (p_scope -> '$for') ? p_node
+$$;
+
+-- The most items a fan_out may have: the deployment's CRYOPG_GRAPH_FAN_OUT_MAX, which the
+-- server sets on its sessions as cryo.graph_fan_out_max (a DBA may set it on the database
+-- too), else 10,000. A list the submitted input holds past it is refused at submit (the
+-- server's 400, fan_out_too_large: CR210); one an expression gives at run time past it
+-- fails its node with the reason.
+CREATE OR REPLACE FUNCTION cryo._graph_fan_out_max()
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('cryo.graph_fan_out_max', true), '')::integer, 10000)
+$$;
+
+-- How many instances one planning call starts before the turn yields (a slice of a
+-- large fan-out; cryo.graph_slice_size, else 200): a turn holds its driver for a bounded
+-- time, and a cancel or another run's turn waits for one slice at most.
+CREATE OR REPLACE FUNCTION cryo._graph_slice()
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT greatest(coalesce(nullif(current_setting('cryo.graph_slice_size', true), '')::integer,
+                             200), 1)
+$$;
 
 -- Everything the driver needs to build a run's scope and see what happened: each node
 -- and instance with its sealed output, the state of the child run doing it, and for a

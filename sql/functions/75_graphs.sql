@@ -34,6 +34,10 @@ DECLARE
     v_output jsonb;
     v_default jsonb;
     v_sealed boolean;
+    -- The instances one call starts (a fan-out's are created a slice at a time): past
+    -- it the turn yields, so no turn holds a driver for a whole large fan-out.
+    v_slice constant integer := cryo._graph_slice();
+    v_started integer := 0;
 BEGIN
     IF p_calls IS NOT NULL THEN
         PERFORM cryo._graph_set_calls(p_run_id, cryo._graph_checked_calls(p_run_id, p_calls));
@@ -74,6 +78,14 @@ BEGIN
                        ORDER BY n.ord LOOP
             v_failing := cryo._graph_failing(p_run_id);
             CONTINUE WHEN v_failing AND NOT cryo._graph_runs_on_failure(v_node.def);
+            IF v_node.state_call IS NOT NULL AND v_node.def ? 'concurrency'
+               AND NOT cryo._graph_scope_covers(p_scope, v_node.node_id) THEN
+                action := 'config'; node_id := v_node.node_id; type := v_node.type;
+                item := NULL; attempt := NULL; config := NULL; item_value := NULL;
+                idempotency_key := NULL; output := NULL;
+                RETURN NEXT;
+                CONTINUE;  -- its group reads the scope: in the round that covers it
+            END IF;
             IF v_node.state_call IS NOT NULL THEN
                 -- A constant state node: run here, recorded at once (a failure the
                 -- database raises fails the node with its one-line reason, as on the
@@ -125,7 +137,13 @@ BEGIN
                 RETURN NEXT;
                 CONTINUE;
             END IF;
-            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope) LOOP
+            IF v_started >= v_slice THEN  -- this call's slice is used: yield below
+                v_again := true;
+                EXIT;
+            END IF;
+            FOR v_start IN SELECT * FROM cryo._graph_start_instances(v_q, v_node, p_configs, p_scope,
+                                                                     v_slice - v_started) LOOP
+                v_started := v_started + 1;
                 action := 'start';
                 node_id := v_node.node_id;
                 type := v_node.type;
@@ -141,8 +159,11 @@ BEGIN
         -- What ran here may have readied more. After a bounded share the turn yields and
         -- commits: in one transaction every node's earlier row versions stay in the
         -- indexes each read walks, so a longer turn would cost more a node.
-        EXIT WHEN NOT v_again OR v_ran >= v_share;
+        EXIT WHEN NOT v_again OR v_ran >= v_share OR v_started >= v_slice;
     END LOOP;
+    IF v_started >= v_slice THEN
+        v_again := true;
+    END IF;
     IF v_again THEN
         action := 'yield';
         node_id := NULL; type := NULL; item := NULL; attempt := NULL; config := NULL;
@@ -175,6 +196,15 @@ BEGIN
         -- An answer holding no user data is settled here: a failed run's (null), or the
         -- default output made of clear outputs. Not for a script's graph call, whose memo
         -- carries the sealed form.
+        IF node_id IS NULL AND v_run.graph ? 'output'
+           AND NOT cryo._graph_scope_covers(p_scope, '$output') THEN
+            -- The output expression's reads come in the next round, asked for as '$output'.
+            action := 'config'; node_id := '$output'; type := NULL; item := NULL;
+            attempt := NULL; config := NULL; item_value := NULL; idempotency_key := NULL;
+            output := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
         IF node_id IS NULL THEN
             v_output := CASE WHEN v_run.graph ? 'output'
                              THEN cryo._eval(v_run.graph -> 'output', p_scope) END;
@@ -277,7 +307,15 @@ BEGIN
                     v_why := 'its predecessors were all skipped';
                 END IF;
             END IF;
-            -- (Only an `if` and a fan-out read the node's scope.)
+            -- (Only an `if` and a fan-out read the node's scope.) A scope that names the
+            -- nodes it covers (`$for`) holds only what those read: another node is asked
+            -- for, and decided in the driver's next round with its entries.
+            IF v_why IS NULL AND (v_node.def ? 'if' OR v_node.def ? 'fan_out')
+               AND NOT cryo._graph_scope_covers(p_scope, v_node.node_id) THEN
+                action := 'config'; node_id := v_node.node_id; output := NULL; is_read := NULL;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
             IF v_why IS NULL AND (v_node.def ? 'if' OR v_node.def ? 'fan_out') THEN
                 v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
                     'id', v_node.node_id,
@@ -308,6 +346,16 @@ BEGIN
                     CONTINUE;
                 END IF;
                 v_n := jsonb_array_length(v_items);
+                IF v_n > cryo._graph_fan_out_max() THEN  -- the deployment's bound
+                    PERFORM cryo._node_end(v_run_id, v_node.node_id, 'failed',
+                        format('fan_out has %s items, over the limit of %s (CRYOPG_GRAPH_FAN_OUT_MAX)',
+                               v_n, cryo._graph_fan_out_max()));
+                    PERFORM cryo._history(v_run_id, p_q.org, p_q.project, 'node_failed', 'node',
+                                          v_node.node_id, 0);
+                    v_changed := true;
+                    v_failed_here := true;
+                    CONTINUE;
+                END IF;
             END IF;
             IF v_node.state_call IS NOT NULL AND NOT v_node.def ? 'concurrency' THEN
                 output := cryo._graph_state_now(p_q, v_node);
@@ -340,7 +388,8 @@ $$;
 -- up to max_parallel. Instances already under way are not visited, so a turn over a
 -- large fan-out costs what starts.
 CREATE OR REPLACE FUNCTION cryo._graph_start_instances(
-    p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb)
+    p_q cryo.queue, p_node cryo.node_states, p_configs jsonb, p_scope jsonb,
+    p_budget integer DEFAULT NULL)
 RETURNS TABLE (item integer, attempt integer, config jsonb, item_value jsonb, idempotency_key text)
 LANGUAGE plpgsql
 -- Keyed queries: one generic plan, not a fresh plan (and its cost) on every call.
@@ -361,10 +410,17 @@ DECLARE
     v_group text;
     v_holder text;
     v_path text;
+    v_base jsonb := p_scope;
 BEGIN
     IF v_fan THEN
         v_items := cryo._eval(p_node.def -> 'fan_out', p_scope || jsonb_build_object(
             'node', jsonb_build_object('id', v_node)));
+        -- Each item's scope is a copy: without the input when nothing rendered per item
+        -- reads it (a fan-out over a large input copied all of it for every item).
+        IF NOT jsonb_path_exists(jsonb_build_array(p_configs -> v_node, p_node.def -> 'concurrency'),
+                                 'strict $.**.path ? (@[0] == "input")') THEN
+            v_base := p_scope - 'input';
+        END IF;
     END IF;
     SELECT count(*) INTO v_active FROM cryo.node_instances i
      WHERE i.run_id = v_run_id AND i.node_id = v_node
@@ -381,8 +437,10 @@ BEGIN
         ORDER BY 1
     LOOP
         EXIT WHEN v_max IS NOT NULL AND v_active >= v_max;
+        EXIT WHEN p_budget IS NOT NULL AND p_budget <= 0;  -- the rest in the next slice
+        p_budget := p_budget - 1;
         v_path := 'node/' || v_node || '/' || v_n;
-        v_scope := p_scope || jsonb_build_object('node', jsonb_build_object(
+        v_scope := v_base || jsonb_build_object('node', jsonb_build_object(
             'id', v_node, 'idempotency_key', cryo._graph_key(v_run_id, v_node, v_n, v_fan OR v_loop))
             || CASE WHEN v_loop THEN jsonb_build_object('iteration', v_n) ELSE '{}' END);
         IF v_fan THEN

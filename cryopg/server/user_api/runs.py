@@ -12,6 +12,7 @@ from cryopg.db import connection
 from cryopg.errors import InvalidArgument
 from cryopg.graphs.document import GraphError
 from cryopg.graphs.document import timeout as graph_timeout
+from cryopg.graphs.fan_out import check_input_fan_outs
 from cryopg.graphs.nodes import state_node
 from cryopg.payloads import run_input, run_outputs
 from cryopg.seal import Sealer
@@ -88,6 +89,7 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
     its state calls sealed, and the database runs it whole before answering."""
     compiled = graph.compiled
     await input_checks.check(compiled.structure, input_value)  # its own input_schema
+    check_input_fan_outs(compiled.structure, input_value)  # past the bound: a 400
     group = group or await admission_group(conn, compiled, input_value)
     calls = (state_node.constant_calls(compiled.structure, compiled.document.get("configs", {}),
                                        sealer, graph.wanted)
