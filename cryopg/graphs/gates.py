@@ -10,10 +10,13 @@ from typing import Any
 from cryopg.graphs.checks import GraphError, seconds
 
 # The JSON Schema of the key, for the node and job schemas the canvas and docs read.
+_TEMPLATE = {"type": "object", "required": ["$template"], "additionalProperties": False,
+             "properties": {"$template": {"type": "string", "minLength": 1}}}
 SCHEMA: dict[str, Any] = {"anyOf": [
     {"type": "string", "minLength": 1},
+    _TEMPLATE,  # {"$template": "..."}: a group spelled as a template object
     {"type": "object", "required": ["group"], "additionalProperties": False,
-     "properties": {"group": {"type": "string", "minLength": 1},
+     "properties": {"group": {"anyOf": [{"type": "string", "minLength": 1}, _TEMPLATE]},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 10000},
                     "window": {"anyOf": [
                         {"type": "number", "exclusiveMinimum": 0},
@@ -23,7 +26,7 @@ SCHEMA: dict[str, Any] = {"anyOf": [
 def concurrency(value: Any, where: str) -> tuple[Any, dict[str, Any]]:
     """The group's template and the clear keys beside it in a definition
     (concurrency_limit, concurrency_window in seconds), from either form."""
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or set(value) == {"$template"}:
         return value, {}
     unknown = set(value) - {"group", "limit", "window"}
     if unknown or "group" not in value:

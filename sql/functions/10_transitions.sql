@@ -659,7 +659,9 @@ BEGIN
                    AND s.started_at > cryo.now() - make_interval(secs => v_lim.window_seconds))
                >= v_lim.max_holders;
     END IF;
-    RETURN (SELECT count(*) FROM cryo.leases l JOIN cryo.runs r ON r.id = l.holder_run_id
+    -- holders, not holds: a run holding the group and a node of it holding it too is one
+    RETURN (SELECT count(DISTINCT l.holder_run_id) FROM cryo.leases l
+              JOIN cryo.runs r ON r.id = l.holder_run_id
              WHERE l.org = p_org AND l.project = p_project AND l.grp = p_group
                AND NOT cryo.is_terminal(r.status)) >= coalesce(v_lim.max_holders, 1);
 END
@@ -809,14 +811,17 @@ LANGUAGE sql AS $$
 $$;
 
 -- Release: the run gives back its hold on one group (the caller holds the group lock),
--- which goes on to the next waiter. Returns false when the run did not hold it.
+-- which goes on to the next waiter. Returns false when the run did not hold it. With
+-- p_path, only the hold one graph node instance took: the run's own admission hold on
+-- the same group (a node whose group is its run's) stays.
 CREATE OR REPLACE FUNCTION cryo._release_lease(
-    p_org text, p_project text, p_group text, p_run_id text)
+    p_org text, p_project text, p_group text, p_run_id text, p_path text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM cryo.leases
-     WHERE org = p_org AND project = p_project AND grp = p_group AND holder_run_id = p_run_id;
+     WHERE org = p_org AND project = p_project AND grp = p_group AND holder_run_id = p_run_id
+       AND (p_path IS NULL OR path = p_path);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -838,7 +843,7 @@ BEGIN
     FOR v_l IN SELECT org, project, grp FROM cryo.leases
                 WHERE holder_run_id = p_run_id AND (p_path IS NULL OR path = p_path) LOOP
         PERFORM cryo._lock_group(v_l.org, v_l.project, v_l.grp);
-        PERFORM cryo._release_lease(v_l.org, v_l.project, v_l.grp, p_run_id);
+        PERFORM cryo._release_lease(v_l.org, v_l.project, v_l.grp, p_run_id, p_path);
     END LOOP;
 END
 $$;

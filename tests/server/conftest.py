@@ -62,7 +62,8 @@ class Reply:
         assert self.status == status, f"wanted {status} {code}, got {self.status}: {self.text}"
         assert isinstance(self.body, dict) and set(self.body) == {"error"}, self.text
         error = self.body["error"]
-        assert set(error) == {"code", "message"}, self.text
+        # a refused source may also say its line (`line`, for an editor to mark it)
+        assert {"code", "message"} <= set(error) <= {"code", "message", "line"}, self.text
         assert error["code"] == code, self.text
         assert isinstance(error["message"], str) and error["message"], self.text
         return error["message"]

@@ -130,7 +130,8 @@ async def test_refusals_are_400_naming_job_and_key_and_store_nothing(srv: Server
 async def test_workflow_put_and_get_say_it_is_a_pipeline(srv: Server) -> None:
     put = (await srv.user("PUT", "/workflows/gate", {"source": GATED,
                                                      "filename": "gate.yaml"})).ok()
-    assert put == {"name": "gate", "kind": "pipeline", "pipeline": "cryosleep/pipeline/v1"}
+    assert put == {"name": "gate", "kind": "pipeline", "pipeline": "cryosleep/pipeline/v1",
+                   "version": 1}
     got = (await srv.user("GET", "/workflows/gate", role="viewer")).ok()
     assert got["kind"] == "pipeline" and got["filename"] == "gate.yaml"
     assert got["nodes"][1] == {"id": "wait-pr", "type": "wait", "needs": ["ledger"]}

@@ -243,7 +243,7 @@ async def test_a_stored_workflow_runs_from_an_sql_submit(srv: Server) -> None:
     (await srv.user("PUT", "/workflows/nightly", {"filename": "x.sh"})).refused(
         400, "invalid_argument")
     assert (await srv.user("PUT", "/workflows/nightly", body, role="member")).ok() == {
-        "name": "nightly", "kind": "script"}
+        "name": "nightly", "kind": "script", "version": 1}
     async with await srv.connect() as app:  # an application's own transaction
         async with app.transaction():
             cur = await app.execute("SELECT cryo.submit_run('dev', 'default', 'nightly', "
