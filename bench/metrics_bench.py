@@ -120,7 +120,12 @@ def scrape_ratio(bench: Bench, quick: bool, rounds: int | None = None) -> dict[s
             "ratio": statistics.median(scraped) / statistics.median(plain)}
 
 
-def scrape_time(bench: Bench, finished: int, parked: int) -> dict[str, Any]:
+def _p50(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def _load_backlog(bench: Bench, finished: int, parked: int) -> str:
+    """A fresh database holding `finished` finished and `parked` parked runs, folded."""
     db = bench.fresh_db()
     t0 = time.monotonic()
     with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
@@ -128,34 +133,93 @@ def scrape_time(bench: Bench, finished: int, parked: int) -> dict[str, Any]:
             for stmt in filter(str.strip, BACKLOG_SQL.split(";\n")):
                 conn.execute(stmt, {"src": bench.sealed_source, "finished": finished,
                                     "parked": parked})
-        folded = conn.execute("SELECT cryo.fold_metrics()").fetchone()[0]
+        # Every history row counted, as the ticks would have (the cursor needs two folds
+        # to see its rows final, then one 20,000-row batch a fold).
+        folded = 0
+        while True:
+            n = conn.execute("SELECT cryo.fold_metrics(100000, '0')").fetchone()[0]
+            folded += n
+            if n == 0 and conn.execute(
+                    "SELECT seen_through IS NULL AND next_through IS NULL"
+                    " FROM cryo.metric_fold").fetchone()[0]:
+                break
         conn.execute("VACUUM ANALYZE")
-        runs = conn.execute("SELECT count(*) FROM cryo.runs").fetchone()[0]
-    log(f"metrics: {runs} runs loaded and {folded} deltas folded in "
-        f"{time.monotonic() - t0:.1f} s")
-    sql_ms: list[float] = []
+    log(f"metrics: {finished} finished and {parked} parked runs loaded, {folded} history "
+        f"rows folded, in {time.monotonic() - t0:.1f} s")
+    return db
+
+
+def fold_cost(bench: Bench, db: str, samples: int = 30) -> dict[str, Any]:
+    """A tick's fold with nothing new to fold: recounting the queue (every fold, as
+    before: p_recount_after 0) against the default (the queue counted 10 s ago)."""
+    out: dict[str, list[float]] = {"recount": [], "no_recount": []}
     with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
-        for _ in range(60):
-            t = time.perf_counter()
-            rows = conn.execute("SELECT * FROM cryo.read_metrics()").fetchall()
-            sql_ms.append((time.perf_counter() - t) * 1000)
-    with cryopg_server(bench, db) as port:
-        scrape = Scraper(port)
-        for _ in range(5):
-            scrape()  # warm: the pool's connections, the plans
-        http_ms = []
-        for _ in range(60):
-            http_ms.append(scrape())
-            time.sleep(0.05)
-        server_ms = _server_mean_ms(scrape.last)
+        conn.execute("SELECT cryo.fold_metrics(20000, '0')")
+        for _ in range(samples):  # alternated, so both see the same machine
+            for arm, arg in (("recount", "0"), ("no_recount", "1 hour")):
+                t = time.perf_counter()
+                conn.execute("SELECT cryo.fold_metrics(20000, %s::interval)", (arg,))
+                out[arm].append((time.perf_counter() - t) * 1000)
+    got = {"recount_p50_ms": _p50(out["recount"]), "no_recount_p50_ms": _p50(out["no_recount"])}
+    log(f"metrics: a fold with the queue recounted p50 {got['recount_p50_ms']:.2f} ms, "
+        f"without {got['no_recount_p50_ms']:.2f} ms")
+    return got
+
+
+def _scrapes(bench: Bench, db: str, cache: str, n: int) -> tuple[list[float], float]:
+    """n scrapes 50 ms apart through a server whose cache window is `cache` seconds."""
+    os.environ["CRYOPG_METRICS_CACHE_SECONDS"] = cache
+    try:
+        with cryopg_server(bench, db) as port:
+            scrape = Scraper(port)
+            for _ in range(5):
+                scrape()  # warm: the pool's connections, the plans
+            ms = []
+            for _ in range(n):
+                ms.append(scrape())
+                time.sleep(0.05)
+            return ms, _server_mean_ms(scrape.last)
+    finally:
+        os.environ.pop("CRYOPG_METRICS_CACHE_SECONDS", None)
+
+
+def scrape_time(bench: Bench, finished: int, parked: int, rounds: int = 3) -> dict[str, Any]:
+    """A scrape's time with the backlog in: each round 60 scrapes reading the database
+    every time (CRYOPG_METRICS_CACHE_SECONDS=0: what a Prometheus scraping every 15 s
+    gets), 60 within the default 1 s window, and 60 of cryo.read_metrics alone; the
+    medians of the rounds' p50s."""
+    db = _load_backlog(bench, finished, parked)
+    with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+        runs = conn.execute("SELECT count(*) FROM cryo.runs").fetchone()[0]
+        series = len(conn.execute("SELECT * FROM cryo.read_metrics()").fetchall())
+    per: dict[str, list[float]] = {"sql": [], "read": [], "cached": [], "read_p95": [],
+                                   "server_read": [], "load": []}
+    for i in range(rounds):
+        per["load"].append(os.getloadavg()[0])
+        with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
+            sql_ms = []
+            for _ in range(60):
+                t = time.perf_counter()
+                conn.execute("SELECT * FROM cryo.read_metrics()").fetchall()
+                sql_ms.append((time.perf_counter() - t) * 1000)
+        read_ms, server_read = _scrapes(bench, db, "0", 60)
+        cached_ms, _ = _scrapes(bench, db, "1", 60)
+        per["sql"].append(_p50(sql_ms))
+        per["read"].append(_p50(read_ms))
+        per["read_p95"].append(sorted(read_ms)[int(len(read_ms) * 0.95) - 1])
+        per["cached"].append(_p50(cached_ms))
+        per["server_read"].append(server_read)
+        log(f"metrics: round {i + 1}: GET /metrics p50 {per['read'][-1]:.2f} ms reading the "
+            f"database (server's mean {server_read:.2f} ms), {per['cached'][-1]:.2f} ms within "
+            f"the cache window; cryo.read_metrics p50 {per['sql'][-1]:.2f} ms; load "
+            f"{per['load'][-1]:.1f}")
+    out = {"runs": runs, "finished": finished, "parked": parked, "series": series,
+           "rounds": rounds, "load_avg": per["load"],
+           "sql_p50_ms": _p50(per["sql"]), "http_p50_ms": _p50(per["read"]),
+           "http_p95_ms": _p50(per["read_p95"]), "cached_p50_ms": _p50(per["cached"]),
+           "server_mean_ms": _p50(per["server_read"]), "each": per,
+           "fold": fold_cost(bench, db)}
     bench.spent.append(db)
-    out = {"runs": runs, "series": len(rows),
-           "sql_p50_ms": statistics.median(sql_ms), "http_p50_ms": statistics.median(http_ms),
-           "http_p95_ms": sorted(http_ms)[int(len(http_ms) * 0.95) - 1],
-           "server_mean_ms": server_ms}
-    log(f"metrics: scrape with {runs} runs: GET /metrics p50 {out['http_p50_ms']:.2f} ms, "
-        f"p95 {out['http_p95_ms']:.2f} ms (the server's own mean {server_ms:.2f} ms); "
-        f"cryo.read_metrics p50 {out['sql_p50_ms']:.2f} ms")
     return out
 
 
@@ -163,12 +227,14 @@ def metrics(bench: Bench, quick: bool, only: str | None = None,
             rounds: int | None = None) -> dict[str, Any]:
     os.environ["CRYOPG_METRICS_TOKEN"] = TOKEN  # both arms: only the scraping differs
     try:
-        sizes = QUICK if quick else FULL
         out: dict[str, Any] = {}
         if only in (None, "ratio"):
             out["scrape_ratio"] = scrape_ratio(bench, quick, rounds)
         if only in (None, "time"):
-            out["scrape_time"] = scrape_time(bench, FULL.finished_backlog, sizes.parked_backlog)
+            # The figure the issue names is at 1,000,000 finished and 100,000 parked, so
+            # the quick run loads them too (about a minute).
+            out["scrape_time"] = scrape_time(bench, FULL.finished_backlog, FULL.parked_backlog,
+                                             rounds=2 if quick else 3)
         return out
     finally:
         os.environ.pop("CRYOPG_METRICS_TOKEN", None)
@@ -180,23 +246,38 @@ def render(r: dict[str, Any]) -> list[str]:
     if not m:
         return []
     sr, st = m.get("scrape_ratio"), m.get("scrape_time")
-    if not (sr and st):
-        return ["## Metrics", "", "```", json.dumps(m, indent=1), "```", ""]
-    return ["## Metrics", "",
-            f"The HTTP agent path ({sr['agents']} agents, {sr['jobs']} no-op jobs a round, "
-            "rounds alternated on fresh databases) with GET /metrics scraped every second, "
-            "against the same without; and a scrape's time with "
-            f"{st['runs']:,} runs in the database ({st['series']} series).", "",
-            "| figure | value |", "| --- | ---: |",
-            f"| HTTP jobs/s without a scrape (median) | {statistics.median(sr['http']):.0f} |",
-            f"| HTTP jobs/s scraped every second (median) | "
-            f"{statistics.median(sr['http_with_scrape']):.0f} |",
-            f"| ratio http-with-scrape/http | {sr['ratio']:.2f} |",
-            f"| GET /metrics p50 / p95 (keep-alive client) | {st['http_p50_ms']:.2f} ms / "
-            f"{st['http_p95_ms']:.2f} ms |",
-            f"| GET /metrics, the server's own mean | "
-            f"{st.get('server_mean_ms', float('nan')):.2f} ms |",
-            f"| cryo.read_metrics p50 | {st['sql_p50_ms']:.2f} ms |", ""]
+    out = ["## Metrics", ""]
+    if sr:
+        out += [f"The HTTP agent path ({sr['agents']} agents, {sr['jobs']} no-op jobs a round, "
+                f"{len(sr['http'])} rounds of each arm alternated on fresh databases) with "
+                "GET /metrics scraped every second, against the same without.", "",
+                "| figure | value |", "| --- | ---: |",
+                f"| HTTP jobs/s without a scrape (median) | {statistics.median(sr['http']):.0f} |",
+                f"| HTTP jobs/s scraped every second (median) | "
+                f"{statistics.median(sr['http_with_scrape']):.0f} |", ""]
+    if st:
+        fold = st.get("fold") or {}
+        out += [f"A scrape with {st['finished']:,} finished and {st['parked']:,} parked runs in "
+                f"the database ({st['series']} database series; medians of {st['rounds']} "
+                "rounds' p50s, 60 scrapes each, 50 ms apart; load average "
+                f"{', '.join(f'{x:.1f}' for x in st['load_avg'])} on "
+                f"{os.cpu_count()} cores).", "",
+                "| figure | value |", "| --- | ---: |",
+                f"| GET /metrics p50 / p95, reading the database every scrape | "
+                f"{st['http_p50_ms']:.2f} ms / {st['http_p95_ms']:.2f} ms |",
+                f"| the same, the server's own mean | {st['server_mean_ms']:.2f} ms |",
+                f"| GET /metrics p50 within the 1 s cache window | {st['cached_p50_ms']:.2f} ms |",
+                f"| cryo.read_metrics p50 | {st['sql_p50_ms']:.2f} ms |",
+                f"| a tick's fold recounting the queue / not (p50) | "
+                f"{fold.get('recount_p50_ms', float('nan')):.2f} ms / "
+                f"{fold.get('no_recount_p50_ms', float('nan')):.2f} ms |", ""]
+    # The lines the issue names (targets: >= 0.98 and < 5 ms).
+    ratio = "n/a" if not sr else f"{sr['ratio']:.2f}"
+    p50 = "n/a" if not st else f"{st['http_p50_ms']:.2f}"
+    out.append(f"ratio http-with-scrape/http: {ratio}")
+    out.append(f"p50 GET /metrics ms at 1M finished/100k parked: {p50}")
+    out.append("")
+    return out
 
 
 def main() -> int:
