@@ -166,8 +166,21 @@ def fold_cost(bench: Bench, db: str, samples: int = 30) -> dict[str, Any]:
     return got
 
 
-def _scrapes(bench: Bench, db: str, cache: str, n: int) -> tuple[list[float], float]:
-    """n scrapes 50 ms apart through a server whose cache window is `cache` seconds."""
+def _server_cpu_s(port: int) -> float:
+    """CPU seconds (user + system) the server listening on `port` has used."""
+    import psutil
+
+    for c in psutil.net_connections(kind="tcp"):
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid:
+            t = psutil.Process(c.pid).cpu_times()
+            return t.user + t.system
+    return float("nan")
+
+
+def _scrapes(bench: Bench, db: str, cache: str, n: int) -> tuple[list[float], float, float]:
+    """n scrapes 50 ms apart through a server whose cache window is `cache` seconds: their
+    times, the server's own mean, and the server's CPU a scrape (ms; its tick's rounds,
+    once a second, are in it too: a fraction of a millisecond a scrape)."""
     os.environ["CRYOPG_METRICS_CACHE_SECONDS"] = cache
     try:
         with cryopg_server(bench, db) as port:
@@ -175,12 +188,67 @@ def _scrapes(bench: Bench, db: str, cache: str, n: int) -> tuple[list[float], fl
             for _ in range(5):
                 scrape()  # warm: the pool's connections, the plans
             ms = []
+            cpu0 = _server_cpu_s(port)
             for _ in range(n):
                 ms.append(scrape())
                 time.sleep(0.05)
-            return ms, _server_mean_ms(scrape.last)
+            cpu = (_server_cpu_s(port) - cpu0) / n * 1000
+            return ms, _server_mean_ms(scrape.last), cpu
     finally:
         os.environ.pop("CRYOPG_METRICS_CACHE_SECONDS", None)
+
+
+def profile(bench: Bench, db: str, n: int = 60) -> dict[str, float]:
+    """Where a scrape's time goes: the parts of the route timed in-process (an app built
+    as `cryopg server` builds it, its tick an hour apart), p50s in ms."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from cryopg import engine
+    from cryopg.db import connection
+    from cryopg.seal import MasterKey, parse_master_key
+    from cryopg.server import metrics as m
+    from cryopg.server.app import build_app
+    from cryopg.server.app_state import POOL
+    from cryopg.server.config import ServerConfig
+
+    async def go() -> dict[str, float]:
+        cfg = ServerConfig(bench.dsn(db), MasterKey(parse_master_key(bench.master_text)),
+                           tick_interval=3600.0, metrics_token=TOKEN, metrics_cache_seconds=0.0)
+        app = build_app(cfg)
+        async with TestClient(TestServer(app)) as client:
+            hdr = {"Authorization": f"Bearer {TOKEN}"}
+            for _ in range(5):
+                (await client.get("/metrics", headers=hdr)).release()
+            parts: dict[str, list[float]] = {k: [] for k in (
+                "read", "families", "encode_db", "encode_process", "route")}
+            for _ in range(n):
+                t0 = time.perf_counter()
+                async with connection(app[POOL]) as conn:
+                    rows = await engine.read_metrics(conn)
+                t1 = time.perf_counter()
+                fams = m.families(rows)
+                t2 = time.perf_counter()
+                m.exposition(fams)
+                t3 = time.perf_counter()
+                m.exposition(m.of(app).registry.collect())
+                t4 = time.perf_counter()
+                resp = await client.get("/metrics", headers=hdr)
+                await resp.read()
+                t5 = time.perf_counter()
+                for k, a, b in (("read", t0, t1), ("families", t1, t2), ("encode_db", t2, t3),
+                                ("encode_process", t3, t4), ("route", t4, t5)):
+                    parts[k].append((b - a) * 1000)
+            text = await (await client.get("/metrics", headers=hdr)).text()
+        out = {k: _p50(v) for k, v in parts.items()}
+        out["lines"] = sum(1 for x in text.splitlines() if x and not x.startswith("#"))
+        return out
+
+    got = asyncio.run(go())
+    log("metrics: where a scrape goes (p50 ms): " + ", ".join(
+        f"{k} {v:.2f}" for k, v in got.items()))
+    return got
 
 
 def scrape_time(bench: Bench, finished: int, parked: int, rounds: int = 3) -> dict[str, Any]:
@@ -193,7 +261,8 @@ def scrape_time(bench: Bench, finished: int, parked: int, rounds: int = 3) -> di
         runs = conn.execute("SELECT count(*) FROM cryo.runs").fetchone()[0]
         series = len(conn.execute("SELECT * FROM cryo.read_metrics()").fetchall())
     per: dict[str, list[float]] = {"sql": [], "read": [], "cached": [], "read_p95": [],
-                                   "server_read": [], "load": []}
+                                   "server_read": [], "cpu_read": [], "cpu_cached": [],
+                                   "load": []}
     for i in range(rounds):
         per["load"].append(os.getloadavg()[0])
         with psycopg.connect(bench.dsn(db), autocommit=True) as conn:
@@ -202,23 +271,27 @@ def scrape_time(bench: Bench, finished: int, parked: int, rounds: int = 3) -> di
                 t = time.perf_counter()
                 conn.execute("SELECT * FROM cryo.read_metrics()").fetchall()
                 sql_ms.append((time.perf_counter() - t) * 1000)
-        read_ms, server_read = _scrapes(bench, db, "0", 60)
-        cached_ms, _ = _scrapes(bench, db, "1", 60)
+        read_ms, server_read, cpu_read = _scrapes(bench, db, "0", 60)
+        cached_ms, _, cpu_cached = _scrapes(bench, db, "1", 60)
         per["sql"].append(_p50(sql_ms))
         per["read"].append(_p50(read_ms))
         per["read_p95"].append(sorted(read_ms)[int(len(read_ms) * 0.95) - 1])
         per["cached"].append(_p50(cached_ms))
         per["server_read"].append(server_read)
+        per["cpu_read"].append(cpu_read)
+        per["cpu_cached"].append(cpu_cached)
         log(f"metrics: round {i + 1}: GET /metrics p50 {per['read'][-1]:.2f} ms reading the "
-            f"database (server's mean {server_read:.2f} ms), {per['cached'][-1]:.2f} ms within "
+            f"database (server's mean {server_read:.2f} ms, CPU {cpu_read:.2f} ms a scrape), "
+            f"{per['cached'][-1]:.2f} ms within "
             f"the cache window; cryo.read_metrics p50 {per['sql'][-1]:.2f} ms; load "
             f"{per['load'][-1]:.1f}")
     out = {"runs": runs, "finished": finished, "parked": parked, "series": series,
            "rounds": rounds, "load_avg": per["load"],
            "sql_p50_ms": _p50(per["sql"]), "http_p50_ms": _p50(per["read"]),
            "http_p95_ms": _p50(per["read_p95"]), "cached_p50_ms": _p50(per["cached"]),
-           "server_mean_ms": _p50(per["server_read"]), "each": per,
-           "fold": fold_cost(bench, db)}
+           "server_mean_ms": _p50(per["server_read"]), "cpu_read_ms": _p50(per["cpu_read"]),
+           "cpu_cached_ms": _p50(per["cpu_cached"]), "each": per,
+           "fold": fold_cost(bench, db), "profile": profile(bench, db)}
     bench.spent.append(db)
     return out
 
@@ -265,8 +338,10 @@ def render(r: dict[str, Any]) -> list[str]:
                 "| figure | value |", "| --- | ---: |",
                 f"| GET /metrics p50 / p95, reading the database every scrape | "
                 f"{st['http_p50_ms']:.2f} ms / {st['http_p95_ms']:.2f} ms |",
-                f"| the same, the server's own mean | {st['server_mean_ms']:.2f} ms |",
-                f"| GET /metrics p50 within the 1 s cache window | {st['cached_p50_ms']:.2f} ms |",
+                f"| the same, the server's own mean / its CPU a scrape | "
+                f"{st['server_mean_ms']:.2f} ms / {st.get('cpu_read_ms', float('nan')):.2f} ms |",
+                f"| GET /metrics p50 within the 1 s cache window / server CPU a scrape | "
+                f"{st['cached_p50_ms']:.2f} ms / {st.get('cpu_cached_ms', float('nan')):.2f} ms |",
                 f"| cryo.read_metrics p50 | {st['sql_p50_ms']:.2f} ms |",
                 f"| a tick's fold recounting the queue / not (p50) | "
                 f"{fold.get('recount_p50_ms', float('nan')):.2f} ms / "
