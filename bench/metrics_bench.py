@@ -346,6 +346,18 @@ def render(r: dict[str, Any]) -> list[str]:
                 f"| a tick's fold recounting the queue / not (p50) | "
                 f"{fold.get('recount_p50_ms', float('nan')):.2f} ms / "
                 f"{fold.get('no_recount_p50_ms', float('nan')):.2f} ms |", ""]
+        prof = st.get("profile")
+        if prof:
+            out += [f"Where a scrape reading the database goes (in-process, p50): the read "
+                    f"{prof['read']:.2f} ms, rows to families {prof['families']:.2f} ms, "
+                    f"encoding the database's families {prof['encode_db']:.2f} ms and the "
+                    f"process's {prof['encode_process']:.2f} ms ({prof['lines']:.0f} sample "
+                    f"lines in all); the whole route {prof['route']:.2f} ms.", ""]
+        cpu = st.get("cpu_read_ms")
+        if cpu is not None:
+            share = cpu / (1000 * (os.cpu_count() or 1)) * 100
+            out += [f"One scrape a second costs the server {cpu:.2f} ms of CPU, "
+                    f"{share:.2f}% of this machine's CPU time.", ""]
     # The lines the issue names (targets: >= 0.98 and < 5 ms).
     ratio = "n/a" if not sr else f"{sr['ratio']:.2f}"
     p50 = "n/a" if not st else f"{st['http_p50_ms']:.2f}"
