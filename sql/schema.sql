@@ -6219,6 +6219,7 @@ COMMENT ON FUNCTION cryo.read_logs_before(p_run_id text, p_before bigint, p_limi
 
 CREATE FUNCTION cryo.read_metrics(p_log_move_after interval DEFAULT NULL::interval, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(metric text, org text, project text, label text, label2 text, value double precision, total double precision)
     LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 BEGIN

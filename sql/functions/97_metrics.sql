@@ -291,12 +291,14 @@ $$;
 -- set), how many finished runs' logs wait to move (up to 10000).
 -- PL/pgSQL for its plan cache: planning this union costs ~10x executing it (1-11 ms
 -- against ~0.2 ms), and a SQL function's body is planned again on every call; here each
--- pooled connection plans it once.
+-- pooled connection plans it once (a generic plan: the parameters are intervals compared
+-- with times, never an index's key, so no value would choose a better plan).
 CREATE OR REPLACE FUNCTION cryo.read_metrics(p_log_move_after interval DEFAULT NULL,
                                              p_gone_after interval DEFAULT '2 minutes')
 RETURNS TABLE (metric text, org text, project text, label text, label2 text,
                value double precision, total double precision)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
