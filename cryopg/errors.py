@@ -177,6 +177,12 @@ class BadFoldBatch(CryoError):
     code, http_status = "bad_fold_batch", 400
 
 
+class BadQueueRecount(CryoError):
+    """(CR231) cryo.fold_metrics was given a NULL or negative queue recount interval."""
+
+    code, http_status = "bad_queue_recount", 400
+
+
 class ArtifactStoreUnavailable(CryoError):
     """The artifact store (its bucket and endpoint, or directory, named in the message)
     did not answer within CRYOPG_ARTIFACTS_STORE_TIMEOUT, refused the connection or
@@ -320,6 +326,7 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR241": NotRedeliverable,
     "CR242": TriggerOwned,
     "CR210": FanOutTooLarge,
+    "CR231": BadQueueRecount,
 }
 
 

@@ -1977,10 +1977,10 @@ CREATE FUNCTION cryo._history_counts(p_ids bigint[]) RETURNS TABLE(metric text, 
     LANGUAGE sql STABLE
     AS $$
     WITH h AS MATERIALIZED (
-        SELECT h.run_id, h.org, h.project, h.kind FROM cryo.history h
+        SELECT h.run_id, h.org, h.project, h.kind, h.woke FROM cryo.history h
          WHERE h.id = ANY (p_ids)
            AND (h.kind IN ('submitted', 'claim_expired') OR cryo.is_terminal(h.kind)
-                OR h.kind = ANY (cryo._wake_causes()))
+                OR h.woke)
     ), r AS MATERIALIZED (
         SELECT h.org, h.project, h.kind AS event, cryo._metric_kind(r.kind, r.graph) AS kind,
                CASE WHEN r.kind = 'graph' THEN 'graph' ELSE 'job' END AS claim_kind,
@@ -2008,7 +2008,7 @@ CREATE FUNCTION cryo._history_counts(p_ids bigint[]) RETURNS TABLE(metric text, 
             SELECT CASE WHEN h.kind = 'claim_expired' THEN 'claims_lapsed' ELSE 'wakes' END,
                    h.org, h.project, CASE WHEN h.kind = 'claim_expired' THEN '' ELSE h.kind END,
                    '', 0
-              FROM h WHERE h.kind = 'claim_expired' OR h.kind = ANY (cryo._wake_causes())) x
+              FROM h WHERE h.kind = 'claim_expired' OR h.woke) x
      GROUP BY 1, 2, 3, 4, 5
 $$;
 
@@ -3556,10 +3556,10 @@ BEGIN
         RETURNING r.id, r.org, r.project, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                                  key_ordinal, created_at)
+                                  key_ordinal, created_at, woke)
         SELECT runs_back.id, runs_back.org, runs_back.project, p_kind,
                CASE WHEN memo.run_id IS NULL THEN NULL ELSE 'run' END, memo.key_family,
-               memo.key_name, memo.key_ordinal, cryo.now()
+               memo.key_name, memo.key_ordinal, cryo.now(), true
           FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
     )
     SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)
@@ -3567,14 +3567,6 @@ BEGIN
     PERFORM cryo._notify_requeued(v_n, v_watched, v_graphs);
     RETURN v_n;
 END
-$$;
-
-CREATE FUNCTION cryo._wake_causes() RETURNS text[]
-    LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT ARRAY['timer_fired', 'retry_due', 'wait_timed_out', 'node_job_ended',
-                 'signal_received', 'event_received', 'activity_completed',
-                 'activities_completed', 'graph_call_completed', 'turn_yielded']
 $$;
 
 CREATE FUNCTION cryo._wake_parent(p_child_id text) RETURNS void
@@ -4907,7 +4899,8 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR242', 'trigger_owned', 'a schedule or handler registered by a workflow''s on: is changed by putting that workflow again'),
         ('CR215', 'run_timed_out', 'the run passed its deadline and was failed with exit code 124; its agent stops the job'),
         ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
-        ('CR210', 'fan_out_too_large', 'a graph''s fan_out has more items than the deployment allows (CRYOPG_GRAPH_FAN_OUT_MAX)')
+        ('CR210', 'fan_out_too_large', 'a graph''s fan_out has more items than the deployment allows (CRYOPG_GRAPH_FAN_OUT_MAX)'),
+        ('CR231', 'bad_queue_recount', 'cryo.fold_metrics was given a NULL or negative queue recount interval')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -5178,7 +5171,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.fire_schedule(p_org text, p_project text, p_name text, p_scheduled_at timestamp with time zone, p_next timestamp with time zone, p_input bytea, p_scope jsonb, p_refused text) IS 'Starts the run of a due schedule tick (claimed by claim_schedules) with the sealed p_input (with p_refused, the reason its input failed the workflow''s input_schema: records it as last_refusal and starts nothing) and moves the schedule to p_next (the next tick, possibly due as well, so a late round calls it once per missed tick); returns the run id, NULL when the workflow''s if was false or the tick is not the schedule''s due next one (another server fired it). Raises CR004 when p_next is not after the tick, CR005 when the workflow is gone.';
 
-CREATE FUNCTION cryo.fold_metrics(p_limit integer DEFAULT 20000) RETURNS integer
+CREATE FUNCTION cryo.fold_metrics(p_limit integer DEFAULT 20000, p_recount_after interval DEFAULT '00:00:10'::interval) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -5186,15 +5179,24 @@ DECLARE
     v_snap pg_snapshot;
     v_ids bigint[];
     v_n integer := 0;
+    v_recount boolean;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'fold_metrics needs a positive batch size, not %', p_limit
             USING ERRCODE = 'CR230';
     END IF;
+    IF p_recount_after IS NULL OR p_recount_after < interval '0' THEN
+        RAISE EXCEPTION 'fold_metrics needs a queue recount interval of 0 or more, not %',
+            p_recount_after USING ERRCODE = 'CR231';
+    END IF;
     SELECT * INTO v_f FROM cryo.metric_fold FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN 0;  -- another replica is folding (or the migration made no row: nothing)
     END IF;
+    -- The queue is recounted when its last count is p_recount_after old (or from the
+    -- future: a test's fake clock went back).
+    v_recount := v_f.queue_counted_at IS NULL OR v_f.queue_counted_at > cryo.now()
+                 OR cryo.now() - v_f.queue_counted_at >= p_recount_after;
     v_snap := pg_current_snapshot();
     IF v_f.seen_xmax IS NOT NULL AND pg_snapshot_xmin(v_snap) >= v_f.seen_xmax THEN
         SELECT array_agg(b.id ORDER BY b.id) INTO v_ids
@@ -5225,7 +5227,8 @@ BEGIN
     UPDATE cryo.metric_fold
        SET folded_through = v_f.folded_through, seen_through = v_f.seen_through,
            seen_xmax = v_f.seen_xmax, next_through = v_f.next_through,
-           folded_at = cryo.now();
+           folded_at = cryo.now(),
+           queue_counted_at = CASE WHEN v_recount THEN cryo.now() ELSE v_f.queue_counted_at END;
     -- The artifact blobs' deltas.
     WITH gone AS (
         DELETE FROM cryo.metric_deltas RETURNING *
@@ -5240,18 +5243,21 @@ BEGIN
     ON CONFLICT (metric, org, project, label, label2)
     DO UPDATE SET n = c.n + excluded.n, total = c.total + excluded.total;
     -- The queue's depth, as this snapshot sees it (a series that emptied reads 0).
-    WITH fresh AS (
-        SELECT q.org, q.project, q.state, count(*) AS n FROM cryo.queue q GROUP BY 1, 2, 3
-    ), emptied AS (
-        UPDATE cryo.metric_counts c SET n = 0
-         WHERE c.metric = 'queue' AND c.n <> 0
-           AND NOT EXISTS (SELECT 1 FROM fresh f
-                            WHERE f.org = c.org AND f.project = c.project AND f.state = c.label)
-    )
-    INSERT INTO cryo.metric_counts AS c (metric, org, project, label, n)
-    SELECT 'queue', f.org, f.project, f.state, f.n FROM fresh f ORDER BY 2, 3, 4
-    ON CONFLICT (metric, org, project, label, label2)
-    DO UPDATE SET n = excluded.n WHERE c.n <> excluded.n;
+    IF v_recount THEN
+        WITH fresh AS (
+            SELECT q.org, q.project, q.state, count(*) AS n FROM cryo.queue q GROUP BY 1, 2, 3
+        ), emptied AS (
+            UPDATE cryo.metric_counts c SET n = 0
+             WHERE c.metric = 'queue' AND c.n <> 0
+               AND NOT EXISTS (SELECT 1 FROM fresh f
+                                WHERE f.org = c.org AND f.project = c.project
+                                  AND f.state = c.label)
+        )
+        INSERT INTO cryo.metric_counts AS c (metric, org, project, label, n)
+        SELECT 'queue', f.org, f.project, f.state, f.n FROM fresh f ORDER BY 2, 3, 4
+        ON CONFLICT (metric, org, project, label, label2)
+        DO UPDATE SET n = excluded.n WHERE c.n <> excluded.n;
+    END IF;
     -- A deleted project's series go with it (its runs' rows are gone too).
     DELETE FROM cryo.metric_counts c
      WHERE NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = c.org AND p.slug = c.project)
@@ -5260,7 +5266,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION cryo.fold_metrics(p_limit integer) IS 'Folds up to p_limit history rows past the cursor in cryo.metric_fold into cryo.metric_counts (runs submitted and finished, queue latencies, claims lapsed, wakes), folds the artifact deltas, recounts the queue''s depth by state and drops the series of deleted projects; one replica at a time (the others return 0 at once). Returns how many history rows it folded. Raises CR230 for a batch size below 1.';
+COMMENT ON FUNCTION cryo.fold_metrics(p_limit integer, p_recount_after interval) IS 'Folds up to p_limit history rows past the cursor in cryo.metric_fold into cryo.metric_counts (runs submitted and finished, queue latencies, claims lapsed, wakes), folds the artifact deltas, recounts the queue''s depth by state when its last count (metric_fold.queue_counted_at) is p_recount_after old, and drops the series of deleted projects; one replica at a time (the others return 0 at once). Returns how many history rows it folded. Raises CR230 for a batch size below 1, CR231 for a NULL or negative recount interval.';
 
 CREATE FUNCTION cryo.forget_log_objects(p_ids bigint[]) RETURNS integer
     LANGUAGE plpgsql
@@ -6978,50 +6984,56 @@ $$;
 COMMENT ON FUNCTION cryo.read_logs_before(p_run_id text, p_before bigint, p_limit integer) IS 'Returns up to p_limit sealed log chunks of a run before chunk id p_before, newest first, each with the time it was stored (a log viewer reading backwards). Raises nothing.';
 
 CREATE FUNCTION cryo.read_metrics(p_log_move_after interval DEFAULT NULL::interval, p_gone_after interval DEFAULT '00:02:00'::interval) RETURNS TABLE(metric text, org text, project text, label text, label2 text, value double precision, total double precision)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
-    WITH agents AS MATERIALIZED (
-        SELECT o.slug AS org, a.state, a.build, a.capabilities
-          FROM cryo.orgs o CROSS JOIN LATERAL cryo.list_agents(o.slug, p_gone_after) a
-    )
-    SELECT m.metric, m.org, m.project, m.label, m.label2, sum(m.n)::double precision,
-           sum(m.total)
-      FROM (SELECT c.metric, c.org, c.project, c.label, c.label2, c.n, c.total
-              FROM cryo.metric_counts c
-            UNION ALL
-            SELECT d.metric, d.org, d.project, d.label, d.label2, d.n, d.total
-              FROM cryo.metric_deltas d) m
-     GROUP BY 1, 2, 3, 4, 5
-    UNION ALL
-    SELECT 'queue_oldest_pending_seconds', o.slug, '', '', '',
-           greatest(extract(epoch FROM cryo.now() - x.enqueued_at), 0)::double precision, 0
-      FROM cryo.orgs o
-      CROSS JOIN LATERAL (SELECT q.enqueued_at FROM cryo.queue q
-                           WHERE q.org = o.slug AND q.state = 'pending'
-                           ORDER BY q.enqueued_at LIMIT 1) x
-    UNION ALL
-    SELECT 'agents', a.org, '', a.state, coalesce(a.build, ''), count(*), 0
-      FROM agents a
-     GROUP BY a.org, a.state, a.build
-    UNION ALL
-    SELECT 'agent_capabilities', a.org, '', cap, '', count(*), 0
-      FROM agents a
-     CROSS JOIN LATERAL unnest(a.capabilities) cap
-     WHERE a.state IN ('idle', 'busy')
-     GROUP BY a.org, cap
-    UNION ALL
-    SELECT 'queue_pending_capability', o.slug, '', cap, '', count(*), 0
-      FROM cryo.orgs o
-      CROSS JOIN LATERAL (SELECT q.required_caps FROM cryo.queue q
-                           WHERE q.org = o.slug AND q.state = 'pending'
-                           ORDER BY q.enqueued_at LIMIT 1000) p
-      CROSS JOIN LATERAL unnest(p.required_caps) cap
-     WHERE cap <> 'graph'
-     GROUP BY o.slug, cap
-    UNION ALL
-    SELECT 'log_move_backlog', '', '', '', '', count(*), 0
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        WITH agents AS MATERIALIZED (
+            SELECT o.slug AS org, a.state, a.build, a.capabilities
+              FROM cryo.orgs o CROSS JOIN LATERAL cryo.list_agents(o.slug, p_gone_after) a
+        )
+        SELECT m.metric, m.org, m.project, m.label, m.label2, sum(m.n)::double precision,
+               sum(m.total)
+          FROM (SELECT c.metric, c.org, c.project, c.label, c.label2, c.n, c.total
+                  FROM cryo.metric_counts c
+                UNION ALL
+                SELECT d.metric, d.org, d.project, d.label, d.label2, d.n, d.total
+                  FROM cryo.metric_deltas d) m
+         GROUP BY 1, 2, 3, 4, 5
+        UNION ALL
+        SELECT 'queue_oldest_pending_seconds', o.slug, '', '', '',
+               greatest(extract(epoch FROM cryo.now() - x.enqueued_at), 0)::double precision, 0
+          FROM cryo.orgs o
+          CROSS JOIN LATERAL (SELECT q.enqueued_at FROM cryo.queue q
+                               WHERE q.org = o.slug AND q.state = 'pending'
+                               ORDER BY q.enqueued_at LIMIT 1) x
+        UNION ALL
+        SELECT 'agents', a.org, '', a.state, coalesce(a.build, ''), count(*), 0
+          FROM agents a
+         GROUP BY a.org, a.state, a.build
+        UNION ALL
+        SELECT 'agent_capabilities', a.org, '', cap, '', count(*), 0
+          FROM agents a
+         CROSS JOIN LATERAL unnest(a.capabilities) cap
+         WHERE a.state IN ('idle', 'busy')
+         GROUP BY a.org, cap
+        UNION ALL
+        SELECT 'queue_pending_capability', o.slug, '', cap, '', count(*), 0
+          FROM cryo.orgs o
+          CROSS JOIN LATERAL (SELECT q.required_caps FROM cryo.queue q
+                               WHERE q.org = o.slug AND q.state = 'pending'
+                               ORDER BY q.enqueued_at LIMIT 1000) p
+          CROSS JOIN LATERAL unnest(p.required_caps) cap
+         WHERE cap <> 'graph'
+         GROUP BY o.slug, cap;
+    RETURN QUERY
+    SELECT 'log_move_backlog'::text, ''::text, ''::text, ''::text, ''::text,
+           count(*)::double precision, 0::double precision
       FROM cryo.logs_to_archive(p_log_move_after, 10000)
-     WHERE p_log_move_after IS NOT NULL
+     WHERE p_log_move_after IS NOT NULL;
+END
 $$;
 
 COMMENT ON FUNCTION cryo.read_metrics(p_log_move_after interval, p_gone_after interval) IS 'Returns every metric series the database holds as (metric, org, project, label, label2, value, total): counters and the queue depth as of the last cryo.fold_metrics, queue_oldest_pending_seconds per org, agents by state and build, agent_capabilities of live agents, queue_pending_capability (of up to 1000 oldest pending runs an org), and log_move_backlog (up to 10000; only with p_log_move_after). A read: changes nothing. Raises nothing.';
@@ -8895,10 +8907,13 @@ CASE
     END)::name, CURRENT_USER, 'MEMBER'::text) THEN NULLIF(current_setting('cryo.replica_id'::text, true), ''::text)
     ELSE NULL::text
 END,
-    detail jsonb
+    detail jsonb,
+    woke boolean
 );
 
 COMMENT ON COLUMN cryo.history.detail IS 'Clear facts about the event that hold no user data: node_retry_scheduled has {"delay": seconds}.';
+
+COMMENT ON COLUMN cryo.history.woke IS 'true when this row woke a parked run (written by cryo._wake); NULL otherwise.';
 
 CREATE SEQUENCE cryo.history_id_seq
     START WITH 1
@@ -9133,10 +9148,13 @@ CREATE TABLE cryo.metric_fold (
     seen_xmax xid8,
     next_through bigint,
     folded_at timestamp with time zone,
+    queue_counted_at timestamp with time zone,
     CONSTRAINT metric_fold_one_check CHECK (one)
 );
 
 COMMENT ON TABLE cryo.metric_fold IS 'Where cryo.fold_metrics is in cryo.history (one row, locked by the replica folding): ids up to folded_through are counted in cryo.metric_counts.';
+
+COMMENT ON COLUMN cryo.metric_fold.queue_counted_at IS 'When cryo.fold_metrics last recounted the queue''s depth by state (NULL: never).';
 
 CREATE TABLE cryo.node_approvals (
     run_id text NOT NULL,

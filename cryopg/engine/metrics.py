@@ -30,8 +30,11 @@ async def read_metrics(conn: AsyncConnection, log_move_after: dt.timedelta | Non
     return await cur.fetchall()
 
 
-async def fold_metrics(conn: AsyncConnection) -> int:
-    return int(await _one(conn, "SELECT cryo.fold_metrics()", ()))
+async def fold_metrics(conn: AsyncConnection,
+                       recount_after: dt.timedelta = dt.timedelta(seconds=10)) -> int:
+    """recount_after: how old the queue's depth may grow before a fold recounts it."""
+    return int(await _one(conn, "SELECT cryo.fold_metrics(p_recount_after => %s)",
+                          (recount_after,)))
 
 
 async def set_run_traceparent(conn: AsyncConnection, run_id: str, traceparent: str) -> bool:

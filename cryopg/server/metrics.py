@@ -21,7 +21,7 @@ import hmac
 import math
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -190,29 +190,42 @@ def _label_names(metric: str) -> list[str]:
 class _DatabasePart:
     """The database's series, encoded, kept for CRYOPG_METRICS_CACHE_SECONDS: scrapes
     that come together (several Prometheus servers, a dashboard) share one read, and the
-    counters only move when a tick folds anyway."""
+    counters only move when a tick folds anyway. `reads` counts the reads of the
+    database (tests and operators can see the cache work); `clock` is swappable so a
+    test can step past the window without sleeping."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.body = b""
         self.at = -math.inf
+        self.reads = 0
+        self.clock = clock
         self.lock = asyncio.Lock()
+
+    def fresh(self, ttl: float) -> bool:
+        return self.clock() - self.at < ttl
 
 
 DATABASE_PART = web.AppKey("metrics_database_part", _DatabasePart)
 
 
+def database_part(app: web.Application) -> _DatabasePart:
+    """The app's cached database part (its `reads` counter, its `clock`)."""
+    return app[DATABASE_PART]
+
+
 async def _database_part(app: web.Application) -> bytes:
     part, ttl = app[DATABASE_PART], app[CONFIG].metrics_cache_seconds
-    if time.monotonic() - part.at < ttl:
+    if part.fresh(ttl):
         return part.body
     async with part.lock:  # one read for the scrapes waiting meanwhile
-        if time.monotonic() - part.at < ttl:
+        if part.fresh(ttl):
             return part.body
         store = app[CONFIG].log_store
         after = None if store is None else dt.timedelta(seconds=store.move_after_seconds)
         async with connection(app[POOL]) as conn:
             rows = await engine.read_metrics(conn, after)
-        part.body, part.at = exposition(families(rows)), time.monotonic()
+        part.reads += 1
+        part.body, part.at = exposition(families(rows)), part.clock()
         return part.body
 
 
@@ -284,8 +297,9 @@ async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def fold_round(app: web.Application) -> None:
     """A tick round: history since the last fold counted (one replica at a time)."""
+    recount = dt.timedelta(seconds=app[CONFIG].metrics_queue_recount_seconds)
     async with connection(app[POOL]) as conn:
-        await engine.fold_metrics(conn)
+        await engine.fold_metrics(conn, recount)
 
 
 def setup(app: web.Application) -> None:

@@ -456,10 +456,10 @@ BEGIN
         RETURNING r.id, r.org, r.project, r.watched, requeued.graph
     ), logged AS (
         INSERT INTO cryo.history (run_id, org, project, kind, key_scope, key_family, key_name,
-                                  key_ordinal, created_at)
+                                  key_ordinal, created_at, woke)
         SELECT runs_back.id, runs_back.org, runs_back.project, p_kind,
                CASE WHEN memo.run_id IS NULL THEN NULL ELSE 'run' END, memo.key_family,
-               memo.key_name, memo.key_ordinal, cryo.now()
+               memo.key_name, memo.key_ordinal, cryo.now(), true
           FROM runs_back LEFT JOIN memo ON memo.run_id = runs_back.id
     )
     SELECT count(*), array_agg(id) FILTER (WHERE watched), count(*) FILTER (WHERE graph)

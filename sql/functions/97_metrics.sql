@@ -39,15 +39,6 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN p_kind = 'graph' AND p_graph ? 'pipeline' THEN 'pipeline' ELSE p_kind END
 $$;
 
--- The history kinds cryo._wake is given: what woke a parked run.
-CREATE OR REPLACE FUNCTION cryo._wake_causes()
-RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['timer_fired', 'retry_due', 'wait_timed_out', 'node_job_ended',
-                 'signal_received', 'event_received', 'activity_completed',
-                 'activities_completed', 'graph_call_completed', 'turn_yielded']
-$$;
-
 -- artifact_blobs: the bytes an org's project stores (each blob once, however many names).
 CREATE OR REPLACE FUNCTION cryo._count_blobs()
 RETURNS trigger
@@ -106,18 +97,20 @@ SELECT cryo._reseed_metric_gauges();
 -- What history rows count, as (metric, org, project, label, label2, n, total): a run
 -- submitted (by kind), a run ended (by kind and outcome, with the time from its submit
 -- to its first claim and from that claim to its end, when it was claimed), a claim
--- lapsed, a parked run woken (by cause). The run's row gives the kind and the times; a
--- run already deleted is not counted (its history goes with it: cryo._count_history_of
+-- lapsed, a parked run woken (by cause: the kind of a row cryo._wake wrote, marked woke;
+-- a signal, lease or activity's end found at once writes the same kind unmarked, and is
+-- no wake). The run's row gives the kind and the times; a run already deleted is not
+-- counted (its history goes with it: cryo._count_history_of
 -- counts what is deleted before the fold reached it).
 CREATE OR REPLACE FUNCTION cryo._history_counts(p_ids bigint[])
 RETURNS TABLE (metric text, org text, project text, label text, label2 text, n bigint,
                total double precision)
 LANGUAGE sql STABLE AS $$
     WITH h AS MATERIALIZED (
-        SELECT h.run_id, h.org, h.project, h.kind FROM cryo.history h
+        SELECT h.run_id, h.org, h.project, h.kind, h.woke FROM cryo.history h
          WHERE h.id = ANY (p_ids)
            AND (h.kind IN ('submitted', 'claim_expired') OR cryo.is_terminal(h.kind)
-                OR h.kind = ANY (cryo._wake_causes()))
+                OR h.woke)
     ), r AS MATERIALIZED (
         SELECT h.org, h.project, h.kind AS event, cryo._metric_kind(r.kind, r.graph) AS kind,
                CASE WHEN r.kind = 'graph' THEN 'graph' ELSE 'job' END AS claim_kind,
@@ -145,7 +138,7 @@ LANGUAGE sql STABLE AS $$
             SELECT CASE WHEN h.kind = 'claim_expired' THEN 'claims_lapsed' ELSE 'wakes' END,
                    h.org, h.project, CASE WHEN h.kind = 'claim_expired' THEN '' ELSE h.kind END,
                    '', 0
-              FROM h WHERE h.kind = 'claim_expired' OR h.kind = ANY (cryo._wake_causes())) x
+              FROM h WHERE h.kind = 'claim_expired' OR h.woke) x
      GROUP BY 1, 2, 3, 4, 5
 $$;
 
@@ -162,9 +155,11 @@ $$;
 
 -- Folds history into cryo.metric_counts, at most p_limit rows a call, from where the last
 -- fold stopped (cryo.metric_fold); folds the artifact deltas; recounts the queue's depth
--- by state (a read of the queue, whose size is the live runs, not the finished ones).
--- Every replica calls it on its tick: the one that locks the cursor row does the work,
--- the others return 0 at once. A fold is one transaction: killed, it leaves nothing.
+-- by state when the last recount is p_recount_after old (a read of the whole queue: with
+-- 100,000 parked runs a fold cost ~200 ms recounting, ~8 ms not, on a loaded 2-core
+-- machine; bounded so, a fold's cost is the history it folds). Every replica calls it on its tick: the one that locks the cursor
+-- row does the work, the others return 0 at once. A fold is one transaction: killed, it
+-- leaves nothing.
 --
 -- History ids are taken before their transaction commits, so a lower id can appear
 -- after a higher one was seen. An id is folded only when no transaction that could hold
@@ -173,7 +168,8 @@ $$;
 -- inserted its row, so has a transaction id below that xmax; a fold that finds the
 -- oldest running transaction at or past seen_xmax folds up to seen_through. Counters so
 -- trail the transitions by two ticks.
-CREATE OR REPLACE FUNCTION cryo.fold_metrics(p_limit integer DEFAULT 20000)
+CREATE OR REPLACE FUNCTION cryo.fold_metrics(p_limit integer DEFAULT 20000,
+                                             p_recount_after interval DEFAULT '10 seconds')
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -181,15 +177,24 @@ DECLARE
     v_snap pg_snapshot;
     v_ids bigint[];
     v_n integer := 0;
+    v_recount boolean;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'fold_metrics needs a positive batch size, not %', p_limit
             USING ERRCODE = 'CR230';
     END IF;
+    IF p_recount_after IS NULL OR p_recount_after < interval '0' THEN
+        RAISE EXCEPTION 'fold_metrics needs a queue recount interval of 0 or more, not %',
+            p_recount_after USING ERRCODE = 'CR231';
+    END IF;
     SELECT * INTO v_f FROM cryo.metric_fold FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN 0;  -- another replica is folding (or the migration made no row: nothing)
     END IF;
+    -- The queue is recounted when its last count is p_recount_after old (or from the
+    -- future: a test's fake clock went back).
+    v_recount := v_f.queue_counted_at IS NULL OR v_f.queue_counted_at > cryo.now()
+                 OR cryo.now() - v_f.queue_counted_at >= p_recount_after;
     v_snap := pg_current_snapshot();
     IF v_f.seen_xmax IS NOT NULL AND pg_snapshot_xmin(v_snap) >= v_f.seen_xmax THEN
         SELECT array_agg(b.id ORDER BY b.id) INTO v_ids
@@ -220,7 +225,8 @@ BEGIN
     UPDATE cryo.metric_fold
        SET folded_through = v_f.folded_through, seen_through = v_f.seen_through,
            seen_xmax = v_f.seen_xmax, next_through = v_f.next_through,
-           folded_at = cryo.now();
+           folded_at = cryo.now(),
+           queue_counted_at = CASE WHEN v_recount THEN cryo.now() ELSE v_f.queue_counted_at END;
     -- The artifact blobs' deltas.
     WITH gone AS (
         DELETE FROM cryo.metric_deltas RETURNING *
@@ -235,18 +241,21 @@ BEGIN
     ON CONFLICT (metric, org, project, label, label2)
     DO UPDATE SET n = c.n + excluded.n, total = c.total + excluded.total;
     -- The queue's depth, as this snapshot sees it (a series that emptied reads 0).
-    WITH fresh AS (
-        SELECT q.org, q.project, q.state, count(*) AS n FROM cryo.queue q GROUP BY 1, 2, 3
-    ), emptied AS (
-        UPDATE cryo.metric_counts c SET n = 0
-         WHERE c.metric = 'queue' AND c.n <> 0
-           AND NOT EXISTS (SELECT 1 FROM fresh f
-                            WHERE f.org = c.org AND f.project = c.project AND f.state = c.label)
-    )
-    INSERT INTO cryo.metric_counts AS c (metric, org, project, label, n)
-    SELECT 'queue', f.org, f.project, f.state, f.n FROM fresh f ORDER BY 2, 3, 4
-    ON CONFLICT (metric, org, project, label, label2)
-    DO UPDATE SET n = excluded.n WHERE c.n <> excluded.n;
+    IF v_recount THEN
+        WITH fresh AS (
+            SELECT q.org, q.project, q.state, count(*) AS n FROM cryo.queue q GROUP BY 1, 2, 3
+        ), emptied AS (
+            UPDATE cryo.metric_counts c SET n = 0
+             WHERE c.metric = 'queue' AND c.n <> 0
+               AND NOT EXISTS (SELECT 1 FROM fresh f
+                                WHERE f.org = c.org AND f.project = c.project
+                                  AND f.state = c.label)
+        )
+        INSERT INTO cryo.metric_counts AS c (metric, org, project, label, n)
+        SELECT 'queue', f.org, f.project, f.state, f.n FROM fresh f ORDER BY 2, 3, 4
+        ON CONFLICT (metric, org, project, label, label2)
+        DO UPDATE SET n = excluded.n WHERE c.n <> excluded.n;
+    END IF;
     -- A deleted project's series go with it (its runs' rows are gone too).
     DELETE FROM cryo.metric_counts c
      WHERE NOT EXISTS (SELECT 1 FROM cryo.projects p WHERE p.org = c.org AND p.slug = c.project)
@@ -254,8 +263,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
-COMMENT ON FUNCTION cryo.fold_metrics(integer) IS
-    'Folds up to p_limit history rows past the cursor in cryo.metric_fold into cryo.metric_counts (runs submitted and finished, queue latencies, claims lapsed, wakes), folds the artifact deltas, recounts the queue''s depth by state and drops the series of deleted projects; one replica at a time (the others return 0 at once). Returns how many history rows it folded. Raises CR230 for a batch size below 1.';
+COMMENT ON FUNCTION cryo.fold_metrics(integer, interval) IS
+    'Folds up to p_limit history rows past the cursor in cryo.metric_fold into cryo.metric_counts (runs submitted and finished, queue latencies, claims lapsed, wakes), folds the artifact deltas, recounts the queue''s depth by state when its last count (metric_fold.queue_counted_at) is p_recount_after old, and drops the series of deleted projects; one replica at a time (the others return 0 at once). Returns how many history rows it folded. Raises CR230 for a batch size below 1, CR231 for a NULL or negative recount interval.';
 
 -- Counts the history of runs about to be deleted that the fold has not reached (it
 -- would find those rows gone). Waits for a fold in progress, and holds the cursor until
@@ -280,53 +289,63 @@ $$;
 -- capability (as cryo.list_agents sees them), the capabilities the oldest pending runs
 -- of each org need (up to 1000 runs an org), and, with p_log_move_after (a log store is
 -- set), how many finished runs' logs wait to move (up to 10000).
+-- PL/pgSQL for its plan cache: planning this union costs ~10x executing it (1-11 ms
+-- against ~0.2 ms), and a SQL function's body is planned again on every call; here each
+-- pooled connection plans it once (a generic plan: the parameters are intervals compared
+-- with times, never an index's key, so no value would choose a better plan).
 CREATE OR REPLACE FUNCTION cryo.read_metrics(p_log_move_after interval DEFAULT NULL,
                                              p_gone_after interval DEFAULT '2 minutes')
 RETURNS TABLE (metric text, org text, project text, label text, label2 text,
                value double precision, total double precision)
-LANGUAGE sql STABLE AS $$
-    WITH agents AS MATERIALIZED (
-        SELECT o.slug AS org, a.state, a.build, a.capabilities
-          FROM cryo.orgs o CROSS JOIN LATERAL cryo.list_agents(o.slug, p_gone_after) a
-    )
-    SELECT m.metric, m.org, m.project, m.label, m.label2, sum(m.n)::double precision,
-           sum(m.total)
-      FROM (SELECT c.metric, c.org, c.project, c.label, c.label2, c.n, c.total
-              FROM cryo.metric_counts c
-            UNION ALL
-            SELECT d.metric, d.org, d.project, d.label, d.label2, d.n, d.total
-              FROM cryo.metric_deltas d) m
-     GROUP BY 1, 2, 3, 4, 5
-    UNION ALL
-    SELECT 'queue_oldest_pending_seconds', o.slug, '', '', '',
-           greatest(extract(epoch FROM cryo.now() - x.enqueued_at), 0)::double precision, 0
-      FROM cryo.orgs o
-      CROSS JOIN LATERAL (SELECT q.enqueued_at FROM cryo.queue q
-                           WHERE q.org = o.slug AND q.state = 'pending'
-                           ORDER BY q.enqueued_at LIMIT 1) x
-    UNION ALL
-    SELECT 'agents', a.org, '', a.state, coalesce(a.build, ''), count(*), 0
-      FROM agents a
-     GROUP BY a.org, a.state, a.build
-    UNION ALL
-    SELECT 'agent_capabilities', a.org, '', cap, '', count(*), 0
-      FROM agents a
-     CROSS JOIN LATERAL unnest(a.capabilities) cap
-     WHERE a.state IN ('idle', 'busy')
-     GROUP BY a.org, cap
-    UNION ALL
-    SELECT 'queue_pending_capability', o.slug, '', cap, '', count(*), 0
-      FROM cryo.orgs o
-      CROSS JOIN LATERAL (SELECT q.required_caps FROM cryo.queue q
-                           WHERE q.org = o.slug AND q.state = 'pending'
-                           ORDER BY q.enqueued_at LIMIT 1000) p
-      CROSS JOIN LATERAL unnest(p.required_caps) cap
-     WHERE cap <> 'graph'
-     GROUP BY o.slug, cap
-    UNION ALL
-    SELECT 'log_move_backlog', '', '', '', '', count(*), 0
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        WITH agents AS MATERIALIZED (
+            SELECT o.slug AS org, a.state, a.build, a.capabilities
+              FROM cryo.orgs o CROSS JOIN LATERAL cryo.list_agents(o.slug, p_gone_after) a
+        )
+        SELECT m.metric, m.org, m.project, m.label, m.label2, sum(m.n)::double precision,
+               sum(m.total)
+          FROM (SELECT c.metric, c.org, c.project, c.label, c.label2, c.n, c.total
+                  FROM cryo.metric_counts c
+                UNION ALL
+                SELECT d.metric, d.org, d.project, d.label, d.label2, d.n, d.total
+                  FROM cryo.metric_deltas d) m
+         GROUP BY 1, 2, 3, 4, 5
+        UNION ALL
+        SELECT 'queue_oldest_pending_seconds', o.slug, '', '', '',
+               greatest(extract(epoch FROM cryo.now() - x.enqueued_at), 0)::double precision, 0
+          FROM cryo.orgs o
+          CROSS JOIN LATERAL (SELECT q.enqueued_at FROM cryo.queue q
+                               WHERE q.org = o.slug AND q.state = 'pending'
+                               ORDER BY q.enqueued_at LIMIT 1) x
+        UNION ALL
+        SELECT 'agents', a.org, '', a.state, coalesce(a.build, ''), count(*), 0
+          FROM agents a
+         GROUP BY a.org, a.state, a.build
+        UNION ALL
+        SELECT 'agent_capabilities', a.org, '', cap, '', count(*), 0
+          FROM agents a
+         CROSS JOIN LATERAL unnest(a.capabilities) cap
+         WHERE a.state IN ('idle', 'busy')
+         GROUP BY a.org, cap
+        UNION ALL
+        SELECT 'queue_pending_capability', o.slug, '', cap, '', count(*), 0
+          FROM cryo.orgs o
+          CROSS JOIN LATERAL (SELECT q.required_caps FROM cryo.queue q
+                               WHERE q.org = o.slug AND q.state = 'pending'
+                               ORDER BY q.enqueued_at LIMIT 1000) p
+          CROSS JOIN LATERAL unnest(p.required_caps) cap
+         WHERE cap <> 'graph'
+         GROUP BY o.slug, cap;
+    RETURN QUERY
+    SELECT 'log_move_backlog'::text, ''::text, ''::text, ''::text, ''::text,
+           count(*)::double precision, 0::double precision
       FROM cryo.logs_to_archive(p_log_move_after, 10000)
-     WHERE p_log_move_after IS NOT NULL
+     WHERE p_log_move_after IS NOT NULL;
+END
 $$;
 COMMENT ON FUNCTION cryo.read_metrics(interval, interval) IS
     'Returns every metric series the database holds as (metric, org, project, label, label2, value, total): counters and the queue depth as of the last cryo.fold_metrics, queue_oldest_pending_seconds per org, agents by state and build, agent_capabilities of live agents, queue_pending_capability (of up to 1000 oldest pending runs an org), and log_move_backlog (up to 10000; only with p_log_move_after). A read: changes nothing. Raises nothing.';

@@ -4,7 +4,9 @@ request latency from the process, labelled by route template, never by a raw pat
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import datetime as dt
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,9 +17,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from cryopg import engine
+from cryopg.db import translated
+from cryopg.errors import BadQueueRecount
 from cryopg.seal import MasterKey, generate_master_key, parse_master_key
 from cryopg.server.app import build_app
 from cryopg.server.config import ServerConfig
+from cryopg.server.metrics import database_part
 from tests.server.conftest import CLAIM_SECONDS, Server, _bootstrap
 
 TOKEN = "scrape-secret-1"
@@ -53,7 +58,7 @@ async def _fold(srv: Server) -> None:
     """What two ticks' folds do: the third fold finds every history row final."""
     async with await srv.connect() as conn:
         for _ in range(3):
-            await engine.fold_metrics(conn)
+            await engine.fold_metrics(conn, dt.timedelta(0))
 
 
 async def _scrape(srv: Server) -> list[tuple[str, dict[str, str], float]]:
@@ -98,7 +103,7 @@ async def test_runs_queue_and_latencies_come_from_the_database(msrv: Server) -> 
     assert _value(s, "cryopg_agents_live_capability", org="dev", capability="shell") == 1
     # everything is folded: another fold counts nothing twice
     async with await msrv.connect() as conn:
-        assert await engine.fold_metrics(conn) == 0
+        assert await engine.fold_metrics(conn, dt.timedelta(0)) == 0
     again = await _scrape(msrv)
     for name, labels in (("cryopg_runs_submitted_total", {"kind": "script"}),
                          ("cryopg_queue_runs", {"state": "pending"}),
@@ -126,6 +131,104 @@ async def test_lapsed_claims_and_wakes_are_counted(msrv: Server) -> None:
     assert _value(s, "cryopg_wakes_total", cause="timer_fired") == 1
     assert _value(s, "cryopg_queue_runs", state="pending") == 1
     assert _value(s, "cryopg_queue_runs", state="parked") == 0
+
+
+async def test_a_lease_granted_at_once_is_no_wake_but_one_handed_over_is(
+        msrv: Server) -> None:
+    first, second = await msrv.submit(), await msrv.submit()
+    holder, waiter = await msrv.claim_run(first), await msrv.claim_run(second)
+    lock = {"path": "lock/deploy/0", "ordinal": 0, "group": "deploy"}
+    assert (await msrv.in_run(holder, "locks/acquire", **lock)).ok() == {"granted": True}
+    assert (await msrv.in_run(waiter, "locks/acquire", **lock)).ok() == {"granted": False}
+    s = await _scrape(msrv)
+    assert _value(s, "cryopg_wakes_total", cause="lease_granted") == 0
+    assert (await msrv.in_run(holder, "locks/release", group="deploy")).ok() == {
+        "released": True}
+    assert await msrv.status(second) == "pending"
+    s = await _scrape(msrv)
+    assert _value(s, "cryopg_wakes_total", cause="lease_granted") == 1
+    assert _value(s, "cryopg_wakes_total") == 1
+
+
+async def test_the_queue_depth_is_recounted_when_its_count_is_old(msrv: Server) -> None:
+    async with await msrv.connect() as conn:
+        await engine.fold_metrics(conn, dt.timedelta(0))  # counted: empty
+        await msrv.submit()
+        await engine.fold_metrics(conn, dt.timedelta(hours=1))  # counted just now: kept
+        s = _samples((await msrv.request("GET", "/metrics", token=TOKEN)).text)
+        assert _value(s, "cryopg_queue_runs", state="pending") == 0
+        await conn.execute("SELECT set_config('cryo.fake_now', "
+                           "(now() + interval '2 hours')::text, false)")
+        await engine.fold_metrics(conn, dt.timedelta(hours=1))  # an hour old: recounted
+        s = _samples((await msrv.request("GET", "/metrics", token=TOKEN)).text)
+        assert _value(s, "cryopg_queue_runs", state="pending") == 1
+        with pytest.raises(BadQueueRecount), translated():
+            await engine.fold_metrics(conn, dt.timedelta(seconds=-1))
+
+
+class _Clock:
+    """A monotonic clock the test moves by hand (no sleeping past a window)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _cached_server(dsn: str, tmp_path: Path, window: float,
+                         ) -> tuple[TestClient, Server, _Clock]:
+    tokens = await _bootstrap(dsn)
+    app = build_app(_config(dsn, metrics_token=TOKEN, metrics_cache_seconds=window))
+    clock = _Clock()
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    database_part(app).clock = clock
+    return client, Server(client, dsn, tokens, tmp_path), clock
+
+
+async def _submitted(srv: Server) -> float:
+    reply = await srv.request("GET", "/metrics", token=TOKEN)
+    assert reply.status == 200, reply.text
+    return _value(_samples(reply.text), "cryopg_runs_submitted_total", kind="script")
+
+
+async def test_scrapes_within_the_cache_window_share_one_database_read(
+        dsn: str, tmp_path: Path) -> None:
+    client, srv, clock = await _cached_server(dsn, tmp_path, window=60.0)
+    try:
+        part = database_part(client.app)
+        # scrapes that arrive together wait for one read
+        got = await asyncio.gather(*(_submitted(srv) for _ in range(4)))
+        assert got == [0, 0, 0, 0]
+        assert part.reads == 1
+        # a run counted meanwhile is not seen inside the window: the part is reused
+        await srv.submit("echo hi\n")
+        await _fold(srv)
+        clock.now += 59.0
+        assert await _submitted(srv) == 0
+        assert part.reads == 1
+        # past the window, a new read sees it
+        clock.now += 2.0
+        assert await _submitted(srv) == 1
+        assert part.reads == 2
+        assert await _submitted(srv) == 1
+        assert part.reads == 2
+    finally:
+        await client.close()
+
+
+async def test_a_cache_window_of_zero_reads_on_every_scrape(dsn: str, tmp_path: Path) -> None:
+    client, srv, _ = await _cached_server(dsn, tmp_path, window=0.0)
+    try:
+        part = database_part(client.app)
+        assert await _submitted(srv) == 0
+        await srv.submit("echo hi\n")
+        await _fold(srv)
+        assert await _submitted(srv) == 1
+        assert part.reads == 2
+    finally:
+        await client.close()
 
 
 def _free_port() -> int:
