@@ -170,6 +170,20 @@ class BadFoldBatch(CryoError):
     code, http_status = "bad_fold_batch", 400
 
 
+class BadRunOrder(CryoError):
+    """(CR236) The runs search was given an order other than started, ended, duration,
+    status or workflow (with an optional leading - for descending)."""
+
+    code, http_status = "bad_run_order", 400
+
+
+class BadInputDigests(CryoError):
+    """(CR237) A run's input digests for the search were more than 256, or not 32-byte
+    SHA-256 digests."""
+
+    code, http_status = "bad_input_digests", 400
+
+
 class ArtifactStoreUnavailable(CryoError):
     """The artifact store (its bucket and endpoint, or directory, named in the message)
     did not answer within CRYOPG_ARTIFACTS_STORE_TIMEOUT, refused the connection or
@@ -258,6 +272,8 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR208": ConnectionWithheld,
     "CR190": BadTraceparent,
     "CR230": BadFoldBatch,
+    "CR236": BadRunOrder,
+    "CR237": BadInputDigests,
 }
 
 

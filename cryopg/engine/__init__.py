@@ -111,6 +111,7 @@ from cryopg.engine.metrics import (
 )
 from cryopg.engine.operators import (
     count_runs,
+    index_run_input,
     reject_node,
     rerun_run,
     rerun_run_with_input,
@@ -303,6 +304,7 @@ __all__ = [
     "list_agents",
     "reject_node",
     "count_runs",
+    "index_run_input",
     "rerun_run",
     "rerun_run_with_input",
     "search_runs",

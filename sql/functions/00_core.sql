@@ -224,7 +224,9 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR207', 'connection_secret_missing', 'the connection names a project secret the project does not have'),
         ('CR208', 'connection_withheld', 'an untrusted run named a connection that carries a credential'),
         ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
-        ('CR230', 'bad_fold_batch', 'cryo.fold_metrics was given a batch size below 1')
+        ('CR230', 'bad_fold_batch', 'cryo.fold_metrics was given a batch size below 1'),
+        ('CR236', 'bad_run_order', 'the runs search was given an order other than started, ended, duration, status or workflow (with an optional leading - for descending)'),
+        ('CR237', 'bad_input_digests', 'a run''s input digests for the search were more than 256, or not 32-byte SHA-256 digests')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

@@ -13,6 +13,7 @@ import { runsPage } from "./runs.js";
 import { editorPage } from "./editor/page.js";
 import { S, loadCookieSession, signOut } from "./session.js";
 import { handlersPage, schedulesPage, webhooksPage, workflowPage, workflowsPage } from "./triggers.js";
+import { wireTzSwitch } from "./time.js";
 
 // First path segment -> page. `admin: true` pages are hidden from (and refused to) others,
 // as the API refuses them.
@@ -104,4 +105,5 @@ export async function route() {
 
 hooks.signedOut = route;
 window.addEventListener("hashchange", route);
+wireTzSwitch(route);  // UTC or local: the page is drawn again in the zone chosen
 route();

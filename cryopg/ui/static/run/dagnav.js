@@ -1,6 +1,7 @@
 // Zoom, pan and fit for the DAG view, and a minimap from MINIMAP_AT nodes. Zoom scales the
 // <svg> (its viewBox stays), so the box's own scrollbars pan; dragging the background pans
-// too, Ctrl/⌘ + wheel zooms at the pointer, and a click on the minimap moves there.
+// too, Ctrl/⌘ + wheel zooms at the pointer, and a click on the minimap moves there. The
+// view's rectangle goes to the drawing once a frame (a culled graph draws only that).
 import { el } from "../dom.js";
 
 export const MINIMAP_AT = 500;
@@ -16,7 +17,21 @@ export function dagNav(wrap) {
     el("button", { type: "button", id: "dag-zoom-in", "aria-label": "zoom in", onclick: () => zoomTo(step(1)) }, "+"),
     el("button", { type: "button", id: "dag-fit", onclick: () => fit() }, "Fit"),
     el("button", { type: "button", id: "dag-actual", onclick: () => zoomTo(1) }, "100%"), level, map);
-  let svg = null, w = 0, h = 0, z = 1, pos = null;
+  let svg = null, w = 0, h = 0, z = 1, pos = null, onView = null, dots = null, frame = 0;
+
+  // What the box shows, in graph coordinates, told once a frame to whoever draws (a
+  // culled graph draws only that), and the minimap's frame.
+  function changed() {
+    if (frame) return;
+    frame = requestAnimationFrame(() => {
+      frame = 0;
+      drawMap();
+      if (onView && wrap.clientWidth) {
+        onView({ x0: wrap.scrollLeft / z, y0: wrap.scrollTop / z, x1: (wrap.scrollLeft + wrap.clientWidth) / z,
+                 y1: (wrap.scrollTop + wrap.clientHeight) / z, z });
+      }
+    });
+  }
 
   function step(d) {
     const i = STEPS.findIndex((s) => s >= z - 1e-6);
@@ -33,22 +48,28 @@ export function dagNav(wrap) {
     wrap.scrollLeft = gx * z - px;
     wrap.scrollTop = gy * z - py;
     level.textContent = `${Math.round(z * 100)}%`;
-    drawMap();
+    changed();
   }
   function fit() {
     const boxH = Math.max(wrap.clientHeight, window.innerHeight * 0.7 - 20);
     zoomTo(Math.min(1, (wrap.clientWidth - 4) / w, (boxH - 4) / h), 0, 0);
     wrap.scrollLeft = 0; wrap.scrollTop = 0;
-    drawMap();
+    changed();
   }
 
   function drawMap() {
     if (map.hidden || !pos) return;
     const ctx = map.getContext("2d");
     const s = Math.min(MAP_W / w, MAP_H / h);
+    if (!dots) {  // the nodes are drawn once per graph, then copied each frame
+      dots = document.createElement("canvas");
+      dots.width = MAP_W; dots.height = MAP_H;
+      const d = dots.getContext("2d");
+      d.fillStyle = "#9aa3b2";
+      for (const p of Object.values(pos)) d.fillRect(p.x * s - 1.5, p.y * s - 1, 3, 2);
+    }
     ctx.clearRect(0, 0, MAP_W, MAP_H);
-    ctx.fillStyle = "#9aa3b2";
-    for (const p of Object.values(pos)) ctx.fillRect(p.x * s - 1.5, p.y * s - 1, 3, 2);
+    ctx.drawImage(dots, 0, 0);
     ctx.strokeStyle = "#2456c7"; ctx.lineWidth = 1.5;
     ctx.strokeRect(wrap.scrollLeft / z * s, wrap.scrollTop / z * s, wrap.clientWidth / z * s, wrap.clientHeight / z * s);
   }
@@ -57,7 +78,7 @@ export function dagNav(wrap) {
     const gx = (ev.clientX - r.left) / s, gy = (ev.clientY - r.top) / s;
     wrap.scrollLeft = gx * z - wrap.clientWidth / 2;
     wrap.scrollTop = gy * z - wrap.clientHeight / 2;
-    drawMap();
+    changed();
   });
 
   // Drag on the background pans; a press on a node is a pick, left alone.
@@ -79,13 +100,14 @@ export function dagNav(wrap) {
     const r = wrap.getBoundingClientRect();
     zoomTo(z * (ev.deltaY < 0 ? 1.15 : 1 / 1.15), ev.clientX - r.left, ev.clientY - r.top);
   }, { passive: false });
-  wrap.addEventListener("scroll", () => drawMap());
+  wrap.addEventListener("scroll", changed);
+  new ResizeObserver(changed).observe(wrap);  // also when the hidden tab first shows
 
   return {
     el: bar,
     // A new drawing: its size and node positions; zoom carries over.
-    attach(drawnSvg, width, height, positions) {
-      svg = drawnSvg; w = width || 1; h = height || 1; pos = positions;
+    attach(drawnSvg, width, height, positions, viewChanged = null) {
+      svg = drawnSvg; w = width || 1; h = height || 1; pos = positions; onView = viewChanged; dots = null;
       map.hidden = Object.keys(pos || {}).length < MINIMAP_AT;
       zoomTo(z, 0, 0);
     },
