@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.e2e.conftest import Split
-from tests.e2e.helpers import finished, http, script, submit, token
+from tests.e2e.helpers import finished, http, script, submit, token, wait_for
 from tests.ui.conftest import _page, login_url
 
 API = "/api/v1/orgs/dev/projects/default"
@@ -22,7 +22,19 @@ def _ids(page: Page) -> list[str]:
         "rows => rows.map(r => r.dataset.run)")
 
 
-def test_runs_sort_by_column_across_pages_and_rerun_several(split: Split, page: Page) -> None:
+def _expect_ids(page: Page, want: list[str]) -> None:
+    """The list's rows, once it shows them (a live update may be redrawing it)."""
+    wait_for(f"rows {want}", lambda: _ids(page) == want, timeout=20)
+
+
+@pytest.fixture
+def viewer_page(browser: Browser) -> Iterator[Page]:
+    """A second browser, signed in as a Viewer (its own session)."""
+    yield from _page(browser)
+
+
+def test_runs_sort_by_column_across_pages_and_rerun_several(split: Split, page: Page,
+                                                           viewer_page: Page) -> None:
     split.agent("sort-agent")
     # Submitted mid, last, first: newest first is first, last, mid; by workflow a, b, c.
     mid = submit(split, script(split.dir, "srt-b.sh", "#!/usr/bin/env bash\necho b\n"))
@@ -34,24 +46,25 @@ def test_runs_sort_by_column_across_pages_and_rerun_several(split: Split, page: 
     expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
     page.goto(f"{split.url}/#/runs?match=srt-")
     expect(page.locator("#runs-body tr[data-run]")).to_have_count(3)
-    assert _ids(page) == [first, last, mid]
+    _expect_ids(page, [first, last, mid])
     head = page.locator("#runs th", has=page.locator("#sort-workflow"))
     expect(head).to_have_attribute("aria-sort", "none")
     page.click("#sort-workflow")
     expect(page.locator("#sort-workflow")).to_have_text("Workflow ▲")
     assert "sort=workflow" in page.url
     expect(head).to_have_attribute("aria-sort", "ascending")
-    assert _ids(page) == [first, mid, last]
+    _expect_ids(page, [first, mid, last])
     page.click("#sort-workflow")
     expect(page.locator("#sort-workflow")).to_have_text("Workflow ▼")
-    assert _ids(page) == [last, mid, first]
+    _expect_ids(page, [last, mid, first])
     page.click("#sort-status")  # failed before succeeded; then by id
     expect(page.locator("#sort-status")).to_have_text("Status ▲")
-    assert _ids(page)[0] == last
+    wait_for("the failed run first", lambda: _ids(page)[:1] == [last], timeout=20)
     page.click("#sort-ended")  # a time: the latest end first
     expect(page.locator("#sort-ended")).to_have_text("Ended ▼")
-    ends = [finished(split, r)["finished_at"] for r in _ids(page)]
-    assert ends == sorted(ends, reverse=True)
+    by_end = sorted((first, mid, last), key=lambda r: finished(split, r)["finished_at"],
+                    reverse=True)
+    _expect_ids(page, by_end)
 
     # Server-side: pages of two keep the order, for either direction and the plain list.
     for order, want in (("workflow", [first, mid, last]), ("-workflow", [last, mid, first])):
@@ -92,7 +105,7 @@ def test_runs_sort_by_column_across_pages_and_rerun_several(split: Split, page: 
 
     # A Viewer: no checkboxes, no bulk buttons, and the server refuses a re-run.
     viewer = token(split.dsn, "user", member="vera", role="viewer")
-    page.evaluate("sessionStorage.clear()")
+    page = viewer_page
     page.goto(login_url(split, viewer))
     expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
     page.goto(f"{split.url}/#/runs?match=srt-&sort=workflow")

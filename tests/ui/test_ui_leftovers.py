@@ -6,11 +6,12 @@ as its heading and the tab's title."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 from playwright.sync_api import Page, expect
 
 from tests.e2e.conftest import Split
-from tests.e2e.helpers import finished, http, script, submit
+from tests.e2e.helpers import finished, script, submit
 from tests.ui.conftest import login_url
 
 API = "/api/v1/orgs/dev/projects/default"
@@ -24,9 +25,11 @@ def test_graph_run_log_lines_have_times(split: Split, page: Page) -> None:
     rid = submit(split, script(split.dir, "timed.json", json.dumps(doc)))
     finished(split, rid)
     # The API: one JSON line per chunk, prefixed lines, with the time it was stored.
-    status, raw = http(f"{split.url}{API}/runs/{rid}/logs?times=1", split.user_token)
-    assert status == 200
-    rows = [json.loads(line) for line in raw.decode().splitlines()]
+    req = urllib.request.Request(f"{split.url}{API}/runs/{rid}/logs?times=1",
+                                 headers={"Authorization": f"Bearer {split.user_token}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.headers["Content-Type"].startswith("application/x-ndjson")
+        rows = [json.loads(line) for line in resp.read().decode().splitlines()]
     said = [r for r in rows if "[hello] hi-there" in r["text"]]
     assert said and said[0]["at"] and said[0]["id"] > 0, rows
     page.goto(login_url(split))

@@ -57,7 +57,7 @@ export async function runsPage(main, q, ctl) {
   const total = el("span", { class: "muted", id: "runs-total", role: "status" });
   const selected = new Map();  // run id -> status when ticked
   const bulkMsg = el("span", { class: "muted", id: "bulk-msg", role: "status" });
-  const live = () => [...selected].filter(([, st]) => LIVE.has(st)).map(([id]) => id);
+  const liveIds = () => [...selected].filter(([, st]) => LIVE.has(st)).map(([id]) => id);
   const again = el("button", { id: "rerun-selected", disabled: true, onclick: async () => {
     const ids = [...selected.keys()];
     if (!confirm(`Run ${ids.length} run(s) again with the same input?`)) return;
@@ -71,7 +71,7 @@ export async function runsPage(main, q, ctl) {
     selected.clear(); syncBulk(); load();
   } }, "Re-run selected");
   const bulk = el("button", { class: "danger", id: "cancel-selected", disabled: true, onclick: async () => {
-    const ids = live();
+    const ids = liveIds();
     if (!confirm(`Cancel ${ids.length} run(s)?`)) return;
     const got = await Promise.allSettled(ids.map((id) =>
       api(projectPath(`/runs/${encodeURIComponent(id)}/cancel`), { method: "POST", body: {} })));
@@ -80,7 +80,7 @@ export async function runsPage(main, q, ctl) {
     selected.clear(); syncBulk(); load();
   } }, "Cancel selected");
   const syncBulk = () => {
-    const n = live().length;
+    const n = liveIds().length;
     bulk.disabled = n === 0; bulk.textContent = `Cancel selected (${n})`;
     again.disabled = selected.size === 0; again.textContent = `Re-run selected (${selected.size})`;
   };
@@ -164,7 +164,7 @@ export async function runsPage(main, q, ctl) {
     // The total under these filters, beside the page (a read of its own, never holding the page up).
     const cq = query({}); cq.delete("limit"); cq.delete("top"); cq.delete("sort");
     api(projectPath(`/run-count?${cq}`), { signal: ctl.signal })
-      .then((got) => { total.textContent = `${got.total} run${got.total === 1 ? "" : "s"}`; }, () => {});
+      .then((got) => { if (got) total.textContent = `${got.total} run${got.total === 1 ? "" : "s"}`; }, () => {});
     if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "No runs.")));
     const keep = new URLSearchParams(FILTERS.filter((k) => f[k]).map((k) => [k, f[k]]));
     const next = new URLSearchParams(keep); if (page.next) next.set("before", page.next);

@@ -71,8 +71,8 @@ export function logView({ base, filename, ranges = true, lineHref = null }) {
   }
 
   // id, off: the chunk the text is from and where in it the text starts (line links).
-  function appendText(text, at, id = 0, off = 0) {
-    const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+  function appendText(text, at, id = 0, off = 0, bulk = false) {
+    const stick = !bulk && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
     const frag = document.createDocumentFragment();
     for (const part of text.split(/(?<=\n)/)) {
       if (atLineStart && links && id) frag.append(lineLink(lineHref(`${id}.${off}`)));
@@ -222,10 +222,13 @@ export function logView({ base, filename, ranges = true, lineHref = null }) {
     // The whole log at once (a graph's): text, or chunks [{text, at}] whose lines show
     // their time with the timestamps toggle.
     setText(text) {
+      // One read of layout for the lot, not one per chunk.
+      const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
       pre.replaceChildren(); kept = 0; atLineStart = true; target = pre;
       const chunks = Array.isArray(text) ? text : text ? [{ text, at: null }] : [];
-      for (const c of chunks) if (c.text) appendText(c.text, c.at ? new Date(c.at) : null);
+      for (const c of chunks) if (c.text) appendText(c.text, c.at ? new Date(c.at) : null, 0, 0, true);
       if (!chunks.some((c) => c.text)) empty.hidden = false;
+      else if (stick) pre.scrollTop = pre.scrollHeight;
     },
   };
 }
