@@ -5,6 +5,7 @@ around (run/logpages.js)."""
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 from playwright.sync_api import Page, expect
 
@@ -25,7 +26,7 @@ def test_log_line_links_open_the_run_at_that_line(split: Split, page: Page) -> N
     expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
     page.goto(f"{split.url}/#/run/{run_id}")
     expect(page.locator("#log")).to_contain_text(f"chunk {MB_CHUNKS - 1} end", timeout=20_000)
-    shape = re.compile(r"^#/run/" + re.escape(run_id) + r"\?line=\d+\.\d+$")
+    shape = re.compile(r"^#/run/" + re.escape(quote(run_id, safe="")) + r"\?line=\d+\.\d+$")
     # The live window: the last line's link (the one before the last line's text).
     last = page.evaluate("""() => {
         const links = [...document.querySelectorAll('#log a.ln')];

@@ -80,17 +80,18 @@ export async function runPage(main, runId, ctl, q = new URLSearchParams()) {
     try {
       run = await api(base, { signal: ctl.signal });
       await renderAll();
-  const line = /^(\d+)\.(\d+)$/.exec(q.get("line") || "");
-  if (line && !isGraph) {
-    log.el.scrollIntoView();
-    log.openLine(Number(line[1]), Number(line[2]));
-  }
       if (isGraph) graphLog();
     } catch (_) { /* the next push retries */ }
     busy = false;
     if (again) { again = false; refresh(); }
   }
   await renderAll();
+  // A log line's link: the log opens at that line (the ranges around it), highlighted.
+  const line = /^(\d+)\.(\d+)$/.exec(q.get("line") || "");
+  if (line && !isGraph) {
+    log.el.scrollIntoView();
+    log.openLine(Number(line[1]), Number(line[2]));
+  }
 
   // A graph's log is its node jobs' logs, each line prefixed [node]; read beside the
   // page's refreshes, never holding them up.
