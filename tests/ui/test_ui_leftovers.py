@@ -11,7 +11,7 @@ import urllib.request
 from playwright.sync_api import Page, expect
 
 from tests.e2e.conftest import Split
-from tests.e2e.helpers import finished, script, submit
+from tests.e2e.helpers import finished, http, script, submit
 from tests.ui.conftest import login_url
 
 API = "/api/v1/orgs/dev/projects/default"
@@ -76,4 +76,34 @@ def test_canvas_places_new_nodes_inside_the_board_and_titles_the_saved_graph(
     expect(page.locator("#save-status")).to_have_text("saved as placed")
     expect(page.locator("h1")).to_have_text("placed canvas")
     assert page.title() == "placed · canvas · cryopg"
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_runs_found_by_a_value_of_their_sealed_input(split: Split, page: Page) -> None:
+    """`cryopg submit --input` seals the input; the search finds the run by one of its
+    values (a keyed digest of each, stored at submit), exactly, never by a piece of one,
+    and never an untrusted run's."""
+    body = "#!/usr/bin/env bash\necho hi\n"
+    sealed = submit(split, script(split.dir, "inp.sh", body), "--input",
+                    '{"env": "Moon-Base", "n": 42, "tags": ["blue"]}')
+    untrusted = submit(split, script(split.dir, "inp2.sh", body), "--untrusted", "--input",
+                       '{"env": "moon-base"}')
+    other = submit(split, script(split.dir, "inp3.sh", body), "--input", '{"env": "mars"}')
+    page.goto(login_url(split))
+    expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
+    for q in ("moon-base", "MOON-BASE", "42", "blue"):
+        page.goto(f"{split.url}/#/runs?q={q}")
+        expect(page.locator("#runs-body tr[data-run]")).to_have_count(1)
+        expect(page.locator(f'tr[data-run="{sealed}"]')).to_be_visible()
+        expect(page.locator("#runs-total")).to_have_text("1 run")
+    for q in ("moon", "ase"):  # a piece of a value finds nothing: only its digest is kept
+        page.goto(f"{split.url}/#/runs?q={q}")
+        expect(page.locator("#runs-body")).to_contain_text("No runs.")
+    # Run again with the same input: found by it too; the untrusted run never is.
+    status, again = http(f"{split.url}{API}/runs/{sealed}/run-again", split.user_token, "POST", {})
+    assert status == 201, again
+    status, got = http(f"{split.url}{API}/runs?q=moon-base&limit=50", split.user_token)
+    ids = {r["id"] for r in got["runs"]}
+    assert status == 200 and ids == {sealed, again["id"]}, got
+    assert untrusted not in ids and other not in ids
     assert page.errors == []  # type: ignore[attr-defined]
