@@ -181,6 +181,18 @@ class BadQueueRecount(CryoError):
     """(CR231) cryo.fold_metrics was given a NULL or negative queue recount interval."""
 
     code, http_status = "bad_queue_recount", 400
+class BadRunOrder(CryoError):
+    """(CR236) The runs search was given an order other than started, ended, duration,
+    status or workflow (with an optional leading - for descending)."""
+
+    code, http_status = "bad_run_order", 400
+
+
+class BadInputDigests(CryoError):
+    """(CR237) A run's input digests for the search were more than 256, or not 32-byte
+    SHA-256 digests."""
+
+    code, http_status = "bad_input_digests", 400
 
 
 class ArtifactStoreUnavailable(CryoError):
@@ -327,6 +339,8 @@ BY_SQLSTATE: dict[str, type[CryoError]] = {
     "CR242": TriggerOwned,
     "CR210": FanOutTooLarge,
     "CR231": BadQueueRecount,
+    "CR236": BadRunOrder,
+    "CR237": BadInputDigests,
 }
 
 

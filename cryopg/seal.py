@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from cryopg.errors import InvalidArgument, Unreadable
 
@@ -131,6 +133,12 @@ class Sealer:
         """A keyed hash of a clear text (a workflow's source): the database can tell two
         sealed texts apart by it, and learn nothing of either."""
         return self.keyed_digest("text", text)
+
+    def derive(self, purpose: bytes) -> bytes:
+        """A 32-byte key for another use than sealing (HKDF-SHA256 of the org's data key),
+        one per purpose: it says nothing of the data key or of another purpose's key."""
+        return HKDF(algorithm=SHA256(), length=32, salt=None,
+                    info=b"cryopg|" + self.org.encode() + b"|" + purpose).derive(self._key)
 
 
 class OrgSealers(Protocol):

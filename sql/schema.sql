@@ -149,6 +149,7 @@ CREATE TABLE cryo.runs (
     timeout_s double precision,
     deadline_at timestamp with time zone,
     priority integer DEFAULT 0 NOT NULL,
+    input_hashes bytea[],
     CONSTRAINT runs_kind_check CHECK ((kind = ANY (ARRAY['script'::text, 'graph'::text]))),
     CONSTRAINT runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'pending'::text, 'running'::text, 'parked'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'unreadable'::text])))
 )
@@ -318,6 +319,20 @@ BEGIN
     END IF;
 END
 $$;
+
+CREATE FUNCTION cryo._check_run_order(p_order text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_order IS NOT NULL AND ltrim(p_order, '-') NOT IN ('started', 'ended', 'duration', 'status', 'workflow')
+       OR p_order LIKE '--%' THEN
+        RAISE EXCEPTION 'unknown runs order %: use started, ended, duration, status or workflow, with a leading - for descending', p_order
+            USING ERRCODE = 'CR236';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION cryo._check_run_order(p_order text) IS 'Checks a runs-list order. Raises CR236 unless it is NULL or one of started, ended, duration, status, workflow with an optional leading -.';
 
 CREATE FUNCTION cryo._check_sha256(p_sha256 text, p_size bigint) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -3207,6 +3222,21 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION cryo._run_sort_key(p_order text, p_created timestamp with time zone, p_started timestamp with time zone, p_finished timestamp with time zone, p_status text, p_name text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE ltrim(p_order, '-')
+        WHEN 'started' THEN to_char(coalesce(p_started, p_created) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')
+        WHEN 'ended' THEN coalesce(to_char(p_finished AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), '~')
+        WHEN 'duration' THEN CASE WHEN p_started IS NULL THEN ''
+            ELSE lpad(floor(extract(epoch FROM coalesce(p_finished, now()) - p_started) * 1000)::bigint::text, 15, '0') END
+        WHEN 'status' THEN p_status
+        WHEN 'workflow' THEN lower(coalesce(p_name, ''))
+    END
+$$;
+
+COMMENT ON FUNCTION cryo._run_sort_key(p_order text, p_created timestamp with time zone, p_started timestamp with time zone, p_finished timestamp with time zone, p_status text, p_name text) IS 'Returns the text a run sorts by under a runs-list order (started, ended, duration, status, workflow; a leading - is ignored), compared bytewise; NULL for no order. Raises nothing.';
+
 CREATE FUNCTION cryo._run_untrusted(p_run_id text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$
@@ -4352,7 +4382,7 @@ $$;
 
 COMMENT ON FUNCTION cryo.connection_for_run(p_run_id text, p_name text) IS 'Returns the connection a connector node of run p_run_id names, from the run''s project. Raises CR206 when there is none, CR207 when its secret is gone, CR208 when the run is untrusted and the connection has a credential.';
 
-CREATE FUNCTION cryo.count_runs(p_org text, p_project text, p_search boolean, p_text text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_match text DEFAULT NULL::text, p_trigger text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_parent text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION cryo.count_runs(p_org text, p_project text, p_search boolean, p_text text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_match text DEFAULT NULL::text, p_trigger text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_parent text DEFAULT NULL::text, p_input_hash bytea DEFAULT NULL::bytea) RETURNS bigint
     LANGUAGE sql STABLE
     AS $$
     WITH pat AS (
@@ -4372,10 +4402,11 @@ CREATE FUNCTION cryo.count_runs(p_org text, p_project text, p_search boolean, p_
        AND (p_until IS NULL OR r.created_at < p_until)
        AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
             OR r.input_clear::text ILIKE pat.t
+            OR (p_input_hash IS NOT NULL AND p_input_hash = ANY (r.input_hashes))
             OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
 $$;
 
-COMMENT ON FUNCTION cryo.count_runs(p_org text, p_project text, p_search boolean, p_text text, p_status text, p_workflow text, p_match text, p_trigger text, p_since timestamp with time zone, p_until timestamp with time zone, p_parent text) IS 'Returns how many runs of the project match the runs list''s filters: with p_search those of cryo.search_runs (children included), else those of cryo.list_runs_page (top-level runs or p_parent''s children, status, exact workflow). Raises nothing.';
+COMMENT ON FUNCTION cryo.count_runs(p_org text, p_project text, p_search boolean, p_text text, p_status text, p_workflow text, p_match text, p_trigger text, p_since timestamp with time zone, p_until timestamp with time zone, p_parent text, p_input_hash bytea) IS 'Returns how many runs of the project match the runs list''s filters: with p_search those of cryo.search_runs (children included; p_input_hash as there), else those of cryo.list_runs_page (top-level runs or p_parent''s children, status, exact workflow). Raises nothing.';
 
 CREATE FUNCTION cryo.create_connection(p_org text, p_project text, p_name text, p_base_url text, p_auth text, p_secret text DEFAULT NULL::text, p_username text DEFAULT NULL::text, p_header text DEFAULT NULL::text, p_headers jsonb DEFAULT '{}'::jsonb, p_replace boolean DEFAULT false) RETURNS boolean
     LANGUAGE plpgsql
@@ -4900,7 +4931,9 @@ CREATE FUNCTION cryo.error_codes() RETURNS TABLE(code text, name text, meaning t
         ('CR215', 'run_timed_out', 'the run passed its deadline and was failed with exit code 124; its agent stops the job'),
         ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
         ('CR210', 'fan_out_too_large', 'a graph''s fan_out has more items than the deployment allows (CRYOPG_GRAPH_FAN_OUT_MAX)'),
-        ('CR231', 'bad_queue_recount', 'cryo.fold_metrics was given a NULL or negative queue recount interval')
+        ('CR231', 'bad_queue_recount', 'cryo.fold_metrics was given a NULL or negative queue recount interval'),
+        ('CR236', 'bad_run_order', 'the runs search was given an order other than started, ended, duration, status or workflow (with an optional leading - for descending)'),
+        ('CR237', 'bad_input_digests', 'a run''s input digests for the search were more than 256, or not 32-byte SHA-256 digests')
 $$;
 
 COMMENT ON FUNCTION cryo.error_codes() IS 'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';
@@ -5954,6 +5987,23 @@ $$;
 
 COMMENT ON FUNCTION cryo.graph_yield(p_run_id text, p_token uuid) IS 'Ends a driver''s turn on a graph run that has more to do: the run is pending again at once, behind those already waiting. Returns nothing. Raises CR002 for a stale token.';
 
+CREATE FUNCTION cryo.index_run_input(p_run_id text, p_hashes bytea[]) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_hashes IS NOT NULL AND (cardinality(p_hashes) > 256
+            OR EXISTS (SELECT 1 FROM unnest(p_hashes) h WHERE h IS NULL OR length(h) <> 32)) THEN
+        RAISE EXCEPTION 'input digests are at most 256 SHA-256 digests of 32 bytes'
+            USING ERRCODE = 'CR237';
+    END IF;
+    UPDATE cryo.runs SET input_hashes = p_hashes
+     WHERE id = p_run_id AND NOT untrusted AND input_hashes IS NULL;
+    RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION cryo.index_run_input(p_run_id text, p_hashes bytea[]) IS 'Stores the keyed digests of a run''s input values, for the runs search (cryo.search_runs p_input_hash), once: returns false for an untrusted run (never indexed), an unknown run, or one already indexed. Raises CR237 for more than 256 digests or one that is not 32 bytes.';
+
 CREATE FUNCTION cryo.is_terminal(p_status text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -6861,19 +6911,19 @@ $$;
 
 COMMENT ON FUNCTION cryo.read_graph(p_run_id text) IS 'Returns a graph run''s clear structure and its sealed document; no row for a script run. Raises nothing.';
 
-CREATE FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer DEFAULT 500) RETURNS TABLE(job_run_id text, id bigint, data bytea)
+CREATE FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer DEFAULT 500) RETURNS TABLE(job_run_id text, id bigint, data bytea, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
-    SELECT c.job, l.id, l.data
+    SELECT c.job, l.id, l.data, l.created_at
       FROM unnest(p_jobs, p_after) AS c(job, after)
       JOIN cryo.graph_jobs(p_run_id) g ON g.job_run_id = c.job
-      CROSS JOIN LATERAL (SELECT l.id, l.data FROM cryo.logs l
+      CROSS JOIN LATERAL (SELECT l.id, l.data, l.created_at FROM cryo.logs l
                            WHERE l.run_id = c.job AND l.id > coalesce(c.after, 0)
                            ORDER BY l.id LIMIT p_limit) l
      ORDER BY l.id
 $$;
 
-COMMENT ON FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer) IS 'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
+COMMENT ON FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[], p_limit integer) IS 'Returns sealed log chunks of the jobs of a graph run, with when each was stored: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
 
 CREATE FUNCTION cryo.read_graph_nodes(p_run_id text) RETURNS TABLE(node_id text, type text, status text, items integer, item integer, item_status text, attempt integer, output bytea, error text, job_run_id text, wait_kind text, started_at timestamp with time zone, finished_at timestamp with time zone, output_clear jsonb, cached boolean)
     LANGUAGE sql STABLE
@@ -7497,11 +7547,14 @@ BEGIN
         NULL, v_old.required_caps, v_old.workflow, v_old.input_clear,
         p_untrusted => v_old.untrusted, p_workdir => v_old.workdir, p_graph => v_old.graph) s;
     PERFORM cryo._history(v_new, v_old.org, v_old.project, 'rerun_of', 'run', p_run_id, 0);
+    -- The same input: found by the same values (cryo.index_run_input).
+    UPDATE cryo.runs SET input_hashes = v_old.input_hashes
+     WHERE id = v_new AND v_old.input_hashes IS NOT NULL AND NOT untrusted;
     RETURN v_new;
 END
 $$;
 
-COMMENT ON FUNCTION cryo.rerun_run(p_run_id text) IS 'Starts a new run with the same source (or graph), input, workflow name, working directory and trust as run p_run_id, and records rerun_of in its history; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
+COMMENT ON FUNCTION cryo.rerun_run(p_run_id text) IS 'Starts a new run with the same source (or graph), input (and its search digests), workflow name, working directory and trust as run p_run_id, and records rerun_of in its history; returns the new run id. Raises CR003 for an unknown run, and what submit_script raises (CR030 for a full group queue).';
 
 CREATE FUNCTION cryo.rerun_run_with_input(p_run_id text, p_input bytea) RETURNS text
     LANGUAGE plpgsql
@@ -7674,15 +7727,20 @@ $$;
 
 COMMENT ON FUNCTION cryo.seal_run_input(p_run_id text, p_token uuid, p_input bytea) IS 'Replaces a run''s clear input with its sealed form. Returns nothing. Raises CR002 for a stale claim token.';
 
-CREATE FUNCTION cryo.search_runs(p_org text, p_project text, p_text text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_trigger text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before text DEFAULT NULL::text, p_limit integer DEFAULT 50) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, trig text, children bigint)
+CREATE FUNCTION cryo.search_runs(p_org text, p_project text, p_text text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_workflow text DEFAULT NULL::text, p_trigger text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before text DEFAULT NULL::text, p_limit integer DEFAULT 50, p_order text DEFAULT NULL::text, p_top boolean DEFAULT false, p_input_hash bytea DEFAULT NULL::bytea) RETURNS TABLE(id text, org text, project text, workflow text, filename text, status text, substate text, attempt integer, exit_code integer, error text, idempotency_key text, created_at timestamp with time zone, started_at timestamp with time zone, finished_at timestamp with time zone, wake_at timestamp with time zone, agent_id text, concurrency_group text, queue_position integer, finished boolean, parent_run_id text, trig text, children bigint)
     LANGUAGE sql STABLE
     AS $$
+    SELECT cryo._check_run_order(p_order);
     WITH cursor_row AS (
-        SELECT c.created_at, c.id FROM cryo.runs c
+        SELECT c.created_at, c.id,
+               cryo._run_sort_key(p_order, c.created_at, c.started_at, c.finished_at, c.status,
+                                  coalesce(c.workflow, c.filename)) COLLATE "C" AS key
+          FROM cryo.runs c
          WHERE c.id = p_before AND c.org = p_org AND c.project = p_project
     ), pat AS (
         SELECT '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS t,
-               '%' || replace(replace(replace(p_workflow, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w
+               '%' || replace(replace(replace(p_workflow, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w,
+               left(p_order, 1) = '-' AS down
     )
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
@@ -7693,7 +7751,10 @@ CREATE FUNCTION cryo.search_runs(p_org text, p_project text, p_text text DEFAULT
                 WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
            (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
       FROM pat, cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+           CROSS JOIN LATERAL (SELECT cryo._run_sort_key(p_order, r.created_at, r.started_at,
+                r.finished_at, r.status, coalesce(r.workflow, r.filename)) COLLATE "C" AS key) s
      WHERE r.org = p_org AND r.project = p_project
+       AND (NOT p_top OR r.parent_run_id IS NULL)
        AND (p_status IS NULL OR r.status = p_status)
        AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) ILIKE pat.w)
        AND (p_trigger IS NULL OR CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
@@ -7702,13 +7763,21 @@ CREATE FUNCTION cryo.search_runs(p_org text, p_project text, p_text text DEFAULT
        AND (p_until IS NULL OR r.created_at < p_until)
        AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
             OR r.input_clear::text ILIKE pat.t
+            OR (p_input_hash IS NOT NULL AND p_input_hash = ANY (r.input_hashes))
             OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
-       AND (p_before IS NULL OR (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c))
-     ORDER BY r.created_at DESC, r.id DESC
+       AND (p_before IS NULL OR CASE
+              WHEN p_order IS NULL THEN (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c)
+              WHEN pat.down THEN (s.key, r.id) < (SELECT c.key, c.id FROM cursor_row c)
+              ELSE (s.key, r.id) > (SELECT c.key, c.id FROM cursor_row c) END)
+     ORDER BY CASE WHEN p_order IS NULL THEN r.created_at END DESC,
+              CASE WHEN pat.down THEN s.key END DESC,
+              CASE WHEN NOT pat.down THEN s.key END ASC,
+              CASE WHEN NOT pat.down THEN r.id END ASC,
+              r.id DESC
      LIMIT least(greatest(p_limit, 0), 200)
 $$;
 
-COMMENT ON FUNCTION cryo.search_runs(p_org text, p_project text, p_text text, p_status text, p_workflow text, p_trigger text, p_since timestamp with time zone, p_until timestamp with time zone, p_before text, p_limit integer) IS 'Returns one page (at most 200) of a project''s runs, children included, newest first after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises nothing.';
+COMMENT ON FUNCTION cryo.search_runs(p_org text, p_project text, p_text text, p_status text, p_workflow text, p_trigger text, p_since timestamp with time zone, p_until timestamp with time zone, p_before text, p_limit integer, p_order text, p_top boolean, p_input_hash bytea) IS 'Returns one page (at most 200) of a project''s runs, children included (p_top: top-level runs only), newest first or in p_order (started, ended, duration, status or workflow; a leading - for descending) after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), or one of whose input''s scalar values has the keyed hash p_input_hash, filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises CR236 for an unknown p_order.';
 
 CREATE FUNCTION cryo.send_signal(p_run_id text, p_name text, p_payload jsonb DEFAULT NULL::jsonb, p_sealed bytea DEFAULT NULL::bytea) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER

@@ -115,6 +115,7 @@ from cryopg.engine.metrics import (
 )
 from cryopg.engine.operators import (
     count_runs,
+    index_run_input,
     reject_node,
     rerun_run,
     rerun_run_with_input,
@@ -340,6 +341,7 @@ __all__ = [
     "list_agents",
     "reject_node",
     "count_runs",
+    "index_run_input",
     "rerun_run",
     "rerun_run_with_input",
     "search_runs",

@@ -280,6 +280,7 @@ class GraphLogChunk:
     job_run_id: str
     id: int
     data: bytes
+    created_at: Any = None  # when the chunk was stored
 
 
 async def graph_jobs(conn: AsyncConnection, run_id: str) -> list[GraphJob]:

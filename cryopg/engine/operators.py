@@ -16,22 +16,33 @@ from cryopg.engine.types import RunRow
 async def search_runs(conn: AsyncConnection, org: str, project: str, *, text: str | None,
                       status: str | None, workflow: str | None, trigger: str | None,
                       since: datetime | None, until: datetime | None, before: str | None,
-                      limit: int) -> list[RunRow]:
+                      limit: int, order: str | None = None, top: bool = False,
+                      input_hash: bytes | None = None) -> list[RunRow]:
+    """One page of the runs search; order is a runs-list order (cryo._run_sort_key), top
+    keeps top-level runs only, input_hash matches a sealed input's value by its keyed hash."""
     cur = conn.cursor(row_factory=class_row(RunRow))
-    await cur.execute("SELECT * FROM cryo.search_runs(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                      (org, project, text, status, workflow, trigger, since, until, before, limit))
+    await cur.execute("SELECT * FROM cryo.search_runs(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                      " %s, %s, %s)",
+                      (org, project, text, status, workflow, trigger, since, until, before, limit,
+                       order, top, input_hash))
     return await cur.fetchall()
 
 
 async def count_runs(conn: AsyncConnection, org: str, project: str, *, search: bool,
                      text: str | None, status: str | None, workflow: str | None,
                      match: str | None, trigger: str | None, since: datetime | None,
-                     until: datetime | None, parent: str | None) -> int:
+                     until: datetime | None, parent: str | None,
+                     input_hash: bytes | None = None) -> int:
     """How many runs the runs list holds under its filters (cryo.count_runs)."""
-    got = await _one(conn, "SELECT cryo.count_runs(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                     (org, project, search, text, status, workflow, match, trigger, since,
-                      until, parent))
+    got = await _one(conn, "SELECT cryo.count_runs(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                     " %s)", (org, project, search, text, status, workflow, match, trigger,
+                              since, until, parent, input_hash))
     return int(got or 0)
+
+
+async def index_run_input(conn: AsyncConnection, run_id: str, hashes: list[bytes]) -> bool:
+    """Stores a trusted run's input digests for the search (cryo.index_run_input)."""
+    return bool(await _one(conn, "SELECT cryo.index_run_input(%s, %s)", (run_id, hashes)))
 
 
 async def rerun_run(conn: AsyncConnection, run_id: str) -> str:

@@ -69,10 +69,11 @@ ROUTES: list[tuple[str, str, str, str, dict[str, Any] | None, dict[str, dict[str
     ("POST", "/api/v1/agent/state", "agent", "An agent process says it is draining (SIGTERM) "
      "or gone (on its way out)", _obj(("agent_id", "state"), agent_id=_S, instance=_S,
                                       state=_S), {}),
-    ("GET", f"{P}/runs", "user", "A project's runs, newest first", None,
+    ("GET", f"{P}/runs", "user", "A project's runs, newest first, or in the order sort "
+     "names (started, ended, duration, status, workflow; -name for descending)", None,
      {"limit": _I, "status": _S, "workflow": _S, "parent": _S, "before": _S, "top": _S,
-      "q": _S, "match": _S, "trigger": _S, "since": _S, "until": _S}),
-    ("GET", f"{P}/run-count", "user", "How many runs the runs list's filters match", None,
+      "q": _S, "match": _S, "trigger": _S, "since": _S, "until": _S, "sort": _S}),
+    ("GET", f"{P}/run-count", "user", "How many runs the runs list's filters hold", None,
      {"status": _S, "workflow": _S, "parent": _S, "q": _S, "match": _S, "trigger": _S,
       "since": _S, "until": _S}),
     ("GET", f"{P}/runs/{{run}}", "user", "One run: status, input, outputs, history", None, {}),

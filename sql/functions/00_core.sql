@@ -235,7 +235,9 @@ LANGUAGE sql IMMUTABLE AS $$
         ('CR215', 'run_timed_out', 'the run passed its deadline and was failed with exit code 124; its agent stops the job'),
         ('CR190', 'bad_traceparent', 'a trace context given for a run is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'),
         ('CR210', 'fan_out_too_large', 'a graph''s fan_out has more items than the deployment allows (CRYOPG_GRAPH_FAN_OUT_MAX)'),
-        ('CR231', 'bad_queue_recount', 'cryo.fold_metrics was given a NULL or negative queue recount interval')
+        ('CR231', 'bad_queue_recount', 'cryo.fold_metrics was given a NULL or negative queue recount interval'),
+        ('CR236', 'bad_run_order', 'the runs search was given an order other than started, ended, duration, status or workflow (with an optional leading - for descending)'),
+        ('CR237', 'bad_input_digests', 'a run''s input digests for the search were more than 256, or not 32-byte SHA-256 digests')
 $$;
 COMMENT ON FUNCTION cryo.error_codes() IS
     'Returns every SQLSTATE the engine raises (class CR) with its name and meaning. Raises nothing.';

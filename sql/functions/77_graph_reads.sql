@@ -79,15 +79,15 @@ COMMENT ON FUNCTION cryo.graph_jobs(text) IS
 -- run's (cryo.graph_jobs) gives nothing.
 CREATE OR REPLACE FUNCTION cryo.read_graph_logs(p_run_id text, p_jobs text[], p_after bigint[],
                                                 p_limit integer DEFAULT 500)
-RETURNS TABLE (job_run_id text, id bigint, data bytea)
+RETURNS TABLE (job_run_id text, id bigint, data bytea, created_at timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT c.job, l.id, l.data
+    SELECT c.job, l.id, l.data, l.created_at
       FROM unnest(p_jobs, p_after) AS c(job, after)
       JOIN cryo.graph_jobs(p_run_id) g ON g.job_run_id = c.job
-      CROSS JOIN LATERAL (SELECT l.id, l.data FROM cryo.logs l
+      CROSS JOIN LATERAL (SELECT l.id, l.data, l.created_at FROM cryo.logs l
                            WHERE l.run_id = c.job AND l.id > coalesce(c.after, 0)
                            ORDER BY l.id LIMIT p_limit) l
      ORDER BY l.id
 $$;
 COMMENT ON FUNCTION cryo.read_graph_logs(text, text[], bigint[], integer) IS
-    'Returns sealed log chunks of the jobs of a graph run: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';
+    'Returns sealed log chunks of the jobs of a graph run, with when each was stored: for each job in p_jobs (one of the run''s, see graph_jobs) up to p_limit chunks after the id at the same place in p_after, all in chunk order. Raises nothing.';

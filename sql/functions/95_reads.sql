@@ -88,14 +88,50 @@ $$;
 COMMENT ON FUNCTION cryo.list_runs_page(text, text, text, text, text, text, integer) IS
     'Returns one page (at most 200) of a project''s runs newest first, top-level or one parent''s children, filtered by status and workflow, after the cursor run p_before; with each run''s trigger (parent, schedule, webhook, event or manual) and child count. Raises nothing.';
 
--- The runs search of the web UI: any run of the project (children too) whose id or
--- workflow/file name holds p_text, or whose clear input or a step label does (sealed
--- inputs stay unsearchable), by status, trigger kind and a created_at range; newest
--- first after the cursor run p_before. Same columns as list_runs_page.
+-- The runs list's orders: a text key per run that sorts as the column does (bytewise,
+-- COLLATE "C"), so one (key, id) cursor pages through any of them. A run not finished
+-- sorts after every end (its end is later); a duration ticks for a run still going.
+CREATE OR REPLACE FUNCTION cryo._run_sort_key(p_order text, p_created timestamptz,
+    p_started timestamptz, p_finished timestamptz, p_status text, p_name text)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE ltrim(p_order, '-')
+        WHEN 'started' THEN to_char(coalesce(p_started, p_created) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')
+        WHEN 'ended' THEN coalesce(to_char(p_finished AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), '~')
+        WHEN 'duration' THEN CASE WHEN p_started IS NULL THEN ''
+            ELSE lpad(floor(extract(epoch FROM coalesce(p_finished, now()) - p_started) * 1000)::bigint::text, 15, '0') END
+        WHEN 'status' THEN p_status
+        WHEN 'workflow' THEN lower(coalesce(p_name, ''))
+    END
+$$;
+COMMENT ON FUNCTION cryo._run_sort_key(text, timestamptz, timestamptz, timestamptz, text, text) IS
+    'Returns the text a run sorts by under a runs-list order (started, ended, duration, status, workflow; a leading - is ignored), compared bytewise; NULL for no order. Raises nothing.';
+
+CREATE OR REPLACE FUNCTION cryo._check_run_order(p_order text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_order IS NOT NULL AND ltrim(p_order, '-') NOT IN ('started', 'ended', 'duration', 'status', 'workflow')
+       OR p_order LIKE '--%' THEN
+        RAISE EXCEPTION 'unknown runs order %: use started, ended, duration, status or workflow, with a leading - for descending', p_order
+            USING ERRCODE = 'CR236';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION cryo._check_run_order(text) IS
+    'Checks a runs-list order. Raises CR236 unless it is NULL or one of started, ended, duration, status, workflow with an optional leading -.';
+
+-- The runs search of the web UI: any run of the project (children too, or with p_top
+-- top-level runs only) whose id or workflow/file name holds p_text, or whose clear input
+-- or a step label does, or (p_input_hash, a keyed hash the server made of the search
+-- text) one of whose sealed input's scalar values hashes the same, by status, trigger
+-- kind and a created_at range; newest first, or in p_order (cryo._run_sort_key), after
+-- the cursor run p_before. Same columns as list_runs_page.
 CREATE OR REPLACE FUNCTION cryo.search_runs(
     p_org text, p_project text, p_text text DEFAULT NULL, p_status text DEFAULT NULL,
     p_workflow text DEFAULT NULL, p_trigger text DEFAULT NULL, p_since timestamptz DEFAULT NULL,
-    p_until timestamptz DEFAULT NULL, p_before text DEFAULT NULL, p_limit integer DEFAULT 50)
+    p_until timestamptz DEFAULT NULL, p_before text DEFAULT NULL, p_limit integer DEFAULT 50,
+    p_order text DEFAULT NULL, p_top boolean DEFAULT false, p_input_hash bytea DEFAULT NULL)
 RETURNS TABLE (id text, org text, project text, workflow text, filename text, status text,
                substate text, attempt integer, exit_code integer, error text,
                idempotency_key text, created_at timestamptz, started_at timestamptz,
@@ -103,12 +139,17 @@ RETURNS TABLE (id text, org text, project text, workflow text, filename text, st
                concurrency_group text, queue_position integer, finished boolean,
                parent_run_id text, trig text, children bigint)
 LANGUAGE sql STABLE AS $$
+    SELECT cryo._check_run_order(p_order);
     WITH cursor_row AS (
-        SELECT c.created_at, c.id FROM cryo.runs c
+        SELECT c.created_at, c.id,
+               cryo._run_sort_key(p_order, c.created_at, c.started_at, c.finished_at, c.status,
+                                  coalesce(c.workflow, c.filename)) COLLATE "C" AS key
+          FROM cryo.runs c
          WHERE c.id = p_before AND c.org = p_org AND c.project = p_project
     ), pat AS (
         SELECT '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS t,
-               '%' || replace(replace(replace(p_workflow, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w
+               '%' || replace(replace(replace(p_workflow, '\', '\\'), '%', '\%'), '_', '\_') || '%' AS w,
+               left(p_order, 1) = '-' AS down
     )
     SELECT r.id, r.org, r.project, r.workflow, r.filename, r.status, r.substate, r.attempt,
            r.exit_code, r.error, r.idempotency_key, r.created_at, r.started_at,
@@ -119,7 +160,10 @@ LANGUAGE sql STABLE AS $$
                 WHEN r.trigger_kind IS NOT NULL THEN r.trigger_kind ELSE 'manual' END,
            (SELECT count(*) FROM cryo.runs k WHERE k.parent_run_id = r.id)
       FROM pat, cryo.runs r LEFT JOIN cryo.queue q ON q.run_id = r.id
+           CROSS JOIN LATERAL (SELECT cryo._run_sort_key(p_order, r.created_at, r.started_at,
+                r.finished_at, r.status, coalesce(r.workflow, r.filename)) COLLATE "C" AS key) s
      WHERE r.org = p_org AND r.project = p_project
+       AND (NOT p_top OR r.parent_run_id IS NULL)
        AND (p_status IS NULL OR r.status = p_status)
        AND (p_workflow IS NULL OR coalesce(r.workflow, r.filename) ILIKE pat.w)
        AND (p_trigger IS NULL OR CASE WHEN r.parent_run_id IS NOT NULL THEN 'parent'
@@ -128,13 +172,21 @@ LANGUAGE sql STABLE AS $$
        AND (p_until IS NULL OR r.created_at < p_until)
        AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
             OR r.input_clear::text ILIKE pat.t
+            OR (p_input_hash IS NOT NULL AND p_input_hash = ANY (r.input_hashes))
             OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
-       AND (p_before IS NULL OR (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c))
-     ORDER BY r.created_at DESC, r.id DESC
+       AND (p_before IS NULL OR CASE
+              WHEN p_order IS NULL THEN (r.created_at, r.id) < (SELECT c.created_at, c.id FROM cursor_row c)
+              WHEN pat.down THEN (s.key, r.id) < (SELECT c.key, c.id FROM cursor_row c)
+              ELSE (s.key, r.id) > (SELECT c.key, c.id FROM cursor_row c) END)
+     ORDER BY CASE WHEN p_order IS NULL THEN r.created_at END DESC,
+              CASE WHEN pat.down THEN s.key END DESC,
+              CASE WHEN NOT pat.down THEN s.key END ASC,
+              CASE WHEN NOT pat.down THEN r.id END ASC,
+              r.id DESC
      LIMIT least(greatest(p_limit, 0), 200)
 $$;
-COMMENT ON FUNCTION cryo.search_runs(text, text, text, text, text, text, timestamptz, timestamptz, text, integer) IS
-    'Returns one page (at most 200) of a project''s runs, children included, newest first after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises nothing.';
+COMMENT ON FUNCTION cryo.search_runs(text, text, text, text, text, text, timestamptz, timestamptz, text, integer, text, boolean, bytea) IS
+    'Returns one page (at most 200) of a project''s runs, children included (p_top: top-level runs only), newest first or in p_order (started, ended, duration, status or workflow; a leading - for descending) after the cursor run p_before, whose id, workflow or file name, clear input or a step label contains p_text (case-insensitive), or one of whose input''s scalar values has the keyed hash p_input_hash, filtered by status, workflow substring, trigger kind (manual, parent, schedule, webhook, event) and created_at in [p_since, p_until). Raises CR236 for an unknown p_order.';
 
 -- What the run page shows beside get_run: the sealed input (or the clear one an
 -- application passed from SQL), the parent or trigger that started the run, and its trust.

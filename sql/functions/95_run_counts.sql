@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION cryo.count_runs(
     p_org text, p_project text, p_search boolean, p_text text DEFAULT NULL,
     p_status text DEFAULT NULL, p_workflow text DEFAULT NULL, p_match text DEFAULT NULL,
     p_trigger text DEFAULT NULL, p_since timestamptz DEFAULT NULL,
-    p_until timestamptz DEFAULT NULL, p_parent text DEFAULT NULL)
+    p_until timestamptz DEFAULT NULL, p_parent text DEFAULT NULL, p_input_hash bytea DEFAULT NULL)
 RETURNS bigint
 LANGUAGE sql STABLE AS $$
     WITH pat AS (
@@ -25,7 +25,8 @@ LANGUAGE sql STABLE AS $$
        AND (p_until IS NULL OR r.created_at < p_until)
        AND (p_text IS NULL OR r.id ILIKE pat.t OR coalesce(r.workflow, r.filename) ILIKE pat.t
             OR r.input_clear::text ILIKE pat.t
+            OR (p_input_hash IS NOT NULL AND p_input_hash = ANY (r.input_hashes))
             OR EXISTS (SELECT 1 FROM cryo.journal j WHERE j.run_id = r.id AND j.label ILIKE pat.t))
 $$;
-COMMENT ON FUNCTION cryo.count_runs(text, text, boolean, text, text, text, text, text, timestamptz, timestamptz, text) IS
-    'Returns how many runs of the project match the runs list''s filters: with p_search those of cryo.search_runs (children included), else those of cryo.list_runs_page (top-level runs or p_parent''s children, status, exact workflow). Raises nothing.';
+COMMENT ON FUNCTION cryo.count_runs(text, text, boolean, text, text, text, text, text, timestamptz, timestamptz, text, bytea) IS
+    'Returns how many runs of the project match the runs list''s filters: with p_search those of cryo.search_runs (children included; p_input_hash as there), else those of cryo.list_runs_page (top-level runs or p_parent''s children, status, exact workflow). Raises nothing.';

@@ -1,7 +1,8 @@
 """`GET …/runs/{run}/logs[?follow=1&after=ID&times=1]`: a run's log, streamed as it is
 written (ranges and search, for the web UI's log viewer, are in log_ranges.py). With
-`times=1` (a script run's log) each chunk is one JSON line
-`{"id", "at", "text"}`, `at` being when the chunk was stored.
+`times=1` each chunk is one JSON line `{"id", "at", "text"}`, `at` being when the chunk
+was stored (a graph run's: its lines of one job chunk, prefixed; a job's last words carry
+no time).
 
 A graph run (a graph or a pipeline) has no log of its own: its log is its node jobs'
 logs, each line prefixed with the node it came from, as CI systems prefix a job's lines
@@ -14,7 +15,7 @@ import asyncio
 import heapq
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 
 from aiohttp import web
@@ -43,7 +44,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
         return await range_or_find(request, run, await request.app[KEYS].sealer(run.org))
     follow = request.query.get("follow") in ("1", "true", "yes")
     after = query_int(request, "after", 0, INT8)
-    times = request.query.get("times") in ("1", "true", "yes") and run.kind != "graph"
+    times = request.query.get("times") in ("1", "true", "yes")
     sealer = await request.app[KEYS].sealer(run.org)
     # A log moved to the object store is streamed from there first (a 503 if it is down),
     # then whatever chunks of it the database still holds.
@@ -54,7 +55,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
                                        "X-Cryo-Run": run.id})
     await resp.prepare(request)
     if run.kind == "graph":
-        await _graph_log(request, resp, sealer, run, follow, after)
+        await _graph_log(request, resp, sealer, run, follow, after, times)
     else:
         moved_to = after
         if moved is not None:  # a moved chunk keeps no time of its own
@@ -137,7 +138,11 @@ def _outcome(job: GraphJob) -> str:
 
 
 async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sealer, run: Run,
-                     follow: bool, floor: int) -> None:
+                     follow: bool, floor: int, times: bool = False) -> None:
+
+    def item(order: float, data: bytes, at: datetime | None = None) -> tuple[float, bytes]:
+        return order, (_timed(int(order), at, data) if times and data else data)
+
     pool, notifier = request.app[POOL], request.app[NOTIFIER]
     lines: dict[str, _JobLines] = {}
     after: dict[str, int] = {}
@@ -175,19 +180,20 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
                                          after.get(job.job_run_id, floor))
                 if moved is not None:  # its database chunks (read above) predate the move
                     chunks = [c for c in chunks if c.job_run_id != job.job_run_id]
-                    streams.append(_moved_lines(moved, lines[job.job_run_id], job))
+                    streams.append(_moved_lines(moved, lines[job.job_run_id], job, item))
                     after[job.job_run_id] = moved.last_chunk_id
                     done.add(job.job_run_id)  # its end comes at the end of its stream
         for chunk in chunks:
             job_lines = lines[chunk.job_run_id]
-            out.append((chunk.id, job_lines.header() + job_lines.feed(sealer.open(chunk.data))))
+            out.append(item(chunk.id, job_lines.header() + job_lines.feed(sealer.open(chunk.data)),
+                            chunk.created_at))
             after[chunk.job_run_id] = chunk.id
             read[chunk.job_run_id] = read.get(chunk.job_run_id, 0) + 1
         for job in jobs:  # ended (as read before its log) and drained: its last words
             if (job.finished and job.job_run_id not in done
                     and read.get(job.job_run_id, 0) < JOB_CHUNKS):
-                out.append((after.get(job.job_run_id, 0) + 0.5,
-                            _last_words(lines[job.job_run_id], job)))
+                out.append(item(after.get(job.job_run_id, 0) + 0.5,
+                                _last_words(lines[job.job_run_id], job)))
                 done.add(job.job_run_id)
         out.sort(key=lambda o: o[0])  # stable: jobs with no output in their start order
         await _write_merged(resp, out, streams)
@@ -197,7 +203,8 @@ async def _graph_log(request: web.Request, resp: web.StreamResponse, sealer: Sea
         if ended_at is not None and (
                 not left or not follow or notifier.closing
                 or time.monotonic() - ended_at > CANCEL_GRACE_SECONDS):
-            tail = b"".join(lines[j.job_run_id].flush() for j in left)
+            tail = b"".join(item(after.get(j.job_run_id, 0), lines[j.job_run_id].flush())[1]
+                            for j in left)
             if tail:
                 await resp.write(tail)
             return
@@ -211,12 +218,14 @@ def _last_words(job_lines: _JobLines, job: GraphJob) -> bytes:
             + job_lines.prefix + _outcome(job).encode() + b"\n")
 
 
-async def _moved_lines(moved: MovedLog, job_lines: _JobLines,
-                       job: GraphJob) -> AsyncIterator[tuple[float, bytes]]:
-    """A moved job log's lines in chunk order, then its last words, as read."""
+async def _moved_lines(moved: MovedLog, job_lines: _JobLines, job: GraphJob,
+                       item: Callable[[float, bytes], tuple[float, bytes]],
+                       ) -> AsyncIterator[tuple[float, bytes]]:
+    """A moved job log's lines in chunk order, then its last words, as read (a moved
+    chunk keeps no time of its own)."""
     async for cid, data in moved.chunks():
-        yield cid, job_lines.header() + job_lines.feed(data)
-    yield moved.last_chunk_id + 0.5, _last_words(job_lines, job)
+        yield item(cid, job_lines.header() + job_lines.feed(data))
+    yield item(moved.last_chunk_id + 0.5, _last_words(job_lines, job))
 
 
 async def _write_merged(resp: web.StreamResponse, out: list[tuple[float, bytes]],

@@ -7,10 +7,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from psycopg import AsyncConnection
 
-from cryopg import engine
+from cryopg import engine, input_search
 from cryopg.db import connection
 from cryopg.errors import InvalidArgument, RunFinished
+from cryopg.seal import Sealer
 from cryopg.server import input_checks
 from cryopg.server.app_state import KEYS, POOL
 from cryopg.server.auth import MEMBER, require_user
@@ -28,6 +30,8 @@ from cryopg.server.user_api.scope import PROJECT_ROUTE, own_run, project_of
 # Any of these selects the search (cryo.search_runs) instead of the plain page.
 SEARCH_FILTERS = ("q", "trigger", "since", "until", "match")
 TRIGGERS = ("manual", "parent", "schedule", "webhook", "event")
+# The runs list's sortable columns (`sort=started`, `sort=-started` for descending).
+ORDERS = ("started", "ended", "duration", "status", "workflow")
 TEXT_MAX = 200
 COMMENT_MAX = 2000
 
@@ -52,18 +56,50 @@ def _text(request: web.Request, name: str) -> str | None:
     return raw or None
 
 
+async def index_input(conn: AsyncConnection, sealer: Sealer, project: str, run_id: str,
+                      value: Any, untrusted: bool) -> None:
+    """Makes a trusted run findable by its sealed input's values (keyed digests, never
+    the values: cryopg/input_search.py). Its own call after the submit: a run whose
+    digests were lost to a crash between the two is only not found by input."""
+    if untrusted or value is None:
+        return
+    hashes = input_search.input_hashes(input_search.project_key(sealer, project), value)
+    if hashes:
+        await engine.index_run_input(conn, run_id, hashes)
+
+
+async def term_digest(request: web.Request, org: str, project: str,
+                      text: str | None) -> bytes | None:
+    """The keyed digest of the search text, which a trusted run's sealed input value
+    equal to it was stored under (cryopg/input_search.py)."""
+    if text is None:
+        return None
+    sealer = await request.app[KEYS].sealer(org)
+    return input_search.term_hash(input_search.project_key(sealer, project), text)
+
+
 async def search(request: web.Request, limit: int) -> web.Response:
-    """`GET …/runs?q=&match=&trigger=&since=&until=&status=&before=`: one page of runs,
-    children included, matching all the filters given."""
+    """`GET …/runs?q=&match=&trigger=&since=&until=&status=&before=&sort=`: one page of
+    runs, children included (with `top=1` top-level runs only), matching all the filters
+    given, newest first or in the `sort` order."""
     org, project = project_of(request)
     trigger = _text(request, "trigger")
     if trigger is not None and trigger not in TRIGGERS:
         raise InvalidArgument(f"trigger must be one of {', '.join(TRIGGERS)}")
+    order = _text(request, "sort")
+    if order is not None and order.removeprefix("-") not in ORDERS:
+        raise InvalidArgument(f"sort must be one of {', '.join(ORDERS)}, with a leading - "
+                              "for descending")
+    # A sorted plain list (top=1, an exact workflow) is a search too, of top-level runs.
+    match = _text(request, "match") or _text(request, "workflow")
+    text = _text(request, "q")
+    digest = await term_digest(request, org, project, text)
     async with connection(request.app[POOL]) as conn:
         rows = await engine.search_runs(
-            conn, org, project, text=_text(request, "q"), status=_text(request, "status"),
-            workflow=_text(request, "match"), trigger=trigger, since=_when(request, "since"),
-            until=_when(request, "until"), before=_text(request, "before"), limit=limit)
+            conn, org, project, text=text, status=_text(request, "status"),
+            workflow=match, trigger=trigger, since=_when(request, "since"),
+            until=_when(request, "until"), before=_text(request, "before"), limit=limit,
+            order=order, top=request.query.get("top") == "1", input_hash=digest)
         return web.json_response(await masked(request, conn, org, project, {
             "runs": [{**run_json(r), "parent_run_id": r.parent_run_id, "trigger": r.trig,
                       "children": r.children} for r in rows],
@@ -87,6 +123,8 @@ async def rerun(request: web.Request) -> web.Response:
             sealer = await request.app[KEYS].sealer(run.org)
             sealed = sealer.seal_json(value) if value is not None else None
             new_id = await engine.rerun_run_with_input(conn, run.id, sealed)
+            # An untrusted run's new run is untrusted too: cryo.index_run_input refuses it.
+            await index_input(conn, sealer, run.project, new_id, value, False)
         new = await engine.get_run(conn, new_id)
     return web.json_response({**run_json(new), "rerun_of": run.id}, status=201)
 

@@ -23,6 +23,7 @@ async def run_count(request: web.Request) -> web.Response:
     if trigger is not None and trigger not in operators.TRIGGERS:
         raise InvalidArgument(f"trigger must be one of {', '.join(operators.TRIGGERS)}")
     text = operators._text
+    digest = await operators.term_digest(request, org, project, text(request, "q"))
     async with connection(request.app[POOL]) as conn:
         total = await engine.count_runs(
             conn, org, project, search=searching, text=text(request, "q"),
@@ -30,7 +31,7 @@ async def run_count(request: web.Request) -> web.Response:
             workflow=None if searching else text(request, "workflow"),
             match=text(request, "match"), trigger=trigger, since=operators._when(request, "since"),
             until=operators._when(request, "until"),
-            parent=None if searching else text(request, "parent"))
+            parent=None if searching else text(request, "parent"), input_hash=digest)
     return web.json_response({"total": total})
 
 

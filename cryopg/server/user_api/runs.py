@@ -72,6 +72,7 @@ async def submit(request: web.Request) -> web.Response:
         if created:
             await traces.start_run_trace(conn, run_id, "cryopg submit", traces.incoming(request),
                                          org=org, project=project, kind="script")
+            await operators.index_input(conn, sealer, project, run_id, body.get("input"), untrusted)
         run = await engine.get_run(conn, run_id)
     return web.json_response({"run_id": run_id, "created": created, "status": run.status,
                               "position": run.queue_position},
@@ -104,6 +105,7 @@ async def _submit_graph(app: web.Application, conn: AsyncConnection, sealer: Sea
     if created:
         await traces.start_run_trace(conn, run_id, "cryopg submit", traceparent, org=org,
                                      project=project, kind="graph")
+        await operators.index_input(conn, sealer, project, run_id, input_value, untrusted)
     if status == "parked" and TIMERS in app:  # its retry's deadline may be the earliest now
         app[TIMERS].rearm()
     return web.json_response({"run_id": run_id, "created": created, "status": status,
@@ -146,7 +148,7 @@ async def list_runs(request: web.Request) -> web.Response:
     if limit < 0 or limit > LIST_MAX:
         raise InvalidArgument(f"limit must be between 0 and {LIST_MAX}")
     q = request.query
-    if any(name in q for name in operators.SEARCH_FILTERS):
+    if any(name in q for name in operators.SEARCH_FILTERS) or "sort" in q:
         return await operators.search(request, min(limit, PAGE_MAX))
     async with connection(request.app[POOL]) as conn:
         if not any(name in q for name in PAGE_FILTERS):

@@ -16,6 +16,7 @@ import { handlersEditPage, schedulesEditPage, webhooksEditPage } from "./trigger
 import { workflowDetailPage, workflowsListPage } from "./workflows.js";
 // The code editor brings CodeMirror (~0.5 MB): loaded when that page is first opened.
 const workflowEditPage = async (m, name, c) => (await import("./workflow_edit.js")).workflowEditPage(m, name, c);
+import { wireTzSwitch } from "./time.js";
 
 // First path segment -> page. `admin: true` pages are hidden from (and refused to) others,
 // as the API refuses them.
@@ -108,4 +109,5 @@ export async function route() {
 
 hooks.signedOut = route;
 window.addEventListener("hashchange", route);
+wireTzSwitch(route);  // UTC or local: the page is drawn again in the zone chosen
 route();

@@ -1,5 +1,6 @@
 // The runs list: search and filters kept in the URL (a link shares them), live updates,
-// children under their parent, and cancelling several runs at once.
+// children under their parent, columns sorted by the server (so the order holds across
+// pages), and cancelling or re-running several runs at once.
 import { api, liveStream, projectPath } from "./api.js";
 import { el } from "./dom.js";
 import { S } from "./session.js";
@@ -8,8 +9,10 @@ import { duration, when } from "./time.js";
 import { jobNames } from "./run/names.js";
 
 const PAGE = 50;
-const FILTERS = ["q", "status", "match", "workflow", "trigger", "since", "until"];
+const FILTERS = ["q", "status", "match", "workflow", "trigger", "since", "until", "sort"];
 const SEARCH = ["q", "match", "trigger", "since", "until"];
+const SORTS = { Started: "started", Ended: "ended", Duration: "duration", Status: "status", Workflow: "workflow" };
+const DOWN_FIRST = new Set(["started", "ended", "duration"]);
 
 function isDate(v) {
   if (!/^\d{4}-\d{2}-\d{2}$/.test(v)) return false;
@@ -43,7 +46,7 @@ export async function runsPage(main, q, ctl) {
   const apply = () => {
     const p = new URLSearchParams();
     const vals = { q: text.value.trim(), status: statusSel.value, match: wf.value.trim(),
-                   workflow: f.workflow, trigger: trig.value, since: since.value, until: until.value };
+                   workflow: f.workflow, trigger: trig.value, since: since.value, until: until.value, sort: f.sort };
     for (const [k, v] of Object.entries(vals)) if (v) p.set(k, v);
     location.hash = "#/runs" + (p.toString() ? "?" + p : "");
   };
@@ -52,18 +55,35 @@ export async function runsPage(main, q, ctl) {
   const pager = el("div", { class: "pager" });
   const live = el("span", { class: "muted", id: "live-state" }, "connecting…");
   const total = el("span", { class: "muted", id: "runs-total", role: "status" });
-  const selected = new Set();
+  const selected = new Map();  // run id -> status when ticked
   const bulkMsg = el("span", { class: "muted", id: "bulk-msg", role: "status" });
+  const liveIds = () => [...selected].filter(([, st]) => LIVE.has(st)).map(([id]) => id);
+  const again = el("button", { id: "rerun-selected", disabled: true, onclick: async () => {
+    const ids = [...selected.keys()];
+    if (!confirm(`Run ${ids.length} run(s) again with the same input?`)) return;
+    const got = await Promise.allSettled(ids.map((id) =>
+      api(projectPath(`/runs/${encodeURIComponent(id)}/run-again`), { method: "POST", body: {} })));
+    const ok = got.filter((g) => g.status === "fulfilled").map((g) => g.value.id);
+    const bad = got.filter((g) => g.status === "rejected");
+    bulkMsg.replaceChildren(`started ${ok.length} of ${ids.length}`,
+      bad.length ? ` (${bad.length} refused: ${bad[0].reason.message})` : "", ok.length ? ": " : "",
+      ...ok.map((id) => el("a", { href: `#/run/${encodeURIComponent(id)}`, class: "chip" }, id.split(":").pop())));
+    selected.clear(); syncBulk(); load();
+  } }, "Re-run selected");
   const bulk = el("button", { class: "danger", id: "cancel-selected", disabled: true, onclick: async () => {
-    if (!confirm(`Cancel ${selected.size} run(s)?`)) return;
-    const ids = [...selected];
+    const ids = liveIds();
+    if (!confirm(`Cancel ${ids.length} run(s)?`)) return;
     const got = await Promise.allSettled(ids.map((id) =>
       api(projectPath(`/runs/${encodeURIComponent(id)}/cancel`), { method: "POST", body: {} })));
     const bad = got.filter((g) => g.status === "rejected").length;
     bulkMsg.textContent = `cancelled ${ids.length - bad} of ${ids.length}` + (bad ? ` (${bad} refused)` : "");
     selected.clear(); syncBulk(); load();
   } }, "Cancel selected");
-  const syncBulk = () => { bulk.disabled = selected.size === 0; bulk.textContent = `Cancel selected (${selected.size})`; };
+  const syncBulk = () => {
+    const n = liveIds().length;
+    bulk.disabled = n === 0; bulk.textContent = `Cancel selected (${n})`;
+    again.disabled = selected.size === 0; again.textContent = `Re-run selected (${selected.size})`;
+  };
   const searching = SEARCH.some((k) => f[k]);
   main.replaceChildren(el("h1", {}, "Runs"),
     el("form", { class: "filters", id: "run-filters", role: "search", onsubmit: (e) => { e.preventDefault(); apply(); } },
@@ -71,16 +91,32 @@ export async function runsPage(main, q, ctl) {
        el("button", { type: "submit" }, "Search"),
        searching || f.status || f.workflow || bad.length ? el("a", { href: "#/runs", id: "clear-filters" }, "clear") : "", live),
     filterMsg, total,
-    S.canAct ? el("div", { class: "filters" }, bulk, bulkMsg) : "",
+    S.canAct ? el("div", { class: "filters" }, bulk, again, bulkMsg) : "",
     el("div", { class: "scroll-x" }, el("table", { id: "runs" }, el("thead", {}, el("tr", {},
-      ["", "Run", "Status", "Workflow", "Trigger", "Started", "Duration"].map((h, i) =>
-        el("th", { scope: "col" }, i ? h : el("span", { class: "sr-only" }, "select"))))), tbody)), pager);
+      ["", "Run", "Status", "Workflow", "Trigger", "Started", "Ended", "Duration"].map((h, i) =>
+        el("th", { scope: "col", "aria-sort": sortState(h) }, i ? sortButton(h) : el("span", { class: "sr-only" }, "select"))))), tbody)), pager);
   const expanded = new Set();
 
+  // Sortable headers: the first click sorts a time newest (longest) first and a name or
+  // status A to Z; a second flips it. The order rides in the URL with the filters.
+  function sortState(h) {
+    const key = SORTS[h];
+    if (!key || !f.sort || f.sort.replace(/^-/, "") !== key) return key ? "none" : null;
+    return f.sort.startsWith("-") ? "descending" : "ascending";
+  }
+  function sortButton(h) {
+    const key = SORTS[h];
+    if (!key) return h;
+    const st = sortState(h);
+    const next = st === "none" ? (DOWN_FIRST.has(key) ? "-" : "") + key : st === "descending" ? key : "-" + key;
+    return el("button", { type: "button", class: "sort", id: `sort-${key}`, title: `sort by ${h.toLowerCase()}`,
+      onclick: () => { f.sort = next; apply(); } }, h, st === "none" ? "" : st === "ascending" ? " ▲" : " ▼");
+  }
+
   function row(r, child, names) {
-    const pick = S.canAct && LIVE.has(r.status)
+    const pick = S.canAct
       ? el("input", { type: "checkbox", class: "pick", "aria-label": `select ${r.id}`, checked: selected.has(r.id),
-                      onchange: (e) => { e.target.checked ? selected.add(r.id) : selected.delete(r.id); syncBulk(); } })
+                      onchange: (e) => { e.target.checked ? selected.set(r.id, r.status) : selected.delete(r.id); syncBulk(); } })
       : "";
     const name = (names && names[r.id]) || r.workflow || r.filename;
     return el("tr", { class: child ? "child" : "", "data-run": r.id },
@@ -94,6 +130,7 @@ export async function runsPage(main, q, ctl) {
       el("td", { class: "workflow" }, name),
       el("td", {}, r.trigger || "manual"),
       el("td", {}, when(r.started_at || r.created_at)),
+      el("td", {}, r.finished ? when(r.finished_at) : ""),
       el("td", {}, duration(r.started_at, r.finished_at)));
   }
 
@@ -125,10 +162,10 @@ export async function runsPage(main, q, ctl) {
     }
     tbody.replaceChildren(...rows);
     // The total under these filters, beside the page (a read of its own, never holding the page up).
-    const cq = query({}); cq.delete("limit"); cq.delete("top");
+    const cq = query({}); cq.delete("limit"); cq.delete("top"); cq.delete("sort");
     api(projectPath(`/run-count?${cq}`), { signal: ctl.signal })
-      .then((got) => { total.textContent = `${got.total} run${got.total === 1 ? "" : "s"}`; }, () => {});
-    if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No runs.")));
+      .then((got) => { if (got) total.textContent = `${got.total} run${got.total === 1 ? "" : "s"}`; }, () => {});
+    if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "No runs.")));
     const keep = new URLSearchParams(FILTERS.filter((k) => f[k]).map((k) => [k, f[k]]));
     const next = new URLSearchParams(keep); if (page.next) next.set("before", page.next);
     pager.replaceChildren(

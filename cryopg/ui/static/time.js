@@ -1,8 +1,40 @@
-// Times and durations. Every time is shown relative ("3 min ago") with the absolute
-// local time beside it and UTC on hover; durations of live runs tick once a second.
+// Times and durations. Every time is shown relative ("3 min ago") with the absolute time
+// beside it, in the zone the header's switch chose (local or UTC, kept in localStorage),
+// and the other zone on hover; durations of live runs tick once a second.
 import { el } from "./dom.js";
 
-export function fmtTime(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
+const TZ_KEY = "cryo.tz";
+export function tzMode() { return localStorage.getItem(TZ_KEY) === "utc" ? "utc" : "local"; }
+
+const utcText = (d) => d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+const two = (n, w = 2) => String(n).padStart(w, "0");
+
+export function fmtTime(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return tzMode() === "utc" ? utcText(d) : d.toLocaleString();
+}
+
+// A log line's clock, HH:MM:SS.mmm, in the chosen zone.
+export function fmtClock(d) {
+  if (tzMode() === "utc") return d.toISOString().slice(11, 23);
+  return `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}.${two(d.getMilliseconds(), 3)}`;
+}
+
+// The header's switch: flips the zone, remembers it, and draws the page again so every
+// time on it follows.
+export function wireTzSwitch(onChange) {
+  const b = document.getElementById("tz-switch");
+  if (!b || b.dataset.wired) return;
+  b.dataset.wired = "1";
+  const label = () => { b.textContent = `times: ${tzMode() === "utc" ? "UTC" : "local"}`; };
+  label();
+  b.addEventListener("click", () => {
+    localStorage.setItem(TZ_KEY, tzMode() === "utc" ? "local" : "utc");
+    label();
+    onChange();
+  });
+}
 
 export function fmtMs(ms) {
   ms = Math.max(ms, 0);
@@ -27,12 +59,13 @@ export function fmtAgo(iso) {
   return n < 5 ? t : fut ? `in ${t}` : `${t} ago`;
 }
 
-// A <time>: relative text that ticks, the absolute local time in the same element for
-// wide screens, and UTC in the title.
+// A <time>: relative text that ticks, the absolute time (the chosen zone) in the same
+// element for wide screens, and the other zone in the title.
 export function when(iso, id) {
   if (!iso) return el("span", { class: "muted" }, "—");
-  const utc = new Date(iso).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
-  return el("time", { datetime: iso, title: utc, "data-rel": iso, id },
+  const d = new Date(iso);
+  const other = tzMode() === "utc" ? d.toLocaleString() : utcText(d);
+  return el("time", { datetime: iso, title: other, "data-rel": iso, id },
             el("span", { class: "rel" }, fmtAgo(iso)), " ", el("span", { class: "abs" }, fmtTime(iso)));
 }
 

@@ -26,8 +26,10 @@ async function nodeTypes(signal) {
   }
 }
 
-// Positions for every node: kept where the user put them, laid out (dagre) for new ones.
-function place(doc, pos) {
+// Positions for every node: kept where the user put them, laid out (dagre) for the first
+// ones, and a node added later goes to the first free place of a grid as wide as the board
+// (`width`, px) shows, row by row, so it is never drawn past the board's right edge.
+function place(doc, pos, width = 0) {
   const missing = (doc.nodes || []).filter((n) => !pos[n.id]);
   if (!missing.length) return pos;
   if (Object.keys(pos).length === 0) {
@@ -35,11 +37,18 @@ function place(doc, pos) {
     for (const [id, p] of Object.entries(lay.pos)) pos[id] = { x: p.x + 10, y: p.y + 10 };
     return pos;
   }
-  let x = Math.max(...Object.values(pos).map((p) => p.x)) + NODE_W + 50;
-  let y = NODE_H;
-  for (const n of missing) { pos[n.id] = { x, y }; y += NODE_H + 30; if (y > 600) { y = NODE_H; x += NODE_W + 50; } }
+  const stepX = NODE_W + 50, stepY = NODE_H + 30;
+  const cols = Math.max(1, Math.floor(((width || 600) - 40 + 50) / stepX));
+  const free = (x, y) => Object.values(pos).every((p) => Math.abs(p.x - x) >= NODE_W + 20 || Math.abs(p.y - y) >= NODE_H + 20);
+  for (const n of missing) {
+    for (let slot = 0; ; slot++) {
+      const x = 20 + NODE_W / 2 + (slot % cols) * stepX, y = 20 + NODE_H / 2 + Math.floor(slot / cols) * stepY;
+      if (free(x, y)) { pos[n.id] = { x, y }; break; }
+    }
+  }
   return pos;
 }
+const boardWidth = () => (document.getElementById("board") || {}).clientWidth || 0;
 
 // Which node a server error names: "file.json: node b: config.run is required",
 // "nodes[2]: …", or an edge's end.
@@ -139,7 +148,7 @@ export async function editorPage(main, name, ctl) {
     to.push(JSON.stringify(doc));
     doc = JSON.parse(from.pop());
     lastPush = { at: 0, tag: null };
-    pos = place(doc, pos);
+    pos = place(doc, pos, boardWidth());
     if (sel && sel.node && !doc.nodes.some((n) => n.id === sel.node)) sel = null;
     if (sel && sel.edge !== undefined && !doc.edges[sel.edge]) sel = null;
     render({ inspector: true, json: true });
@@ -154,7 +163,7 @@ export async function editorPage(main, name, ctl) {
     change(() => { doc = parsed; doc.edges = doc.edges || []; }, "json", { keepJson: true });
   }
   function render({ inspector: insp = false, json: js = false } = {}) {
-    pos = place(doc, pos);
+    pos = place(doc, pos, boardWidth());
     for (const id of Object.keys(pos)) if (!doc.nodes.some((n) => n.id === id)) delete pos[id];
     canvas.set({ doc, pos, sel, errors });
     if (js) jsonBox.value = JSON.stringify(doc, null, 2);
@@ -311,6 +320,9 @@ export async function editorPage(main, name, ctl) {
     render();
     if (wfName !== name) history.replaceState(null, "", `#/workflows/${encodeURIComponent(wfName)}/edit`);
     name = wfName;
+    // Saved: the page is this workflow's now, no longer "New graph".
+    heading.replaceChildren(`${name} `, el("span", { class: "muted" }, "canvas"));
+    document.title = `${name} · canvas · cryopg`;
     return true;
   }
 
@@ -341,8 +353,9 @@ export async function editorPage(main, name, ctl) {
     types.map((t) => el("button", { type: "button", "data-type": t.type, title: t.description || t.type,
       onclick: () => addNode(t.type) }, t.type)),
     note ? el("p", { class: "error", id: "palette-note" }, note) : "");
+  const heading = el("h1", { id: "editor-heading" }, name ? `${name} ` : "New graph ", el("span", { class: "muted" }, "canvas"));
   main.replaceChildren(
-    el("h1", {}, name ? `${name} ` : "New graph ", el("span", { class: "muted" }, "canvas")),
+    heading,
     loadNote ? el("p", { class: "muted", id: "load-note" }, loadNote) : "",
     el("div", { class: "editor", id: "editor" },
       el("div", { class: "toolbar" }, nameIn,

@@ -6,14 +6,17 @@
 // rendered input, output, its job's log, approve/reject and re-run from here.
 import { api, apiText, projectPath } from "../api.js";
 import { el, json } from "../dom.js";
-import { NODE_H, NODE_W, arrowDefs, edgePath, fit, layout, svg, useCanvasStyle } from "../editor/svg.js";
+import { fit, svg, useCanvasStyle } from "../editor/svg.js";
 import { S } from "../session.js";
 import { fmtDur } from "../time.js";
 import { dagNav } from "./dagnav.js";
+import { drawDag } from "./dagdraw.js";
 import { approvalForm } from "./approval.js";
 import { checkpointStatus } from "./sections.js";
 import { nodeStatus } from "./strip.js";
 import { registerView } from "./views.js";
+
+export { drawDag };
 
 const ITEM_WORDS = { succeeded: "ok", failed: "failed", running: "running", pending: "pending",
   waiting: "waiting", skipped: "skipped", seeded: "seeded", cancelled: "cancelled" };
@@ -74,39 +77,6 @@ function line2(n) {
   return bits.join(" · ");
 }
 
-// Draws `shape` into a new <svg>; returns { svg, boxes: {id: g} } for in-place updates.
-export function drawDag(shape, onPick) {
-  if (!shape.nodes.length) return { svg: null, boxes: {}, width: 0, height: 0, pos: {} };
-  const lay = layout(shape.nodes.map((n) => ({ id: n.id, h: NODE_H })), shape.edges);
-  const edges = svg("g", { class: "dag-edges" }, lay.edges.map((e) =>
-    svg("path", { d: edgePath(e.points), class: "dag-edge", "marker-end": "url(#dag-arrow)",
-                  "data-from": e.from, "data-to": e.to })));
-  const boxes = {};
-  const nodes = svg("g", { class: "dag-nodes" }, shape.nodes.map((n) => {
-    const p = lay.pos[n.id];
-    const g = svg("g", { class: `dag-node s-${n.status}`, "data-node": n.id, tabindex: 0, role: "button",
-      transform: `translate(${(p.x - NODE_W / 2).toFixed(1)},${(p.y - NODE_H / 2).toFixed(1)})` },
-      svg("rect", { width: NODE_W, height: NODE_H, rx: 5 }),
-      svg("text", { x: 8, y: 17, class: "t1" }, fit(n.label, 24)),
-      svg("text", { x: 8, y: 33, class: "t2" }, ""),
-      svg("text", { x: 8, y: 48, class: "t3" }, ""));
-    boxes[n.id] = g;
-    return g;
-  }));
-  const root = svg("svg", { class: "dag", width: lay.width, height: lay.height,
-    viewBox: `0 0 ${lay.width} ${lay.height}`, role: "group", "aria-label": "graph of the run" },
-    arrowDefs("dag-arrow"), edges, nodes);
-  root.addEventListener("click", (ev) => {
-    const g = ev.target.closest("[data-node]");
-    if (g) onPick(g.dataset.node);
-  });
-  root.addEventListener("keydown", (ev) => {
-    const g = ev.target.closest("[data-node]");
-    if (g && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); onPick(g.dataset.node); }
-  });
-  return { svg: root, boxes, width: lay.width, height: lay.height, pos: lay.pos };
-}
-
 export function paintBox(g, n) {
   g.setAttribute("class", `dag-node s-${n.status}`);
   const [, t2, t3] = g.querySelectorAll("text");
@@ -141,6 +111,8 @@ function create({ base, signal, refresh }) {
   signal.addEventListener("abort", () => sizes.disconnect());
   const shapeFor = throttledShape(base, signal);
   let drawn = null, key = null, shape = null, lastRun = null, picked = null, pickedKey = null;
+
+  const paintPicked = (g, n) => { paintBox(g, n); if (n.id === picked) g.classList.add("picked"); };
 
   function pick(id) {
     picked = id;
@@ -203,7 +175,10 @@ function create({ base, signal, refresh }) {
   const tick = setInterval(() => {
     if (signal.aborted) { clearInterval(tick); return; }
     if (!shape || !drawn || !lastRun || lastRun.finished) return;
-    for (const n of shape.nodes) if (n.status === "running" || n.status === "waiting") paintBox(drawn.boxes[n.id], n);
+    for (const n of shape.nodes) {
+      const g = drawn.boxes[n.id];
+      if (g && g.tagName === "g" && (n.status === "running" || n.status === "waiting")) paintBox(g, n);
+    }
   }, 1000);
 
   return {
@@ -214,11 +189,14 @@ function create({ base, signal, refresh }) {
       const k = shape.nodes.map((n) => n.id).join(",") + "|" + shape.edges.map((e) => `${e.from}>${e.to}`).join(",");
       if (k !== key) {
         key = k;
-        drawn = drawDag(shape, pick);
+        // Laid out here once per shape; a pan or zoom only moves the view (and, for a
+        // culled graph, swaps the boxes at its edges).
+        drawn = drawDag(shape, pick, paintPicked);
         wrap.replaceChildren(shape.nodes.length ? drawn.svg : el("p", { class: "muted" }, "No checkpoints yet."));
-        if (shape.nodes.length) nav.attach(drawn.svg, drawn.width, drawn.height, drawn.pos);
+        if (shape.nodes.length) nav.attach(drawn.svg, drawn.width, drawn.height, drawn.pos, (v) => drawn.show(v));
       }
-      for (const n of shape.nodes) paintBox(drawn.boxes[n.id], n);
+      drawn.setNodes(shape.nodes);
+      if (drawn.culled) drawn.repaint(); else for (const n of shape.nodes) paintPicked(drawn.boxes[n.id], n);
       requestAnimationFrame(checkWidth);
       if (picked) { if (drawn.boxes[picked]) drawn.boxes[picked].classList.add("picked"); showDetail(); }
     },

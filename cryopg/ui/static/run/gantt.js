@@ -56,6 +56,8 @@ function create({ base, signal }) {
   // Focusable, so a keyboard can scroll a wide timeline (axe: scrollable-region-focusable).
   const wrap = el("div", { class: "gantt-wrap", id: "gantt", tabindex: "0", role: "region", "aria-label": "timeline chart" });
   const shapeFor = throttledShape(base, signal);
+  // Whether its tab shows, without a read of layout (which would force the page's).
+  const shown = () => wrap.isConnected && !wrap.closest("[hidden]");
   let lastRun = null, shape = null;
   function draw() {
     if (!shape || !lastRun) return;
@@ -66,16 +68,19 @@ function create({ base, signal }) {
   }
   const tick = setInterval(() => {
     if (signal.aborted) { clearInterval(tick); return; }
-    if (lastRun && !lastRun.finished && wrap.offsetParent) draw();
+    if (lastRun && !lastRun.finished && shown()) draw();
   }, 1000);
   let width = 0;  // drawn again when the panel is shown or resized
-  new ResizeObserver(() => { if (wrap.clientWidth && wrap.clientWidth !== width) { width = wrap.clientWidth; draw(); } }).observe(wrap);
+  new ResizeObserver(() => {
+    if (!wrap.clientWidth) width = 0;  // hidden: the next show draws
+    else if (wrap.clientWidth !== width) { width = wrap.clientWidth; draw(); }
+  }).observe(wrap);
   return {
     el: wrap,
     async update(run) {
       lastRun = run;
       try { shape = await shapeFor(run); } catch (_) { return; }
-      draw();
+      if (shown()) draw();  // hidden: drawn when its tab shows (the observer)
     },
   };
 }

@@ -5,7 +5,8 @@
 // the server when the window does not hold all of it; it can be downloaded.
 import { api, apiText } from "../api.js";
 import { ansi, el } from "../dom.js";
-import { logPages } from "./logpages.js";
+import { lineLink, logPages } from "./logpages.js";
+import { fmtClock } from "../time.js";
 
 // The live window is small: it draws quickly on open, and the whole log is browsed by
 // ranges (logpages.js) rather than by growing it.
@@ -13,13 +14,15 @@ const LOG_WINDOW = 192 * 1024;     // characters of log kept on the page
 export const LOG_TAIL_BYTES = 96 * 1024;  // bytes of a stored log shown on open
 
 const kib = (n) => `${Math.max(1, Math.round(n / 1024))} KiB`;
-const stamp = (d) => d.toISOString().slice(11, 23);
 
-export function logView({ base, filename, ranges = true }) {
+// lineHref(origin): the address of the run at a line ("CHUNK.OFFSET"); with it each line
+// carries a link there (a script run's log, whose chunks the ranges can read back).
+export function logView({ base, filename, ranges = true, lineHref = null }) {
   const info = el("p", { class: "muted", id: "log-info", role: "status" });
   const pre = el("pre", { id: "log", tabindex: "0", role: "log", "aria-label": "log" });
   const empty = el("p", { class: "muted", id: "log-empty" }, "No output yet.");
-  const pages = logPages({ base });
+  const pages = logPages({ base, lineHref: ranges ? lineHref : null });
+  const links = ranges && lineHref;
   const tsBox = el("input", { type: "checkbox", id: "log-ts", onchange: () => {
     pre.classList.toggle("show-ts", tsBox.checked); pages.timestamps(tsBox.checked);
   } });
@@ -67,11 +70,14 @@ export function logView({ base, filename, ranges = true }) {
     pre.scrollTop = pre.scrollHeight;
   }
 
-  function appendText(text, at) {
-    const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+  // id, off: the chunk the text is from and where in it the text starts (line links).
+  function appendText(text, at, id = 0, off = 0, bulk = false) {
+    const stick = !bulk && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
     const frag = document.createDocumentFragment();
     for (const part of text.split(/(?<=\n)/)) {
-      if (atLineStart) frag.append(el("span", { class: "ts", "data-t": at ? stamp(at) : "" }));
+      if (atLineStart && links && id) frag.append(lineLink(lineHref(`${id}.${off}`)));
+      off += part.length;
+      if (atLineStart) frag.append(el("span", { class: "ts", "data-t": at ? fmtClock(at) : "" }));
       frag.append(ansi(part, ansiState));
       atLineStart = part.endsWith("\n");
     }
@@ -175,17 +181,18 @@ export function logView({ base, filename, ranges = true }) {
       totalBytes = Math.max(totalBytes, skipped + (shownBytes += text.length));
       // A huge chunk: only its end would stay anyway (the tail's first, only the tail).
       const cap = this.dropPartial ? LOG_TAIL_BYTES : windowChars;
+      let off = 0;  // where in the chunk the text kept starts
       if (text.length > cap) {
         const cut = text.length - cap;
         skipped += cut; shownBytes -= cut;
-        text = text.slice(cut); this.dropPartial = true;
+        text = text.slice(cut); this.dropPartial = true; off = cut;
       }
       if (this.dropPartial) {  // the window starts at a line, not mid-line
         this.dropPartial = false;
         const nl = text.indexOf("\n");
-        if (nl >= 0) text = text.slice(nl + 1);
+        if (nl >= 0) { text = text.slice(nl + 1); off += nl + 1; }
       }
-      appendText(text, at ? new Date(at) : null);
+      appendText(text, at ? new Date(at) : null, id, off);
       label();
     },
     // A step started: what it prints folds under it until it ends.
@@ -207,8 +214,21 @@ export function logView({ base, filename, ranges = true }) {
       pre.append(el("div", { class: "pass-marker", role: "separator" }, text));
       empty.hidden = true;
     },
+    // A line's link opened: the whole log browsed from the ranges around that line, the
+    // line in the middle and highlighted.
+    openLine(id, off) { if (ranges) return browse(() => pages.reveal({ id, offset: off })); return null; },
     // What an empty log says: "No output yet." only while the run can still print.
     emptyText(text) { if (empty.textContent !== text) empty.textContent = text; },
-    setText(text) { pre.replaceChildren(); kept = 0; atLineStart = true; target = pre; if (text) appendText(text, null); else empty.hidden = false; },
+    // The whole log at once (a graph's): text, or chunks [{text, at}] whose lines show
+    // their time with the timestamps toggle.
+    setText(text) {
+      // One read of layout for the lot, not one per chunk.
+      const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+      pre.replaceChildren(); kept = 0; atLineStart = true; target = pre;
+      const chunks = Array.isArray(text) ? text : text ? [{ text, at: null }] : [];
+      for (const c of chunks) if (c.text) appendText(c.text, c.at ? new Date(c.at) : null, 0, 0, true);
+      if (!chunks.some((c) => c.text)) empty.hidden = false;
+      else if (stick) pre.scrollTop = pre.scrollHeight;
+    },
   };
 }

@@ -5,32 +5,40 @@
 // Rows are plain text nodes inside spans (ansi()), never markup from the log.
 import { api } from "../api.js";
 import { ansi, el } from "../dom.js";
+import { fmtClock } from "../time.js";
 
 const PAGE = 256 * 1024;        // characters read per range request
 const HOLD = 4 * 1024 * 1024;   // characters held; the far end is dropped past this
 const OVERSCAN = 40;            // rows drawn above and below the screen
 const NEAR = 60;                // rows from an end at which the next range is read
 
-const stamp = (d) => d.toISOString().slice(11, 23);
 
-// Splits chunks into lines. A chunk may end mid-line: the next one continues it.
+// Splits chunks into lines. A chunk may end mid-line: the next one continues it. A line's
+// origin, "CHUNK.OFFSET" (the chunk it starts in and where), is its permanent address.
 function toLines(chunks) {
-  const lines = [], at = [], starts = new Map();
+  const lines = [], at = [], origin = [], starts = new Map();
   let open = false;
   for (const c of chunks) {
     const when = c.at ? new Date(c.at) : null;
     const parts = c.text.split("\n");
     starts.set(c.id, { line: open ? lines.length - 1 : lines.length, col: open ? lines[lines.length - 1].length : 0 });
+    let off = 0;
     parts.forEach((p, i) => {
       if (i === 0 && open) lines[lines.length - 1] += p;
-      else if (i < parts.length - 1 || p !== "") { lines.push(p); at.push(when); }
+      else if (i < parts.length - 1 || p !== "") { lines.push(p); at.push(when); origin.push(`${c.id}.${off}`); }
+      off += p.length + 1;
     });
     open = !c.text.endsWith("\n");
   }
-  return { lines, at, starts, open };
+  return { lines, at, origin, starts, open };
 }
 
-export function logPages({ base }) {
+// The link on a line: opens the run at that line (page.js reads `line=` back).
+export function lineLink(href) {
+  return el("a", { class: "ln", href, tabindex: "-1", title: "link to this line", "aria-label": "link to this line" });
+}
+
+export function logPages({ base, lineHref = null }) {
   const spacer = el("div", { class: "log-spacer" });
   const rows = el("div", { class: "log-rows" });
   const box = el("div", { id: "log-pages", class: "log-pages", tabindex: "0", role: "log",
@@ -62,7 +70,8 @@ export function logPages({ base }) {
     const frag = document.createDocumentFragment();
     for (let i = first; i < last; i++) {
       const row = el("div", { class: i === current ? "log-row current" : "log-row", "data-line": String(i) });
-      if (showTs) row.append(el("span", { class: "ts" }, model.at[i] ? stamp(model.at[i]) : ""));
+      if (lineHref) row.append(lineLink(lineHref(model.origin[i])));
+      if (showTs) row.append(el("span", { class: "ts" }, model.at[i] ? fmtClock(model.at[i]) : ""));
       row.append(ansi(model.lines[i], state));
       frag.append(row);
     }

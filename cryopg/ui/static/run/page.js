@@ -13,7 +13,8 @@ import "./strip.js";  // registers the strip view
 import "./dag.js";  // the DAG and Gantt views (tabs after the strip)
 import "./gantt.js";
 
-export async function runPage(main, runId, ctl) {
+// q: the address's query; `line=CHUNK.OFFSET` (a log line's link) opens the log there.
+export async function runPage(main, runId, ctl, q = new URLSearchParams()) {
   const base = projectPath(`/runs/${encodeURIComponent(runId)}`);
   let run = await api(base, { signal: ctl.signal });
   const ctx = { base, signal: ctl.signal, refresh: () => refresh() };
@@ -22,7 +23,9 @@ export async function runPage(main, runId, ctl) {
   const checkpoints = el("ol", { class: "checkpoints", id: "checkpoints" });
   const cpSection = el("section", { id: "checkpoints-section" }, el("h2", {}, "Checkpoints"), checkpoints);
   const timeline = el("ol", { class: "timeline", id: "timeline" });
-  const log = logView({ base, filename: run.workflow || run.filename, ranges: run.kind !== "graph" });
+  const runHref = `#/run/${encodeURIComponent(runId)}`;
+  const log = logView({ base, filename: run.workflow || run.filename, ranges: run.kind !== "graph",
+                        lineHref: (origin) => `${runHref}?line=${origin}` });
   const state = el("section", { id: "state" });
   const children = el("section", { id: "children" });
   const artifacts = artifactsView(ctx);
@@ -83,6 +86,12 @@ export async function runPage(main, runId, ctl) {
     if (again) { again = false; refresh(); }
   }
   await renderAll();
+  // A log line's link: the log opens at that line (the ranges around it), highlighted.
+  const line = /^(\d+)\.(\d+)$/.exec(q.get("line") || "");
+  if (line && !isGraph) {
+    log.el.scrollIntoView();
+    log.openLine(Number(line[1]), Number(line[2]));
+  }
 
   // A graph's log is its node jobs' logs, each line prefixed [node]; read beside the
   // page's refreshes, never holding them up.
@@ -90,7 +99,9 @@ export async function runPage(main, runId, ctl) {
   function graphLog() {
     if (logBusy) return;
     logBusy = true;
-    apiText(`${base}/logs`, ctl.signal).then((t) => log.setText(t), () => {}).finally(() => { logBusy = false; });
+    // times=1: one JSON line per chunk with when it was stored, for the timestamps toggle.
+    apiText(`${base}/logs?times=1`, ctl.signal).then((t) => log.setText(t.split("\n").filter(Boolean).map((l) => JSON.parse(l))),
+      () => {}).finally(() => { logBusy = false; });
   }
   if (isGraph) graphLog();
   let after = 0;
