@@ -55,12 +55,15 @@ def test_every_page_has_no_serious_accessibility_violation(split: Split,
     # The chain is wider than the page at 1280 px: the DAG view says it scrolls.
     page.click("#tab-dag")
     expect(page.locator("#dag-scroll-hint")).to_be_visible()
-    for path in ("workflows", "workflows/chain", "workflows/chain/edit", "workflows/new",
-                 "schedules", "webhooks", "handlers", "events", "secrets", "members"):
+    for path in ("workflows", "workflows/chain", "workflows/chain/edit",
+                 "workflows/chain/code", "workflows/new", "schedules", "webhooks", "handlers",
+                 "events", "secrets", "members", "connections", "agents"):
         page.goto(f"{split.url}/#/{path}")
         expect(page.locator("#main h1").first).to_be_visible(timeout=10_000)
         if path.endswith("/edit"):
             expect(page.locator("#canvas [data-node]").first).to_be_visible(timeout=10_000)
+        if path.endswith("/code"):  # CodeMirror, loaded on first use
+            expect(page.locator(".cm-editor").first).to_be_visible(timeout=20_000)
         _check(page, path, found)
     assert found == {}, found
     assert page.errors == []  # type: ignore[attr-defined]

@@ -43,7 +43,9 @@ export async function workflowEditPage(main, name, ctl) {
   const view = new EditorView({
     parent: holder,
     state: EditorState.create({ doc: wf.source, extensions: [basicSetup, lintGutter(), lang.of(language(fileInput.value)),
-      EditorView.updateListener.of((u) => { if (u.docChanged) { msg.textContent = ""; } })] }),
+      EditorView.updateListener.of((u) => { if (u.docChanged) { msg.textContent = ""; } }),
+      // A name for screen readers, and a tab stop axe can see (contenteditable alone is not one).
+      EditorView.contentAttributes.of({ "aria-label": `Source of ${wf.name || "the workflow"}`, tabindex: "0" })] }),
   });
   const relanguage = () => {
     if (ext(fileInput.value) === langFor) return;
