@@ -71,8 +71,9 @@ def test_replicas_killed_and_a_store_outage_mid_move_lose_no_byte_and_leave_no_o
     runs = list(want)
 
     # A replica killed while it moves a log (its lease lapses; another takes it over).
+    # (the large runs must end first: slow on a loaded machine, hence the long deadline)
     victim = wait_for("r2 or r3 to hold a lease on a large log being moved",
-                      lambda: _victim(chaos, large), timeout=120, every=0.02)
+                      lambda: _victim(chaos, large), timeout=300, every=0.02)
     chaos.kill(victim)
     # Its leases, as it left them: each is taken over by another replica (unless the
     # call recording it was already on its way to the database when the process died).

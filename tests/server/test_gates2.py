@@ -78,7 +78,8 @@ async def test_the_canvas_gets_the_node_keys_schema(srv: Server) -> None:
     got = (await srv.user("GET", "/api/v1/graphs/node-types")).ok()
     keys = got["node_keys"]["properties"]
     assert {"if", "retry", "concurrency", "fan_out", "continue_on_error", "always"} <= set(keys)
-    limit = keys["concurrency"]["anyOf"][1]["properties"]["limit"]
+    form = next(f for f in keys["concurrency"]["anyOf"] if "group" in f.get("properties", {}))
+    limit = form["properties"]["limit"]
     assert limit["minimum"] == 1 and keys["concurrency"]["description"]
 
 

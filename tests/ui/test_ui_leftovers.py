@@ -93,12 +93,13 @@ def test_runs_found_by_a_value_of_their_sealed_input(split: Split, page: Page) -
     expect(page.locator("#live-state")).to_have_text("live", timeout=15_000)
     for q in ("moon-base", "MOON-BASE", "42", "blue"):
         page.goto(f"{split.url}/#/runs?q={q}")
-        expect(page.locator("#runs-body tr[data-run]")).to_have_count(1)
+        # the search's answer replaces the list (slowly on a loaded machine)
+        expect(page.locator("#runs-body tr[data-run]")).to_have_count(1, timeout=30_000)
         expect(page.locator(f'tr[data-run="{sealed}"]')).to_be_visible()
         expect(page.locator("#runs-total")).to_have_text("1 run")
     for q in ("moon", "ase"):  # a piece of a value finds nothing: only its digest is kept
         page.goto(f"{split.url}/#/runs?q={q}")
-        expect(page.locator("#runs-body")).to_contain_text("No runs.")
+        expect(page.locator("#runs-body")).to_contain_text("No runs.", timeout=30_000)
     # Run again with the same input: found by it too; the untrusted run never is.
     status, again = http(f"{split.url}{API}/runs/{sealed}/run-again", split.user_token, "POST", {})
     assert status == 201, again
