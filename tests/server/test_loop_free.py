@@ -70,7 +70,10 @@ async def test_health_answers_while_hostile_bodies_are_read(srv: Server) -> None
     # Before, the loop was held for most of `took` (the flow YAML alone for seconds), so
     # a probe waited that long and few were answered.
     assert len(latencies) >= 10, (len(latencies), took)
-    assert max(latencies) < took / 4, (max(latencies), took, len(latencies))
+    # With the YAML read by libyaml the whole batch takes about a second, so the bound is
+    # a quarter of it or one second, whichever is more (a busy machine's scheduling alone
+    # can hold one probe half a second).
+    assert max(latencies) < max(took / 4, 1.0), (max(latencies), took, len(latencies))
     # On its own, not behind the hostile ones in the two workers (on a loaded machine the
     # queue ahead of it took longer than the 10 s a document may take to read).
     reply = await srv.user("POST", "/runs", data=_large_schema())
